@@ -9,38 +9,52 @@ import pytest
 
 import stepgym  # noqa: F401
 from stepgym import schema
-from stepgym.wrappers.arg import AgenticReferenceGraph, ARGWrapper
+from stepgym.rollout import play_episode
+from stepgym.wrappers.arg import AgenticReferenceGraph, ARGWrapper, label_trajectory
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("data_dir")]
+
+
+class Replay:
+    """Plays a fixed list of commands (the env's walkthrough, possibly with an error inserted)."""
+
+    def __init__(self, env, insert_at=None):
+        self.env, self.insert_at, self.todo = env, insert_at, []
+
+    def reset(self):
+        self.todo = list(self.env.unwrapped.walkthrough)
+        if self.insert_at is not None:
+            self.todo.insert(self.insert_at, "go to the moon")
+
+    def act(self, obs, info):
+        return self.todo.pop(0)
 
 
 @pytest.mark.parametrize("split", ["valid_seen", "valid_unseen"])
 def test_walkthroughs_and_inserted_errors(split):
     base = gym.make("StepGym/ALFWorld-v0", split=split, expert=False, game_cache_size=2).unwrapped
     arg = AgenticReferenceGraph()
-    assert arg.seed_from_walkthroughs(base) == len(base.task_ids)
-    assert arg.is_dag()
+    clean = {}
+    for tid in base.task_ids:
+        traj = play_episode(base, Replay(base), options={"task_id": tid})
+        assert traj.won, tid
+        arg.add_trajectory(traj)
+        clean[tid] = traj
+    assert arg.is_dag() and arg.stats()["tasks"] == len(base.task_ids)
     env = ARGWrapper(base, graph=arg)
     rng = np.random.default_rng(0)
-    for tid in base.task_ids:
-        env.reset(options={"task_id": tid})
-        walkthrough = base.walkthrough
-        k = int(rng.integers(len(walkthrough)))  # the invalid action goes before walkthrough step k
-        actions = walkthrough[:k] + ["go to the moon"] + walkthrough[k:]
-        clean_drift = [0.0] * len(walkthrough)
-        for a in actions:
-            *_, info = env.step(a)
-        labels = info[schema.ARG_LABELS]
-        assert info[schema.WON], tid
-        expected_rea = [True] * k + [False] + [True] * (len(walkthrough) - k)
-        assert labels["reasonable"] == expected_rea, (tid, k, labels)
-        assert labels["progress"] == expected_rea, (tid, k, labels)
-        expected_drift = [d + 1.0 for d in clean_drift[:k]] + [1.0] + clean_drift[k:]
-        assert labels["future_drift"] == expected_drift, (tid, k)
-        # The clean walkthrough itself: all Rea, all PA (each step completes a sub-goal), zero drift.
-        env.reset(options={"task_id": tid})
-        for a in walkthrough:
-            *_, info = env.step(a)
-        clean = info[schema.ARG_LABELS]
-        assert clean["reasonable"] == clean["progress"] == [True] * len(walkthrough), tid
-        assert clean["future_drift"] == clean_drift
+    for tid, traj in clean.items():
+        n = len(traj.steps)
+        # The clean walkthrough: all Rea, all PA (each step reaches a new sub-goal state), zero drift.
+        labels = label_trajectory(arg, traj)
+        assert labels.reasonable == labels.progress == [True] * n, tid
+        assert labels.future_drift == [0.0] * n
+        # An invalid action inserted before walkthrough step k, played live through the wrapper.
+        k = int(rng.integers(n))
+        live = play_episode(env, Replay(base, insert_at=k), options={"task_id": tid})
+        final = live.steps[-1].info
+        assert final[schema.WON], tid
+        expected = [True] * k + [False] + [True] * (n - k)
+        assert final[schema.ARG_LABELS]["reasonable"] == expected, (tid, k)
+        assert final[schema.ARG_LABELS]["progress"] == expected, (tid, k)
+        assert final[schema.ARG_LABELS]["future_drift"] == [1.0] * (k + 1) + [0.0] * (n - k), (tid, k)
