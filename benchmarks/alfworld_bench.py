@@ -31,8 +31,9 @@ def raw_env(game_file: str, facts: bool = True):
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
     infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=facts, extras=["gamefile"])
-    env_id = textworld.gym.register_game(game_file, infos, max_episode_steps=50,
-                                         wrappers=[AlfredDemangler(), AlfredInfos])
+    env_id = textworld.gym.register_game(
+        game_file, infos, max_episode_steps=50, wrappers=[AlfredDemangler(), AlfredInfos]
+    )
     return textworld.gym.make(env_id)
 
 
@@ -40,8 +41,19 @@ def bench(split: str, n_games: int, repeats: int) -> dict[str, list[float]]:
     env = gym.make("StepGym/ALFWorld-v0", split=split).unwrapped
     env_noexp = gym.make("StepGym/ALFWorld-v0", split=split, expert=False).unwrapped
     games = env.games[:: max(1, len(env.games) // n_games)][:n_games]
-    out: dict[str, list[float]] = {k: [] for k in (
-        "raw_cold", "raw_rereset", "raw_step", "raw_step_nofacts", "sg_cold", "sg_rereset", "sg_step", "sg_step_noexpert")}
+    out: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "raw_cold",
+            "raw_rereset",
+            "raw_step",
+            "raw_step_nofacts",
+            "sg_cold",
+            "sg_rereset",
+            "sg_step",
+            "sg_step_noexpert",
+        )
+    }
     for g in games:
         t = time.perf_counter()
         raw = raw_env(str(g.game_file))
@@ -92,15 +104,27 @@ def main() -> None:
     args = ap.parse_args()
     r = bench(args.split, args.games, args.repeats)
     med = {k: statistics.median(v) for k, v in r.items()}
-    print(f"# ALFWorld speed, {args.split}, {args.games} games, {time.strftime('%Y-%m-%d')}, "
-          f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    print(
+        f"# ALFWorld speed, {args.split}, {args.games} games, {time.strftime('%Y-%m-%d')}, "
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
+    )
     print("| measure | raw upstream | stepgym | ratio (raw / stepgym) |")
     print("|---|---|---|---|")
-    print(f"| reset, game not loaded yet (median s) | {med['raw_cold']:.3f} | {med['sg_cold']:.3f} | {med['raw_cold'] / med['sg_cold']:.1f}x |")
-    print(f"| re-reset of a loaded game (median s) | {med['raw_rereset']:.3f} | {med['sg_rereset']:.4f} | {med['raw_rereset'] / med['sg_rereset']:.1f}x |")
-    print(f"| step, with expert (median ms) | {1e3 * med['raw_step']:.1f} | {1e3 * med['sg_step']:.1f} | {med['raw_step'] / med['sg_step']:.2f}x |")
-    print(f"| step, no expert (median ms) | {1e3 * med['raw_step']:.1f} | {1e3 * med['sg_step_noexpert']:.1f} | {med['raw_step'] / med['sg_step_noexpert']:.2f}x |")
-    print(f"| step, raw without facts vs stepgym with expert (median ms) | {1e3 * med['raw_step_nofacts']:.1f} | {1e3 * med['sg_step']:.1f} | {med['raw_step_nofacts'] / med['sg_step']:.2f}x |")
+    print(
+        f"| reset, game not loaded yet (median s) | {med['raw_cold']:.3f} | {med['sg_cold']:.3f} | {med['raw_cold'] / med['sg_cold']:.1f}x |"
+    )
+    print(
+        f"| re-reset of a loaded game (median s) | {med['raw_rereset']:.3f} | {med['sg_rereset']:.4f} | {med['raw_rereset'] / med['sg_rereset']:.1f}x |"
+    )
+    print(
+        f"| step, with expert (median ms) | {1e3 * med['raw_step']:.1f} | {1e3 * med['sg_step']:.1f} | {med['raw_step'] / med['sg_step']:.2f}x |"
+    )
+    print(
+        f"| step, no expert (median ms) | {1e3 * med['raw_step']:.1f} | {1e3 * med['sg_step_noexpert']:.1f} | {med['raw_step'] / med['sg_step_noexpert']:.2f}x |"
+    )
+    print(
+        f"| step, raw without facts vs stepgym with expert (median ms) | {1e3 * med['raw_step_nofacts']:.1f} | {1e3 * med['sg_step']:.1f} | {med['raw_step_nofacts'] / med['sg_step']:.2f}x |"
+    )
     print(f"| steps/s, with expert | {1 / med['raw_step']:.1f} | {1 / med['sg_step']:.1f} | |")
 
 

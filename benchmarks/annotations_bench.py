@@ -80,8 +80,12 @@ def main() -> None:
         trajs.append(ann.trajectory)
 
     g = args.group_size
-    group = GroupEnv("StepGym/ALFWorld-v0", group_size=g, env_kwargs={"split": args.split},
-                     wrappers=[EnvFeedbackWrapper, TextInterfaceWrapper, lambda e: HintWrapper(e, failure_only=False)])
+    group = GroupEnv(
+        "StepGym/ALFWorld-v0",
+        group_size=g,
+        env_kwargs={"split": args.split},
+        wrappers=[EnvFeedbackWrapper, TextInterfaceWrapper, lambda e: HintWrapper(e, failure_only=False)],
+    )
     copies = [gym.make("StepGym/ALFWorld-v0", split=args.split) for _ in range(g)]
     for task in tasks:  # warm
         group.reset(options={"task_id": task})
@@ -123,7 +127,9 @@ def main() -> None:
         oracle.analyze(tr)
     t_oracle = (time.perf_counter() - t0) / len(trajs)
     group8 = [trajs[i % len(trajs)] for i in range(8)]
-    loser = group8[0]  # treat rollout 0 as failed, so a block is rendered (7 successes, the first is the peer)
+    loser = group8[
+        0
+    ]  # treat rollout 0 as failed, so a block is rendered (7 successes, the first is the peer)
     t0 = time.perf_counter()
     for _ in range(100):
         blocks = peer_hindsight(group8, success_fn=lambda t: t is not loser)
@@ -131,15 +137,23 @@ def main() -> None:
     assert blocks[0] is not None
     _ = render_prompt  # the same function prompt_for_step calls
 
-    print(f"# annotations_bench — {time.strftime('%Y-%m-%d')} — {platform.processor() or platform.machine()}, "
-          f"Python {platform.python_version()}, {args.split}, {len(tasks)} games (walkthrough replay, warm caches)")
+    print(
+        f"# annotations_bench — {time.strftime('%Y-%m-%d')} — {platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()}, {args.split}, {len(tasks)} games (walkthrough replay, warm caches)"
+    )
     per = {k: v[1] / max(1, v[0]) for k, v in res.items()}
     print(f"bare env:              {1e3 * per['bare']:.2f} ms/step ({res['bare'][0]} steps)")
-    print(f"annotated stack:       {1e3 * per['annotated']:.2f} ms/step  -> ratio {per['annotated'] / per['bare']:.3f}")
-    print(f"GroupEnv G={g} annotated: {1e3 * t_group / n_group:.2f} ms/rollout-step vs {g} bare copies "
-          f"{1e3 * t_seq / n_group:.2f} -> ratio {t_group / t_seq:.3f}")
-    print(f"parse_action: {1e6 * t_parse:.1f} µs; prompt_for_step: {1e6 * t_prompt:.1f} µs; "
-          f"OracleAnalyzer.analyze: {1e3 * t_oracle:.2f} ms/trajectory; peer_hindsight (G=8): {1e6 * t_peer:.1f} µs")
+    print(
+        f"annotated stack:       {1e3 * per['annotated']:.2f} ms/step  -> ratio {per['annotated'] / per['bare']:.3f}"
+    )
+    print(
+        f"GroupEnv G={g} annotated: {1e3 * t_group / n_group:.2f} ms/rollout-step vs {g} bare copies "
+        f"{1e3 * t_seq / n_group:.2f} -> ratio {t_group / t_seq:.3f}"
+    )
+    print(
+        f"parse_action: {1e6 * t_parse:.1f} µs; prompt_for_step: {1e6 * t_prompt:.1f} µs; "
+        f"OracleAnalyzer.analyze: {1e3 * t_oracle:.2f} ms/trajectory; peer_hindsight (G=8): {1e6 * t_peer:.1f} µs"
+    )
     assert all(tr.steps[-1].info[schema.WON] for tr in trajs)
 
 

@@ -55,8 +55,17 @@ def run_one(method: str, seed: int, args: argparse.Namespace, workdir: Path) -> 
     shutil.rmtree(out, ignore_errors=True)
     cfg = replace(
         cfg,
-        run=replace(cfg.run, output_dir=str(out), iterations=args.iterations, seed=seed, progress=False,
-                    tensorboard=False, report=False, save_every=0, threads=args.threads),
+        run=replace(
+            cfg.run,
+            output_dir=str(out),
+            iterations=args.iterations,
+            seed=seed,
+            progress=False,
+            tensorboard=False,
+            report=False,
+            save_every=0,
+            threads=args.threads,
+        ),
         env=replace(cfg.env, kwargs=env_kwargs, max_steps=args.max_steps),
         rollout=replace(cfg.rollout, n_tasks=args.n_tasks, group_size=args.group_size),
         optim=replace(cfg.optim, lr=args.lr),
@@ -77,7 +86,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, workdir: Path) -> 
         adv_means.append(m[f"adv/{method_slug(tr.cfg.method)}_tokens/mean"])
         if "teacher/delta_mean" in m:
             gaps.append(m["teacher/delta_mean"])
-        window = curve[-args.smooth:]
+        window = curve[-args.smooth :]
         if reached is None and len(window) == args.smooth and sum(window) / len(window) >= args.target:
             reached = it
             if not args.full:
@@ -86,9 +95,18 @@ def run_one(method: str, seed: int, args: argparse.Namespace, workdir: Path) -> 
     ev = tr.evaluate(["valid"])[0]
     tr.close()
     shutil.rmtree(out, ignore_errors=True)
-    return {"method": method, "seed": seed, "reached": reached, "curve": curve, "final": curve[-1],
-            "eval_success": ev["success"], "seconds_per_iteration": per_it, "init_seconds": t_init,
-            "token_advantage_mean": adv_means, "teacher_gap_mean": gaps}
+    return {
+        "method": method,
+        "seed": seed,
+        "reached": reached,
+        "curve": curve,
+        "final": curve[-1],
+        "eval_success": ev["success"],
+        "seconds_per_iteration": per_it,
+        "init_seconds": t_init,
+        "token_advantage_mean": adv_means,
+        "teacher_gap_mean": gaps,
+    }
 
 
 def _fmt_reached(r: int | None, n: int) -> str:
@@ -98,7 +116,7 @@ def _fmt_reached(r: int | None, n: int) -> str:
 def first_reaching(curve: list[float], level: float, smooth: int) -> int | None:
     """First iteration (1-based) whose mean over the last ``smooth`` iterations reaches ``level``."""
     for i in range(smooth, len(curve) + 1):
-        window = curve[i - smooth: i]
+        window = curve[i - smooth : i]
         if sum(window) / len(window) >= level:
             return i
     return None
@@ -114,8 +132,10 @@ def table(results: list[dict], args: argparse.Namespace) -> str:
     n = args.iterations
     levels = [*args.also, args.target]
     head = " | ".join(f"iterations to {lv:.0%} (per seed) | median" for lv in levels)
-    lines = [f"| method | {head} | final train success | valid success (greedy) | s/iteration |",
-             "|---|" + "---|---|" * len(levels) + "---|---|---|"]
+    lines = [
+        f"| method | {head} | final train success | valid success (greedy) | s/iteration |",
+        "|---|" + "---|---|" * len(levels) + "---|---|---|",
+    ]
     for method in args.methods:
         rs = [r for r in results if r["method"] == method]
         if not rs:
@@ -153,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed .. first-seed + seeds - 1")
     p.add_argument("--iterations", type=int, default=25, help="most iterations per run")
     p.add_argument("--target", type=float, default=0.8, help="target training success rate")
-    p.add_argument("--smooth", type=int, default=2, help="iterations averaged before comparing with the target")
+    p.add_argument(
+        "--smooth", type=int, default=2, help="iterations averaged before comparing with the target"
+    )
     p.add_argument("--full", action="store_true", help="run every iteration (default: stop at the target)")
     p.add_argument("--rooms", type=int, default=5)
     p.add_argument("--distractors", type=int, default=2)
@@ -167,8 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--also", type=float, nargs="*", default=[0.5], help="further success levels to tabulate")
     p.add_argument("--json", default=None, help="write the raw results here")
-    p.add_argument("--from-json", nargs="+", default=None,
-                   help="only re-print the table of saved --json files (their results merged)")
+    p.add_argument(
+        "--from-json",
+        nargs="+",
+        default=None,
+        help="only re-print the table of saved --json files (their results merged)",
+    )
     args = p.parse_args(argv)
     if args.from_json:
         merged: list[dict] = []
@@ -183,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(gap_table(merged, args.methods))
         return 0
-    print(f"# credit assignment benchmark ({time.strftime('%Y-%m-%d')}, {platform.machine()}, "
-          f"{platform.python_version()}): {vars(args)}", flush=True)
+    print(
+        f"# credit assignment benchmark ({time.strftime('%Y-%m-%d')}, {platform.machine()}, "
+        f"{platform.python_version()}): {vars(args)}",
+        flush=True,
+    )
     work = Path(tempfile.mkdtemp(prefix="stepgym-credit-"))
     results = []
     t0 = time.perf_counter()
@@ -193,9 +222,12 @@ def main(argv: list[str] | None = None) -> int:
             for method in args.methods:
                 r = run_one(method, seed, args, work)
                 results.append(r)
-                print(f"{method:9s} seed {seed}: reached {_fmt_reached(r['reached'], args.iterations):>4s}  "
-                      f"curve {' '.join(f'{x:.2f}' for x in r['curve'])}  valid {r['eval_success']:.2f}  "
-                      f"{r['seconds_per_iteration']:.1f}s/it", flush=True)
+                print(
+                    f"{method:9s} seed {seed}: reached {_fmt_reached(r['reached'], args.iterations):>4s}  "
+                    f"curve {' '.join(f'{x:.2f}' for x in r['curve'])}  valid {r['eval_success']:.2f}  "
+                    f"{r['seconds_per_iteration']:.1f}s/it",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()

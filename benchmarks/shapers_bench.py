@@ -47,13 +47,17 @@ def make_batch(seed: int = 0, tasks: int = TASKS, steps: int = STEPS) -> dict[st
     rewards[np.arange(n_traj) * steps + steps - 1] = 10.0 * won
     valid = rng.random(n) < 0.85
     # anchors: per task a pool of 60 states; rollouts revisit states often, as ALFWorld does
-    anchors = [f"task {g}: you are in the middle of a room. state {int(s)}"
-               for g, s in zip(group, rng.integers(0, 60, n), strict=True)]
+    anchors = [
+        f"task {g}: you are in the middle of a room. state {int(s)}"
+        for g, s in zip(group, rng.integers(0, 60, n), strict=True)
+    ]
     # similarity anchors: ALFWorld-like sentences with a few objects that differ between states
     objs = ["apple", "mug", "knife", "bowl", "lettuce", "tomato", "spoon", "cup", "pan", "bread"]
-    anchors_sim = [f"You arrive at {objs[int(s) % 10]} counter {int(s) // 10}. On it you see a {objs[int(s) % 7]}, "
-                   f"a {objs[int(s) % 3]} and a {objs[(int(s) * 7) % 10]}."
-                   for s in rng.integers(0, 60, n)]
+    anchors_sim = [
+        f"You arrive at {objs[int(s) % 10]} counter {int(s) // 10}. On it you see a {objs[int(s) % 7]}, "
+        f"a {objs[int(s) % 3]} and a {objs[(int(s) * 7) % 10]}."
+        for s in rng.integers(0, 60, n)
+    ]
     rea = rng.random(n) < 0.6
     pa = rng.random(n) < 0.3
     lengths = rng.integers(384, TOKENS + 1, n)
@@ -64,8 +68,21 @@ def make_batch(seed: int = 0, tasks: int = TASKS, steps: int = STEPS) -> dict[st
     # StepOPSD action_only targets: the last 12 tokens of every response
     spans = [[(int(L) - 12, int(L))] for L in lengths]
     target = S.TokenLayout.from_spans(spans, TOKENS)
-    return dict(group=group, traj=traj, rewards=rewards, valid=valid, anchors=anchors, anchors_sim=anchors_sim, rea=rea, pa=pa, mask=mask,
-                layout=layout, delta=delta, target=target, spans=spans)
+    return dict(
+        group=group,
+        traj=traj,
+        rewards=rewards,
+        valid=valid,
+        anchors=anchors,
+        anchors_sim=anchors_sim,
+        rea=rea,
+        pa=pa,
+        mask=mask,
+        layout=layout,
+        delta=delta,
+        target=target,
+        spans=spans,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -137,8 +154,13 @@ def loop_similarity_groups(index, anchors, tau=0.95) -> np.ndarray:
     return codes
 
 
-def loop_equal_step(shaped: np.ndarray, mask: np.ndarray, units: list[list[tuple[int, int, int]]],
-                    clip: float = 2.0, eps: float = 1e-6) -> np.ndarray:
+def loop_equal_step(
+    shaped: np.ndarray,
+    mask: np.ndarray,
+    units: list[list[tuple[int, int, int]]],
+    clip: float = 2.0,
+    eps: float = 1e-6,
+) -> np.ndarray:
     """StepOPSD's loop, per normalisation unit (a trajectory: its (row, start, stop) target spans)."""
     out = shaped.copy()
     for unit in units:
@@ -191,19 +213,22 @@ def main(argv: list[str] | None = None) -> None:
     scores = S.episode_scores(b["rewards"], b["traj"]) - 0.1 * (~b["valid"])
     step_adv = S.grpo_advantage(scores, b["group"], traj_ids=b["traj"])
     tok = S.broadcast_to_tokens(step_adv, b["layout"])
-    shaped = S.stepopsd_reweight(tok, b["delta"], 0.196, delta_mask=b["target"].token_step >= 0,
-                                 response_mask=b["mask"])
+    shaped = S.stepopsd_reweight(
+        tok, b["delta"], 0.196, delta_mask=b["target"].token_step >= 0, response_mask=b["mask"]
+    )
     np_loss = S.policy_loss(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok)
 
     # correctness of the baselines against the shapers before timing anything
     np.testing.assert_allclose(loop_grpo(scores, b["group"]), S.grpo_advantage(scores, b["group"]), atol=1e-9)
     gig = lambda: S.gigpo_advantage(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"])  # noqa: E731
-    np.testing.assert_allclose(loop_gigpo(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"]), gig(),
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        loop_gigpo(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"]), gig(), atol=1e-9
+    )
     sel = b["group"] < 2  # the reference similarity loop is quadratic: time it on 2 tasks only
     sim_g, sim_a = b["group"][sel], [a for a, k in zip(b["anchors_sim"], sel, strict=True) if k]
-    np.testing.assert_array_equal(S.build_step_groups(sim_g, sim_a, similarity=True),
-                                  loop_similarity_groups(sim_g, sim_a))
+    np.testing.assert_array_equal(
+        S.build_step_groups(sim_g, sim_a, similarity=True), loop_similarity_groups(sim_g, sim_a)
+    )
     # one row per step: a trajectory's target spans live in its 50 rows
     units: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for row, (tr, sp) in enumerate(zip(b["traj"].tolist(), b["spans"], strict=True)):
@@ -219,39 +244,79 @@ def main(argv: list[str] | None = None) -> None:
     }
 
     def pipeline(cfg: S.ShapeConfig) -> Callable[[], Any]:
-        batch = S.StepBatch(group_ids=b["group"], traj_ids=b["traj"], rewards=b["rewards"], valid=b["valid"],
-                            anchor_obs=b["anchors"], reasonable=b["rea"], progress=b["pa"], layout=b["layout"],
-                            delta=b["delta"], target=b["target"])
+        batch = S.StepBatch(
+            group_ids=b["group"],
+            traj_ids=b["traj"],
+            rewards=b["rewards"],
+            valid=b["valid"],
+            anchor_obs=b["anchors"],
+            reasonable=b["rea"],
+            progress=b["pa"],
+            layout=b["layout"],
+            delta=b["delta"],
+            target=b["target"],
+        )
         return lambda: S.shape_advantages(batch, cfg, update_index=1)
 
     rows: list[tuple[str, Callable[[], Any], Callable[[], Any] | None, str]] = [
-        ("grpo (step rows, cross_steps)", lambda: S.grpo_advantage(scores, b["group"], traj_ids=b["traj"]),
-         lambda: loop_grpo(scores, b["group"]), "loop, per-group dicts"),
-        ("gigpo exact anchors", gig,
-         lambda: loop_gigpo(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"]), "loop, verl-agent shape"),
-        ("gigpo similarity grouping (τ 0.95), 2 tasks = 800 rows",
-         lambda: S.build_step_groups(sim_g, sim_a, similarity=True, tau=0.95),
-         lambda: loop_similarity_groups(sim_g, sim_a), "loop, ratio() only"),
+        (
+            "grpo (step rows, cross_steps)",
+            lambda: S.grpo_advantage(scores, b["group"], traj_ids=b["traj"]),
+            lambda: loop_grpo(scores, b["group"]),
+            "loop, per-group dicts",
+        ),
+        (
+            "gigpo exact anchors",
+            gig,
+            lambda: loop_gigpo(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"]),
+            "loop, verl-agent shape",
+        ),
+        (
+            "gigpo similarity grouping (τ 0.95), 2 tasks = 800 rows",
+            lambda: S.build_step_groups(sim_g, sim_a, similarity=True, tau=0.95),
+            lambda: loop_similarity_groups(sim_g, sim_a),
+            "loop, ratio() only",
+        ),
         ("proas on grpo", lambda: S.proas_shape(step_adv, b["rea"], b["pa"], b["traj"]), None, ""),
         ("broadcast to tokens", lambda: S.broadcast_to_tokens(step_adv, b["layout"]), None, ""),
         ("ahead reweight", lambda: S.ahead_reweight(tok, b["delta"], 0.5), None, "torch f32 (same formula)"),
-        ("stepopsd reweight", lambda: S.stepopsd_reweight(tok, b["delta"], 0.196, response_mask=b["mask"]),
-         None, "torch f32 (same formula)"),
-        ("stepopsd reweight, Δ on action spans only",
-         lambda: S.stepopsd_reweight(tok, b["delta"], 0.196, delta_mask=b["target"].token_step >= 0,
-                                     response_mask=b["mask"]), None, ""),
-        ("equal_step_mean_abs (per trajectory)", esm,
-         lambda: loop_equal_step(shaped, b["mask"], list(units.values())), "loop over spans"),
-        ("dapo policy_loss + token-mean (numpy)",
-         lambda: S.agg_loss(S.policy_loss(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok), b["mask"]),
-         None, "stepgym.trainers.losses (torch f32)"),
+        (
+            "stepopsd reweight",
+            lambda: S.stepopsd_reweight(tok, b["delta"], 0.196, response_mask=b["mask"]),
+            None,
+            "torch f32 (same formula)",
+        ),
+        (
+            "stepopsd reweight, Δ on action spans only",
+            lambda: S.stepopsd_reweight(
+                tok, b["delta"], 0.196, delta_mask=b["target"].token_step >= 0, response_mask=b["mask"]
+            ),
+            None,
+            "",
+        ),
+        (
+            "equal_step_mean_abs (per trajectory)",
+            esm,
+            lambda: loop_equal_step(shaped, b["mask"], list(units.values())),
+            "loop over spans",
+        ),
+        (
+            "dapo policy_loss + token-mean (numpy)",
+            lambda: S.agg_loss(
+                S.policy_loss(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok), b["mask"]
+            ),
+            None,
+            "stepgym.trainers.losses (torch f32)",
+        ),
     ]
     rows += [(f"compose: {name}", pipeline(cfg), None, "") for name, cfg in cfgs.items()]
 
     try:
         import torch
 
-        torch.set_num_threads(1)  # NumPy runs on one core too; two torch threads on a shared 2-core box thrash
+        torch.set_num_threads(
+            1
+        )  # NumPy runs on one core too; two torch threads on a shared 2-core box thrash
         tok_t = torch.as_tensor(tok, dtype=torch.float32)
         delta_t = torch.as_tensor(b["delta"], dtype=torch.float32)
         from stepgym.trainers import losses
@@ -259,33 +324,46 @@ def main(argv: list[str] | None = None) -> None:
         lp_t = torch.log(torch.full(tok.shape, 0.9, dtype=torch.float32))
         z_t, a_t = torch.zeros(tok.shape), torch.as_tensor(tok, dtype=torch.float32)
         m_t = torch.as_tensor(b["mask"], dtype=torch.float32)
-        np.testing.assert_allclose(losses.policy_loss(lp_t.double(), z_t.double(), a_t.double())[0].numpy(),
-                                   np_loss, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            losses.policy_loss(lp_t.double(), z_t.double(), a_t.double())[0].numpy(),
+            np_loss,
+            rtol=1e-6,
+            atol=1e-6,
+        )
         torch_rows = {
             "ahead reweight": lambda: torch_weights(tok_t, delta_t, 0.5, 0.2, "exp", torch),
             "stepopsd reweight": lambda: torch_weights(tok_t, delta_t, 0.196, 0.2, "sigmoid", torch),
-            "dapo policy_loss + token-mean (numpy)":
-                lambda: losses.agg_loss(losses.policy_loss(lp_t, z_t, a_t, m_t)[0], m_t),
+            "dapo policy_loss + token-mean (numpy)": lambda: losses.agg_loss(
+                losses.policy_loss(lp_t, z_t, a_t, m_t)[0], m_t
+            ),
         }
         rows = [(r[0], r[1], torch_rows[r[0]], r[3]) if r[0] in torch_rows else r for r in rows]
     except ImportError:
         rows = [(r[0], r[1], None, "") if "torch" in r[3] else r for r in rows]
 
-    print(f"# stepgym shapers benchmark — {_dt.date.today().isoformat()}, {platform.machine()}, "
-          f"{os.cpu_count()} CPU(s), {platform.processor() or platform.platform()}, numpy {np.__version__}")
+    print(
+        f"# stepgym shapers benchmark — {_dt.date.today().isoformat()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPU(s), {platform.processor() or platform.platform()}, numpy {np.__version__}"
+    )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average at start: {load:.2f} (other processes on the machine inflate every number)")
-    print(f"batch: {tasks} tasks × {ROLLOUTS} rollouts × {STEPS} steps = {n} step rows × {TOKENS} tokens; "
-          f"median of {args.repeats} runs\n")
-    print("| shaper | stepgym wall (ms) | stepgym CPU (ms) | baseline wall (ms) | baseline CPU (ms) | baseline "
-          "| speed-up (CPU) |")
+    print(
+        f"batch: {tasks} tasks × {ROLLOUTS} rollouts × {STEPS} steps = {n} step rows × {TOKENS} tokens; "
+        f"median of {args.repeats} runs\n"
+    )
+    print(
+        "| shaper | stepgym wall (ms) | stepgym CPU (ms) | baseline wall (ms) | baseline CPU (ms) | baseline "
+        "| speed-up (CPU) |"
+    )
     print("|---|---:|---:|---:|---:|---|---:|")
     for name, fn, base, label in rows:
         t, c = timeit(fn, args.repeats)
         if base is not None:
             tb, cb = timeit(base, max(1, min(args.repeats, 3)))
-            print(f"| {name} | {t * 1e3:.1f} | {c * 1e3:.1f} | {tb * 1e3:.1f} | {cb * 1e3:.1f} | {label} "
-                  f"| {cb / c:.1f}× |")
+            print(
+                f"| {name} | {t * 1e3:.1f} | {c * 1e3:.1f} | {tb * 1e3:.1f} | {cb * 1e3:.1f} | {label} "
+                f"| {cb / c:.1f}× |"
+            )
         else:
             print(f"| {name} | {t * 1e3:.1f} | {c * 1e3:.1f} | – | – | – | – |")
 

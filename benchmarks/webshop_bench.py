@@ -43,8 +43,12 @@ def _latency(backend, queries: list[str]) -> dict[str, float]:
         backend.search(q, 50)
         times.append(time.perf_counter() - t0)
     ms = np.array(times) * 1000
-    return {"mean_ms": float(ms.mean()), "median_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95)),
-            "queries_per_s": float(len(ms) / (ms.sum() / 1000))}
+    return {
+        "mean_ms": float(ms.mean()),
+        "median_ms": float(np.median(ms)),
+        "p95_ms": float(np.percentile(ms, 95)),
+        "queries_per_s": float(len(ms) / (ms.sum() / 1000)),
+    }
 
 
 def bench_search(use_lucene: bool) -> dict:
@@ -113,8 +117,12 @@ def bench_envs(n_text: int, n_site: int, use_browser: bool) -> dict:
     tasks = env.task_ids[:: max(1, len(env.task_ids) // n_text)][:n_text]
     for policy in ("oracle", "random"):
         steps, ts, tr = _play(env, tasks, policy, rng)
-        out[f"text_{policy}"] = {"episodes": len(tasks), "steps": steps, "steps_per_s": steps / ts,
-                                 "resets_per_s": len(tasks) / tr}
+        out[f"text_{policy}"] = {
+            "episodes": len(tasks),
+            "steps": steps,
+            "steps_per_s": steps / ts,
+            "resets_per_s": len(tasks) / tr,
+        }
     if use_browser:
         t0 = time.perf_counter()
         site = gym.make("StepGym/WebShopSite-v0", split="all").unwrapped
@@ -122,9 +130,15 @@ def bench_envs(n_text: int, n_site: int, use_browser: bool) -> dict:
         try:
             stasks = tasks[:n_site]
             steps, ts, tr = _play(site, stasks, "oracle", rng)
-            out["site_oracle"] = {"episodes": len(stasks), "steps": steps, "steps_per_s": steps / ts,
-                                  "resets_per_s": len(stasks) / tr}
-            out["text_over_site_speed"] = out["text_oracle"]["steps_per_s"] / out["site_oracle"]["steps_per_s"]
+            out["site_oracle"] = {
+                "episodes": len(stasks),
+                "steps": steps,
+                "steps_per_s": steps / ts,
+                "resets_per_s": len(stasks) / tr,
+            }
+            out["text_over_site_speed"] = (
+                out["text_oracle"]["steps_per_s"] / out["site_oracle"]["steps_per_s"]
+            )
         finally:
             site.close()
     return out
@@ -139,21 +153,44 @@ def bench_upstream_render(upstream: Path, n_goals: int) -> dict:
     from stepgym.envs.webshop.engine import SUB_PAGES, ShopState
 
     tdir = upstream / "web_agent_site" / "templates"
-    templates = {name: (tdir / f"{name}.html").read_text() for name in
-                 ("search_page", "results_page", "item_page", "description_page", "features_page", "review_page")}
+    templates = {
+        name: (tdir / f"{name}.html").read_text()
+        for name in (
+            "search_page",
+            "results_page",
+            "item_page",
+            "description_page",
+            "features_page",
+            "review_page",
+        )
+    }
     app = Flask("upstream_baseline")
-    for rule, ep in [("/<session_id>", "index"), ("/search_results/<session_id>/<keywords>/<page>", "search_results"),
-                     ("/item_page/<session_id>/<asin>/<keywords>/<page>/<options>", "item_page"),
-                     ("/item_sub_page/<session_id>/<asin>/<keywords>/<page>/<sub_page>/<options>", "item_sub_page"),
-                     ("/done/<session_id>/<asin>/<options>", "done")]:
+    for rule, ep in [
+        ("/<session_id>", "index"),
+        ("/search_results/<session_id>/<keywords>/<page>", "search_results"),
+        ("/item_page/<session_id>/<asin>/<keywords>/<page>/<options>", "item_page"),
+        ("/item_sub_page/<session_id>/<asin>/<keywords>/<page>/<sub_page>/<options>", "item_sub_page"),
+        ("/done/<session_id>/<asin>/<options>", "done"),
+    ]:
         app.add_url_rule(rule, ep, lambda **kw: "")
 
     def visible(el) -> bool:
-        return el.parent.name not in {"style", "script", "head", "title", "meta", "[document]"} and not isinstance(el, Comment)
+        return el.parent.name not in {
+            "style",
+            "script",
+            "head",
+            "title",
+            "meta",
+            "[document]",
+        } and not isinstance(el, Comment)
 
     def upstream_text(html: str) -> str:
         soup = BeautifulSoup(html, "html.parser")
-        _ = soup.find_all(class_="btn"), soup.find_all(class_="product-link"), soup.select('input[type="radio"]')
+        _ = (
+            soup.find_all(class_="btn"),
+            soup.find_all(class_="product-link"),
+            soup.select('input[type="radio"]'),
+        )
         texts = BeautifulSoup(html, "html.parser").find_all(string=True)
         return " [SEP] ".join(t.strip() for t in filter(visible, texts) if t != "\n")
 
@@ -166,9 +203,20 @@ def bench_upstream_render(upstream: Path, n_goals: int) -> dict:
         p = cat.by_asin[g.asin]
         common = {"session_id": "abc", "instruction_text": g.instruction_text}
         jobs.append((ShopState(), g, "search_page", common))
-        jobs.append((ShopState("results", q, 1), g, "results_page",
-                     {**common, "products": [cat.by_asin[a] for a in res[:10]], "keywords": q.split(" "), "page": 1,
-                      "total": len(res)}))
+        jobs.append(
+            (
+                ShopState("results", q, 1),
+                g,
+                "results_page",
+                {
+                    **common,
+                    "products": [cat.by_asin[a] for a in res[:10]],
+                    "keywords": q.split(" "),
+                    "page": 1,
+                    "total": len(res),
+                },
+            )
+        )
         item = {**common, "product_info": p, "keywords": q, "page": 1, "asin": g.asin, "options": {}}
         jobs.append((ShopState("item", q, 1, g.asin), g, "item_page", {**item, "show_attrs": False}))
         for sub, tpl in zip(SUB_PAGES, ("description_page", "features_page", "review_page"), strict=True):
@@ -182,8 +230,13 @@ def bench_upstream_render(upstream: Path, n_goals: int) -> dict:
         theirs = [upstream_text(render_template_string(templates[tpl], **kw)) for _, _, tpl, kw in jobs]
     t_theirs = time.perf_counter() - t0
     same = sum(a == b for a, b in zip(ours, theirs, strict=True))
-    return {"pages": len(jobs), "identical_text": same, "stepgym_ms_per_page": 1000 * t_ours / len(jobs),
-            "upstream_ms_per_page": 1000 * t_theirs / len(jobs), "speedup": t_theirs / t_ours}
+    return {
+        "pages": len(jobs),
+        "identical_text": same,
+        "stepgym_ms_per_page": 1000 * t_ours / len(jobs),
+        "upstream_ms_per_page": 1000 * t_theirs / len(jobs),
+        "speedup": t_theirs / t_ours,
+    }
 
 
 def main() -> None:
@@ -196,8 +249,10 @@ def main() -> None:
     args = ap.parse_args()
     use_lucene = not args.no_lucene and importlib.util.find_spec("pyserini") is not None
     use_browser = not args.no_browser and os.path.isfile("/usr/bin/chromium")
-    report = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.platform()}, {os.cpu_count()} cpus, "
-              f"python {platform.python_version()}"}
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.platform()}, {os.cpu_count()} cpus, python {platform.python_version()}",
+    }
     report["search"] = bench_search(use_lucene)
     report["envs"] = bench_envs(args.text_episodes, args.site_episodes, use_browser)
     if args.upstream is not None:
@@ -205,23 +260,31 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     s, e = report["search"], report["envs"]
     print("\nsummary:")
-    print(f"  text env (oracle): {e['text_oracle']['steps_per_s']:.0f} steps/s, {e['text_oracle']['resets_per_s']:.0f} resets/s;"
-          f" random clicks: {e['text_random']['steps_per_s']:.0f} steps/s")
+    print(
+        f"  text env (oracle): {e['text_oracle']['steps_per_s']:.0f} steps/s, {e['text_oracle']['resets_per_s']:.0f} resets/s;"
+        f" random clicks: {e['text_random']['steps_per_s']:.0f} steps/s"
+    )
     if "site_oracle" in e:
-        print(f"  site env (oracle): {e['site_oracle']['steps_per_s']:.1f} steps/s "
-              f"(text env is {e['text_over_site_speed']:.0f}x faster)")
+        print(
+            f"  site env (oracle): {e['site_oracle']['steps_per_s']:.1f} steps/s "
+            f"(text env is {e['text_over_site_speed']:.0f}x faster)"
+        )
     for name in ("bm25s", "lucene"):
         if f"{name}_latency" in s:
             lat = s[f"{name}_latency"]
-            print(f"  {name}: build {s[f'{name}_build_s']:.2f} s, cached load {s[f'{name}_cached_init_s']:.2f} s, "
-                  f"search {lat['mean_ms']:.2f} ms mean / {lat['p95_ms']:.2f} ms p95, "
-                  f"target in top 10: {s['hits'][name]['top10_rate']:.1%}")
+            print(
+                f"  {name}: build {s[f'{name}_build_s']:.2f} s, cached load {s[f'{name}_cached_init_s']:.2f} s, "
+                f"search {lat['mean_ms']:.2f} ms mean / {lat['p95_ms']:.2f} ms p95, "
+                f"target in top 10: {s['hits'][name]['top10_rate']:.1%}"
+            )
     if "agreement@10" in s:
         print(f"  top-10 overlap bm25s vs lucene: {s['agreement@10']['overlap']:.1%}")
     if "observation_vs_upstream" in report:
         u = report["observation_vs_upstream"]
-        print(f"  observation: stepgym {u['stepgym_ms_per_page']:.3f} ms vs upstream {u['upstream_ms_per_page']:.2f} ms "
-              f"per page ({u['speedup']:.0f}x), identical text on {u['identical_text']}/{u['pages']} pages")
+        print(
+            f"  observation: stepgym {u['stepgym_ms_per_page']:.3f} ms vs upstream {u['upstream_ms_per_page']:.2f} ms "
+            f"per page ({u['speedup']:.0f}x), identical text on {u['identical_text']}/{u['pages']} pages"
+        )
 
 
 if __name__ == "__main__":

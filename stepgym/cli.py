@@ -11,13 +11,28 @@ import sys
 
 # name -> (module:function taking argv, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "rollout": ("stepgym.rollout:main", "run an agent (expert, random, noisy expert, llm) on an env and split; success per task type"),
+    "rollout": (
+        "stepgym.rollout:main",
+        "run an agent (expert, random, noisy expert, llm) on an env and split; success per task type",
+    ),
     "download": ("stepgym.downloads:main", "fetch a benchmark's official data into the user cache"),
     "arg": ("stepgym.wrappers.arg_cli:main", "build, inspect and label with ProAS Agentic Reference Graphs"),
-    "train": ("stepgym.trainers.cli:train_main", "GRPO training with a step-level shaper (GRPO, GiGPO, ProAS, AHEAD, StepOPSD)"),
-    "eval": ("stepgym.trainers.cli:eval_main", "evaluate a model on fixed splits (success per task type and per budget)"),
-    "retriever": ("stepgym.envs.searchqa.cli:main", "Search-QA retrieval: build indexes, serve over HTTP, evaluate recall"),
-    "webshop": ("stepgym.envs.webshop.cli:main", "WebShop: build search indexes, compare backends, serve the site"),
+    "train": (
+        "stepgym.trainers.cli:train_main",
+        "GRPO training with a step-level shaper (GRPO, GiGPO, ProAS, AHEAD, StepOPSD)",
+    ),
+    "eval": (
+        "stepgym.trainers.cli:eval_main",
+        "evaluate a model on fixed splits (success per task type and per budget)",
+    ),
+    "retriever": (
+        "stepgym.envs.searchqa.cli:main",
+        "Search-QA retrieval: build indexes, serve over HTTP, evaluate recall",
+    ),
+    "webshop": (
+        "stepgym.envs.webshop.cli:main",
+        "WebShop: build search indexes, compare backends, serve the site",
+    ),
 }
 
 

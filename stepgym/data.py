@@ -66,7 +66,9 @@ def _candidates(benchmark: str, explicit: str | os.PathLike[str] | None) -> list
     return out
 
 
-def data_root(benchmark: str, explicit: str | os.PathLike[str] | None = None, *, must_contain: str | None = None) -> Path:
+def data_root(
+    benchmark: str, explicit: str | os.PathLike[str] | None = None, *, must_contain: str | None = None
+) -> Path:
     """Return the data folder of ``benchmark``.
 
     ``must_contain`` is a relative path that a usable root holds (e.g. ``"json_2.1.1"``); candidates without it are
@@ -79,12 +81,18 @@ def data_root(benchmark: str, explicit: str | os.PathLike[str] | None = None, *,
         ok = path.is_dir() and (must_contain is None or (path / must_contain).exists())
         if ok:
             return path.resolve()
-        tried.append(f"  {label}: {path} ({'exists but lacks ' + must_contain if path.is_dir() else 'missing'})")
+        tried.append(
+            f"  {label}: {path} ({'exists but lacks ' + must_contain if path.is_dir() else 'missing'})"
+        )
     raise DataNotFoundError(
         f"No {benchmark} data found. Looked in:\n" + "\n".join(tried) + "\n"
         f"Fix: run `stepgym download {benchmark}` (official release files into the user cache), or point "
         f"${DATA_ENV_VAR} at a folder holding `{benchmark}/`"
-        + (f", or ${_UPSTREAM_VARS[benchmark]} at an existing {benchmark} data root" if benchmark in _UPSTREAM_VARS else "")
+        + (
+            f", or ${_UPSTREAM_VARS[benchmark]} at an existing {benchmark} data root"
+            if benchmark in _UPSTREAM_VARS
+            else ""
+        )
         + "."
     )
 

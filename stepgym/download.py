@@ -24,8 +24,15 @@ __all__ = ["extract_zip", "fetch"]
 _CHUNK = 1 << 20
 
 
-def fetch(url: str, dest_dir: str | os.PathLike[str], *, filename: str | None = None, sha256: str | None = None,
-          timeout: float = 60.0, progress: bool = True) -> Path:
+def fetch(
+    url: str,
+    dest_dir: str | os.PathLike[str],
+    *,
+    filename: str | None = None,
+    sha256: str | None = None,
+    timeout: float = 60.0,
+    progress: bool = True,
+) -> Path:
     """Download ``url`` into ``dest_dir`` (atomically) and return the file's path.
 
     An existing file with the right sha256 (or any existing file when no sha256 is given) is reused.
@@ -68,7 +75,9 @@ def fetch(url: str, dest_dir: str | os.PathLike[str], *, filename: str | None = 
             tmp.unlink()
 
 
-def extract_zip(archive: str | os.PathLike[str], dest_dir: str | os.PathLike[str], *, strip: str = "") -> Path:
+def extract_zip(
+    archive: str | os.PathLike[str], dest_dir: str | os.PathLike[str], *, strip: str = ""
+) -> Path:
     """Extract a zip into ``dest_dir`` safely; ``strip`` removes a leading folder from member names."""
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
@@ -82,13 +91,15 @@ def extract_zip(archive: str | os.PathLike[str], dest_dir: str | os.PathLike[str
             for member in zf.infolist():
                 name = member.filename
                 if strip and name.startswith(strip):
-                    name = name[len(strip):]
+                    name = name[len(strip) :]
                 name = name.lstrip("/")
                 if not name:
                     continue
                 out = (staging / name).resolve()
                 if not out.is_relative_to(staging.resolve()) or ".." in Path(name).parts:
-                    raise CorruptDataError(f"{archive}: member {member.filename!r} would escape the target folder")
+                    raise CorruptDataError(
+                        f"{archive}: member {member.filename!r} would escape the target folder"
+                    )
                 if (member.external_attr >> 16) & 0o170000 == 0o120000:
                     raise CorruptDataError(f"{archive}: member {member.filename!r} is a symbolic link")
                 if member.is_dir():

@@ -17,8 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("benchmark", choices=BENCHMARKS)
     ap.add_argument("--dest", default=None, help="target folder (default: <cache>/data/<benchmark>)")
     ap.add_argument("--base-url", default=None, help="mirror base URL replacing the official host")
-    ap.add_argument("--full", action="store_true", help="webshop: the full 1.18M-product catalogue, not the 1k one")
-    ap.add_argument("--corpus", action="store_true", help="searchqa: also the full 21M-passage wiki-18 corpus")
+    ap.add_argument(
+        "--full", action="store_true", help="webshop: the full 1.18M-product catalogue, not the 1k one"
+    )
+    ap.add_argument(
+        "--corpus", action="store_true", help="searchqa: also the full 21M-passage wiki-18 corpus"
+    )
     args = ap.parse_args(argv)
     module = importlib.import_module(f"stepgym.envs.{args.benchmark}.download")
     extra = {}

@@ -98,7 +98,9 @@ def peer_hindsight(
             out.append(None)
         else:
             out.append(
-                hindsight_block(render(trajectories[peer]), final_correctness="incorrect" if final_correctness else None)
+                hindsight_block(
+                    render(trajectories[peer]), final_correctness="incorrect" if final_correctness else None
+                )
             )
     return out
 
@@ -125,7 +127,11 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
     and the returned dicts hold exactly them. Acting for an agent that is not live is an error.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "stepgym_group_v0", "render_modes": ["ansi"], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "stepgym_group_v0",
+        "render_modes": ["ansi"],
+        "is_parallelizable": True,
+    }
 
     def __init__(
         self,
@@ -142,7 +148,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         if not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
         self.group_size = group_size
         self.render_mode = render_mode
         self.task_option = task_option
@@ -175,7 +183,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     # -- API -------------------------------------------------------------------------------------------------
     def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None,
+        self,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         if seed is not None:
             self._rng = np.random.default_rng(seed)
@@ -197,7 +207,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             obs[a], infos[a] = o, info
         return obs, infos
 
-    def _same_task(self, results: list[tuple[Any, dict]], seed: int, opts: dict[str, Any]) -> list[tuple[Any, dict]]:
+    def _same_task(
+        self, results: list[tuple[Any, dict]], seed: int, opts: dict[str, Any]
+    ) -> list[tuple[Any, dict]]:
         tids = [info.get(schema.TASK_ID) for _, info in results]
         if all(t == tids[0] for t in tids):
             return results
@@ -214,7 +226,8 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         return results
 
     def step(
-        self, actions: Mapping[str, Any],
+        self,
+        actions: Mapping[str, Any],
     ) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
         bad = [a for a in actions if a not in self.agents]
         if bad:
@@ -232,7 +245,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     def _finish(self) -> None:
         trajs = self.trajectories
-        self._hindsight = peer_hindsight(trajs, success_fn=self.success_fn, final_correctness=self.final_correctness)
+        self._hindsight = peer_hindsight(
+            trajs, success_fn=self.success_fn, final_correctness=self.final_correctness
+        )
         for t, h in zip(trajs, self._hindsight, strict=True):
             (t.steps[-1].info if t.steps else t.initial_info)[schema.PEER_HINDSIGHT] = h
 

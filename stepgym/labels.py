@@ -43,15 +43,22 @@ def hindsight_block(
     lines = ["", "<hindsight>"]
     has = False
     if final_correctness is not None:
-        label = final_correctness if isinstance(final_correctness, str) else (
-            "correct" if final_correctness else "incorrect")
+        label = (
+            final_correctness
+            if isinstance(final_correctness, str)
+            else ("correct" if final_correctness else "incorrect")
+        )
         if label not in ("correct", "incorrect"):
             raise ValueError(f"final_correctness must be 'correct' or 'incorrect', got {label!r}")
         lines.append(f"final_correctness: {label}")
         has = True
     if peer_trajectory:
-        lines += ["peer_correct_trajectory:", "<peer_correct_trajectory>", peer_trajectory.rstrip(),
-                  "</peer_correct_trajectory>"]
+        lines += [
+            "peer_correct_trajectory:",
+            "<peer_correct_trajectory>",
+            peer_trajectory.rstrip(),
+            "</peer_correct_trajectory>",
+        ]
         has = True
     if golden_rollout:
         lines += ["golden_rollout:", "<golden_rollout>", golden_rollout.rstrip(), "</golden_rollout>"]

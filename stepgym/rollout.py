@@ -23,8 +23,14 @@ from stepgym.schema import Step, Trajectory
 __all__ = ["EvalResult", "evaluate", "main", "play_episode"]
 
 
-def play_episode(env: gym.Env, agent: Agent, *, seed: int | None = None, options: dict[str, Any] | None = None,
-                 max_steps: int | None = None) -> Trajectory:
+def play_episode(
+    env: gym.Env,
+    agent: Agent,
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    max_steps: int | None = None,
+) -> Trajectory:
     """Reset ``env``, let ``agent`` act until the episode ends, and return the recorded :class:`Trajectory`."""
     obs, info = env.reset(seed=seed, options=options)
     agent.reset()
@@ -63,8 +69,15 @@ class EvalResult:
         return "\n".join(rows)
 
 
-def evaluate(env: gym.Env, agent: Agent, *, task_ids: list[str] | None = None, limit: int | None = None,
-             progress: bool = True, on_episode: Any = None) -> EvalResult:
+def evaluate(
+    env: gym.Env,
+    agent: Agent,
+    *,
+    task_ids: list[str] | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+    on_episode: Any = None,
+) -> EvalResult:
     """Play every task of the env's split once, in the fixed order of ``env.unwrapped.task_ids``."""
     ids = list(task_ids if task_ids is not None else env.unwrapped.task_ids)
     if limit is not None:
@@ -110,16 +123,22 @@ def _parse_kv(items: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="stepgym rollout", description="Run an agent on a stepgym env and print success per task type.")
+    ap = argparse.ArgumentParser(
+        prog="stepgym rollout", description="Run an agent on a stepgym env and print success per task type."
+    )
     ap.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
     ap.add_argument("--split", default="valid_seen", help="the split to evaluate (whole split, fixed order)")
     ap.add_argument("--agent", default="expert", choices=["expert", "random", "noisy"])
-    ap.add_argument("--error-rate", type=float, default=0.2, help="noisy expert: probability of a random action")
+    ap.add_argument(
+        "--error-rate", type=float, default=0.2, help="noisy expert: probability of a random action"
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the agent's random choices")
     ap.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
     ap.add_argument("--max-steps", type=int, default=None, help="step limit (env default if omitted)")
     ap.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
-    ap.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON values)")
+    ap.add_argument(
+        "--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON values)"
+    )
     ap.add_argument("--out", default=None, help="write one JSON line per episode here")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -135,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = make_agent(args.agent, seed=args.seed, error_rate=args.error_rate)
     sink = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115 - closed below
     try:
+
         def write(ep: dict[str, Any], _traj: Trajectory) -> None:
             if sink is not None:
                 sink.write(json.dumps(ep) + "\n")

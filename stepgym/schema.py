@@ -42,7 +42,9 @@ class InfoKey(str):
     when: str
     producer: str
 
-    def __new__(cls, name: str, type_: Any, doc: str, *, when: str = "step", producer: str = "env") -> InfoKey:
+    def __new__(
+        cls, name: str, type_: Any, doc: str, *, when: str = "step", producer: str = "env"
+    ) -> InfoKey:
         if when not in ("step", "episode", "group"):
             raise ValueError(f"InfoKey.when must be step, episode or group, not {when!r}")
         obj = super().__new__(cls, name)
@@ -71,44 +73,65 @@ def _key(name: str, type_: Any, doc: str, *, when: str = "step", producer: str =
 # ---------------------------------------------------------------------------------------------------------------
 # What every stepgym env knows (producer "env")
 # ---------------------------------------------------------------------------------------------------------------
-TASK_ID = _key("task_id", str, "Stable id of the task (game, goal or question); equal across runs, workers and machines.")
-TASK_TYPE = _key("task_type", str, "The task family used for per-type success (ALFWorld: pick_and_place_simple, ...).")
+TASK_ID = _key(
+    "task_id", str, "Stable id of the task (game, goal or question); equal across runs, workers and machines."
+)
+TASK_TYPE = _key(
+    "task_type", str, "The task family used for per-type success (ALFWorld: pick_and_place_simple, ...)."
+)
 GOAL = _key("goal", str, "The task's goal/instruction in natural language.")
 STEP_INDEX = _key("step_index", int, "0 after reset, then the number of actions taken so far.")
-FEEDBACK = _key("feedback", str, "The env's textual feedback for the last action (the next observation); '' after reset.")
+FEEDBACK = _key(
+    "feedback", str, "The env's textual feedback for the last action (the next observation); '' after reset."
+)
 ADMISSIBLE_ACTIONS = _key(
-    "admissible_actions", list,
+    "admissible_actions",
+    list,
     "The actions the env accepts in the current state (list[str]); absent if the env cannot enumerate them.",
 )
 ADMISSIBLE = _key("admissible", bool, "The last action was one the env accepts in the state it was taken in.")
 EFFECTIVE = _key("effective", bool, "The last action changed the world state (state_key before != after).")
 WON = _key("won", bool, "The task is solved.")
 STATE_KEY = _key(
-    "state_key", str,
+    "state_key",
+    str,
     "A comparable key of the true world state (from the engine's facts, never from observation text): equal iff "
     "the world states are equal. Used by GiGPO's exact step groups and by the ARG.",
 )
 SUBGOAL_KEY = _key(
-    "subgoal_key", str,
+    "subgoal_key",
+    str,
     "A coarser, human-readable key of task progress (the goal-relevant part of the state). States with the same "
     "subgoal_key form one ARG equivalence class (order-insensitive steps inside a sub-goal are merged).",
 )
 EXPERT_ACTION = _key(
-    "expert_action", (str, type(None)),
+    "expert_action",
+    (str, type(None)),
     "The env's oracle/expert next action in the current state, or None when no expert can say (documented per env).",
 )
 INVALID_REASON = _key("invalid_reason", str, "Why the last action was rejected ('' if it was accepted).")
-REWARD_INFO = _key("reward_info", dict, "Breakdown of the episode reward (env specific), at the end of the episode.", when="episode")
+REWARD_INFO = _key(
+    "reward_info",
+    dict,
+    "Breakdown of the episode reward (env specific), at the end of the episode.",
+    when="episode",
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # The LLM text interface and env-feedback wrapper (producer "wrapper")
 # ---------------------------------------------------------------------------------------------------------------
 FORMAT_VALID = _key(
-    "format_valid", bool, "The model's raw output parsed into an action (tags present and well formed).", producer="wrapper",
+    "format_valid",
+    bool,
+    "The model's raw output parsed into an action (tags present and well formed).",
+    producer="wrapper",
 )
-RAW_OUTPUT = _key("raw_output", str, "The model's raw output for this step, before parsing.", producer="wrapper")
+RAW_OUTPUT = _key(
+    "raw_output", str, "The model's raw output for this step, before parsing.", producer="wrapper"
+)
 PARSED_ACTION = _key(
-    "parsed_action", (str, type(None)),
+    "parsed_action",
+    (str, type(None)),
     "The action parsed from the model output (None if invalid). Written by TextInterfaceWrapper, or by an env whose "
     "action is the whole model turn (Search-QA: 'search: <query>' / 'answer: <text>').",
     producer="wrapper",
@@ -118,44 +141,69 @@ PARSED_ACTION = _key(
 # ProAS's Agentic Reference Graph (producer "ARGWrapper")
 # ---------------------------------------------------------------------------------------------------------------
 ARG_STATE = _key("arg_state", str, "The state key the ARG used for this state.", producer="ARGWrapper")
-ARG_REASONABLE = _key("arg_reasonable", bool, "Rea_t: (s_t, a_t, s_{t+1}) is an ARG edge (or PA_t).", producer="ARGWrapper")
+ARG_REASONABLE = _key(
+    "arg_reasonable", bool, "Rea_t: (s_t, a_t, s_{t+1}) is an ARG edge (or PA_t).", producer="ARGWrapper"
+)
 ARG_PROGRESS = _key(
-    "arg_progress", bool, "PA_t: s_{t+1}'s class is an ARG vertex not visited before in this episode.", producer="ARGWrapper",
+    "arg_progress",
+    bool,
+    "PA_t: s_{t+1}'s class is an ARG vertex not visited before in this episode.",
+    producer="ARGWrapper",
 )
 ARG_LABELS = _key(
-    "arg_labels", dict,
+    "arg_labels",
+    dict,
     "At episode end: {'reasonable': list[bool], 'progress': list[bool], 'future_drift': list[float]} for every step.",
-    when="episode", producer="ARGWrapper",
+    when="episode",
+    producer="ARGWrapper",
 )
 
 # ---------------------------------------------------------------------------------------------------------------
 # Corrective hints (AHEAD) and peer hindsight (StepOPSD)
 # ---------------------------------------------------------------------------------------------------------------
 ERROR_STEPS = _key(
-    "error_steps", list, "At episode end (failed episodes): indices of the critical error steps.", when="episode", producer="HintWrapper",
+    "error_steps",
+    list,
+    "At episode end (failed episodes): indices of the critical error steps.",
+    when="episode",
+    producer="HintWrapper",
 )
 HINTS = _key(
-    "hints", dict, "At episode end (failed episodes): {step index (str): corrective hint}.", when="episode", producer="HintWrapper",
+    "hints",
+    dict,
+    "At episode end (failed episodes): {step index (str): corrective hint}.",
+    when="episode",
+    producer="HintWrapper",
 )
 PEER_HINDSIGHT = _key(
-    "peer_hindsight", (str, type(None)),
+    "peer_hindsight",
+    (str, type(None)),
     "For a failed rollout in a group with a success: the first successful peer's trajectory as teacher text; None otherwise.",
-    when="group", producer="GroupEnv",
+    when="group",
+    producer="GroupEnv",
 )
 
 # ---------------------------------------------------------------------------------------------------------------
 # Search-QA specifics
 # ---------------------------------------------------------------------------------------------------------------
 RETRIEVED_IDS = _key("retrieved_ids", list, "Ids of the passages retrieved for the last search (list[str]).")
-SEARCH_PRODUCTIVE = _key("search_productive", bool, "The last search retrieved a passage containing a gold answer.")
-EXACT_MATCH = _key("exact_match", float, "Exact match of the final answer (1.0 / 0.0), at the end of the episode.", when="episode")
+SEARCH_PRODUCTIVE = _key(
+    "search_productive", bool, "The last search retrieved a passage containing a gold answer."
+)
+EXACT_MATCH = _key(
+    "exact_match",
+    float,
+    "Exact match of the final answer (1.0 / 0.0), at the end of the episode.",
+    when="episode",
+)
 F1 = _key("f1", float, "Token F1 of the final answer, at the end of the episode.", when="episode")
 
 # ---------------------------------------------------------------------------------------------------------------
 # WebShop specifics
 # ---------------------------------------------------------------------------------------------------------------
 WEBSHOP_AVAILABLE = _key(
-    "webshop_available_actions", dict,
+    "webshop_available_actions",
+    dict,
     "WebShop's get_available_actions() of the current page: {'has_search_bar': bool, 'clickables': list[str]}.",
 )
 

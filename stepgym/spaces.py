@@ -13,9 +13,7 @@ from typing import Any
 
 from gymnasium.spaces import Space
 
-_SAMPLE_ALPHABET = (
-    [chr(c) for c in range(32, 127)] + list("éüß漢字кирилица🙂\t\n") + ["\x00", "\u200b"]
-)
+_SAMPLE_ALPHABET = [chr(c) for c in range(32, 127)] + list("éüß漢字кирилица🙂\t\n") + ["\x00", "\u200b"]
 
 
 class UnicodeText(Space[str]):
@@ -61,5 +59,3 @@ class UnicodeText(Space[str]):
 
     def from_jsonable(self, sample_n: list[str]) -> list[str]:
         return list(sample_n)
-
-

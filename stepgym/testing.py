@@ -54,7 +54,9 @@ def _equal(x: Any, y: Any) -> bool:
     return type(x) is type(y) and x == y
 
 
-def _rollout(env: gym.Env, seed: int, actions: Sequence[Any] | Callable[[int, str, dict], Any], n: int) -> list[tuple]:
+def _rollout(
+    env: gym.Env, seed: int, actions: Sequence[Any] | Callable[[int, str, dict], Any], n: int
+) -> list[tuple]:
     obs, info = env.reset(seed=seed)
     trace: list[tuple] = [("reset", obs, info)]
     for t in range(n):
@@ -66,7 +68,9 @@ def _rollout(env: gym.Env, seed: int, actions: Sequence[Any] | Callable[[int, st
     return trace
 
 
-def check_determinism(make_env: Callable[[], gym.Env], seed: int = 0, actions: Any = None, n_steps: int = 20) -> int:
+def check_determinism(
+    make_env: Callable[[], gym.Env], seed: int = 0, actions: Any = None, n_steps: int = 20
+) -> int:
     """Two fresh envs, same seed and actions: every observation, reward, flag and info must be identical.
 
     ``actions`` is a sequence (cycled) or ``f(t, obs, info) -> action``; by default it is drawn from the first
@@ -98,7 +102,9 @@ def check_determinism(make_env: Callable[[], gym.Env], seed: int = 0, actions: A
     return len(ta) - 1
 
 
-def check_fuzz(env: gym.Env, seed: int = 0, actions: Sequence[Any] = FUZZ_ACTIONS) -> list[tuple[Any, str, dict]]:
+def check_fuzz(
+    env: gym.Env, seed: int = 0, actions: Sequence[Any] = FUZZ_ACTIONS
+) -> list[tuple[Any, str, dict]]:
     """Every malformed action must return normally with a string observation; returns (action, obs, info)."""
     out = []
     env.reset(seed=seed)

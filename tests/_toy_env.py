@@ -13,11 +13,19 @@ from stepgym import schema
 from stepgym.envs.base import TextEnv
 
 TASKS = ("toy/key-in-kitchen", "toy/key-in-cellar")
-ALL_KEYS = frozenset({"admissible_actions", "admissible", "effective", "state_key", "expert", "won", "goal", "invalid_reason"})
+ALL_KEYS = frozenset(
+    {"admissible_actions", "admissible", "effective", "state_key", "expert", "won", "goal", "invalid_reason"}
+)
 
 
 class ToyRoomEnv(TextEnv):
-    def __init__(self, *, max_steps: int = 12, expose: frozenset[str] | set[str] = ALL_KEYS, render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        max_steps: int = 12,
+        expose: frozenset[str] | set[str] = ALL_KEYS,
+        render_mode: str | None = None,
+    ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.expose = frozenset(expose)
         self.task_ids = TASKS
@@ -50,7 +58,11 @@ class ToyRoomEnv(TextEnv):
 
     def _describe(self) -> str:
         things = " You see a key." if self.loc == self.key_room and not self.has_key else ""
-        door = " The door to the garden is " + ("open." if self.door_open else "locked.") if self.loc == "hall" else ""
+        door = (
+            " The door to the garden is " + ("open." if self.door_open else "locked.")
+            if self.loc == "hall"
+            else ""
+        )
         return f"You are in the {self.loc}.{things}{door}"
 
     def _info(self) -> dict[str, Any]:

@@ -3,6 +3,9 @@
 Tests read benchmark data through the project's normal setting, ``$STEPGYM_DATA``. When it is unset and the
 workspace has ``../shared/data`` beside the repository (CI, developer machines), it is pointed there. Caches go
 to a per-session folder unless ``$STEPGYM_CACHE`` is set, so tests never touch a user's cache.
+
+Tests skip what a machine lacks (an extra, a GPU). ``scripts/test.sh`` (and so CI) sets ``STEPGYM_NO_SKIPS=1``:
+there every skip except "needs a CUDA GPU" is a failure, so a missing package cannot silently hide tests.
 """
 
 from __future__ import annotations
@@ -35,6 +38,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+_ALLOWED_SKIP = ("CUDA", "GPU")
+
+
+def _fail_if_forbidden_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if os.environ.get("STEPGYM_NO_SKIPS") != "1" or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if not any(word in reason for word in _ALLOWED_SKIP):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under STEPGYM_NO_SKIPS=1 (install everything scripts/setup.sh does): {reason}"
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    outcome = yield
+    _fail_if_forbidden_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> object:
+    outcome = yield  # a module-level importorskip skips the whole file at collection
+    _fail_if_forbidden_skip(outcome.get_result())
 
 
 @pytest.fixture(scope="session")

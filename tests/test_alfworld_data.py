@@ -59,7 +59,9 @@ def test_alfworld_data_variable_is_honoured(tmp_path, monkeypatch, data_dir):
 def test_corrupt_game_file_names_the_path(tmp_path, data_dir):
     trial = _copy_one_game(data_dir / "alfworld", tmp_path)
     text = (trial / "game.tw-pddl").read_text()
-    (trial / "game.tw-pddl").write_text(text[: len(text) // 2])  # truncated, still says "solvable": true first?
+    (trial / "game.tw-pddl").write_text(
+        text[: len(text) // 2]
+    )  # truncated, still says "solvable": true first?
     if '"solvable": true' not in text[: len(text) // 2]:
         (trial / "game.tw-pddl").write_text('{"solvable": true, "pddl_problem": ' + text[: len(text) // 3])
     env = gym.make("StepGym/ALFWorld-v0", split="valid_seen", data_root=tmp_path)
@@ -92,7 +94,9 @@ def test_missing_extra_raises_dependency_not_installed(data_dir):
         "else:\n"
         "    raise SystemExit('no error')\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env={**os.environ, "STEPGYM_DATA": str(data_dir)})
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=REPO, env={**os.environ, "STEPGYM_DATA": str(data_dir)}
+    )
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -106,7 +110,10 @@ def test_download_command_against_a_local_server(tmp_path, data_dir):
     game = sorted(src.iterdir())[0]
     trial = sorted(game.iterdir())[0]
     site = tmp_path / "site"
-    for rel, member in (("0.2.2/json_2.1.1_json.zip", "traj_data.json"), ("0.4.0/json_2.1.2_tw-pddl.zip", "game.tw-pddl")):
+    for rel, member in (
+        ("0.2.2/json_2.1.1_json.zip", "traj_data.json"),
+        ("0.4.0/json_2.1.2_tw-pddl.zip", "game.tw-pddl"),
+    ):
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(site / rel, "w") as zf:
             zf.write(trial / member, f"json_2.1.1/valid_seen/{game.name}/{trial.name}/{member}")
@@ -117,9 +124,21 @@ def test_download_command_against_a_local_server(tmp_path, data_dir):
     try:
         dest = tmp_path / "alfworld"
         out = subprocess.run(
-            [sys.executable, "-m", "stepgym.cli", "download", "alfworld", "--dest", str(dest),
-             "--base-url", f"http://127.0.0.1:{server.server_port}"],
-            check=True, capture_output=True, text=True, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "stepgym.cli",
+                "download",
+                "alfworld",
+                "--dest",
+                str(dest),
+                "--base-url",
+                f"http://127.0.0.1:{server.server_port}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
         )
         assert "alfworld data ready" in out.stdout
     finally:
@@ -133,9 +152,20 @@ def test_download_command_against_a_local_server(tmp_path, data_dir):
 
 def test_download_from_a_dead_server_fails_clearly(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "stepgym.cli", "download", "alfworld", "--dest", str(tmp_path / "a"),
-         "--base-url", "http://127.0.0.1:9"],
-        capture_output=True, text=True, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "stepgym.cli",
+            "download",
+            "alfworld",
+            "--dest",
+            str(tmp_path / "a"),
+            "--base-url",
+            "http://127.0.0.1:9",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert out.returncode != 0 and "could not download http://127.0.0.1:9/" in out.stderr
 
@@ -160,7 +190,9 @@ def test_manifest_hashes_match_what_the_env_loads(data_dir):
     from stepgym.data import file_sha256
     from stepgym.envs.alfworld import list_games
 
-    manifest = [json.loads(line) for line in (data_dir / "alfworld" / "manifest.jsonl").read_text().splitlines()]
+    manifest = [
+        json.loads(line) for line in (data_dir / "alfworld" / "manifest.jsonl").read_text().splitlines()
+    ]
     by_path = {m["path"]: m for m in manifest}
     games = list_games("valid_seen", root=data_dir / "alfworld")[:10]
     for g in games:

@@ -18,8 +18,9 @@ def _raw_env(game_file):
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
     infos = textworld.EnvInfos(won=True, admissible_commands=True)
-    env_id = textworld.gym.register_game(str(game_file), infos, max_episode_steps=100,
-                                         wrappers=[AlfredDemangler(), AlfredInfos])
+    env_id = textworld.gym.register_game(
+        str(game_file), infos, max_episode_steps=100, wrappers=[AlfredDemangler(), AlfredInfos]
+    )
     return textworld.gym.make(env_id)
 
 

@@ -37,7 +37,9 @@ def test_check_env_passes():
 
 def test_seeded_whole_episode_is_deterministic():
     """Same seed and actions: identical observations, rewards and infos over a whole episode (to truncation)."""
-    steps = check_determinism(lambda: gym.make(ENV_ID, split="valid_unseen", max_steps=40), seed=3, n_steps=100)
+    steps = check_determinism(
+        lambda: gym.make(ENV_ID, split="valid_unseen", max_steps=40), seed=3, n_steps=100
+    )
     assert 1 <= steps <= 40  # the loop only stops when the episode ends (win or truncation)
 
 
@@ -45,9 +47,14 @@ def test_split_sizes_and_task_types_match_the_protocol():
     sizes = {s: len(list_games(s)) for s in ("valid_seen", "valid_unseen", "train")}
     assert sizes == {"valid_seen": 140, "valid_unseen": 134, "train": 150}
     counts = collections.Counter(g.task_type for g in list_games("valid_unseen"))
-    assert counts == {"look_at_obj_in_light": 18, "pick_and_place_simple": 24, "pick_clean_then_place_in_recep": 31,
-                      "pick_cool_then_place_in_recep": 21, "pick_heat_then_place_in_recep": 23,
-                      "pick_two_obj_and_place": 17}
+    assert counts == {
+        "look_at_obj_in_light": 18,
+        "pick_and_place_simple": 24,
+        "pick_clean_then_place_in_recep": 31,
+        "pick_cool_then_place_in_recep": 21,
+        "pick_heat_then_place_in_recep": 23,
+        "pick_two_obj_and_place": 17,
+    }
 
 
 def test_task_selection_by_seed_and_by_id(env):

@@ -30,8 +30,12 @@ class Pantry(TextEnv):
         self.cooked = False
 
     def _info(self, admissible: bool) -> dict[str, Any]:
-        info: dict[str, Any] = {schema.TASK_ID: "pantry/0", schema.WON: self.cooked, schema.ADMISSIBLE: admissible,
-                                schema.ADMISSIBLE_ACTIONS: list(self.ACTIONS)}
+        info: dict[str, Any] = {
+            schema.TASK_ID: "pantry/0",
+            schema.WON: self.cooked,
+            schema.ADMISSIBLE: admissible,
+            schema.ADMISSIBLE_ACTIONS: list(self.ACTIONS),
+        }
         if self.with_keys:
             info[schema.STATE_KEY] = f"held={','.join(sorted(self.held))};cooked={int(self.cooked)}"
         return info
@@ -93,7 +97,9 @@ def test_order_insensitive_steps_are_merged_into_one_class():
     one_item = next(n for n, d in g.nodes(data=True) if len(d["members"]) == 2)
     assert g.nodes[one_item]["members"] == {"held=salt;cooked=0", "held=pepper;cooked=0"}
     # Dropping salt and taking pepper instead is no progress: same class as before.
-    labels = label_trajectory(arg, play(Pantry(), ["take salt", "drop salt", "take pepper", "take salt", "cook"]))
+    labels = label_trajectory(
+        arg, play(Pantry(), ["take salt", "drop salt", "take pepper", "take salt", "cook"])
+    )
     assert labels.progress == [True, False, False, True, True]
     assert labels.reasonable == [True, False, True, True, True]
 
@@ -192,9 +198,13 @@ def test_corrupt_foreign_and_future_files_fail_clearly(tmp_path):
     with pytest.raises(FormatVersionError, match="Upgrade stepgym"):
         AgenticReferenceGraph.load(tmp_path / "future.json")
     data["version"] = FORMAT_VERSION
-    data["tasks"]["pantry/0"]["edges"].append({"source": data["tasks"]["pantry/0"]["edges"][-1]["target"],
-                                                "target": data["tasks"]["pantry/0"]["edges"][0]["source"],
-                                                "actions": ["x"]})
+    data["tasks"]["pantry/0"]["edges"].append(
+        {
+            "source": data["tasks"]["pantry/0"]["edges"][-1]["target"],
+            "target": data["tasks"]["pantry/0"]["edges"][0]["source"],
+            "actions": ["x"],
+        }
+    )
     (tmp_path / "cyclic.json").write_text(json.dumps(data))
     with pytest.raises(CorruptDataError, match="acyclic"):
         AgenticReferenceGraph.load(tmp_path / "cyclic.json")
@@ -223,10 +233,16 @@ def test_edges_use_the_parsed_action_behind_a_text_interface():
     from stepgym.wrappers.text import TextInterfaceWrapper
 
     arg = AgenticReferenceGraph()
-    arg.add_trajectory(play(TextInterfaceWrapper(Pantry(), fmt="alfworld"),
-                            [f"<think>first {a}</think><action>{a}</action>" for a in SALT_FIRST]))
+    arg.add_trajectory(
+        play(
+            TextInterfaceWrapper(Pantry(), fmt="alfworld"),
+            [f"<think>first {a}</think><action>{a}</action>" for a in SALT_FIRST],
+        )
+    )
     g = arg.graph("pantry/0")
     assert all(a in SALT_FIRST for *_, d in g.edges(data=True) for a in d["actions"])
-    other_words = play(TextInterfaceWrapper(Pantry(), fmt="alfworld"),
-                       [f"<think>hmm</think> <action>{a}</action>" for a in SALT_FIRST])
+    other_words = play(
+        TextInterfaceWrapper(Pantry(), fmt="alfworld"),
+        [f"<think>hmm</think> <action>{a}</action>" for a in SALT_FIRST],
+    )
     assert label_trajectory(arg, other_words).reasonable == [True, True, True]

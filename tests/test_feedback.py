@@ -34,7 +34,11 @@ def test_env_values_are_never_overwritten() -> None:
     env = EnvFeedbackWrapper(Liar())
     env.reset(seed=0)
     _, _, _, _, info = env.step("look")
-    assert info[schema.ADMISSIBLE] is False and info[schema.EFFECTIVE] is True and info[schema.FEEDBACK] == "custom"
+    assert (
+        info[schema.ADMISSIBLE] is False
+        and info[schema.EFFECTIVE] is True
+        and info[schema.FEEDBACK] == "custom"
+    )
     assert info[schema.FORMAT_VALID] is True
 
 
@@ -46,8 +50,12 @@ def test_fallback_admissible_from_list_and_effective_from_state_key() -> None:
     # "look" is admissible but changes nothing; its observation differs from the reset text (proves the state key
     # is used, not the observation)
     obs, _, _, _, info = env.step("look")
-    assert info[schema.ADMISSIBLE] is True and info[schema.EFFECTIVE] is False and info[schema.FEEDBACK] == obs
-    obs, _, _, _, info = env.step("  TAKE   key ")  # not admissible in the hall (case/space-insensitive match)
+    assert (
+        info[schema.ADMISSIBLE] is True and info[schema.EFFECTIVE] is False and info[schema.FEEDBACK] == obs
+    )
+    obs, _, _, _, info = env.step(
+        "  TAKE   key "
+    )  # not admissible in the hall (case/space-insensitive match)
     assert info[schema.ADMISSIBLE] is False and info[schema.EFFECTIVE] is False and obs == "Nothing happens."
     for a in expert_actions(tid):
         _, _, _, _, info = env.step(a)
@@ -73,13 +81,17 @@ def test_unknowable_admissibility_is_left_out() -> None:
     env = EnvFeedbackWrapper(ToyRoomEnv(expose=set()))
     env.reset(seed=0)
     _, _, _, _, info = env.step("go to kitchen")
-    assert schema.ADMISSIBLE not in info and info[schema.EFFECTIVE] is True and info[schema.FORMAT_VALID] is True
+    assert (
+        schema.ADMISSIBLE not in info and info[schema.EFFECTIVE] is True and info[schema.FORMAT_VALID] is True
+    )
     _, _, _, _, info = env.step("")
     assert info[schema.FORMAT_VALID] is False and info[schema.EFFECTIVE] is False
 
 
 def test_feedback_outside_the_text_interface_judges_the_parsed_action() -> None:
-    env = EnvFeedbackWrapper(TextInterfaceWrapper(ToyRoomEnv(expose={"admissible_actions", "state_key"}), fmt="alfworld"))
+    env = EnvFeedbackWrapper(
+        TextInterfaceWrapper(ToyRoomEnv(expose={"admissible_actions", "state_key"}), fmt="alfworld")
+    )
     env.reset(seed=0)
     _, _, _, _, info = env.step(react("look"))
     assert info[schema.FORMAT_VALID] and info[schema.ADMISSIBLE] and not info[schema.EFFECTIVE]
@@ -96,7 +108,9 @@ def test_wrapped_toy_env_passes_the_battery() -> None:
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def alf(data_dir):
-    env = EnvFeedbackWrapper(TextInterfaceWrapper(EnvFeedbackWrapper(gym.make("StepGym/ALFWorld-v0", split="valid_seen"))))
+    env = EnvFeedbackWrapper(
+        TextInterfaceWrapper(EnvFeedbackWrapper(gym.make("StepGym/ALFWorld-v0", split="valid_seen")))
+    )
     yield env
     env.close()
 
@@ -118,7 +132,11 @@ def test_alfworld_nothing_happens_is_not_effective(alf) -> None:
     for bad in ("fly to the moon", "take unicorn 1 from sofa 1", "go to desk 99"):
         obs, _, _, _, info = alf.step(react(bad))
         assert obs == "Nothing happens."
-        assert info[schema.FORMAT_VALID] is True and info[schema.ADMISSIBLE] is False and info[schema.EFFECTIVE] is False
+        assert (
+            info[schema.FORMAT_VALID] is True
+            and info[schema.ADMISSIBLE] is False
+            and info[schema.EFFECTIVE] is False
+        )
         assert info[schema.STATE_KEY] == key
     obs, _, _, _, info = alf.step("<<garbage>> no action at all")
     assert [info[k] for k in FLAGS] == [False, False, False]

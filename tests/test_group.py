@@ -34,7 +34,9 @@ def _api_test(env: GroupEnv, cycles: int = 200) -> None:
     assert not msgs, msgs
 
 
-def play_group(group: GroupEnv, agents: list[Any], *, seed: int | None = None, options: dict | None = None) -> dict:
+def play_group(
+    group: GroupEnv, agents: list[Any], *, seed: int | None = None, options: dict | None = None
+) -> dict:
     """Drive a group with one scripted agent per rollout; returns the per-step transcript for comparisons."""
     obs, infos = group.reset(seed=seed, options=options)
     for ag in agents:
@@ -80,7 +82,9 @@ def test_hindsight_block_text() -> None:
     assert hindsight_block("a\nb  \n") == (
         "\n<hindsight>\npeer_correct_trajectory:\n<peer_correct_trajectory>\na\nb\n</peer_correct_trajectory>\n</hindsight>\n"
     )
-    assert hindsight_block("x", final_correctness="incorrect").startswith("\n<hindsight>\nfinal_correctness: incorrect\n")
+    assert hindsight_block("x", final_correctness="incorrect").startswith(
+        "\n<hindsight>\nfinal_correctness: incorrect\n"
+    )
     assert hindsight_block(None) == ""
     with pytest.raises(ValueError):
         hindsight_block("x", final_correctness="maybe")
@@ -91,13 +95,17 @@ def test_block_and_peer_choice_agree_with_the_shapers() -> None:
     shapers = pytest.importorskip("stepgym.trainers.shapers.stepopsd_text")
     for text in ("a\nb  \n", "<think>x</think><action>look</action>\nNothing happens."):
         assert shapers.hindsight_block(text) == hindsight_block(text)
-        assert shapers.hindsight_block(text, final_correctness="incorrect") == hindsight_block(text, final_correctness="incorrect")
+        assert shapers.hindsight_block(text, final_correctness="incorrect") == hindsight_block(
+            text, final_correctness="incorrect"
+        )
     ok = [False, True, False, True, False]
     mine = [-1 if p is None else p for p in first_success_peers(ok)]
     assert list(shapers.first_correct_peers(ok, [0] * len(ok))) == mine
 
 
-def _toy_traj(actions: list[str], task: str = TASKS[0], max_steps: int = 8, raw: bool = False) -> schema.Trajectory:
+def _toy_traj(
+    actions: list[str], task: str = TASKS[0], max_steps: int = 8, raw: bool = False
+) -> schema.Trajectory:
     env = ToyRoomEnv(max_steps=max_steps)
     obs, info = env.reset(options={"task_id": task})
     tr = schema.Trajectory(task, obs, info)
@@ -119,8 +127,12 @@ def test_peer_hindsight_pure_function() -> None:
     trajs = [_toy_traj(lose), _toy_traj(win2), _toy_traj(lose), _toy_traj(win)]
     out = peer_hindsight(trajs)
     assert out[1] is None and out[3] is None
-    assert out[0] == out[2] == hindsight_block(render_trajectory_text(trajs[1]))  # first success, rollout order
-    assert "> look\nYou are in the hall." in out[0] and "> go to garden\nYou step out into the garden." in out[0]
+    assert (
+        out[0] == out[2] == hindsight_block(render_trajectory_text(trajs[1]))
+    )  # first success, rollout order
+    assert (
+        "> look\nYou are in the hall." in out[0] and "> go to garden\nYou step out into the garden." in out[0]
+    )
     assert peer_hindsight([_toy_traj(lose), _toy_traj(lose)]) == [None, None]
     assert peer_hindsight([_toy_traj(win), _toy_traj(win)]) == [None, None]
     assert peer_hindsight([]) == []
@@ -220,7 +232,11 @@ def test_group_repairs_an_env_with_its_own_task_order() -> None:
 
 
 def test_group_with_text_interface_prompts() -> None:
-    g = GroupEnv(ToyRoomEnv, group_size=2, wrappers=[EnvFeedbackWrapper, functools.partial(TextInterfaceWrapper, fmt="alfworld")])
+    g = GroupEnv(
+        ToyRoomEnv,
+        group_size=2,
+        wrappers=[EnvFeedbackWrapper, functools.partial(TextInterfaceWrapper, fmt="alfworld")],
+    )
     g.reset(seed=0)
     p = g.prompts()
     assert set(p) == {"rollout_0", "rollout_1"} and p["rollout_0"] == p["rollout_1"]
@@ -298,8 +314,10 @@ def test_alfworld_none_succeed(alf_group) -> None:
     play_group(alf_group, agents, seed=5)
     assert not any(alf_group.successes())
     assert alf_group.peer_hindsight() == [None] * 4
-    assert all(schema.PEER_HINDSIGHT in t.steps[-1].info and t.steps[-1].info[schema.PEER_HINDSIGHT] is None
-               for t in alf_group.trajectories)
+    assert all(
+        schema.PEER_HINDSIGHT in t.steps[-1].info and t.steps[-1].info[schema.PEER_HINDSIGHT] is None
+        for t in alf_group.trajectories
+    )
 
 
 def test_alfworld_all_succeed(alf_group) -> None:
@@ -310,7 +328,9 @@ def test_alfworld_all_succeed(alf_group) -> None:
 
 def test_alfworld_group_is_a_gym_free_user(data_dir) -> None:
     """A factory works too (any callable returning a gym.Env)."""
-    g = GroupEnv(lambda **kw: gym.make(ALF, **kw), group_size=2, env_kwargs={"split": "valid_seen", "max_steps": 3})
+    g = GroupEnv(
+        lambda **kw: gym.make(ALF, **kw), group_size=2, env_kwargs={"split": "valid_seen", "max_steps": 3}
+    )
     obs, infos = g.reset(seed=2)
     assert obs["rollout_0"] == obs["rollout_1"] and "Your task is to" in obs["rollout_0"]
     g.close()

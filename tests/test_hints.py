@@ -46,7 +46,9 @@ from stepgym.wrappers.hints import (
 from stepgym.wrappers.text import TextInterfaceWrapper
 
 
-def toy_traj(actions: list[str], task: str = TASKS[0], max_steps: int = 10, env: gym.Env | None = None) -> schema.Trajectory:
+def toy_traj(
+    actions: list[str], task: str = TASKS[0], max_steps: int = 10, env: gym.Env | None = None
+) -> schema.Trajectory:
     env = env or ToyRoomEnv(max_steps=max_steps)
     obs, info = env.reset(options={"task_id": task})
     tr = schema.Trajectory(task, obs, info)
@@ -71,7 +73,10 @@ def test_oracle_on_toy() -> None:
     assert a.hints[1] == "'go to cellar' is not what the task needs now; do 'take key' first."
     assert "'dance' is not a valid action here" in a.hints[2] and "Nothing happens." in a.hints[2]
     assert "do 'go to kitchen' instead" in a.hints[2]  # in the cellar now: the expert heads back to the key
-    assert a.to_info() == {schema.ERROR_STEPS: [1, 2, 5], schema.HINTS: {str(k): a.hints[k] for k in (1, 2, 5)}}
+    assert a.to_info() == {
+        schema.ERROR_STEPS: [1, 2, 5],
+        schema.HINTS: {str(k): a.hints[k] for k in (1, 2, 5)},
+    }
     assert OracleAnalyzer(max_error_steps=1).analyze(tr).error_steps == (1,)
     assert OracleAnalyzer().analyze(toy_traj(win)).error_steps == ()
 
@@ -79,19 +84,41 @@ def test_oracle_on_toy() -> None:
 def test_oracle_prefers_arg_labels_and_reads_qa_keys() -> None:
     tr = toy_traj(["look", "go to kitchen", "go to cellar"])
     for s, rea in zip(tr.steps, (True, True, False), strict=True):
-        s.info[schema.ARG_REASONABLE] = rea  # "look" reasonable per a (hypothetical) graph: ARG wins over expert
+        s.info[schema.ARG_REASONABLE] = (
+            rea  # "look" reasonable per a (hypothetical) graph: ARG wins over expert
+        )
     a = OracleAnalyzer().analyze(tr)
     assert a.error_steps == (2,) and "does not advance the task" in a.hints[2]
 
     def step(action: str, info: dict[str, Any]) -> schema.Step:
-        return schema.Step("o", action, 0.0, "<information>…</information>", False, False, {schema.INVALID_REASON: "", **info})
+        return schema.Step(
+            "o",
+            action,
+            0.0,
+            "<information>…</information>",
+            False,
+            False,
+            {schema.INVALID_REASON: "", **info},
+        )
 
-    qa = schema.Trajectory("nq/1", "Question: q", {schema.GOAL: "q"}, [
-        step("<search>good</search>", {schema.SEARCH_PRODUCTIVE: True}),
-        step("<search>bad</search>", {schema.SEARCH_PRODUCTIVE: False}),
-        step("no tags", {schema.FORMAT_VALID: False, schema.INVALID_REASON: "no tag", schema.SEARCH_PRODUCTIVE: False}),
-        step("<answer>x</answer>", {schema.EXACT_MATCH: 0.0, schema.SEARCH_PRODUCTIVE: False}),
-    ])
+    qa = schema.Trajectory(
+        "nq/1",
+        "Question: q",
+        {schema.GOAL: "q"},
+        [
+            step("<search>good</search>", {schema.SEARCH_PRODUCTIVE: True}),
+            step("<search>bad</search>", {schema.SEARCH_PRODUCTIVE: False}),
+            step(
+                "no tags",
+                {
+                    schema.FORMAT_VALID: False,
+                    schema.INVALID_REASON: "no tag",
+                    schema.SEARCH_PRODUCTIVE: False,
+                },
+            ),
+            step("<answer>x</answer>", {schema.EXACT_MATCH: 0.0, schema.SEARCH_PRODUCTIVE: False}),
+        ],
+    )
     a = OracleAnalyzer().analyze(qa)
     assert a.error_steps == (1, 2, 3)
     assert "retrieved no passage" in a.hints[1] and "wrong" in a.hints[3]
@@ -106,8 +133,12 @@ def test_oracle_and_text_interface_on_searchqa(data_dir) -> None:
     assert env.env.fmt.name == "qa"
     obs, info = env.reset(seed=0)
     q = info[schema.GOAL]
-    turns = ["<think>hm</think> I will just guess", "<think>x</think><search>zebra migration patterns</search>",
-             f"<think>y</think><search>{q}</search>", "<think>z</think><answer>certainly not this</answer>"]
+    turns = [
+        "<think>hm</think> I will just guess",
+        "<think>x</think><search>zebra migration patterns</search>",
+        f"<think>y</think><search>{q}</search>",
+        "<think>z</think><answer>certainly not this</answer>",
+    ]
     for t in turns:
         obs, r, term, trunc, info = env.step(t)
     assert term and r == 0.0 and info[schema.FORMAT_VALID]
@@ -137,7 +168,9 @@ def test_hint_wrapper_failure_only() -> None:
         assert schema.ERROR_STEPS not in info  # only at the end
     _, _, term, trunc, info = env.step("inventory")
     assert trunc and info[schema.ERROR_STEPS] == [0, 4] and set(info[schema.HINTS]) == {"0", "4"}
-    assert analyze_trajectory(env.trajectory).to_info() == {k: info[k] for k in (schema.ERROR_STEPS, schema.HINTS)}
+    assert analyze_trajectory(env.trajectory).to_info() == {
+        k: info[k] for k in (schema.ERROR_STEPS, schema.HINTS)
+    }
 
     env = HintWrapper(ToyRoomEnv(max_steps=8))
     env.reset(options={"task_id": TASKS[0]})
@@ -159,7 +192,10 @@ def test_offline_annotate_and_privileged_text() -> None:
     annotate_trajectory(tr, a)
     assert tr.steps[-1].info[schema.ERROR_STEPS] == [0]
     pi = ahead_privileged_text(tr, 0)
-    assert pi.startswith("Environment feedback to this action: You are in the hall.") and "Corrective hint: " in pi
+    assert (
+        pi.startswith("Environment feedback to this action: You are in the hall.")
+        and "Corrective hint: " in pi
+    )
     assert "Corrective hint" not in ahead_privileged_text(tr, 1)
     assert ahead_privileged_text(tr, 1, hints={1: "h"}).endswith("Corrective hint: h")
     assert [x.error_steps for x in analyze_many([tr, toy_traj(expert_actions(TASKS[0]))])] == [(0,), ()]
@@ -168,7 +204,10 @@ def test_offline_annotate_and_privileged_text() -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # OracleAnalyzer on 100 noisy-expert ALFWorld episodes
 # ---------------------------------------------------------------------------------------------------------------
-N_GAMES, SEEDS_PER_GAME = 20, 5  # 100 episodes; consecutive episodes share a game, so resets hit the game cache
+N_GAMES, SEEDS_PER_GAME = (
+    20,
+    5,
+)  # 100 episodes; consecutive episodes share a game, so resets hit the game cache
 
 
 @pytest.fixture(scope="module")
@@ -195,17 +234,26 @@ def test_oracle_marks_injected_errors(noisy_episodes) -> None:
         true = {t for t, x in enumerate(injected) if x}
         tp, fp, fn = tp + len(pred & true), fp + len(pred - true), fn + len(true - pred)
         if not traj.won:
-            failed = [failed[0] + len(pred & true), failed[1] + len(pred - true), failed[2] + len(true - pred)]
+            failed = [
+                failed[0] + len(pred & true),
+                failed[1] + len(pred - true),
+                failed[2] + len(true - pred),
+            ]
     precision, recall = tp / max(1, tp + fp), tp / max(1, tp + fn)
     n_fail = sum(not t.won for t, _ in noisy_episodes)
     report = {
-        "episodes": len(noisy_episodes), "failed_episodes": n_fail,
-        "steps": sum(len(t.steps) for t, _ in noisy_episodes), "injected": tp + fn,
-        "precision": round(precision, 4), "recall": round(recall, 4),
+        "episodes": len(noisy_episodes),
+        "failed_episodes": n_fail,
+        "steps": sum(len(t.steps) for t, _ in noisy_episodes),
+        "injected": tp + fn,
+        "precision": round(precision, 4),
+        "recall": round(recall, 4),
         "failed_only": {"tp": failed[0], "fp": failed[1], "fn": failed[2]},
     }
-    print(f"\nOracleAnalyzer on {len(noisy_episodes)} noisy-expert (20%) ALFWorld valid_seen episodes: "
-          f"precision {precision:.3f}, recall {recall:.3f} ({tp} of {tp + fn} injected errors marked, {fp} false)")
+    print(
+        f"\nOracleAnalyzer on {len(noisy_episodes)} noisy-expert (20%) ALFWorld valid_seen episodes: "
+        f"precision {precision:.3f}, recall {recall:.3f} ({tp} of {tp + fn} injected errors marked, {fp} false)"
+    )
     out = Path(os.environ["STEPGYM_CACHE"]) / "reports" / "oracle_analyzer_alfworld.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
@@ -225,16 +273,25 @@ def test_oracle_hints_name_an_admissible_command(noisy_episodes) -> None:
         infos = traj.infos()
         for t, hint in a.hints.items():
             named = set(re.findall(r"'([^']+)'", hint))
-            assert named & set(infos[t][schema.ADMISSIBLE_ACTIONS]), (hint, infos[t][schema.ADMISSIBLE_ACTIONS][:5])
+            assert named & set(infos[t][schema.ADMISSIBLE_ACTIONS]), (
+                hint,
+                infos[t][schema.ADMISSIBLE_ACTIONS][:5],
+            )
             checked += 1
     assert checked >= 10
 
 
 def test_hint_wrapper_matches_offline_on_alfworld(data_dir) -> None:
-    env = HintWrapper(TextInterfaceWrapper(gym.make("StepGym/ALFWorld-v0", split="valid_unseen", max_steps=4)))
+    env = HintWrapper(
+        TextInterfaceWrapper(gym.make("StepGym/ALFWorld-v0", split="valid_unseen", max_steps=4))
+    )
     obs, info = env.reset(seed=3)
     walk = env.unwrapped.walkthrough
-    replies = ["no tags", "<think>x</think><action>fly</action>", *(f"<think>x</think><action>{a}</action>" for a in walk)]
+    replies = [
+        "no tags",
+        "<think>x</think><action>fly</action>",
+        *(f"<think>x</think><action>{a}</action>" for a in walk),
+    ]
     for r in replies:
         obs, rew, term, trunc, info = env.step(r)
         if term or trunc:
@@ -268,7 +325,9 @@ class ScriptedLLM:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                outer.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
                 mode = outer.script.popleft() if outer.script else "smart"
                 outer.respond(self, mode, body)
 
@@ -283,7 +342,9 @@ class ScriptedLLM:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @staticmethod
     def smart_reply(body: dict[str, Any]) -> str:
@@ -295,8 +356,14 @@ class ScriptedLLM:
 
     def respond(self, h: Any, mode: str, body: dict[str, Any]) -> None:
         def completion(content: str) -> bytes:
-            return json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
-                               "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}).encode()
+            return json.dumps(
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "model": body["model"],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                }
+            ).encode()
 
         smart = self.smart_reply(body)
         if mode == "smart":
@@ -382,7 +449,9 @@ def test_llm_fenced_json_is_accepted(llm, failed_traj) -> None:
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("bad", ["prose", "truncated_json", "bad_schema", "out_of_range", "not_completion", "500"])
+@pytest.mark.parametrize(
+    "bad", ["prose", "truncated_json", "bad_schema", "out_of_range", "not_completion", "500"]
+)
 def test_llm_retries_garbage_and_5xx(llm, failed_traj, bad) -> None:
     llm.script.extend([bad, bad])
     an, waits = make(llm, max_retries=3)
@@ -410,13 +479,17 @@ def test_llm_timeout_is_retried(llm, failed_traj) -> None:
 def test_llm_persistent_garbage_raises_or_falls_back(llm, failed_traj) -> None:
     llm.script.extend(["prose"] * 3)
     an, waits = make(llm, max_retries=2)
-    with pytest.raises(AnalyzerError, match=r"gave no usable answer after 3 attempt\(s\).*malformed analysis"):
+    with pytest.raises(
+        AnalyzerError, match=r"gave no usable answer after 3 attempt\(s\).*malformed analysis"
+    ):
         an.analyze(failed_traj)
     llm.script.extend(["500"] * 3)
     an, _ = make(llm, max_retries=2, fallback=OracleAnalyzer())
     with pytest.warns(RuntimeWarning, match="Using the fallback analyzer"):
         a = an.analyze(failed_traj)
-    assert a.source == "fallback:oracle" and a.error_steps == OracleAnalyzer().analyze(failed_traj).error_steps
+    assert (
+        a.source == "fallback:oracle" and a.error_steps == OracleAnalyzer().analyze(failed_traj).error_steps
+    )
     assert an.stats["fallbacks"] == 1
     assert an.analyze(failed_traj).source == "llm"  # the fallback result was not cached; the server is back
 
@@ -490,11 +563,20 @@ def test_llm_needs_url_and_model(monkeypatch) -> None:
 
 
 def test_parse_analysis_reply_is_strict() -> None:
-    assert parse_analysis_reply('{"errors": [{"step": 2, "hint": " go  there "}], "note": 1}', 3) == Analysis((2,), {2: "go there"}, "llm")
+    assert parse_analysis_reply('{"errors": [{"step": 2, "hint": " go  there "}], "note": 1}', 3) == Analysis(
+        (2,), {2: "go there"}, "llm"
+    )
     assert parse_analysis_reply('```json\n{"errors": []}\n```', 3).error_steps == ()
-    for bad in ('[{"step": 1, "hint": "x"}]', '{"errors": [{"step": true, "hint": "x"}]}',
-                '{"errors": [{"step": 1, "hint": ""}]}', '{"errors": [{"step": 1, "hint": "a"}, {"step": 1, "hint": "b"}]}',
-                'Here: {"errors": []}', None):
+    for bad in (
+        '[{"step": 1, "hint": "x"}]',
+        '{"errors": [{"step": true, "hint": "x"}]}',
+        '{"errors": [{"step": 1, "hint": ""}]}',
+        '{"errors": [{"step": 1, "hint": "a"}, {"step": 1, "hint": "b"}]}',
+        'Here: {"errors": []}',
+        None,
+    ):
         with pytest.raises(ValueError):
             parse_analysis_reply(bad, 3)
-    assert parse_analysis_reply('{"errors": [{"step": 2, "hint": "b"}, {"step": 0, "hint": "a"}]}', 3, max_errors=1).error_steps == (0,)
+    assert parse_analysis_reply(
+        '{"errors": [{"step": 2, "hint": "b"}, {"step": 0, "hint": "a"}]}', 3, max_errors=1
+    ).error_steps == (0,)

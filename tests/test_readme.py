@@ -1,9 +1,13 @@
-"""The README stays true: its schema table, commands, presets and links match the code."""
+"""The README stays true: its schema table, commands, presets and links match the code, and its code runs."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from stepgym import schema
 from stepgym.cli import SUBCOMMANDS
@@ -19,7 +23,9 @@ def test_schema_table_is_generated_from_the_schema():
 
 
 def test_the_two_commands_exist_and_ci_runs_the_test_command():
-    assert "bash scripts/setup.sh && STEPGYM_DATA=../shared/data stepgym train --preset alfworld-cpu" in README
+    assert (
+        "bash scripts/setup.sh && STEPGYM_DATA=../shared/data stepgym train --preset alfworld-cpu" in README
+    )
     assert "bash scripts/test.sh" in README
     assert (REPO / "scripts" / "setup.sh").is_file() and (REPO / "scripts" / "test.sh").is_file()
     assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
@@ -46,3 +52,17 @@ def test_every_registered_env_is_in_the_readme():
 
     for env_id in stepgym.ENV_IDS:
         assert f"`{env_id}`" in README, env_id
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("data_dir")
+def test_the_quick_tour_code_runs(tmp_path):
+    """Every ```python block of the README, run in order as one script in a fresh interpreter, on the real data."""
+    code = "\n".join(re.findall(r"```python\n(.*?)```", README, flags=re.S))
+    assert "gym.make(" in code and "shape_advantages" in code
+    script = tmp_path / "quick_tour.py"
+    script.write_text(code, encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=1200
+    )
+    assert run.returncode == 0, run.stderr[-4000:]

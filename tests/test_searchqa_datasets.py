@@ -14,8 +14,15 @@ from stepgym.errors import CorruptDataError, DataNotFoundError
 
 pytest.importorskip("pyarrow")
 
-EXPECTED_TEST = {"nq": 1000, "triviaqa": 1000, "popqa": 1000, "bamboogle": 125, "hotpotqa": 300,
-                 "2wikimultihopqa": 12576, "musique": 2417}
+EXPECTED_TEST = {
+    "nq": 1000,
+    "triviaqa": 1000,
+    "popqa": 1000,
+    "bamboogle": 125,
+    "hotpotqa": 300,
+    "2wikimultihopqa": 12576,
+    "musique": 2417,
+}
 
 
 @pytest.mark.parametrize("name", DATASETS)
@@ -67,8 +74,13 @@ def _copy_root(data_dir: Path, tmp_path: Path, *rels: str) -> Path:
 
 
 def test_corrupt_files_raise_clear_errors(data_dir: Path, tmp_path: Path) -> None:
-    root = _copy_root(data_dir, tmp_path, "flashrag_format/bamboogle/test.jsonl", "qa_pairs/musique_test.json",
-                      "search_r1/nq_search/test.parquet")
+    root = _copy_root(
+        data_dir,
+        tmp_path,
+        "flashrag_format/bamboogle/test.jsonl",
+        "qa_pairs/musique_test.json",
+        "search_r1/nq_search/test.parquet",
+    )
     bam = root / "flashrag_format/bamboogle/test.jsonl"
     lines = bam.read_text(encoding="utf-8").splitlines()
     bam.write_text("\n".join([*lines[:3], lines[3][:25]]) + "\n", encoding="utf-8")  # truncated mid-line
@@ -109,4 +121,7 @@ def test_questions_files_in_each_format(data_dir: Path) -> None:
     assert len(rows) == 3610 and rows[0].task_id == "nq/test_0"
     assert rows[0].golden_answers == ("Wilhelm Conrad Röntgen",)
     assert load_questions_file(data_dir / "searchqa/flashrag_format/popqa/test.jsonl")[0].dataset == "popqa"
-    assert load_questions_file(data_dir / "searchqa/qa_pairs/musique_test.json", "musique")[5].task_id == "musique/5"
+    assert (
+        load_questions_file(data_dir / "searchqa/qa_pairs/musique_test.json", "musique")[5].task_id
+        == "musique/5"
+    )

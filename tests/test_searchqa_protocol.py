@@ -68,7 +68,11 @@ def test_f1_hand_cases(pred: str, golds: list[str], f1: float) -> None:
 @pytest.mark.parametrize(
     ("text", "kind", "content"),
     [
-        ("<think>who?</think><search>first nobel prize physics</search>", "search", "first nobel prize physics"),
+        (
+            "<think>who?</think><search>first nobel prize physics</search>",
+            "search",
+            "first nobel prize physics",
+        ),
         ("<search> spaced query </search>", "search", "spaced query"),
         ("<think>done</think>\n<answer> Wilhelm Röntgen </answer>", "answer", "Wilhelm Röntgen"),
         ("<SEARCH>upper</SEARCH>", "search", "upper"),
@@ -109,13 +113,22 @@ def test_lenient_parsing_is_search_r1s_first_block_rule() -> None:
 
 
 def test_information_rendering_matches_search_r1() -> None:
-    contents = ['"Citibank"\nThe City Bank of New York was founded in 1812.', "Title only\n", "Röntgen\nline1\nline2"]
-    assert format_passage(1, contents[0]) == 'Doc 1(Title: "Citibank") The City Bank of New York was founded in 1812.\n'
+    contents = [
+        '"Citibank"\nThe City Bank of New York was founded in 1812.',
+        "Title only\n",
+        "Röntgen\nline1\nline2",
+    ]
+    assert (
+        format_passage(1, contents[0])
+        == 'Doc 1(Title: "Citibank") The City Bank of New York was founded in 1812.\n'
+    )
     out = render_information(contents)
     assert out.startswith("\n\n<information>Doc 1(Title: ") and out.endswith("</information>\n\n")
     assert "Doc 2(Title: Title only) \nDoc 3(Title: Röntgen) line1\nline2</information>" in out
     assert render_information([]) == "\n\n<information></information>\n\n"
-    assert INVALID_FEEDBACK.startswith("\nMy previous action is invalid.") and INVALID_FEEDBACK.endswith("Let me try again.\n")
+    assert INVALID_FEEDBACK.startswith("\nMy previous action is invalid.") and INVALID_FEEDBACK.endswith(
+        "Let me try again.\n"
+    )
 
 
 def test_has_answer_is_whole_token() -> None:
@@ -130,4 +143,6 @@ def test_prompt_is_search_r1s_template(data_dir) -> None:
     rows = pq.read_table(data_dir / "searchqa/search_r1/nq_search/test.parquet").slice(0, 50).to_pylist()
     for row in rows:
         assert make_prompt(row["question"]) == row["prompt"][0]["content"]
-    assert make_prompt("  who told the story of the prodigal son ").endswith("Question: who told the story of the prodigal son?\n")
+    assert make_prompt("  who told the story of the prodigal son ").endswith(
+        "Question: who told the story of the prodigal son?\n"
+    )

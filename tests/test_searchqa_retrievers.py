@@ -36,7 +36,9 @@ def log(data_dir: Path) -> list[dict]:
     return load_search_log()
 
 
-def _slice(log: list[dict], data_dir: Path, out: Path, dataset: str, n_searches: int, negatives: int) -> tuple[Path, list[dict]]:
+def _slice(
+    log: list[dict], data_dir: Path, out: Path, dataset: str, n_searches: int, negatives: int
+) -> tuple[Path, list[dict]]:
     """The passages e5 returned for the first ``n_searches`` searches of ``dataset``, plus BM25's top ``negatives``
     for the same queries over the whole corpus as hard distractors (a retriever that merely agreed with BM25 would
     score ~0.7-0.9 here, the bar is what e5 itself returned)."""
@@ -54,8 +56,10 @@ def _slice(log: list[dict], data_dir: Path, out: Path, dataset: str, n_searches:
 
 def _report(name: str, scores: dict) -> float:
     a = scores["all"]
-    print(f"\n{name}: n={int(a['n'])} overlap@3={a['overlap@3']:.3f} top1={a['top1']:.3f} in_top10={a['in_top10']:.3f} "
-          f"answer@3={a['answer@3']:.3f} (e5 logged {a.get('logged_answer@3', float('nan')):.3f})")
+    print(
+        f"\n{name}: n={int(a['n'])} overlap@3={a['overlap@3']:.3f} top1={a['top1']:.3f} in_top10={a['in_top10']:.3f} "
+        f"answer@3={a['answer@3']:.3f} (e5 logged {a.get('logged_answer@3', float('nan')):.3f})"
+    )
     return a["overlap@3"]
 
 
@@ -75,7 +79,9 @@ def test_lucene_and_bm25s_agree(log: list[dict]) -> None:
     _need_lucene()
     queries = [r["query"] for r in log[:300]]
     a, b = make_retriever("bm25").search(queries, 3), make_retriever("lucene").search(queries, 3)
-    same = sum(len({h.id for h in x} & {h.id for h in y}) for x, y in zip(a, b, strict=True)) / (3 * len(queries))
+    same = sum(len({h.id for h in x} & {h.id for h in y}) for x, y in zip(a, b, strict=True)) / (
+        3 * len(queries)
+    )
     assert same >= 0.9  # same BM25 (k1=0.9, b=0.4, Porter-family stemming), two engines
 
 
@@ -107,7 +113,9 @@ def test_approximate_indexes_track_flat(minilm_slice) -> None:
         approx = make_retriever("dense", corpus=path, encoder="minilm", index=index, **opts)
         assert isinstance(approx, DenseRetriever) and approx.index_type == index
         got = approx.search(queries, 3)
-        same = sum(len({h.id for h in x} & {h.id for h in y}) for x, y in zip(flat, got, strict=True)) / (3 * len(queries))
+        same = sum(len({h.id for h in x} & {h.id for h in y}) for x, y in zip(flat, got, strict=True)) / (
+            3 * len(queries)
+        )
         print(f"\n{index}: {same:.3f} of flat's top-3")
         assert same >= 0.9
 
@@ -173,12 +181,17 @@ def test_encoder_from_a_local_folder_matches_the_named_one(tmp_path: Path) -> No
     folder = HFEncoder(pkg.get_model_path())  # "a local model folder", as a user with a copied model has
     named = get_encoder("minilm")
     assert folder.query_prefix == "" and folder.key.startswith("model-") and folder.key != named.key
-    texts = ["who got the first nobel prize in physics",
-             "Röntgen received the first Nobel Prize in Physics in 1901.", "The cat sat on the mat."]
+    texts = [
+        "who got the first nobel prize in physics",
+        "Röntgen received the first Nobel Prize in Physics in 1901.",
+        "The cat sat on the mat.",
+    ]
     a, b = folder.encode_queries(texts), named.encode_queries(texts)
     assert a.shape == (3, 384) and np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
     assert np.allclose(a, b, atol=1e-5)
-    assert float(a[0] @ a[1]) > float(a[0] @ a[2]) + 0.2  # the answer is much closer than an unrelated sentence
+    assert (
+        float(a[0] @ a[1]) > float(a[0] @ a[2]) + 0.2
+    )  # the answer is much closer than an unrelated sentence
     e5_like = tmp_path / "my-e5-copy"
     e5_like.mkdir()
     with pytest.raises(OSError, match="could not load the encoder"):

@@ -75,12 +75,17 @@ def test_concurrent_clients_match_in_process(server: Any, bm25: Retriever, data_
     assert client.search(queries[:50], 5) == bm25.search(queries[:50], 5)  # a batch in one request
 
 
-def _raw(server: Any, method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, Any]:
+def _raw(
+    server: Any, method: str, path: str, body: bytes | None = None, headers: dict | None = None
+) -> tuple[int, Any]:
     conn = http.client.HTTPConnection(server.server_address[0], server.server_address[1], timeout=10)
     try:
         conn.putrequest(method, path)
-        for k, v in (headers if headers is not None else {"Content-Type": "application/json",
-                                                          "Content-Length": str(len(body or b""))}).items():
+        for k, v in (
+            headers
+            if headers is not None
+            else {"Content-Type": "application/json", "Content-Length": str(len(body or b""))}
+        ).items():
             conn.putheader(k, v)
         conn.endheaders()
         if body:
@@ -98,7 +103,9 @@ def _post(server: Any, payload: Any) -> tuple[int, Any]:
 
 
 def test_search_r1_response_shape(server: Any) -> None:
-    status, out = _post(server, {"queries": ["nobel prize physics", "citibank founded"], "topk": 2, "return_scores": True})
+    status, out = _post(
+        server, {"queries": ["nobel prize physics", "citibank founded"], "topk": 2, "return_scores": True}
+    )
     assert status == 200 and len(out["result"]) == 2 and len(out["result"][0]) == 2
     hit = out["result"][0][0]
     assert set(hit) == {"document", "score"} and set(hit["document"]) == {"id", "contents"}
@@ -112,7 +119,7 @@ def test_search_r1_response_shape(server: Any) -> None:
         (b"{not json", 400, "not valid JSON"),
         (b"\xff\xfe", 400, "not valid JSON"),
         ([1, 2], 400, "JSON object"),
-        ({"topk": 3}, 400, "missing \"queries\""),
+        ({"topk": 3}, 400, 'missing "queries"'),
         ({"queries": "just one string"}, 400, "list of strings"),
         ({"queries": ["ok", 7]}, 400, "queries[1] must be a string"),
         ({"queries": ["q"], "topk": -1}, 400, "topk must be between"),
@@ -136,8 +143,16 @@ def test_bad_methods_paths_and_headers(server: Any) -> None:
     assert _raw(server, "PUT", "/retrieve", b"{}")[0] == 405
     assert _raw(server, "POST", "/retrieve", headers={"Content-Type": "application/json"})[0] == 411
     assert _raw(server, "POST", "/retrieve", headers={"Content-Length": str(MAX_BODY_BYTES + 1)})[0] == 413
-    assert _raw(server, "POST", "/retrieve", b'{"queries": ["q"]}',
-                {"Content-Type": "text/plain", "Content-Length": "18"})[0] == 415
+    assert (
+        _raw(
+            server,
+            "POST",
+            "/retrieve",
+            b'{"queries": ["q"]}',
+            {"Content-Type": "text/plain", "Content-Length": "18"},
+        )[0]
+        == 415
+    )
     with pytest.raises(ValueError, match=r"rejected the request \(400\)"):
         HTTPRetriever(server.url)._request("POST", "/retrieve", {"queries": 3})
     assert _raw(server, "GET", "/health")[0] == 200  # still serving after all that
@@ -199,7 +214,10 @@ def _with_guard(fn: Callable[[], Any], limit: float) -> Any:
 def _spawn_server(port: int = 0) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "stepgym.cli", "retriever", "serve", "--backend", "bm25", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
     )
 
 
@@ -224,14 +242,18 @@ def test_killed_server_fails_clearly_then_recovers(data_dir: Path) -> None:
     try:
         url = _read_url(proc)
         wait_until_healthy(url, deadline=60)
-        env = gym.make("StepGym/SearchQA-v0", dataset="nq", retriever=url, deadline=2.0, timeout=1.0).unwrapped
+        env = gym.make(
+            "StepGym/SearchQA-v0", dataset="nq", retriever=url, deadline=2.0, timeout=1.0
+        ).unwrapped
         _, info = env.reset(options={"task_index": 1})
         obs, *_ = env.step(f"<search>{info[schema.GOAL]}</search>")
         assert obs.startswith("\n\n<information>Doc 1")
         proc.kill()
         proc.wait(timeout=30)
         t0 = time.monotonic()
-        with pytest.raises(ServiceUnavailableError, match=r"did not answer within 2 s.*stepgym retriever serve"):
+        with pytest.raises(
+            ServiceUnavailableError, match=r"did not answer within 2 s.*stepgym retriever serve"
+        ):
             _with_guard(lambda: env.step("<search>tombstone</search>"), limit=60)
         assert time.monotonic() - t0 >= 2.0  # it retried until the deadline, not less
 
@@ -239,7 +261,9 @@ def test_killed_server_fails_clearly_then_recovers(data_dir: Path) -> None:
         port = int(url.rsplit(":", 1)[1])
         procs.append(_spawn_server(port))  # not waited for: the client's retries must find it
         patient = gym.make("StepGym/SearchQA-v0", dataset="nq", retriever=url, deadline=120.0).unwrapped
-        _with_guard(lambda: patient.reset(options={"task_index": 1}), limit=180)  # the oracle searches already
+        _with_guard(
+            lambda: patient.reset(options={"task_index": 1}), limit=180
+        )  # the oracle searches already
         obs, *_ = _with_guard(lambda: patient.step("<search>tombstone bat masterson</search>"), limit=180)
         assert obs.startswith("\n\n<information>Doc 1")
     finally:

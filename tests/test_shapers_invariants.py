@@ -19,7 +19,9 @@ EPS = 1e-6
 # ``--hypothesis-seed=N`` after removing it, or raise max_examples, to explore further.
 PROPS = settings(max_examples=80, deadline=None, derandomize=True)
 
-finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False, allow_subnormal=False)  # ratios of subnormals round
+finite = st.floats(
+    -50, 50, allow_nan=False, allow_infinity=False, allow_subnormal=False
+)  # ratios of subnormals round
 
 
 @st.composite
@@ -29,8 +31,11 @@ def grouped(draw, min_groups=1, max_groups=5, max_size=8):
     ids = [g for g, n in enumerate(sizes) for _ in range(n)]
     perm = draw(st.permutations(range(len(ids))))
     ids = [ids[i] for i in perm]
-    vals = draw(st.lists(st.sampled_from([0.0, 1.0, 10.0, -0.1, 0.5, 3.0]) | finite, min_size=len(ids),
-                         max_size=len(ids)))
+    vals = draw(
+        st.lists(
+            st.sampled_from([0.0, 1.0, 10.0, -0.1, 0.5, 3.0]) | finite, min_size=len(ids), max_size=len(ids)
+        )
+    )
     return np.array(vals), np.array(ids)
 
 
@@ -52,8 +57,12 @@ def test_grpo_group_sums_and_singletons(data) -> None:
                 assert (adv[sel] == 0).all() and (dr[sel] == 0).all()
         else:
             np.testing.assert_allclose(adv[sel], r[sel] / (1 + EPS), rtol=1e-15)
-    assert (S.grpo_advantage(r, g, singleton="zero")[np.bincount(np.unique(g, return_inverse=True)[1])[
-        np.unique(g, return_inverse=True)[1]] == 1] == 0).all()
+    assert (
+        S.grpo_advantage(r, g, singleton="zero")[
+            np.bincount(np.unique(g, return_inverse=True)[1])[np.unique(g, return_inverse=True)[1]] == 1
+        ]
+        == 0
+    ).all()
 
 
 @PROPS
@@ -72,8 +81,9 @@ def test_grpo_step_rows_cross_steps(data, seed) -> None:
             assert abs(adv[sel].sum()) <= 1e-9 * max(1.0, np.abs(adv[sel]).max())
     # without cross_steps: identical to per-trajectory GRPO broadcast to rows (no penalty)
     per_traj = S.grpo_advantage(r_traj, g)
-    np.testing.assert_allclose(S.grpo_advantage(rows_r, rows_g, traj_ids=rows_t, cross_steps=False),
-                               per_traj[rows_t], atol=1e-12)
+    np.testing.assert_allclose(
+        S.grpo_advantage(rows_r, rows_g, traj_ids=rows_t, cross_steps=False), per_traj[rows_t], atol=1e-12
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -87,9 +97,17 @@ def episodes(draw):
         for j in range(draw(st.integers(1, 4))):
             t_len = draw(st.integers(1, 5))
             for _ in range(t_len):
-                rows.append(dict(g=gi, traj=f"{gi}/{j}", r=draw(st.sampled_from([0.0, 0.0, 1.0, 10.0])),
-                                 v=draw(st.booleans()), obs=draw(st.sampled_from(["a", "b", "c", "d"])),
-                                 rea=draw(st.booleans()), pa=draw(st.booleans())))
+                rows.append(
+                    dict(
+                        g=gi,
+                        traj=f"{gi}/{j}",
+                        r=draw(st.sampled_from([0.0, 0.0, 1.0, 10.0])),
+                        v=draw(st.booleans()),
+                        obs=draw(st.sampled_from(["a", "b", "c", "d"])),
+                        rea=draw(st.booleans()),
+                        pa=draw(st.booleans()),
+                    )
+                )
     return rows
 
 
@@ -113,8 +131,12 @@ def test_gigpo_group_sums(rows, mode, gamma) -> None:
         assert len(set(g[sel])) == 1  # never crosses episode groups
         if sel.sum() == 1:
             assert t.step[sel][0] == 0.0
-    np.testing.assert_allclose(S.gigpo_advantage(c["r"], c["g"], c["traj"], c["obs"], c["v"], gamma=gamma,
-                                                 mode=mode, step_weight=0.7), t.episode + 0.7 * t.step)
+    np.testing.assert_allclose(
+        S.gigpo_advantage(
+            c["r"], c["g"], c["traj"], c["obs"], c["v"], gamma=gamma, mode=mode, step_weight=0.7
+        ),
+        t.episode + 0.7 * t.step,
+    )
 
 
 def test_gigpo_returns_loop_reference() -> None:
@@ -167,8 +189,12 @@ def test_proas_per_step_batch_matches_per_trajectory(rows) -> None:
     for tid in np.unique(traj):
         sel = traj == tid
         a = base[sel][0]
-        np.testing.assert_allclose(out[sel], S.proas_trajectory(a, np.array(c["rea"])[sel], np.array(c["pa"])[sel]),
-                                   rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(
+            out[sel],
+            S.proas_trajectory(a, np.array(c["rea"])[sel], np.array(c["pa"])[sel]),
+            rtol=1e-12,
+            atol=1e-15,
+        )
         if a < 0:
             np.testing.assert_allclose(out[sel].mean(), a, rtol=1e-12)  # mean preserved
 
@@ -199,8 +225,12 @@ def test_ahead_sign_and_bounds(pairs, lam, eps) -> None:
 
 
 @PROPS
-@given(st.lists(st.tuples(finite, gaps, st.booleans()), min_size=1, max_size=40), st.floats(0, 1),
-       st.floats(0, 0.9), st.sampled_from(["sigmoid", "exp"]))
+@given(
+    st.lists(st.tuples(finite, gaps, st.booleans()), min_size=1, max_size=40),
+    st.floats(0, 1),
+    st.floats(0, 0.9),
+    st.sampled_from(["sigmoid", "exp"]),
+)
 def test_stepopsd_sign_bounds_and_outside_spans(items, lam, alpha, fn) -> None:
     a = np.array([[x[0] for x in items]])
     d = np.array([[x[1] for x in items]])
@@ -294,7 +324,9 @@ def test_non_finite_rewards_raise(bad) -> None:
     with pytest.raises(ValueError, match="finite"):
         S.gigpo_advantage([1.0, bad], [0, 0], ["a", "a"], ["s", "t"])
     with pytest.raises(ValueError, match="finite"):
-        S.shape_advantages(S.StepBatch(group_ids=[0, 0], traj_ids=[0, 1], rewards=[1.0, bad]), S.ShapeConfig())
+        S.shape_advantages(
+            S.StepBatch(group_ids=[0, 0], traj_ids=[0, 1], rewards=[1.0, bad]), S.ShapeConfig()
+        )
     with pytest.raises(ValueError, match="finite"):
         S.proas_trajectory(bad, [1], [1])
     with pytest.raises(ValueError, match="finite"):
@@ -311,21 +343,45 @@ def test_mismatched_and_empty_inputs() -> None:
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         S.stepopsd_reweight(np.ones((1, 2)), np.zeros((1, 2)), 1.5)
     with pytest.raises(ValueError, match="layout has"):
-        S.shape_advantages(S.StepBatch(group_ids=[0, 0], traj_ids=[0, 1], rewards=[1.0, 0.0],
-                                       layout=S.TokenLayout.from_step_rows(np.ones((3, 2)))), S.ShapeConfig())
+        S.shape_advantages(
+            S.StepBatch(
+                group_ids=[0, 0],
+                traj_ids=[0, 1],
+                rewards=[1.0, 0.0],
+                layout=S.TokenLayout.from_step_rows(np.ones((3, 2))),
+            ),
+            S.ShapeConfig(),
+        )
     with pytest.raises(ValueError, match="several trajectories"):
-        S.shape_advantages(S.StepBatch(group_ids=[0, 0], traj_ids=[0, 1], rewards=[1.0, 0.0],
-                                       layout=S.TokenLayout.from_spans([[(0, 1), (1, 2)]], 2),
-                                       target=S.TokenLayout.from_spans([[(0, 1), (1, 2)]], 2)),
-                           S.ShapeConfig(token_reweight="stepopsd", step_norm="equal_step_mean_abs"), lam=0.0)
+        S.shape_advantages(
+            S.StepBatch(
+                group_ids=[0, 0],
+                traj_ids=[0, 1],
+                rewards=[1.0, 0.0],
+                layout=S.TokenLayout.from_spans([[(0, 1), (1, 2)]], 2),
+                target=S.TokenLayout.from_spans([[(0, 1), (1, 2)]], 2),
+            ),
+            S.ShapeConfig(token_reweight="stepopsd", step_norm="equal_step_mean_abs"),
+            lam=0.0,
+        )
     with pytest.raises(ValueError, match=r"needs StepBatch\.delta"):
-        S.shape_advantages(S.StepBatch(group_ids=[0], traj_ids=[0], rewards=[1.0],
-                                       layout=S.TokenLayout.from_step_rows(np.ones((1, 2)))),
-                           S.ShapeConfig(token_reweight="ahead"))
+        S.shape_advantages(
+            S.StepBatch(
+                group_ids=[0],
+                traj_ids=[0],
+                rewards=[1.0],
+                layout=S.TokenLayout.from_step_rows(np.ones((1, 2))),
+            ),
+            S.ShapeConfig(token_reweight="ahead"),
+        )
     # λ = 0: the teacher need not run, no delta required, Ã = A
-    out = S.shape_advantages(S.StepBatch(group_ids=[0], traj_ids=[0], rewards=[1.0],
-                                         layout=S.TokenLayout.from_step_rows(np.ones((1, 2)))),
-                             S.ShapeConfig(token_reweight="ahead"), update_index=50)
+    out = S.shape_advantages(
+        S.StepBatch(
+            group_ids=[0], traj_ids=[0], rewards=[1.0], layout=S.TokenLayout.from_step_rows(np.ones((1, 2)))
+        ),
+        S.ShapeConfig(token_reweight="ahead"),
+        update_index=50,
+    )
     assert out.lam == 0.0 and (out.token_advantages == 1 / (1 + EPS)).all()
     # empty batches give empty results
     assert S.grpo_advantage([], []).shape == (0,)
@@ -354,9 +410,23 @@ def test_forbidden_combinations_raise() -> None:
 
 
 def test_registry() -> None:
-    assert {"grpo", "drgrpo", "dapo", "gigpo", "proas", "proas_gigpo", "ahead", "stepopsd",
-            "equal_step_mean_abs", "policy_loss", "agg_loss", "dynamic_sampling", "overlong_penalty",
-            "invalid_action_penalty", "broadcast"} <= set(S.available())
+    assert {
+        "grpo",
+        "drgrpo",
+        "dapo",
+        "gigpo",
+        "proas",
+        "proas_gigpo",
+        "ahead",
+        "stepopsd",
+        "equal_step_mean_abs",
+        "policy_loss",
+        "agg_loss",
+        "dynamic_sampling",
+        "overlong_penalty",
+        "invalid_action_penalty",
+        "broadcast",
+    } <= set(S.available())
     assert S.available("token") == ["ahead", "broadcast", "stepopsd"]
     np.testing.assert_allclose(S.get("grpo")([1, 0], [0, 0]), S.grpo_advantage([1, 0], [0, 0]))
     with pytest.raises(KeyError, match="no shaper"):
@@ -417,12 +487,20 @@ def _naive_similarity_groups(groups, obs, tau):
 
 
 @PROPS
-@given(st.lists(st.tuples(st.integers(0, 2), st.text("abcde ", min_size=0, max_size=12)), min_size=1, max_size=30),
-       st.sampled_from([0.5, 0.7, 0.9, 0.95]))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.text("abcde ", min_size=0, max_size=12)), min_size=1, max_size=30
+    ),
+    st.sampled_from([0.5, 0.7, 0.9, 0.95]),
+)
 def test_similarity_grouping_matches_naive_rule(items, tau) -> None:
     g = [x for x, _ in items]
     o = [y for _, y in items]
     got = S.build_step_groups(g, o, similarity=True, tau=tau)
     want = _naive_similarity_groups(g, o, tau)
     # same partition (codes may be numbered differently)
-    assert len({(a, b) for a, b in zip(got.tolist(), want, strict=True)}) == len(set(want)) == len(set(got.tolist()))
+    assert (
+        len({(a, b) for a, b in zip(got.tolist(), want, strict=True)})
+        == len(set(want))
+        == len(set(got.tolist()))
+    )

@@ -13,8 +13,17 @@ from stepgym.trainers import shapers as S
 
 def test_one_row_per_trajectory_segments() -> None:
     # prompt | step 0 | obs | step 1 | obs | step 2 | padding
-    segs = [[("prompt", 0, 4), ("response", 4, 7), ("observation", 7, 10), ("response", 10, 12),
-             ("observation", 12, 15), ("response", 15, 18), ("padding", 18, 20)]]
+    segs = [
+        [
+            ("prompt", 0, 4),
+            ("response", 4, 7),
+            ("observation", 7, 10),
+            ("response", 10, 12),
+            ("observation", 12, 15),
+            ("response", 15, 18),
+            ("padding", 18, 20),
+        ]
+    ]
     lay = S.TokenLayout.from_segments(segs, 20)
     out = S.broadcast_to_tokens([1.0, 2.0, 3.0], lay)
     expected = np.zeros(20)
@@ -69,8 +78,13 @@ def layouts(draw):
     for _ in range(n_rows):
         cuts = sorted(draw(st.lists(st.integers(0, length), min_size=0, max_size=8)))
         bounds = [0, *cuts, length]
-        kinds = draw(st.lists(st.sampled_from(["prompt", "response", "observation", "padding"]),
-                              min_size=len(bounds) - 1, max_size=len(bounds) - 1))
+        kinds = draw(
+            st.lists(
+                st.sampled_from(["prompt", "response", "observation", "padding"]),
+                min_size=len(bounds) - 1,
+                max_size=len(bounds) - 1,
+            )
+        )
         rows.append([(k, s, e) for k, s, e in zip(kinds, bounds[:-1], bounds[1:], strict=True)])
     return rows, length
 
@@ -103,9 +117,18 @@ def _episode_batch(seed: int = 0):
             t_len = int(rng.integers(1, 5))
             won = bool(rng.random() < 0.5)
             for t in range(t_len):
-                steps.append((g, f"{g}-{j}", 10.0 * won * (t == t_len - 1), bool(rng.random() < 0.8),
-                              f"s{int(rng.integers(0, 3))}", bool(rng.random() < 0.6), bool(rng.random() < 0.4),
-                              int(rng.integers(0, 6))))
+                steps.append(
+                    (
+                        g,
+                        f"{g}-{j}",
+                        10.0 * won * (t == t_len - 1),
+                        bool(rng.random() < 0.8),
+                        f"s{int(rng.integers(0, 3))}",
+                        bool(rng.random() < 0.6),
+                        bool(rng.random() < 0.4),
+                        int(rng.integers(0, 6)),
+                    )
+                )
     return steps, rng
 
 
@@ -117,8 +140,8 @@ def _both_layouts(steps, rng):
     gaps = [rng.normal(0, 0.3, n) for n in n_tok]
     delta_step = np.zeros_like(mask, dtype=float)
     for i, n in enumerate(n_tok):
-        mask[i, 1:1 + n] = True  # one leading token that is not a response token
-        delta_step[i, 1:1 + n] = gaps[i]
+        mask[i, 1 : 1 + n] = True  # one leading token that is not a response token
+        delta_step[i, 1 : 1 + n] = gaps[i]
     per_step = S.TokenLayout.from_step_rows(mask)
 
     trajs = list(dict.fromkeys(s[1] for s in steps))
@@ -139,7 +162,7 @@ def _both_layouts(steps, rng):
     delta_traj = np.zeros(per_traj.shape)
     for b, row_gaps in enumerate(deltas_rows):
         for start, gap in row_gaps:
-            delta_traj[b, start:start + len(gap)] = gap
+            delta_traj[b, start : start + len(gap)] = gap
     return per_step, delta_step, per_traj, delta_traj, order
 
 
@@ -147,7 +170,9 @@ def _token_values_per_step(tokens, layout):
     return [tokens[layout.token_step == k] for k in range(layout.n_steps)]
 
 
-@pytest.mark.parametrize("preset", ["grpo-alfworld", "gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"])
+@pytest.mark.parametrize(
+    "preset", ["grpo-alfworld", "gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"]
+)
 def test_both_layouts_give_the_same_maths(preset: str) -> None:
     steps, rng = _episode_batch(3)
     per_step, d_step, per_traj, d_traj, order = _both_layouts(steps, rng)
@@ -157,9 +182,18 @@ def test_both_layouts_give_the_same_maths(preset: str) -> None:
     def batch(idx, layout, delta):
         pick = lambda c: [c[i] for i in idx]  # noqa: E731
         target = layout if cfg.step_norm else None  # StepOPSD clean span = the whole turn here
-        return S.StepBatch(group_ids=pick(cols[0]), traj_ids=pick(cols[1]), rewards=pick(cols[2]),
-                           valid=pick(cols[3]), anchor_obs=pick(cols[4]), reasonable=pick(cols[5]),
-                           progress=pick(cols[6]), layout=layout, delta=delta, target=target)
+        return S.StepBatch(
+            group_ids=pick(cols[0]),
+            traj_ids=pick(cols[1]),
+            rewards=pick(cols[2]),
+            valid=pick(cols[3]),
+            anchor_obs=pick(cols[4]),
+            reasonable=pick(cols[5]),
+            progress=pick(cols[6]),
+            layout=layout,
+            delta=delta,
+            target=target,
+        )
 
     a = S.shape_advantages(batch(range(len(steps)), per_step, d_step), cfg, update_index=2)
     b = S.shape_advantages(batch(order, per_traj, d_traj), cfg, update_index=2)
@@ -175,14 +209,20 @@ def test_both_layouts_give_the_same_maths(preset: str) -> None:
 
 def test_stepopsd_target_spans_inside_a_trajectory_row() -> None:
     # one Search-R1 row: prompt | step 0 (reason+action) | information | step 1 ; targets = the two actions
-    lay = S.TokenLayout.from_segments([[("prompt", 0, 2), ("response", 2, 8), ("observation", 8, 12),
-                                        ("response", 12, 16)]], 16)
+    lay = S.TokenLayout.from_segments(
+        [[("prompt", 0, 2), ("response", 2, 8), ("observation", 8, 12), ("response", 12, 16)]], 16
+    )
     target = S.TokenLayout.from_spans([[(5, 8), (13, 16)]], 16)
     delta, dmask = S.scatter_span_deltas([[(5, 8), (13, 16)]], [[[0.5, 0.5], [-0.5, -0.5, -0.5]]], (1, 16))
-    assert dmask[0].tolist() == [False] * 5 + [True, True, False] + [False] * 5 + [True] * 3  # span longer than Δ
-    batch = S.StepBatch(group_ids=[0, 0], traj_ids=["t", "t"], rewards=[0.0, 1.0], layout=lay, delta=delta,
-                        target=target)
-    cfg = S.ShapeConfig(base="grpo", cross_steps=False, token_reweight="stepopsd")  # Search-R1: per trajectory
+    assert (
+        dmask[0].tolist() == [False] * 5 + [True, True, False] + [False] * 5 + [True] * 3
+    )  # span longer than Δ
+    batch = S.StepBatch(
+        group_ids=[0, 0], traj_ids=["t", "t"], rewards=[0.0, 1.0], layout=lay, delta=delta, target=target
+    )
+    cfg = S.ShapeConfig(
+        base="grpo", cross_steps=False, token_reweight="stepopsd"
+    )  # Search-R1: per trajectory
     out = S.shape_advantages(batch, cfg, update_index=0).token_advantages[0]
     a = 1.0 / (1 + 1e-6)  # a group of one trajectory, R = 1: verl gives r/(1+ε)
     assert (out[:2] == 0).all() and (out[8:12] == 0).all()  # prompt and observation

@@ -19,7 +19,9 @@ TOL = 1e-9
 
 
 def close(actual, expected, tol: float = TOL) -> None:
-    np.testing.assert_allclose(np.asarray(actual, dtype=float), np.asarray(expected, dtype=float), rtol=0, atol=tol)
+    np.testing.assert_allclose(
+        np.asarray(actual, dtype=float), np.asarray(expected, dtype=float), rtol=0, atol=tol
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -83,8 +85,10 @@ def test_gigpo_worked_case_mean_norm() -> None:
     half = (g[0] - g[3]) / 2
     close(t.step, [half, 0, 0, -half, 0])
     close(half, 4.5125)
-    close(S.gigpo_advantage(**GI, gamma=0.95, invalid_penalty=0.1, mode="mean_norm"),
-          [8.5325, 4.02, 4.02, -10.4925, -6.08])
+    close(
+        S.gigpo_advantage(**GI, gamma=0.95, invalid_penalty=0.1, mode="mean_norm"),
+        [8.5325, 4.02, 4.02, -10.4925, -6.08],
+    )
 
 
 def test_gigpo_worked_case_mean_std_norm() -> None:
@@ -101,15 +105,30 @@ def test_gigpo_worked_case_mean_std_norm() -> None:
 
 def test_gigpo_all_success_different_lengths() -> None:
     # X: s0 → s1 → s2 (win), Z: s0 → s3 (win). G at s0: 9.025 vs 9.5 → A^S = ∓0.2375, A^E = 0.
-    t = S.gigpo_terms([0, 0, 10, 0, 10], [0] * 5, list("XXXZZ"), ["s0", "s1", "s2", "s0", "s3"],
-                      gamma=0.95, invalid_penalty=0.1, mode="mean_norm")
+    t = S.gigpo_terms(
+        [0, 0, 10, 0, 10],
+        [0] * 5,
+        list("XXXZZ"),
+        ["s0", "s1", "s2", "s0", "s3"],
+        gamma=0.95,
+        invalid_penalty=0.1,
+        mode="mean_norm",
+    )
     close(t.episode, [0] * 5)
     close(t.step, [-0.2375, 0, 0, 0.2375, 0])
 
 
 def test_gigpo_all_fail_only_penalties() -> None:
-    t = S.gigpo_terms([0, 0, 0, 0], [0] * 4, list("XXYY"), ["a", "b", "a", "b"], [1, 0, 1, 1],
-                      gamma=0.95, invalid_penalty=0.1, mode="mean_norm")
+    t = S.gigpo_terms(
+        [0, 0, 0, 0],
+        [0] * 4,
+        list("XXYY"),
+        ["a", "b", "a", "b"],
+        [1, 0, 1, 1],
+        gamma=0.95,
+        invalid_penalty=0.1,
+        mode="mean_norm",
+    )
     close(t.returns, [0, -0.1, 0, 0])
     close(t.step, [0, -0.05, 0, 0.05])
 
@@ -128,7 +147,10 @@ def test_gigpo_similarity_first_member_rule() -> None:
     codes = S.build_step_groups([0] * 4, obs, similarity=True, tau=0.85)
     assert codes[0] == codes[1] != codes[3]
     from difflib import SequenceMatcher
-    assert SequenceMatcher(None, obs[2], obs[0]).ratio() < 0.85 <= SequenceMatcher(None, obs[2], obs[1]).ratio()
+
+    assert (
+        SequenceMatcher(None, obs[2], obs[0]).ratio() < 0.85 <= SequenceMatcher(None, obs[2], obs[1]).ratio()
+    )
     assert codes[2] != codes[0]
 
 
@@ -254,14 +276,19 @@ def test_equal_step_mean_abs_modification() -> None:
 
 
 def test_hindsight_block_exact_text() -> None:
-    block = S.hindsight_block("<search> q </search>\n<information>doc</information>\n<answer> x </answer>  \n")
+    block = S.hindsight_block(
+        "<search> q </search>\n<information>doc</information>\n<answer> x </answer>  \n"
+    )
     assert block == (
         "\n<hindsight>\npeer_correct_trajectory:\n<peer_correct_trajectory>\n"
         "<search> q </search>\n<information>doc</information>\n<answer> x </answer>\n"
         "</peer_correct_trajectory>\n</hindsight>\n"
     )
     assert S.hindsight_block(None) == ""
-    assert S.hindsight_block(None, final_correctness=False) == "\n<hindsight>\nfinal_correctness: incorrect\n</hindsight>\n"
+    assert (
+        S.hindsight_block(None, final_correctness=False)
+        == "\n<hindsight>\nfinal_correctness: incorrect\n</hindsight>\n"
+    )
     assert S.hindsight_block("p", final_correctness="correct", golden_rollout="g \n") == (
         "\n<hindsight>\nfinal_correctness: correct\npeer_correct_trajectory:\n<peer_correct_trajectory>\np\n"
         "</peer_correct_trajectory>\ngolden_rollout:\n<golden_rollout>\ng\n</golden_rollout>\n</hindsight>\n"
@@ -287,10 +314,10 @@ def test_extract_response_steps_worked() -> None:
     steps = S.extract_response_steps(text)
     assert len(steps) == 2
     s0, s1 = steps
-    assert (s0.start, text[s0.action_start:s0.action_end]) == (0, "<search>capital of France</search>")
-    assert text[s0.start:s0.clean_end] == "I should search. <search>capital of France</search>\n\n"
-    assert text[s0.clean_end:s0.end] == "<information>Paris is the capital.</information>"
-    assert text[s1.start:s1.clean_end] == "Now answer. <answer>Paris</answer>"
+    assert (s0.start, text[s0.action_start : s0.action_end]) == (0, "<search>capital of France</search>")
+    assert text[s0.start : s0.clean_end] == "I should search. <search>capital of France</search>\n\n"
+    assert text[s0.clean_end : s0.end] == "<information>Paris is the capital.</information>"
+    assert text[s1.start : s1.clean_end] == "Now answer. <answer>Paris</answer>"
     assert s1.is_final_answer and not s0.is_final_answer
 
 
@@ -299,12 +326,17 @@ def test_target_token_spans_char_tokenizer() -> None:
     n = len(text)  # one token per character: token index == char index
     clean = S.target_token_spans(text, "clean_step_no_observation", len, n)
     assert [(t.token_start, t.token_stop) for t in clean] == [
-        (0, text.index("<information>")), (text.index("Now"), n)]
+        (0, text.index("<information>")),
+        (text.index("Now"), n),
+    ]
     act = S.target_token_spans(text, "action_only", len, n)
-    assert [text[t.token_start:t.token_stop] for t in act] == ["<search>capital of France</search>",
-                                                                 "<answer>Paris</answer>"]
-    assert [text[t.token_start:t.token_stop] for t in S.target_token_spans(text, "answer_only", len, n)] == [
-        "<answer>Paris</answer>"]
+    assert [text[t.token_start : t.token_stop] for t in act] == [
+        "<search>capital of France</search>",
+        "<answer>Paris</answer>",
+    ]
+    assert [
+        text[t.token_start : t.token_stop] for t in S.target_token_spans(text, "answer_only", len, n)
+    ] == ["<answer>Paris</answer>"]
     fin = S.target_token_spans(text, "final_answer_only", len, n)
     assert len(fin) == 1 and fin[0].action_type == "answer"
     # clamping: only 10 valid tokens → the answer step's action maps to (9, 10) and its clean span is dropped
@@ -319,13 +351,13 @@ def test_invalid_feedback_quirks() -> None:
     assert len(steps) == 1  # the quoted tags inside the feedback are not actions
     st = steps[0]
     # the invalid turn before the valid action is merged into the step's clean span, feedback text included
-    assert text[st.start:st.clean_end] == "bad action\n" + fb + "Think. <search>q1</search>"
+    assert text[st.start : st.clean_end] == "bad action\n" + fb + "Think. <search>q1</search>"
     # a response with only an invalid turn has no step
     assert S.extract_response_steps("nothing here\n" + fb) == []
     # feedback as the observation after an action ends the step; the next step starts after it
     text2 = "<search>a</search>\n" + fb + "x <answer>b</answer>"
     s = S.extract_response_steps(text2)
-    assert [text2[t.start:t.clean_end] for t in s] == ["<search>a</search>\n", "x <answer>b</answer>"]
+    assert [text2[t.start : t.clean_end] for t in s] == ["<search>a</search>\n", "x <answer>b</answer>"]
 
 
 def test_structural_alfworld_span() -> None:
@@ -338,7 +370,9 @@ def test_structural_alfworld_span() -> None:
 # --------------------------------------------------------------------------------------------------------------
 # §6 DAPO
 # --------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("rho", "adv", "expected"), [(1.5, 1, -1.28), (0.5, 1, -0.5), (0.5, -1, 0.8), (5, -1, 3)])
+@pytest.mark.parametrize(
+    ("rho", "adv", "expected"), [(1.5, 1, -1.28), (0.5, 1, -0.5), (0.5, -1, 0.8), (5, -1, 3)]
+)
 def test_dapo_policy_loss_values(rho: float, adv: float, expected: float) -> None:
     close(S.clipped_surrogate([rho], [adv], clip_low=0.2, clip_high=0.28, clip_c=3.0), [expected])
     close(S.policy_loss([math.log(rho)], [0.0], [adv]), [expected])
@@ -399,11 +433,15 @@ def test_target_token_spans_word_tokenizer() -> None:
     toks = re.findall(r"\w+|[^\w\s]", text)
     n = len(toks)
     act = S.target_token_spans(text, "action_only", count, n)
-    assert [" ".join(toks[t.token_start:t.token_stop]) for t in act] == [
-        "< search > a b < / search >", "< answer > c < / answer >"]
+    assert [" ".join(toks[t.token_start : t.token_stop]) for t in act] == [
+        "< search > a b < / search >",
+        "< answer > c < / answer >",
+    ]
     clean = S.target_token_spans(text, "clean_step_no_observation", count, n)
-    assert [" ".join(toks[t.token_start:t.token_stop]) for t in clean] == [
-        "Go . < search > a b < / search >", "ok < answer > c < / answer >"]
+    assert [" ".join(toks[t.token_start : t.token_stop]) for t in clean] == [
+        "Go . < search > a b < / search >",
+        "ok < answer > c < / answer >",
+    ]
 
 
 @pytest.mark.gpu
@@ -418,4 +456,6 @@ def test_torch_losses_on_cuda_match_cpu() -> None:
     gpu, _ = losses.policy_loss(lp.cuda(), olp.cuda(), adv.cuda(), mask.cuda())
     torch.testing.assert_close(gpu.cpu(), cpu)
     for mode in S.AGG_MODES:
-        torch.testing.assert_close(losses.agg_loss(gpu, mask.cuda(), mode).cpu(), losses.agg_loss(cpu, mask, mode))
+        torch.testing.assert_close(
+            losses.agg_loss(gpu, mask.cuda(), mode).cpu(), losses.agg_loss(cpu, mask, mode)
+        )

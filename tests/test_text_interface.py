@@ -37,7 +37,10 @@ def react(action: str, think: str = "I should act.") -> str:
     ("text", "action"),
     [
         (react("go to desk 1"), "go to desk 1"),
-        ("<think>a\nb</think>   <action>  take   apple 1 from desk 1 \n</action> trailing words", "take apple 1 from desk 1"),
+        (
+            "<think>a\nb</think>   <action>  take   apple 1 from desk 1 \n</action> trailing words",
+            "take apple 1 from desk 1",
+        ),
         ("<THINK>x</THINK><Action>open drawer 2</Action>", "open drawer 2"),
         ("preamble <think>x</think> middle <action>look</action>", "look"),
     ],
@@ -78,7 +81,10 @@ def test_parse_react_non_text_and_options() -> None:
 @pytest.mark.parametrize(
     ("text", "action"),
     [
-        ("<think>need facts</think>\n<search> capital of France </search>", "<think>need facts</think>\n<search> capital of France </search>"),
+        (
+            "<think>need facts</think>\n<search> capital of France </search>",
+            "<think>need facts</think>\n<search> capital of France </search>",
+        ),
         ("<answer>Paris</answer>", "<answer>Paris</answer>"),
         ("<think>t</think><search>q</search> and then it rambled on", "<think>t</think><search>q</search>"),
     ],
@@ -114,8 +120,13 @@ def _steps(n: int) -> list[schema.Step]:
 
 def test_render_prompt_history_window() -> None:
     hist = _steps(5)
-    p = render_prompt("alfworld", task="put a mug on the desk.", observation="obs 5", history=hist,
-                      admissible_actions=["look", "help", "go to desk 1"])
+    p = render_prompt(
+        "alfworld",
+        task="put a mug on the desk.",
+        observation="obs 5",
+        history=hist,
+        admissible_actions=["look", "help", "go to desk 1"],
+    )
     assert "Your task is to: put a mug on the desk." in p
     assert "[Step 4] Action: act 3" in p and "[Step 5] Action: act 4" in p and "act 2" not in p  # K = 2
     assert "You have taken 5 action(s)" in p and "at step 6" in p
@@ -135,7 +146,9 @@ def test_render_prompt_history_window() -> None:
 
 def test_render_prompt_is_plain_text_safe() -> None:
     """Braces and tags in env text are data, not template fields."""
-    p = render_prompt("webshop", task="buy {x} now", observation="price {0} <b>", admissible_actions=["click[{y}]"])
+    p = render_prompt(
+        "webshop", task="buy {x} now", observation="price {0} <b>", admissible_actions=["click[{y}]"]
+    )
     assert "buy {x} now" in p and "price {0} <b>" in p and "click[{y}]" in p
 
 
@@ -147,8 +160,15 @@ def test_parse_search_r1_lenient_first_tag_wins() -> None:
 
 def test_render_prompt_qa_shows_whole_turns() -> None:
     """An env that records its own PARSED_ACTION ("search: q") still shows the model's whole turn in the history."""
-    s = schema.Step("q", "<think>t</think><search>a</search>", 0.0, "<information>D</information>", False, False,
-                    {schema.PARSED_ACTION: "search: a"})
+    s = schema.Step(
+        "q",
+        "<think>t</think><search>a</search>",
+        0.0,
+        "<information>D</information>",
+        False,
+        False,
+        {schema.PARSED_ACTION: "search: a"},
+    )
     p = render_prompt("qa", task="q?", observation="", history=[s])
     assert "<think>t</think><search>a</search>\n<information>D</information>" in p and "search: a" not in p
 
@@ -231,9 +251,11 @@ def test_wrapper_is_deterministic_and_survives_fuzz() -> None:
 
 
 def test_import_stays_light() -> None:
-    code = ("import sys, stepgym, stepgym.wrappers; "
-            "assert not {'pettingzoo', 'torch', 'textworld', 'stepgym.wrappers.hints'} & set(sys.modules), sys.modules.keys(); "
-            "stepgym.GroupEnv; assert 'pettingzoo' in sys.modules")
+    code = (
+        "import sys, stepgym, stepgym.wrappers; "
+        "assert not {'pettingzoo', 'torch', 'textworld', 'stepgym.wrappers.hints'} & set(sys.modules), sys.modules.keys(); "
+        "stepgym.GroupEnv; assert 'pettingzoo' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -253,7 +275,12 @@ class _EchoQA(TextEnv):
             ok = "shakespeare" in action.lower()
             return "", float(ok), True, {schema.EXACT_MATCH: float(ok), schema.INVALID_REASON: ""}
         if "<search>" in action:
-            return "<information>Doc 1(Title: Hamlet) by William Shakespeare</information>", 0.0, False, {schema.INVALID_REASON: ""}
+            return (
+                "<information>Doc 1(Title: Hamlet) by William Shakespeare</information>",
+                0.0,
+                False,
+                {schema.INVALID_REASON: ""},
+            )
         return "bad", 0.0, False, {schema.INVALID_REASON: problem or "no tag"}
 
 
@@ -311,5 +338,7 @@ def test_alfworld_garbage_is_not_format_valid_and_harmless(alfworld) -> None:
             key = info[schema.STATE_KEY]
         obs, r, term, trunc, info = alfworld.step(a)
         assert info[schema.FORMAT_VALID] is False, (i, a)
-        assert info[schema.PARSED_ACTION] is None and isinstance(obs, str) and obs.startswith("Invalid format")
+        assert (
+            info[schema.PARSED_ACTION] is None and isinstance(obs, str) and obs.startswith("Invalid format")
+        )
         assert info[schema.STATE_KEY] == key and info[schema.EFFECTIVE] is False and r == 0.0

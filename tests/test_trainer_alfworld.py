@@ -29,13 +29,32 @@ from stepgym.trainers.shapers import ShapeConfig
 
 def alfworld_config(out: Path, preset: str, data_dir: Path) -> TrainConfig:
     return TrainConfig(
-        run=RunConfig(output_dir=str(out), iterations=1, save_every=1, progress=False, tensorboard=False,
-                      report=True, threads=1),
-        env=EnvConfig(id="StepGym/ALFWorld-v0", train_split="train", eval_splits=("valid_seen",), max_steps=6,
-                      kwargs=json.dumps({"task_types": ["pick_and_place_simple"]}), history=2),
+        run=RunConfig(
+            output_dir=str(out),
+            iterations=1,
+            save_every=1,
+            progress=False,
+            tensorboard=False,
+            report=True,
+            threads=1,
+        ),
+        env=EnvConfig(
+            id="StepGym/ALFWorld-v0",
+            train_split="train",
+            eval_splits=("valid_seen",),
+            max_steps=6,
+            kwargs=json.dumps({"task_types": ["pick_and_place_simple"]}),
+            history=2,
+        ),
         model=ModelConfig(name="tiny", tokenizer_corpus_episodes=2, tiny_vocab=1024),
-        rollout=RolloutConfig(n_tasks=2, group_size=3, backend="scripted", scripted_policy="noisy-expert:0.4",
-                              max_prompt_tokens=1024, max_response_tokens=64),
+        rollout=RolloutConfig(
+            n_tasks=2,
+            group_size=3,
+            backend="scripted",
+            scripted_policy="noisy-expert:0.4",
+            max_prompt_tokens=1024,
+            max_response_tokens=64,
+        ),
         shaper=ShapeConfig.from_preset(preset),
         optim=OptimConfig(lr=1e-4, micro_batch_tokens=4096),
         warmup=WarmupConfig(steps=0),

@@ -32,8 +32,16 @@ from stepgym.trainers.shapers import ShapeConfig, TokenLayout, broadcast_to_toke
 
 def tiny_config(out: Path, shaper: ShapeConfig | None = None, **over) -> TrainConfig:
     cfg = TrainConfig(
-        run=RunConfig(output_dir=str(out), iterations=2, save_every=0, progress=False, tensorboard=False,
-                      report=False, threads=1, credit_trajectories=2),
+        run=RunConfig(
+            output_dir=str(out),
+            iterations=2,
+            save_every=0,
+            progress=False,
+            tensorboard=False,
+            report=False,
+            threads=1,
+            credit_trajectories=2,
+        ),
         env=EnvConfig(id="StepGym/CreditToy-v0", history=1, eval_splits=("valid",)),
         model=ModelConfig(name="tiny", tokenizer_corpus_episodes=16),
         rollout=RolloutConfig(n_tasks=3, group_size=4, max_prompt_tokens=256, max_response_tokens=8),
@@ -111,7 +119,7 @@ def test_rows_decode_to_their_step_and_advantages_land_on_them(batch_trainer: GR
     width = batch.input_ids.shape[1]
     for b, r in enumerate(rows):
         n = len(r.response_ids)
-        seq = batch.input_ids[b, width - n - len(r.prompt_ids):].tolist()
+        seq = batch.input_ids[b, width - n - len(r.prompt_ids) :].tolist()
         assert seq == r.prompt_ids + r.response_ids
         assert batch.target_ids[b, :n].tolist() == r.response_ids
         assert batch.target_mask[b].sum().item() == n
@@ -138,13 +146,13 @@ def test_batched_logprobs_equal_unpadded_ones(batch_trainer: GRPOTrainer) -> Non
             p = len(r.prompt_ids)
             ref = torch.stack([full[p - 1 + j, tok] for j, tok in enumerate(r.response_ids)])
             assert torch.allclose(logp[b, : len(r.response_ids)], ref, atol=1e-5), b
-            assert torch.all(logp[b, len(r.response_ids):] == 0)
+            assert torch.all(logp[b, len(r.response_ids) :] == 0)
         _, ent = response_logprobs(model, batch, with_entropy=True)
         r = rows[0]
         x = torch.tensor([r.prompt_ids + r.response_ids])
         lp = torch.log_softmax(model(input_ids=x).logits[0].float(), -1)
         p = len(r.prompt_ids)
-        ref_ent = -(lp.exp() * lp).sum(-1)[p - 1: p - 1 + len(r.response_ids)]
+        ref_ent = -(lp.exp() * lp).sum(-1)[p - 1 : p - 1 + len(r.response_ids)]
         assert torch.allclose(ent[0, : len(r.response_ids)], ref_ent, atol=1e-4)
 
 
@@ -164,9 +172,15 @@ def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset
     teacher = tr.rescore(ro, old)
     assert teacher["metrics"]["teacher/items"] > 0
     assert teacher["metrics"]["teacher/delta_std"] > 0  # real, non-trivial gaps
-    batch, mask = build_step_batch(rows, reward_scale=10.0, invalid_rule="format_or_inadmissible",
-                                   pad_id=tr.pad_id, delta=teacher["delta"], delta_mask=teacher.get("delta_mask"),
-                                   target=teacher.get("target"))
+    batch, mask = build_step_batch(
+        rows,
+        reward_scale=10.0,
+        invalid_rule="format_or_inadmissible",
+        pad_id=tr.pad_id,
+        delta=teacher["delta"],
+        delta_mask=teacher.get("delta_mask"),
+        target=teacher.get("target"),
+    )
     res = shape_rows(batch, cfg.shaper, update_index=1, mask=mask)
     base = broadcast_to_tokens(res.shaped.step_advantages, res.layout)
     shaped = res.token_advantages
@@ -187,8 +201,14 @@ def test_proas_keeps_or_zeroes_the_sign_on_real_batches(tmp_path: Path) -> None:
     ro = tr.collect()
     rea, pa = tr.arg.label(ro)
     assert rea.any() and not rea.all()  # expert-seeded graph: some steps reasonable, some not
-    batch, mask = build_step_batch(ro.rows, reward_scale=10.0, invalid_rule="format_or_inadmissible",
-                                   pad_id=tr.pad_id, reasonable=rea, progress=pa)
+    batch, mask = build_step_batch(
+        ro.rows,
+        reward_scale=10.0,
+        invalid_rule="format_or_inadmissible",
+        pad_id=tr.pad_id,
+        reasonable=rea,
+        progress=pa,
+    )
     res = shape_rows(batch, cfg.shaper, update_index=0, mask=mask)
     base, shaped = res.shaped.base_advantages, res.shaped.step_advantages
     assert np.any(base != 0)
@@ -205,8 +225,12 @@ def test_resume_reproduces_the_next_step_bitwise(tmp_path: Path) -> None:
     restored: iteration 2 after a resume from the iteration-1 checkpoint is *bitwise* identical."""
     shaper = ShapeConfig.from_preset("stepopsd-alfworld")
     cfg = tiny_config(tmp_path / "a", shaper)
-    cfg = replace(cfg, run=replace(cfg.run, save_every=1), teacher=replace(cfg.teacher, refresh_every=1),
-                  warmup=WarmupConfig(steps=5, episodes=8))
+    cfg = replace(
+        cfg,
+        run=replace(cfg.run, save_every=1),
+        teacher=replace(cfg.teacher, refresh_every=1),
+        warmup=WarmupConfig(steps=5, episodes=8),
+    )
     a = GRPOTrainer(cfg)
     a.train()
     final_a = params(a.model)
@@ -225,7 +249,13 @@ def test_resume_reproduces_the_next_step_bitwise(tmp_path: Path) -> None:
         assert torch.equal(teacher_a[n], p), n
     lines_a = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     lines_b = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
-    keys = ["rollout/success", "rollout/response_tokens", "actor/pg_loss", "actor/grad_norm", "teacher/delta_std"]
+    keys = [
+        "rollout/success",
+        "rollout/response_tokens",
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "teacher/delta_std",
+    ]
     assert [lines_a[-1][k] for k in keys] == [lines_b[-1][k] for k in keys]
     b.close()
 
@@ -273,7 +303,9 @@ def test_fresh_run_refuses_a_directory_with_checkpoints(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # A full iteration through GroupEnv with the scripted backend, for every method, plus evaluation and the report
 # ---------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("preset", ["grpo-alfworld", "gigpo-alfworld", "proas-grpo", "ahead", "stepopsd-alfworld"])
+@pytest.mark.parametrize(
+    "preset", ["grpo-alfworld", "gigpo-alfworld", "proas-grpo", "ahead", "stepopsd-alfworld"]
+)
 def test_scripted_iteration_every_method(tmp_path: Path, preset: str) -> None:
     cfg = scripted(tiny_config(tmp_path / preset, ShapeConfig.from_preset(preset)), "noisy-expert:0.3")
     cfg = replace(cfg, run=replace(cfg.run, iterations=1, report=True))
@@ -312,10 +344,28 @@ def test_cli_train_then_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     from stepgym.cli import main
 
     out = tmp_path / "cli"
-    common = ["--preset", "credit-grpo", "--run.output-dir", str(out), "--run.no-progress", "--run.no-tensorboard",
-              "--rollout.backend", "scripted", "--rollout.scripted-policy", "noisy-expert:0.3",
-              "--rollout.n-tasks", "2", "--rollout.group-size", "3", "--warmup.steps", "0",
-              "--model.tokenizer-corpus-episodes", "8", "--eval.limit", "2"]
+    common = [
+        "--preset",
+        "credit-grpo",
+        "--run.output-dir",
+        str(out),
+        "--run.no-progress",
+        "--run.no-tensorboard",
+        "--rollout.backend",
+        "scripted",
+        "--rollout.scripted-policy",
+        "noisy-expert:0.3",
+        "--rollout.n-tasks",
+        "2",
+        "--rollout.group-size",
+        "3",
+        "--warmup.steps",
+        "0",
+        "--model.tokenizer-corpus-episodes",
+        "8",
+        "--eval.limit",
+        "2",
+    ]
     assert main(["train", *common, "--run.iterations", "1"]) == 0
     assert "report:" in capsys.readouterr().out
     assert (out / "checkpoints" / "latest").is_file()

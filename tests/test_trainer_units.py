@@ -13,7 +13,7 @@ import stepgym  # noqa: F401  (registers the envs)
 from stepgym import schema
 from stepgym.testing import check_text_env
 from stepgym.trainers.checkpoint import CheckpointError, find_latest, read_state, save_checkpoint
-from stepgym.trainers.samples import truncate_middle
+from stepgym.trainers.samples import token_budget_batches, truncate_middle
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -164,8 +164,15 @@ def test_privileged_text_is_cut_then_dropped_when_the_context_is_full(tokenizer)
         assert (st.pi_truncated, st.pi_dropped) == {"whole": (0, 0), "cut": (1, 0), "dropped": (0, 1)}[expect]
     st = TeacherStats()
     block = "\n<hindsight>\n" + "peer step " * 200 + "\n</hindsight>\n"
-    items, spans = opsd_items([row], [block], tokenizer, span_mode="action_only", max_context_tokens=budget + 40,
-                              min_pi_tokens=16, stats=st)
+    items, spans = opsd_items(
+        [row],
+        [block],
+        tokenizer,
+        span_mode="action_only",
+        max_context_tokens=budget + 40,
+        min_pi_tokens=16,
+        stats=st,
+    )
     (item,) = items
     s, e = spans[0][0]
     assert item.target == rids[s:e] and item.start == s
@@ -214,7 +221,9 @@ def test_presets_build_and_cli_overrides() -> None:
     from stepgym.trainers.cli import parse_config
     from stepgym.trainers.presets import PRESETS
 
-    assert {"alfworld-cpu", "alfworld-gigpo", "alfworld-ahead", "alfworld-stepopsd", "credit-grpo"} <= set(PRESETS)
+    assert {"alfworld-cpu", "alfworld-gigpo", "alfworld-ahead", "alfworld-stepopsd", "credit-grpo"} <= set(
+        PRESETS
+    )
     for _, cfg in PRESETS.values():
         assert cfg.rollout.group_size >= 2
     p = PRESETS["alfworld-stepopsd"][1]
@@ -243,8 +252,10 @@ def test_importing_shapers_does_not_import_the_trainer_stack() -> None:
     import subprocess
     import sys
 
-    code = ("import stepgym, stepgym.trainers, stepgym.trainers.config, sys; "
-            "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; print(bad)")
+    code = (
+        "import stepgym, stepgym.trainers, stepgym.trainers.config, sys; "
+        "bad = [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -255,7 +266,11 @@ def test_eval_summary_budgets() -> None:
     def traj(n_steps: int, won: bool, tt: str) -> schema.Trajectory:
         t = schema.Trajectory("x", "o", {schema.TASK_TYPE: tt})
         for i in range(n_steps):
-            info = {schema.WON: won and i == n_steps - 1, schema.FORMAT_VALID: True, schema.ADMISSIBLE: i % 2 == 0}
+            info = {
+                schema.WON: won and i == n_steps - 1,
+                schema.FORMAT_VALID: True,
+                schema.ADMISSIBLE: i % 2 == 0,
+            }
             t.steps.append(schema.Step("o", "a", 0.0, "o", False, False, info))
         return t
 
@@ -263,3 +278,22 @@ def test_eval_summary_budgets() -> None:
     assert s["within"] == {"10": pytest.approx(1 / 3), "20": pytest.approx(2 / 3), "50": pytest.approx(2 / 3)}
     assert s["per_type"] == {"a": {"n": 2, "success": 1.0}, "b": {"n": 1, "success": 0.0}}
     assert np.isclose(s["valid_action_ratio"], (3 + 8 + 25) / 70)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_token_budget_batches_cover_every_row_once_within_budget(seed):
+    rng = np.random.default_rng(seed)
+    lengths = [int(x) for x in rng.integers(1, 300, size=int(rng.integers(0, 60)))]
+    budget = int(rng.integers(50, 1200))
+    batches = token_budget_batches(lengths, budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert b, "no empty batch"
+        padded = max(lengths[i] for i in b) * len(b)
+        assert padded <= budget or len(b) == 1  # an over-long row still gets a batch of its own
+    assert token_budget_batches(lengths, budget) == batches  # deterministic
+
+
+def test_token_budget_batches_groups_similar_lengths():
+    assert token_budget_batches([10, 100, 10, 100, 1000], 200) == [[0, 2], [1, 3], [4]]
+    assert token_budget_batches([], 10) == []

@@ -99,7 +99,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 def file_server(tmp_path: Path):
     served = tmp_path / "served"
     served.mkdir()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(served)))
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(served))
+    )
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -129,7 +131,13 @@ def test_download_from_local_server(ws: Path, tmp_path: Path, file_server) -> No
     assert (dest / "baseline_models" / "data" / "human_goals.json").is_file()
     # the downloaded data runs the env end to end: 5 of the 13 products carry synthetic instructions
     env = gym.make("StepGym/WebShop-v0", data_root=dest, split="all").unwrapped
-    assert {g.asin for g in env.core.goals} == {"B07B6DVG41", "B087TR48KK", "B08ZRR3DZT", "B09B7G7P58", "B08XQRDDT1"}
+    assert {g.asin for g in env.core.goals} == {
+        "B07B6DVG41",
+        "B087TR48KK",
+        "B08ZRR3DZT",
+        "B09B7G7P58",
+        "B08XQRDDT1",
+    }
     _, info = env.reset(options={"goal_index": 0})
     while True:
         _, r, term, trunc, info = env.step(info[schema.EXPERT_ACTION])
@@ -143,7 +151,7 @@ def test_download_errors_name_the_url(tmp_path: Path, file_server) -> None:
     served, base = file_server
     with pytest.raises(ServiceUnavailableError, match=r"items_shuffle_1000\.json"):
         download(tmp_path / "dl", base_url=base, progress=False)
-    (served / "items_shuffle_1000.json").write_text("[{\"asin\": ")
+    (served / "items_shuffle_1000.json").write_text('[{"asin": ')
     for name in ("items_ins_v2_1000.json", "items_human_ins.json", "human_goals.json"):
         (served / name).write_text("{}" if name != "human_goals.json" else "[]")
     with pytest.raises(CorruptDataError, match=r"items_shuffle_1000\.json"):

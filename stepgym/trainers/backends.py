@@ -59,8 +59,9 @@ class Generation:
 class RolloutBackend(Protocol):
     """Generates one response per request. ``greedy`` is used for evaluation."""
 
-    def generate(self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False) -> list[Generation]:
-        ...
+    def generate(
+        self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False
+    ) -> list[Generation]: ...
 
     def sync_weights(self, model: Any) -> None:
         """Make the backend sample from ``model``'s current weights (a no-op when they are shared)."""
@@ -123,7 +124,9 @@ class HFBackend:
     def _device(self) -> Any:
         return next(self.model.parameters()).device
 
-    def generate(self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False) -> list[Generation]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False
+    ) -> list[Generation]:
         import torch
 
         if not requests:
@@ -138,7 +141,7 @@ class HFBackend:
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 torch.manual_seed(int(seed))
                 for start in range(0, len(order), self.batch_size):
-                    chunk = order[start: start + self.batch_size]
+                    chunk = order[start : start + self.batch_size]
                     outs = self._generate_chunk([requests[i].prompt_ids for i in chunk], greedy, device)
                     for i, g in zip(chunk, outs, strict=True):
                         results[i] = g
@@ -153,8 +156,8 @@ class HFBackend:
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attn = torch.zeros_like(ids)
         for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
-            attn[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+            attn[i, width - len(p) :] = 1
         kwargs: dict[str, Any] = dict(
             max_new_tokens=self.max_new_tokens,
             pad_token_id=self.pad_id,
@@ -222,7 +225,9 @@ class ScriptedBackend:
             the identity when the policy already returns full replies.
     """
 
-    def __init__(self, tokenizer: Any, policy: str | Policy = "random", *, render: Callable[[str], str] | None = None):
+    def __init__(
+        self, tokenizer: Any, policy: str | Policy = "random", *, render: Callable[[str], str] | None = None
+    ):
         self.tokenizer = tokenizer
         self.policy = scripted_policy(policy) if isinstance(policy, str) else policy
         self.render = render or (lambda a: a)
@@ -231,7 +236,9 @@ class ScriptedBackend:
     def sync_weights(self, model: Any) -> None:
         return None
 
-    def generate(self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False) -> list[Generation]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False
+    ) -> list[Generation]:
         rng = np.random.default_rng(seed)
         out = []
         for req in requests:

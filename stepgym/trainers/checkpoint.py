@@ -106,7 +106,9 @@ def save_checkpoint(
         for writer in parts.values():
             writer(tmp)
         payload = {"format_version": FORMAT_VERSION, **state}
-        (tmp / _STATE).write_text(json.dumps(payload, indent=1, sort_keys=True, default=str), encoding="utf-8")
+        (tmp / _STATE).write_text(
+            json.dumps(payload, indent=1, sort_keys=True, default=str), encoding="utf-8"
+        )
         _fsync_tree(tmp)
         if final.exists():  # re-saving the same iteration (e.g. after a resume): move the old one aside first
             old = root / f".old-{name}-{os.getpid()}"
@@ -160,7 +162,9 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     f = path / _STATE
     if not f.is_file():
-        raise CheckpointError(f"{path} is not a complete stepgym checkpoint (no {_STATE}); pick another folder")
+        raise CheckpointError(
+            f"{path} is not a complete stepgym checkpoint (no {_STATE}); pick another folder"
+        )
     try:
         state = json.loads(f.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

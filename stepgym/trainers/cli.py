@@ -66,14 +66,18 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     print(f"done: {result['iterations']} iterations; output in {cfg.run.output_dir}")
     if result.get("report"):
         print(f"report: {result['report']}")
-    for ev in result["evals"][-len(cfg.env.eval_splits):]:
-        print(f"eval {ev['split']} (iteration {ev['iteration']}): success {ev['success']:.3f} over {ev['n_tasks']} tasks")
+    for ev in result["evals"][-len(cfg.env.eval_splits) :]:
+        print(
+            f"eval {ev['split']} (iteration {ev['iteration']}): success {ev['success']:.3f} over {ev['n_tasks']} tasks"
+        )
     return 0
 
 
 def _print_eval(ev: dict[str, Any]) -> None:
-    print(f"\n{ev['split']}: success {ev['success']:.3f} over {ev['n_tasks']} tasks "
-          f"(valid-action ratio {ev['valid_action_ratio']:.3f}, mean steps {ev['mean_steps']:.1f})")
+    print(
+        f"\n{ev['split']}: success {ev['success']:.3f} over {ev['n_tasks']} tasks "
+        f"(valid-action ratio {ev['valid_action_ratio']:.3f}, mean steps {ev['mean_steps']:.1f})"
+    )
     width = max([len(t) for t in ev["per_type"]] + [9])
     for tt, row in ev["per_type"].items():
         print(f"  {tt.ljust(width)}  {row['success']:.3f}  ({row['n']} tasks)")
@@ -90,8 +94,13 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     from stepgym.trainers.grpo import GRPOTrainer
 
     if ns.checkpoint:
-        cfg = replace(cfg, run=replace(cfg.run, resume=ns.checkpoint, output_dir=cfg.run.output_dir + "-eval",
-                                       tensorboard=False), warmup=replace(cfg.warmup, steps=0))
+        cfg = replace(
+            cfg,
+            run=replace(
+                cfg.run, resume=ns.checkpoint, output_dir=cfg.run.output_dir + "-eval", tensorboard=False
+            ),
+            warmup=replace(cfg.warmup, steps=0),
+        )
     else:
         cfg = replace(cfg, run=replace(cfg.run, output_dir=cfg.run.output_dir + "-eval", tensorboard=False))
     trainer = GRPOTrainer(cfg)

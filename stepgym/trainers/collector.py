@@ -130,13 +130,21 @@ class Collector:
         self._pool: list[GroupEnv] = []
 
     def _wrappers(self) -> list[Callable[[Any], Any]]:
-        return [EnvFeedbackWrapper, functools.partial(TextInterfaceWrapper, fmt=self.fmt, history_length=self.history)]
+        return [
+            EnvFeedbackWrapper,
+            functools.partial(TextInterfaceWrapper, fmt=self.fmt, history_length=self.history),
+        ]
 
     def groups(self, n: int) -> list[GroupEnv]:
         """``n`` GroupEnvs, created on first use and reused (ALFWorld caches parsed games per env)."""
         while len(self._pool) < n:
             self._pool.append(
-                GroupEnv(self.env_id, group_size=self.group_size, env_kwargs=self.env_kwargs, wrappers=self._wrappers())
+                GroupEnv(
+                    self.env_id,
+                    group_size=self.group_size,
+                    env_kwargs=self.env_kwargs,
+                    wrappers=self._wrappers(),
+                )
             )
         return self._pool[:n]
 
@@ -203,16 +211,28 @@ class Collector:
                     traj = g.trajectories[r_idx]
                     step = traj.steps[-1]
                     prompt, ids, cut = prompts[k]
-                    rows.append(StepRow(
-                        group=gi, rollout=r_idx, traj=gi * g_size + r_idx, t=len(traj.steps) - 1,
-                        task_id=traj.task_id, prompt=prompt, prompt_ids=list(ids),
-                        response_ids=list(gens[k].response_ids), response_text=gens[k].text, prompt_truncated=cut,
-                        finished=gens[k].finished, observation=step.observation, reward=float(rew[a]),
-                        format_valid=bool(info.get(schema.FORMAT_VALID, False)),
-                        admissible=bool(info.get(schema.ADMISSIBLE, True)),
-                        action=info.get(schema.PARSED_ACTION), info=info,
-                        anchor=self._anchor(last_info[gi][a], last_obs[gi][a]),
-                    ))
+                    rows.append(
+                        StepRow(
+                            group=gi,
+                            rollout=r_idx,
+                            traj=gi * g_size + r_idx,
+                            t=len(traj.steps) - 1,
+                            task_id=traj.task_id,
+                            prompt=prompt,
+                            prompt_ids=list(ids),
+                            response_ids=list(gens[k].response_ids),
+                            response_text=gens[k].text,
+                            prompt_truncated=cut,
+                            finished=gens[k].finished,
+                            observation=step.observation,
+                            reward=float(rew[a]),
+                            format_valid=bool(info.get(schema.FORMAT_VALID, False)),
+                            admissible=bool(info.get(schema.ADMISSIBLE, True)),
+                            action=info.get(schema.PARSED_ACTION),
+                            info=info,
+                            anchor=self._anchor(last_info[gi][a], last_obs[gi][a]),
+                        )
+                    )
                     last_info[gi][a] = info
                     last_obs[gi][a] = step.next_observation
             stats["env_seconds"] += time.perf_counter() - t1

@@ -178,7 +178,9 @@ class LossConfig:
     """ε_high (DAPO's clip-higher: 0.28)."""
     clip_c: float = 3.0
     """Dual-clip constant c for negative advantages."""
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "token-mean"
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
+        "token-mean"
+    )
     """Loss aggregation (DAPO: token-mean, over the whole mini-batch across gradient-accumulation micro-batches)."""
     kl_coef: float = 0.0
     """KL-to-reference coefficient (low-variance k3 estimator; 0.01 in StepOPSD and verl-agent's GiGPO recipe)."""

@@ -67,7 +67,7 @@ def credit_payload(ro: Rollouts, sh: ShapingResult, k: int, *, iteration: int, m
     with each step's GRPO and shaped advantage: the data of the report's credit picture."""
     succ = ro.successes
     g_size = ro.group_size
-    mixed = [g for g in range(len(ro.task_ids)) if 0 < sum(succ[g * g_size:(g + 1) * g_size]) < g_size]
+    mixed = [g for g in range(len(ro.task_ids)) if 0 < sum(succ[g * g_size : (g + 1) * g_size]) < g_size]
     pool = [g * g_size + r for g in mixed for r in range(g_size)] or list(range(len(ro.trajectories)))
     fails = [t for t in pool if not succ[t]][: (k + 1) // 2]
     wins = [t for t in pool if succ[t]][: k - len(fails)]
@@ -79,13 +79,23 @@ def credit_payload(ro: Rollouts, sh: ShapingResult, k: int, *, iteration: int, m
         for t in range(len(ro.trajectories[tr].steps)):
             i = index[(tr, t)]
             r = ro.rows[i]
-            steps.append({"t": t, "action": r.action, "valid": r.valid, "reward": r.reward,
-                          "grpo": float(sh.grpo_steps[i]), "shaped": float(shaped_steps[i])})
+            steps.append(
+                {
+                    "t": t,
+                    "action": r.action,
+                    "valid": r.valid,
+                    "reward": r.reward,
+                    "grpo": float(sh.grpo_steps[i]),
+                    "shaped": float(shaped_steps[i]),
+                }
+            )
         trajs.append({"task_id": ro.trajectories[tr].task_id, "won": bool(succ[tr]), "steps": steps})
     return {"iteration": iteration, "method": method, "trajectories": trajs}
 
 
-def gap_stats(delta: np.ndarray, rows: list[Any], flag: np.ndarray, name: str, mask: Any = None) -> dict[str, float]:
+def gap_stats(
+    delta: np.ndarray, rows: list[Any], flag: np.ndarray, name: str, mask: Any = None
+) -> dict[str, float]:
     """Std(Δ) and mean Δ over the scored tokens, overall and split by a per-row flag (StepOPSD's diagnostic)."""
     width = delta.shape[1]
     m = np.zeros_like(delta, dtype=bool)

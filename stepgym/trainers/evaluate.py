@@ -33,7 +33,9 @@ def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int])
         per_type.setdefault(tt, []).append(ok)
         for s in t.steps:
             total += 1
-            valid += int(bool(s.info.get(schema.FORMAT_VALID, True)) and bool(s.info.get(schema.ADMISSIBLE, True)))
+            valid += int(
+                bool(s.info.get(schema.FORMAT_VALID, True)) and bool(s.info.get(schema.ADMISSIBLE, True))
+            )
     n = len(trajectories)
     won_a, steps_a = np.array(won, dtype=bool), np.array(steps)
     return {
@@ -74,7 +76,7 @@ def evaluate(
 
         bar = tqdm(total=len(ids), desc="eval", leave=False)
     for start in range(0, len(ids), max(1, parallel)):
-        chunk = ids[start: start + parallel]
+        chunk = ids[start : start + parallel]
         ro = collector.collect([(tid, seed) for tid in chunk], seed_rng=rng, greedy=greedy)
         trajs += ro.trajectories
         if bar is not None:

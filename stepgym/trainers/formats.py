@@ -30,7 +30,11 @@ CREDIT_TEMPLATE = PromptTemplate(
 )
 
 CREDIT_FORMAT = TextFormat(
-    "credit", CREDIT_TEMPLATE, lambda t: parse_react(t, require_think=False), _credit_feedback, history_length=2,
+    "credit",
+    CREDIT_TEMPLATE,
+    lambda t: parse_react(t, require_think=False),
+    _credit_feedback,
+    history_length=2,
 )
 
 _TRAINER_FORMATS = {"credit": CREDIT_FORMAT}

@@ -98,22 +98,35 @@ class GRPOTrainer:
         self._build_model(resume_from)
         tok = self.tokenizer
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        self.encoder = PromptEncoder(tok, max_prompt_tokens=config.rollout.max_prompt_tokens,
-                                     system=config.model.system_prompt)
+        self.encoder = PromptEncoder(
+            tok, max_prompt_tokens=config.rollout.max_prompt_tokens, system=config.model.system_prompt
+        )
         self.backend = backend if backend is not None else self._make_backend()
-        self.collector = self._collector(config.env.make_kwargs(config.env.train_split), config.rollout.group_size)
+        self.collector = self._collector(
+            config.env.make_kwargs(config.env.train_split), config.rollout.group_size
+        )
         self.train_task_ids = self.collector.task_ids()
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         o = config.optim
-        self.optimizer = torch.optim.AdamW(trainable, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
+        )
         warm = max(0, o.warmup_updates)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0
         )
-        self.actor = Actor(self.model, self.optimizer, self.scheduler, loss=config.loss, optim=o, pad_id=self.pad_id,
-                           autocast_dtype=self.autocast)
-        self.scorer = Scorer(self.pad_id, microbatch_tokens=config.teacher.microbatch_tokens,
-                             autocast_dtype=self.autocast)
+        self.actor = Actor(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            loss=config.loss,
+            optim=o,
+            pad_id=self.pad_id,
+            autocast_dtype=self.autocast,
+        )
+        self.scorer = Scorer(
+            self.pad_id, microbatch_tokens=config.teacher.microbatch_tokens, autocast_dtype=self.autocast
+        )
         self._build_teachers()
         self.arg = self._build_arg()
         self._eval_collectors: dict[str, Collector] = {}
@@ -122,16 +135,27 @@ class GRPOTrainer:
         elif config.warmup.steps > 0:
             from stepgym.trainers.warmup import format_warmup
 
-            self.warmup_stats = format_warmup(self.model, self.collector, config.warmup, rng=self.rng,
-                                              pad_id=self.pad_id, micro_batch_tokens=o.micro_batch_tokens,
-                                              progress=config.run.progress)
+            self.warmup_stats = format_warmup(
+                self.model,
+                self.collector,
+                config.warmup,
+                rng=self.rng,
+                pad_id=self.pad_id,
+                micro_batch_tokens=o.micro_batch_tokens,
+                progress=config.run.progress,
+            )
             if self.stale is not None:
                 self.stale.load_from(self.model)
             if self.reference is not None:
                 self.reference.load_from(self.model)
-        self.metrics = MetricsLogger(self.out, tensorboard=config.run.tensorboard,
-                                     resume_from=self.iteration if state is not None else None)
-        (self.out / "config.json").write_text(json.dumps(config.to_dict(), indent=1, default=str), encoding="utf-8")
+        self.metrics = MetricsLogger(
+            self.out,
+            tensorboard=config.run.tensorboard,
+            resume_from=self.iteration if state is not None else None,
+        )
+        (self.out / "config.json").write_text(
+            json.dumps(config.to_dict(), indent=1, default=str), encoding="utf-8"
+        )
 
     # -- construction ---------------------------------------------------------------------------------------
     def _resume_path(self) -> Path | None:
@@ -154,8 +178,13 @@ class GRPOTrainer:
         from stepgym.trainers.models import build_tiny_model, load_model
 
         mc = self.cfg.model
-        tiny = dict(hidden_size=mc.tiny_hidden, num_layers=mc.tiny_layers, num_heads=mc.tiny_heads,
-                    num_kv_heads=max(1, mc.tiny_heads // 2), intermediate_size=mc.tiny_intermediate)
+        tiny = dict(
+            hidden_size=mc.tiny_hidden,
+            num_layers=mc.tiny_layers,
+            num_heads=mc.tiny_heads,
+            num_kv_heads=max(1, mc.tiny_heads // 2),
+            intermediate_size=mc.tiny_intermediate,
+        )
         is_tiny = mc.name == "tiny" or mc.name.startswith("tiny:")
         if is_tiny and resume_from is not None and (resume_from / "tokenizer").is_dir():
             import transformers
@@ -169,11 +198,21 @@ class GRPOTrainer:
             if is_tiny:
                 from stepgym.trainers.warmup import env_corpus
 
-                corpus = env_corpus(self.cfg.env.id, self.cfg.env.make_kwargs(self.cfg.env.train_split), self.fmt,
-                                    history=self.history, episodes=mc.tokenizer_corpus_episodes,
-                                    seed=self.cfg.run.seed)
-            lm = load_model(mc.name, corpus=corpus, tiny={**tiny, "vocab_size": mc.tiny_vocab},
-                            dtype=self.weights_dtype, seed=self.cfg.run.seed)
+                corpus = env_corpus(
+                    self.cfg.env.id,
+                    self.cfg.env.make_kwargs(self.cfg.env.train_split),
+                    self.fmt,
+                    history=self.history,
+                    episodes=mc.tokenizer_corpus_episodes,
+                    seed=self.cfg.run.seed,
+                )
+            lm = load_model(
+                mc.name,
+                corpus=corpus,
+                tiny={**tiny, "vocab_size": mc.tiny_vocab},
+                dtype=self.weights_dtype,
+                seed=self.cfg.run.seed,
+            )
             tokenizer, model, self.model_source = lm.tokenizer, lm.model, lm.source
         if self.weights_dtype == "bf16":
             import torch
@@ -184,11 +223,18 @@ class GRPOTrainer:
             from stepgym import _deps
 
             peft = _deps.require("peft", "train", what="LoRA")
-            lcfg = peft.LoraConfig(r=mc.lora_rank, lora_alpha=mc.lora_alpha, lora_dropout=mc.lora_dropout,
-                                   target_modules="all-linear", task_type="CAUSAL_LM")
+            lcfg = peft.LoraConfig(
+                r=mc.lora_rank,
+                lora_alpha=mc.lora_alpha,
+                lora_dropout=mc.lora_dropout,
+                target_modules="all-linear",
+                task_type="CAUSAL_LM",
+            )
             model = peft.get_peft_model(model, lcfg)
         if mc.gradient_checkpointing:  # transformers 5 renamed it; keep working on both names
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable = (
+                getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            )
             enable()
             if mc.lora_rank > 0:  # frozen embeddings: checkpointed blocks need an input that requires grad
                 model.enable_input_require_grads()
@@ -197,26 +243,52 @@ class GRPOTrainer:
     def _make_backend(self) -> Any:
         rc = self.cfg.rollout
         if rc.backend == "scripted":
-            return make_backend("scripted", tokenizer=self.tokenizer, policy=rc.scripted_policy,
-                                render=reply_renderer(self.fmt))
+            return make_backend(
+                "scripted",
+                tokenizer=self.tokenizer,
+                policy=rc.scripted_policy,
+                render=reply_renderer(self.fmt),
+            )
         if rc.backend == "vllm":
             if self.cfg.model.lora_rank > 0:
                 raise ValueError("the vLLM backend syncs full weights; use --rollout.backend hf with LoRA")
-            return make_backend("vllm", model=self.model, tokenizer=self.tokenizer,
-                                max_new_tokens=rc.max_response_tokens, temperature=rc.temperature, top_p=rc.top_p,
-                                gpu_memory_utilization=rc.vllm_gpu_memory_utilization)
-        return make_backend("hf", model=self.model, tokenizer=self.tokenizer, max_new_tokens=rc.max_response_tokens,
-                            temperature=rc.temperature, top_p=rc.top_p, batch_size=rc.generate_batch_size,
-                            autocast_dtype=self.autocast)
+            return make_backend(
+                "vllm",
+                model=self.model,
+                tokenizer=self.tokenizer,
+                max_new_tokens=rc.max_response_tokens,
+                temperature=rc.temperature,
+                top_p=rc.top_p,
+                gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
+            )
+        return make_backend(
+            "hf",
+            model=self.model,
+            tokenizer=self.tokenizer,
+            max_new_tokens=rc.max_response_tokens,
+            temperature=rc.temperature,
+            top_p=rc.top_p,
+            batch_size=rc.generate_batch_size,
+            autocast_dtype=self.autocast,
+        )
 
     def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
-        return Collector(self.cfg.env.id, kwargs, self.fmt, history=self.history, group_size=group_size,
-                         encoder=self.encoder, backend=self.backend, anchor=self.cfg.env.anchor)
+        return Collector(
+            self.cfg.env.id,
+            kwargs,
+            self.fmt,
+            history=self.history,
+            group_size=group_size,
+            encoder=self.encoder,
+            backend=self.backend,
+            anchor=self.cfg.env.anchor,
+        )
 
     def _build_teachers(self) -> None:
         cfg = self.cfg
         need_stale = (cfg.shaper.token_reweight == "stepopsd" and cfg.teacher.opsd_teacher == "stale") or (
-            cfg.loss.kl_coef > 0 and cfg.loss.kl_anchor == "stale")
+            cfg.loss.kl_coef > 0 and cfg.loss.kl_anchor == "stale"
+        )
         self.stale = StaleTeacher(self.model, cfg.teacher.refresh_every) if need_stale else None
         self.reference = None
         if cfg.loss.kl_coef > 0 and cfg.loss.kl_anchor == "initial":
@@ -232,8 +304,11 @@ class GRPOTrainer:
             return None
         from stepgym.trainers.arg import ArgLabeler
 
-        return ArgLabeler(self.cfg.env.id, self.cfg.env.make_kwargs(self.cfg.env.train_split),
-                          seed=self.cfg.teacher.arg_seed)
+        return ArgLabeler(
+            self.cfg.env.id,
+            self.cfg.env.make_kwargs(self.cfg.env.train_split),
+            seed=self.cfg.teacher.arg_seed,
+        )
 
     # -- one iteration --------------------------------------------------------------------------------------
     def _sample_tasks(self, n: int) -> list[tuple[str, int]]:
@@ -270,14 +345,22 @@ class GRPOTrainer:
             if bar is not None:
                 bar.close()
 
-    def _ahead_gaps(self, ro: Rollouts, old: list[np.ndarray], stats: TeacherStats) -> tuple[Any, dict[str, float]]:
+    def _ahead_gaps(
+        self, ro: Rollouts, old: list[np.ndarray], stats: TeacherStats
+    ) -> tuple[Any, dict[str, float]]:
         from stepgym.wrappers.hints import ahead_privileged_text, analyze_many
 
         analyses = analyze_many(ro.trajectories, self.analyzer, failure_only=True)
         rows = ro.rows
         pis = [ahead_privileged_text(ro.trajectories[r.traj], r.t, analyses[r.traj].hints) for r in rows]
-        items = ahead_items(rows, pis, self.encoder, max_context_tokens=self._context_budget(),
-                            min_pi_tokens=self.cfg.teacher.min_pi_tokens, stats=stats)
+        items = ahead_items(
+            rows,
+            pis,
+            self.encoder,
+            max_context_tokens=self._context_budget(),
+            min_pi_tokens=self.cfg.teacher.min_pi_tokens,
+            stats=stats,
+        )
         t_lp = self.scorer.score(self.model, [it.context for it in items], [it.target for it in items])
         stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
         width = max(len(r.response_ids) for r in rows)
@@ -290,16 +373,28 @@ class GRPOTrainer:
         extra = gap_stats(delta, rows, hinted, "hinted")
         return delta, extra
 
-    def _opsd_gaps(self, ro: Rollouts, old: list[np.ndarray], stats: TeacherStats, lam: float) -> tuple[Any, ...]:
+    def _opsd_gaps(
+        self, ro: Rollouts, old: list[np.ndarray], stats: TeacherStats, lam: float
+    ) -> tuple[Any, ...]:
         tc = self.cfg.teacher
         rows = ro.rows
-        mode = tc.span_mode if tc.span_mode != "auto" else (
-            "clean_step_no_observation" if self.fmt.name == "qa" else "action_only")
+        mode = (
+            tc.span_mode
+            if tc.span_mode != "auto"
+            else ("clean_step_no_observation" if self.fmt.name == "qa" else "action_only")
+        )
         blocks = [ro.hindsight[r.traj] for r in rows]
         live = tc.opsd_teacher == "live"
-        items, spans = opsd_items(rows, blocks, self.tokenizer, span_mode=mode,
-                                  max_context_tokens=self._context_budget(), min_pi_tokens=tc.min_pi_tokens,
-                                  stats=stats, score_plain=not live)
+        items, spans = opsd_items(
+            rows,
+            blocks,
+            self.tokenizer,
+            span_mode=mode,
+            max_context_tokens=self._context_budget(),
+            min_pi_tokens=tc.min_pi_tokens,
+            stats=stats,
+            score_plain=not live,
+        )
         width = max(len(r.response_ids) for r in rows)
         target = TokenLayout.from_spans([[tuple(s) for s in sp] for sp in spans], width)
         if lam <= 0 and not tc.score_after_decay:
@@ -307,7 +402,10 @@ class GRPOTrainer:
         teacher_model = self.model if live else self.stale.model  # type: ignore[union-attr]
         t_lp = self.scorer.score(teacher_model, [it.context for it in items], [it.target for it in items])
         stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
-        got = {it.row: lp - old[it.row][it.start: it.start + len(lp)] for it, lp in zip(items, t_lp, strict=True)}
+        got = {
+            it.row: lp - old[it.row][it.start : it.start + len(lp)]
+            for it, lp in zip(items, t_lp, strict=True)
+        }
         per_row = [[got.get(b, np.zeros(sp[0][1] - sp[0][0]))] if sp else [] for b, sp in enumerate(spans)]
         delta, dmask = scatter_span_deltas(spans, per_row, (len(rows), width))
         with_block = np.array([bool(b) for b in blocks])
@@ -349,16 +447,31 @@ class GRPOTrainer:
         teacher = self.rescore(ro, old)
         labels = self.arg.label(ro) if self.arg is not None else (None, None)
         batch, mask = build_step_batch(
-            rows, reward_scale=cfg.env.reward_scale, invalid_rule=cfg.env.invalid_rule, pad_id=self.pad_id,
-            reasonable=labels[0], progress=labels[1], delta=teacher.get("delta"),
-            delta_mask=teacher.get("delta_mask"), target=teacher.get("target"))
+            rows,
+            reward_scale=cfg.env.reward_scale,
+            invalid_rule=cfg.env.invalid_rule,
+            pad_id=self.pad_id,
+            reasonable=labels[0],
+            progress=labels[1],
+            delta=teacher.get("delta"),
+            delta_mask=teacher.get("delta_mask"),
+            target=teacher.get("target"),
+        )
         t_shape0 = time.perf_counter()
         shaping = shape_rows(batch, cfg.shaper, update_index=self.iteration, mask=mask)
         t_shape = time.perf_counter() - t_shape0
         ref = self._reference_logprobs(rows)
         t_upd0 = time.perf_counter()
-        upd = [UpdateRow(r.prompt_ids, r.response_ids, None if old is None else old[i], shaping.row_advantages(i),
-                         None if ref is None else ref[i]) for i, r in enumerate(rows)]
+        upd = [
+            UpdateRow(
+                r.prompt_ids,
+                r.response_ids,
+                None if old is None else old[i],
+                shaping.row_advantages(i),
+                None if ref is None else ref[i],
+            )
+            for i, r in enumerate(rows)
+        ]
         actor_stats = self.actor.update(upd, self.rng)
         t_upd = time.perf_counter() - t_upd0
         self.iteration += 1
@@ -375,13 +488,18 @@ class GRPOTrainer:
         if self.arg is not None:
             m.update(self.arg.metrics())
         n_train_tok = sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
-        m.update({
-            "time/iteration_s": t_end - t_start, "time/rollout_s": t_roll - t_start, "time/old_logp_s": t_old - t_roll,
-            "time/shape_s": t_shape, "time/update_s": t_upd,
-            "perf/rollout_tokens_per_s": ro.stats["gen_tokens"] / max(ro.stats["gen_seconds"], 1e-9),
-            "perf/train_tokens_per_s": n_train_tok * cfg.optim.epochs / max(t_upd, 1e-9),
-            "perf/teacher_share": m.get("time/teacher_s", 0.0) / max(t_end - t_start, 1e-9),
-        })
+        m.update(
+            {
+                "time/iteration_s": t_end - t_start,
+                "time/rollout_s": t_roll - t_start,
+                "time/old_logp_s": t_old - t_roll,
+                "time/shape_s": t_shape,
+                "time/update_s": t_upd,
+                "perf/rollout_tokens_per_s": ro.stats["gen_tokens"] / max(ro.stats["gen_seconds"], 1e-9),
+                "perf/train_tokens_per_s": n_train_tok * cfg.optim.epochs / max(t_upd, 1e-9),
+                "perf/teacher_share": m.get("time/teacher_s", 0.0) / max(t_end - t_start, 1e-9),
+            }
+        )
         self._write_credit(ro, shaping)
         self.last = (ro, shaping)
         return m
@@ -417,8 +535,15 @@ class GRPOTrainer:
                 if ec.max_steps > 0:
                     kw["max_steps"] = ec.max_steps
                 self._eval_collectors[split] = self._collector(kw, 1)
-            res = evaluate(self._eval_collectors[split], budgets=ec.budgets, limit=ec.limit, greedy=ec.greedy,
-                           parallel=ec.parallel, seed=self.cfg.run.seed, progress=self.cfg.run.progress)
+            res = evaluate(
+                self._eval_collectors[split],
+                budgets=ec.budgets,
+                limit=ec.limit,
+                greedy=ec.greedy,
+                parallel=ec.parallel,
+                seed=self.cfg.run.seed,
+                progress=self.cfg.run.progress,
+            )
             res.update(split=split, iteration=self.iteration)
             results.append(res)
         self.evals += results
@@ -446,7 +571,9 @@ class GRPOTrainer:
         if rc.progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=rc.iterations, initial=self.iteration, desc=f"{self.cfg.method} train", unit="it")
+            bar = tqdm(
+                total=rc.iterations, initial=self.iteration, desc=f"{self.cfg.method} train", unit="it"
+            )
         try:
             if ec.at_start and self.iteration == 0:
                 self.metrics.log(0, self.eval_metrics(self.evaluate()))
@@ -460,7 +587,9 @@ class GRPOTrainer:
                     self.save()
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(success=f"{m['rollout/success']:.2f}", valid=f"{m['rollout/valid_action_ratio']:.2f}")
+                    bar.set_postfix(
+                        success=f"{m['rollout/success']:.2f}", valid=f"{m['rollout/valid_action_ratio']:.2f}"
+                    )
         finally:
             if bar is not None:
                 bar.close()
@@ -469,8 +598,13 @@ class GRPOTrainer:
         if rc.report:
             from stepgym.trainers.report import write_report
 
-            report = write_report(self.out, config=self.cfg.to_dict(), method=self.cfg.method, evals=self.evals,
-                                  wall_seconds=time.perf_counter() - self._t_created)
+            report = write_report(
+                self.out,
+                config=self.cfg.to_dict(),
+                method=self.cfg.method,
+                evals=self.evals,
+                wall_seconds=time.perf_counter() - self._t_created,
+            )
         return {"iterations": self.iteration, "evals": self.evals, "report": report}
 
     # -- checkpoints ----------------------------------------------------------------------------------------
@@ -488,8 +622,10 @@ class GRPOTrainer:
 
         parts: dict[str, Any] = {
             "model": lambda d: save_model(self.model, str(d / "model.safetensors")),
-            "optimizer": lambda d: torch.save({"optimizer": self.optimizer.state_dict(),
-                                               "scheduler": self.scheduler.state_dict()}, d / "optimizer.pt"),
+            "optimizer": lambda d: torch.save(
+                {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                d / "optimizer.pt",
+            ),
             "rng": rng_part,
             "tokenizer": lambda d: self.tokenizer.save_pretrained(str(d / "tokenizer")),
         }
@@ -500,10 +636,17 @@ class GRPOTrainer:
         if self.arg is not None:
             parts["arg"] = lambda d: self.arg.save(d / "arg")
         parts.update(extra_parts or {})
-        state = {"iteration": self.iteration, "method": self.cfg.method, "model_source": self.model_source,
-                 "stale_version": self.stale.version if self.stale is not None else None,
-                 "evals": self.evals, "config": self.cfg.to_dict()}
-        return save_checkpoint(self.ckpt_dir, self.iteration, state, parts, keep=self.cfg.run.keep_checkpoints)
+        state = {
+            "iteration": self.iteration,
+            "method": self.cfg.method,
+            "model_source": self.model_source,
+            "stale_version": self.stale.version if self.stale is not None else None,
+            "evals": self.evals,
+            "config": self.cfg.to_dict(),
+        }
+        return save_checkpoint(
+            self.ckpt_dir, self.iteration, state, parts, keep=self.cfg.run.keep_checkpoints
+        )
 
     def _load(self, path: Path, state: dict[str, Any]) -> None:
         import torch

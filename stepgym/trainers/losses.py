@@ -35,7 +35,9 @@ def clipped_surrogate(
     """ℓ = max(−Aρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)); for A < 0 also min(ℓ, −A·c). Same shapes in and out."""
     if clip_low < 0 or clip_high < 0:
         raise ValueError(f"clip ranges must be >= 0, got {clip_low}, {clip_high}")
-    loss = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high))
+    loss = torch.maximum(
+        -advantages * ratio, -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    )
     if clip_c is not None:
         if clip_c <= 1.0:
             raise ValueError(f"dual-clip constant c must be > 1, got {clip_c}")
@@ -90,7 +92,9 @@ def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean
     :func:`stepgym.trainers.shapers.agg_loss` (same edge cases: an all-masked batch gives 0, sequences without a
     valid token are skipped by seq-mean-token-mean). Returns a 0-d tensor."""
     if loss.ndim != 2 or loss.shape != mask.shape:
-        raise ValueError(f"loss and mask must be equal 2-D shapes, got {tuple(loss.shape)} and {tuple(mask.shape)}")
+        raise ValueError(
+            f"loss and mask must be equal 2-D shapes, got {tuple(loss.shape)} and {tuple(mask.shape)}"
+        )
     m = mask.to(loss.dtype)
     lm = torch.where(m != 0, loss * m, torch.zeros_like(loss))
     if mode == "token-mean":

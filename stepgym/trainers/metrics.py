@@ -39,13 +39,17 @@ class MetricsLogger:
     ``resume_from`` truncates the JSONL to records with ``iteration <= resume_from`` (those after it are redone).
     """
 
-    def __init__(self, output_dir: str | Path, *, tensorboard: bool = True, resume_from: int | None = None) -> None:
+    def __init__(
+        self, output_dir: str | Path, *, tensorboard: bool = True, resume_from: int | None = None
+    ) -> None:
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
         if resume_from is not None:
             kept = [r for r in read_metrics(self.path) if int(r.get("iteration", 0)) <= resume_from]
-            self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), encoding="utf-8")
+            self.path.write_text(
+                "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), encoding="utf-8"
+            )
         elif self.path.exists():
             self.path.unlink()
         self.tb = None
@@ -55,8 +59,11 @@ class MetricsLogger:
 
                 self.tb = SummaryWriter(log_dir=str(self.dir / "tensorboard"))
             except ImportError:
-                warnings.warn("tensorboard is not installed; metrics go to metrics.jsonl only "
-                              "(pip install 'stepgym[train]')", stacklevel=2)
+                warnings.warn(
+                    "tensorboard is not installed; metrics go to metrics.jsonl only "
+                    "(pip install 'stepgym[train]')",
+                    stacklevel=2,
+                )
 
     def log(self, iteration: int, metrics: dict[str, Any]) -> None:
         record = {"iteration": int(iteration)}

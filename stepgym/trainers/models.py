@@ -50,10 +50,26 @@ _TAGS = ("<think>", "</think>", "<action>", "</action>")
 
 #: Published Qwen2.5 shapes (config.json of the hub models), for randomly initialised realistic-size models.
 REALISTIC_SHAPES: dict[str, dict[str, Any]] = {
-    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1_000_000.0),
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1_000_000.0),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+    ),
+    "qwen2.5-1.5b": dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+    ),
 }
 
 
@@ -91,7 +107,10 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> Any:
     # The reply tags as single, *non-special* tokens (decoding must keep them: the parser reads them).
     tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in _TAGS])
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
     )
 
 
@@ -118,9 +137,16 @@ def build_tiny_model(
             raise ValueError(f"unknown model shape {shape!r}; known: {sorted(REALISTIC_SHAPES)}")
         dims = dict(REALISTIC_SHAPES[shape])
     else:
-        dims = dict(hidden_size=hidden_size, intermediate_size=intermediate_size, num_hidden_layers=num_layers,
-                    num_attention_heads=num_heads, num_key_value_heads=num_kv_heads, vocab_size=len(tokenizer),
-                    tie_word_embeddings=True, rope_theta=10_000.0)
+        dims = dict(
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            num_key_value_heads=num_kv_heads,
+            vocab_size=len(tokenizer),
+            tie_word_embeddings=True,
+            rope_theta=10_000.0,
+        )
     rope_theta = dims.pop("rope_theta")
     dims["vocab_size"] = max(int(dims["vocab_size"]), len(tokenizer))
     config = transformers.Qwen2Config(
@@ -154,7 +180,9 @@ def _smollm2_gguf() -> Path:
             path = Path(str(f.locate()))
             if path.is_file():
                 return path
-    raise FileNotFoundError(f"the `{_SMOLLM2_PACKAGE}` package is installed but holds no .gguf file; reinstall it")
+    raise FileNotFoundError(
+        f"the `{_SMOLLM2_PACKAGE}` package is installed but holds no .gguf file; reinstall it"
+    )
 
 
 def smollm2_folder(*, progress: bool = True) -> Path:
@@ -181,7 +209,9 @@ def smollm2_folder(*, progress: bool = True) -> Path:
     missing, unexpected = plain.load_state_dict(quant.state_dict(), strict=False)
     real_missing = [m for m in missing if not m.endswith("lm_head.weight")]  # tied to the embeddings
     if real_missing or unexpected:
-        raise RuntimeError(f"SmolLM2 conversion mismatch: missing {real_missing[:5]}, unexpected {unexpected[:5]}")
+        raise RuntimeError(
+            f"SmolLM2 conversion mismatch: missing {real_missing[:5]}, unexpected {unexpected[:5]}"
+        )
     plain = plain.to(torch.bfloat16)
     tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

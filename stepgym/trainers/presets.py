@@ -40,11 +40,25 @@ __all__ = ["PRESETS", "get_preset"]
 
 PAPER_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
-_ALFWORLD_ENV = EnvConfig(id="StepGym/ALFWorld-v0", train_split="train", eval_splits=("valid_seen", "valid_unseen"),
-                          max_steps=50, history=2)
-_WEBSHOP_ENV = EnvConfig(id="StepGym/WebShop-v0", train_split="train", eval_splits=("test",), max_steps=15, history=2)
-_SEARCHQA_ENV = EnvConfig(id="StepGym/SearchQA-v0", train_split="train", eval_splits=("test",), history=-1,
-                          reward_scale=1.0, invalid_rule="format", anchor="observation")
+_ALFWORLD_ENV = EnvConfig(
+    id="StepGym/ALFWorld-v0",
+    train_split="train",
+    eval_splits=("valid_seen", "valid_unseen"),
+    max_steps=50,
+    history=2,
+)
+_WEBSHOP_ENV = EnvConfig(
+    id="StepGym/WebShop-v0", train_split="train", eval_splits=("test",), max_steps=15, history=2
+)
+_SEARCHQA_ENV = EnvConfig(
+    id="StepGym/SearchQA-v0",
+    train_split="train",
+    eval_splits=("test",),
+    history=-1,
+    reward_scale=1.0,
+    invalid_rule="format",
+    anchor="observation",
+)
 
 
 def _paper(env: EnvConfig, shaper: ShapeConfig, name: str, **over: object) -> TrainConfig:
@@ -72,11 +86,17 @@ def _alfworld_cpu() -> TrainConfig:
     # 19 s, measured); on an idle machine pass --run.threads 2.
     return TrainConfig(
         run=RunConfig(output_dir="runs/alfworld-cpu", iterations=2, save_every=2, threads=1),
-        env=replace(_ALFWORLD_ENV, max_steps=5, history=1, kwargs='{"task_types": ["pick_and_place_simple"]}',
-                    eval_splits=("valid_seen",)),
+        env=replace(
+            _ALFWORLD_ENV,
+            max_steps=5,
+            history=1,
+            kwargs='{"task_types": ["pick_and_place_simple"]}',
+            eval_splits=("valid_seen",),
+        ),
         model=ModelConfig(name="smollm2-135m-instruct", precision="fp32", lora_rank=16, lora_alpha=32),
-        rollout=RolloutConfig(n_tasks=2, group_size=2, max_prompt_tokens=384, max_response_tokens=40,
-                              generate_batch_size=8),
+        rollout=RolloutConfig(
+            n_tasks=2, group_size=2, max_prompt_tokens=384, max_response_tokens=40, generate_batch_size=8
+        ),
         shaper=ShapeConfig.from_preset("gigpo-alfworld"),
         teacher=TeacherConfig(microbatch_tokens=2048),
         optim=OptimConfig(lr=1e-4, micro_batch_tokens=2048),
@@ -90,8 +110,13 @@ def _alfworld_cpu() -> TrainConfig:
 def _credit(shaper: ShapeConfig, name: str) -> TrainConfig:
     return TrainConfig(
         run=RunConfig(output_dir=f"runs/{name}", iterations=25, save_every=0, threads=1),
-        env=EnvConfig(id="StepGym/CreditToy-v0", eval_splits=("valid",), history=1, max_steps=10,
-                      kwargs='{"n_rooms": 5, "n_distractors": 2}'),
+        env=EnvConfig(
+            id="StepGym/CreditToy-v0",
+            eval_splits=("valid",),
+            history=1,
+            max_steps=10,
+            kwargs='{"n_rooms": 5, "n_distractors": 2}',
+        ),
         model=ModelConfig(name="tiny"),
         rollout=RolloutConfig(n_tasks=8, group_size=8, max_prompt_tokens=256, max_response_tokens=8),
         shaper=shaper,
@@ -104,25 +129,50 @@ def _credit(shaper: ShapeConfig, name: str) -> TrainConfig:
 
 def _build() -> dict[str, tuple[str, TrainConfig]]:
     p: dict[str, tuple[str, TrainConfig]] = {}
-    p["alfworld-cpu"] = ("SmolLM2-135M-Instruct on ALFWorld, a few GiGPO iterations on 2 CPU cores", _alfworld_cpu())
-    p["alfworld-grpo"] = ("GRPO on ALFWorld (verl-agent recipe)",
-                          _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("grpo-alfworld"), "alfworld-grpo"))
-    p["alfworld-gigpo"] = ("GiGPO on ALFWorld (mean_std_norm, γ 0.95)",
-                           _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "alfworld-gigpo"))
-    p["alfworld-proas"] = ("ProAS on GiGPO on ALFWorld (ARG seeded from the walkthroughs)",
-                           _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("proas-gigpo"), "alfworld-proas"))
-    p["alfworld-ahead"] = ("AHEAD on ALFWorld (oracle hints, λ 0.5 → 0)",
-                           _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("ahead"), "alfworld-ahead"))
-    p["alfworld-stepopsd"] = ("StepOPSD on ALFWorld (stale teacher / 10, action-only spans)",
-                              _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("stepopsd-alfworld"), "alfworld-stepopsd",
-                                     loss=_opsd_loss()))
-    p["webshop-gigpo"] = ("GiGPO on WebShop (mean_norm)",
-                          _paper(_WEBSHOP_ENV, ShapeConfig.from_preset("gigpo-webshop"), "webshop-gigpo"))
-    p["webshop-ahead"] = ("AHEAD on WebShop",
-                          _paper(_WEBSHOP_ENV, ShapeConfig.from_preset("ahead"), "webshop-ahead"))
-    sq = _paper(_SEARCHQA_ENV, ShapeConfig.from_preset("stepopsd-searchqa"), "searchqa-stepopsd", loss=_opsd_loss())
-    p["searchqa-stepopsd"] = ("StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
-                              replace(sq, rollout=replace(sq.rollout, group_size=5)))
+    p["alfworld-cpu"] = (
+        "SmolLM2-135M-Instruct on ALFWorld, a few GiGPO iterations on 2 CPU cores",
+        _alfworld_cpu(),
+    )
+    p["alfworld-grpo"] = (
+        "GRPO on ALFWorld (verl-agent recipe)",
+        _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("grpo-alfworld"), "alfworld-grpo"),
+    )
+    p["alfworld-gigpo"] = (
+        "GiGPO on ALFWorld (mean_std_norm, γ 0.95)",
+        _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "alfworld-gigpo"),
+    )
+    p["alfworld-proas"] = (
+        "ProAS on GiGPO on ALFWorld (ARG seeded from the walkthroughs)",
+        _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("proas-gigpo"), "alfworld-proas"),
+    )
+    p["alfworld-ahead"] = (
+        "AHEAD on ALFWorld (oracle hints, λ 0.5 → 0)",
+        _paper(_ALFWORLD_ENV, ShapeConfig.from_preset("ahead"), "alfworld-ahead"),
+    )
+    p["alfworld-stepopsd"] = (
+        "StepOPSD on ALFWorld (stale teacher / 10, action-only spans)",
+        _paper(
+            _ALFWORLD_ENV,
+            ShapeConfig.from_preset("stepopsd-alfworld"),
+            "alfworld-stepopsd",
+            loss=_opsd_loss(),
+        ),
+    )
+    p["webshop-gigpo"] = (
+        "GiGPO on WebShop (mean_norm)",
+        _paper(_WEBSHOP_ENV, ShapeConfig.from_preset("gigpo-webshop"), "webshop-gigpo"),
+    )
+    p["webshop-ahead"] = (
+        "AHEAD on WebShop",
+        _paper(_WEBSHOP_ENV, ShapeConfig.from_preset("ahead"), "webshop-ahead"),
+    )
+    sq = _paper(
+        _SEARCHQA_ENV, ShapeConfig.from_preset("stepopsd-searchqa"), "searchqa-stepopsd", loss=_opsd_loss()
+    )
+    p["searchqa-stepopsd"] = (
+        "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
+        replace(sq, rollout=replace(sq.rollout, group_size=5)),
+    )
     credit = {
         "grpo": ShapeConfig.from_preset("grpo-alfworld"),
         "gigpo": ShapeConfig.from_preset("gigpo-alfworld"),
@@ -131,8 +181,10 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
         "stepopsd": ShapeConfig.from_preset("stepopsd-alfworld"),
     }
     for k, s in credit.items():
-        p[f"credit-{k}"] = (f"{k} on the credit-assignment toy, tiny model (CPU, seconds per iteration)",
-                            _credit(s, f"credit-{k}"))
+        p[f"credit-{k}"] = (
+            f"{k} on the credit-assignment toy, tiny model (CPU, seconds per iteration)",
+            _credit(s, f"credit-{k}"),
+        )
     return p
 
 

@@ -57,7 +57,7 @@ def _plot_curves(records: Sequence[dict[str, Any]], path: Path, title: str) -> b
     cols = 3
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
-    for ax in axes.ravel()[len(panels):]:
+    for ax in axes.ravel()[len(panels) :]:
         ax.axis("off")
     for ax, (key, name) in zip(axes.ravel(), panels, strict=False):
         xs, ys = _series(records, key)
@@ -102,7 +102,9 @@ def _plot_credit(credit: dict[str, Any], path: Path) -> bool:
         ax.set_title(f"{tr['task_id']} — {'success' if tr['won'] else 'failure'}", fontsize=9)
         ax.set_ylabel("advantage")
         ax.legend(fontsize=7, loc="upper right")
-    fig.suptitle(f"Credit picture (iteration {credit.get('iteration')}): per-step advantage, GRPO vs {method}")
+    fig.suptitle(
+        f"Credit picture (iteration {credit.get('iteration')}): per-step advantage, GRPO vs {method}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -112,14 +114,21 @@ def _plot_credit(credit: dict[str, Any], path: Path) -> bool:
 def _eval_tables(evals: Sequence[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     for ev in evals:
-        lines += [f"### Evaluation: split `{ev['split']}` at iteration {ev['iteration']} ({ev['n_tasks']} tasks)", ""]
+        lines += [
+            f"### Evaluation: split `{ev['split']}` at iteration {ev['iteration']} ({ev['n_tasks']} tasks)",
+            "",
+        ]
         lines += ["| task type | tasks | success |", "|---|---|---|"]
         for tt, row in sorted(ev["per_type"].items()):
             lines.append(f"| {tt} | {row['n']} | {row['success']:.3f} |")
         lines.append(f"| **all** | {ev['n_tasks']} | **{ev['success']:.3f}** |")
-        lines += ["", "| budget (steps) | " + " | ".join(str(b) for b in ev["within"]) + " |",
-                  "|---|" + "---|" * len(ev["within"]),
-                  "| solved within | " + " | ".join(f"{v:.3f}" for v in ev["within"].values()) + " |", ""]
+        lines += [
+            "",
+            "| budget (steps) | " + " | ".join(str(b) for b in ev["within"]) + " |",
+            "|---|" + "---|" * len(ev["within"]),
+            "| solved within | " + " | ".join(f"{v:.3f}" for v in ev["within"].values()) + " |",
+            "",
+        ]
     return lines
 
 
@@ -148,13 +157,23 @@ def write_report(
         figs = []
     last = records[-1] if records else {}
     lines = [f"# stepgym training report: {method} on `{config['env']['id']}`", ""]
-    lines += [f"- model: `{config['model']['name']}`; iterations: {len(records)}; "
-              f"batch: {config['rollout']['n_tasks']} tasks × {config['rollout']['group_size']} rollouts"]
+    lines += [
+        f"- model: `{config['model']['name']}`; iterations: {len(records)}; "
+        f"batch: {config['rollout']['n_tasks']} tasks × {config['rollout']['group_size']} rollouts"
+    ]
     if wall_seconds is not None:
         lines.append(f"- wall time: {wall_seconds:.0f} s")
     lines.append("")
-    keys = ["rollout/success", "rollout/episode_reward", "rollout/valid_action_ratio", "rollout/response_tokens",
-            "rollout/episode_steps", "teacher/delta_std", "actor/pg_loss", "time/iteration_s"]
+    keys = [
+        "rollout/success",
+        "rollout/episode_reward",
+        "rollout/valid_action_ratio",
+        "rollout/response_tokens",
+        "rollout/episode_steps",
+        "teacher/delta_std",
+        "actor/pg_loss",
+        "time/iteration_s",
+    ]
     lines += ["| metric (last iteration) | value |", "|---|---|"]
     lines += [f"| {k} | {last[k]:.4g} |" for k in keys if isinstance(last.get(k), int | float)]
     lines.append("")

@@ -34,6 +34,7 @@ __all__ = [
     "StepRow",
     "pack",
     "response_matrix",
+    "token_budget_batches",
     "truncate_middle",
 ]
 
@@ -45,7 +46,7 @@ def truncate_middle(ids: Sequence[int], limit: int, head_share: float = 0.25) ->
         return ids, False
     head = int(limit * head_share)
     tail = limit - head
-    return ids[:head] + ids[len(ids) - tail:], True
+    return ids[:head] + ids[len(ids) - tail :], True
 
 
 class PromptEncoder:
@@ -117,6 +118,25 @@ class StepRow:
         return bool(self.format_valid and self.admissible)
 
 
+def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Cut sequence indices into batches of at most ``budget`` padded tokens (batch size × longest length).
+
+    Indices are sorted by length first so that similar lengths share a batch and padding stays small. A sequence
+    longer than ``budget`` still gets a batch of its own (it is never dropped). Deterministic: ties keep index order.
+    """
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda k: lengths[k]):
+        # ascending order: the newest index is the longest of its batch
+        if cur and lengths[i] * (len(cur) + 1) > budget:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
 def response_matrix(responses: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Left-aligned (B, R) token ids (padded with ``pad_id``) and their (B, R) bool mask."""
     width = max((len(r) for r in responses), default=0)
@@ -150,7 +170,11 @@ class PackedBatch:
 
 
 def pack(
-    contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, pad_id: int, device: Any = "cpu",
+    contexts: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    device: Any = "cpu",
 ) -> PackedBatch:
     """Right-align each ``context + target`` sequence into one (B, L) batch for :func:`response_logprobs`.
 
@@ -169,8 +193,8 @@ def pack(
     input_ids = torch.full((b, width), pad_id, dtype=torch.long)
     attn = torch.zeros((b, width), dtype=torch.long)
     for i, s in enumerate(seqs):
-        input_ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        attn[i, width - len(s):] = 1
+        input_ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        attn[i, width - len(s) :] = 1
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
     tgt_np, mask_np = response_matrix(targets, pad_id)
     lens = np.array([len(t) for t in targets], dtype=np.int64)
@@ -199,7 +223,7 @@ def response_logprobs(model: Any, batch: PackedBatch, *, with_entropy: bool = Fa
         logits_to_keep=batch.keep,
         use_cache=False,
     )
-    logits = out.logits[:, -batch.keep:, :].float()  # (B, keep, V)
+    logits = out.logits[:, -batch.keep :, :].float()  # (B, keep, V)
     # The token each window position predicts, then log p = logit[token] - logsumexp(logits), all at (B, keep):
     # no (B, R, V) copy is made (with a 152k vocabulary that copy would dominate GPU memory).
     nxt = torch.zeros(logits.shape[:2], dtype=torch.long, device=logits.device)

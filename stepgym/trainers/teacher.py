@@ -38,7 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers.samples import PromptEncoder, StepRow, pack, response_logprobs, truncate_middle
+from stepgym.trainers.samples import (
+    PromptEncoder,
+    StepRow,
+    pack,
+    response_logprobs,
+    token_budget_batches,
+    truncate_middle,
+)
 from stepgym.trainers.shapers.stepopsd_text import structural_target_span
 
 __all__ = [
@@ -98,20 +105,11 @@ class Scorer:
         self.autocast_dtype = autocast_dtype
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        out: list[list[int]] = []
-        cur: list[int] = []
-        for i in order:
-            width = lengths[i]  # sorted ascending: the newest item is the widest
-            if cur and width * (len(cur) + 1) > self.microbatch_tokens:
-                out.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            out.append(cur)
-        return out
+        return token_budget_batches(lengths, self.microbatch_tokens)
 
-    def score(self, model: Any, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    def score(
+        self, model: Any, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
         import torch
 
         if not contexts:
@@ -124,8 +122,12 @@ class Scorer:
         try:
             with torch.no_grad():
                 for idx in self.batches(lengths):
-                    batch = pack([contexts[i] for i in idx], [targets[i] for i in idx], pad_id=self.pad_id,
-                                 device=device)
+                    batch = pack(
+                        [contexts[i] for i in idx],
+                        [targets[i] for i in idx],
+                        pad_id=self.pad_id,
+                        device=device,
+                    )
                     if self.autocast_dtype is not None:
                         with torch.autocast(device.type, dtype=self.autocast_dtype):
                             logp, _ = response_logprobs(model, batch)
@@ -169,9 +171,7 @@ def prefix_token_counter(tokenizer: Any, ids: Sequence[int]) -> Callable[[str], 
     return count
 
 
-def _fit_privileged(
-    pi_ids: list[int], room: int, min_tokens: int, stats: TeacherStats
-) -> list[int]:
+def _fit_privileged(pi_ids: list[int], room: int, min_tokens: int, stats: TeacherStats) -> list[int]:
     if len(pi_ids) <= room:
         return pi_ids
     if room < min_tokens:
@@ -210,7 +210,9 @@ def ahead_items(
         if text:
             # Re-rendered so the text sits inside the user turn; a prompt already cut for the student is cut the
             # same way (middle first), so the privileged text at the end survives.
-            ctx, cut = encoder.encode(row.prompt, text, limit=max(1, max_context_tokens - len(row.response_ids)))
+            ctx, cut = encoder.encode(
+                row.prompt, text, limit=max(1, max_context_tokens - len(row.response_ids))
+            )
             if cut and not row.prompt_truncated:
                 stats.pi_truncated += 1
         else:
@@ -282,7 +284,11 @@ class StaleTeacher:
 
     def maybe_refresh(self, model: Any, completed_updates: int) -> bool:
         """After update ``completed_updates``: refresh when it is a multiple of ``every``."""
-        if completed_updates > 0 and completed_updates % self.every == 0 and completed_updates != self.version:
+        if (
+            completed_updates > 0
+            and completed_updates % self.every == 0
+            and completed_updates != self.version
+        ):
             self.load_from(model)
             self.version = int(completed_updates)
             return True

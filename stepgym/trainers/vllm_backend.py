@@ -93,7 +93,9 @@ class VLLMBackend:
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()
 
-    def generate(self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False) -> list[Generation]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False
+    ) -> list[Generation]:
         sp_cls = self.vllm.SamplingParams
         params = [
             sp_cls(

@@ -24,7 +24,7 @@ from stepgym.trainers.backends import ScriptedBackend
 from stepgym.trainers.collector import Collector
 from stepgym.trainers.config import WarmupConfig
 from stepgym.trainers.formats import reply_renderer
-from stepgym.trainers.samples import pack, response_logprobs
+from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextFormat, TextInterfaceWrapper
 
@@ -62,21 +62,6 @@ def env_corpus(
     finally:
         env.close()
     return texts
-
-
-def _chunks(idx: list[int], rows: list[Any], budget: int) -> list[list[int]]:
-    out: list[list[int]] = []
-    cur: list[int] = []
-    width = 0
-    for i in sorted(idx, key=lambda k: len(rows[k].prompt_ids) + len(rows[k].response_ids)):
-        width = max(width, len(rows[i].prompt_ids) + len(rows[i].response_ids))
-        if cur and width * (len(cur) + 1) > budget:
-            out.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        out.append(cur)
-    return out
 
 
 def format_warmup(
@@ -123,9 +108,16 @@ def format_warmup(
         n_tok = sum(len(rows[i].response_ids) for i in pick)
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        for chunk in _chunks(pick, rows, micro_batch_tokens):
-            batch = pack([rows[i].prompt_ids for i in chunk], [rows[i].response_ids for i in chunk], pad_id=pad_id,
-                         device=device)
+        lengths = [len(rows[i].prompt_ids) + len(rows[i].response_ids) for i in pick]
+        for chunk in (
+            [pick[j] for j in batch] for batch in token_budget_batches(lengths, micro_batch_tokens)
+        ):
+            batch = pack(
+                [rows[i].prompt_ids for i in chunk],
+                [rows[i].response_ids for i in chunk],
+                pad_id=pad_id,
+                device=device,
+            )
             logp, _ = response_logprobs(model, batch)
             loss = -(logp * batch.target_mask).sum() / max(n_tok, 1)
             loss.backward()

@@ -37,11 +37,19 @@ class EpisodeRecorder:
         return self.trajectory
 
     def add(
-        self, action: Any, observation: Any, reward: float, terminated: bool, truncated: bool, info: dict[str, Any],
+        self,
+        action: Any,
+        observation: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict[str, Any],
     ) -> schema.Step:
         if self.trajectory is None:
             raise RuntimeError("EpisodeRecorder.add before start")
-        step = schema.Step(self._obs, action, float(reward), observation, bool(terminated), bool(truncated), info)
+        step = schema.Step(
+            self._obs, action, float(reward), observation, bool(terminated), bool(truncated), info
+        )
         self.trajectory.steps.append(step)
         self._obs = observation
         return step

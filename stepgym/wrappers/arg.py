@@ -112,8 +112,11 @@ class ARGLabels:
     future_drift: list[float]
 
     def as_dict(self) -> dict[str, list]:
-        return {"reasonable": list(self.reasonable), "progress": list(self.progress),
-                "future_drift": list(self.future_drift)}
+        return {
+            "reasonable": list(self.reasonable),
+            "progress": list(self.progress),
+            "future_drift": list(self.future_drift),
+        }
 
 
 class _TaskGraph:
@@ -153,7 +156,7 @@ class _TaskGraph:
                 continue
             if nxt in path:
                 cut = path.index(nxt)
-                del path[cut + 1:]
+                del path[cut + 1 :]
                 del acts[cut:]
                 continue
             path.append(nxt)
@@ -223,8 +226,10 @@ class _TaskGraph:
     def to_json(self) -> dict[str, Any]:
         return {
             "nodes": [{"id": n, "members": sorted(self.g.nodes[n]["members"])} for n in sorted(self.g.nodes)],
-            "edges": [{"source": u, "target": v, "actions": sorted(d["actions"])}
-                      for u, v, d in sorted(self.g.edges(data=True), key=lambda e: (e[0], e[1]))],
+            "edges": [
+                {"source": u, "target": v, "actions": sorted(d["actions"])}
+                for u, v, d in sorted(self.g.edges(data=True), key=lambda e: (e[0], e[1]))
+            ],
             "dropped_cycle_edges": self.dropped_cycle_edges,
             "trajectories": self.trajectories,
         }
@@ -256,16 +261,25 @@ class AgenticReferenceGraph:
         self._tasks: dict[str, _TaskGraph] = {}
 
     # -- building -------------------------------------------------------------------------------------------
-    def add_path(self, task_id: str, states: Sequence[str], actions: Sequence[Any], *, won: bool,
-                 errors: Sequence[bool] | None = None) -> int:
+    def add_path(
+        self,
+        task_id: str,
+        states: Sequence[str],
+        actions: Sequence[Any],
+        *,
+        won: bool,
+        errors: Sequence[bool] | None = None,
+    ) -> int:
         """Add a successful path given as state keys ``s_0..s_T`` and actions ``a_0..a_{T-1}``.
 
         ``won`` must be True (failed trajectories are refused); ``errors[t]`` marks steps the env rejected.
         Returns the number of new edges.
         """
         if not won:
-            raise ValueError(f"refusing a trajectory of task {task_id!r} that did not succeed: the ARG holds only "
-                             "verified successes")
+            raise ValueError(
+                f"refusing a trajectory of task {task_id!r} that did not succeed: the ARG holds only "
+                "verified successes"
+            )
         if len(states) != len(actions) + 1:
             raise ValueError(f"need len(states) == len(actions) + 1, got {len(states)} and {len(actions)}")
         errs = list(errors) if errors is not None else [False] * len(actions)
@@ -277,7 +291,10 @@ class AgenticReferenceGraph:
     def add_trajectory(self, traj: Trajectory) -> int:
         """Add a recorded successful trajectory (refuses one that did not win)."""
         states = [self.state_key(i) for i in traj.infos()]
-        errors = [s.info.get(schema.ADMISSIBLE) is False or s.info.get(schema.FORMAT_VALID) is False for s in traj.steps]
+        errors = [
+            s.info.get(schema.ADMISSIBLE) is False or s.info.get(schema.FORMAT_VALID) is False
+            for s in traj.steps
+        ]
         actions = [_action_of(s.action, s.info) for s in traj.steps]
         return self.add_path(traj.task_id, states, actions, won=traj.won, errors=errors)
 
@@ -315,14 +332,19 @@ class AgenticReferenceGraph:
         }
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, AgenticReferenceGraph) and self._to_json()["tasks"] == other._to_json()["tasks"]
+        return (
+            isinstance(other, AgenticReferenceGraph) and self._to_json()["tasks"] == other._to_json()["tasks"]
+        )
 
     __hash__ = None  # type: ignore[assignment] - mutable
 
     # -- persistence ----------------------------------------------------------------------------------------
     def _to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT_NAME, "version": FORMAT_VERSION,
-                "tasks": {tid: self._tasks[tid].to_json() for tid in sorted(self._tasks)}}
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "tasks": {tid: self._tasks[tid].to_json() for tid in sorted(self._tasks)},
+        }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the graph as JSON, atomically (temp file + fsync + rename in the same folder)."""
@@ -341,17 +363,23 @@ class AgenticReferenceGraph:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], state_key: StateKeyFn | str | None = None) -> AgenticReferenceGraph:
+    def load(
+        cls, path: str | os.PathLike[str], state_key: StateKeyFn | str | None = None
+    ) -> AgenticReferenceGraph:
         """Read a graph written by :meth:`save`; clear errors for truncated, foreign or newer files."""
         path = Path(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise CorruptDataError(f"{path} is not valid JSON (truncated or corrupt ARG file?): {exc}") from exc
+            raise CorruptDataError(
+                f"{path} is not valid JSON (truncated or corrupt ARG file?): {exc}"
+            ) from exc
         except UnicodeDecodeError as exc:
             raise CorruptDataError(f"{path} is not a text file: {exc}") from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-            raise FormatVersionError(f"{path} is not a stepgym ARG file (format {data.get('format') if isinstance(data, dict) else None!r})")
+            raise FormatVersionError(
+                f"{path} is not a stepgym ARG file (format {data.get('format') if isinstance(data, dict) else None!r})"
+            )
         version = data.get("version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise FormatVersionError(
@@ -376,7 +404,9 @@ class AgenticReferenceGraph:
         added = 0
         for tid in task_ids if task_ids is not None else env.unwrapped.task_ids:
             obs, info = env.reset(options={"task_id": tid})
-            traj = Trajectory(task_id=str(info.get(schema.TASK_ID, tid)), initial_observation=obs, initial_info=info)
+            traj = Trajectory(
+                task_id=str(info.get(schema.TASK_ID, tid)), initial_observation=obs, initial_info=info
+            )
             for action in env.unwrapped.walkthrough:
                 nxt, reward, term, trunc, info = env.step(action)
                 traj.steps.append(Step(obs, action, float(reward), nxt, bool(term), bool(trunc), info))
@@ -419,8 +449,13 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
             against the graph as it stood before the batch's own successes).
     """
 
-    def __init__(self, env: gym.Env, graph: AgenticReferenceGraph | None = None,
-                 state_key: StateKeyFn | str | None = None, grow: bool = False):
+    def __init__(
+        self,
+        env: gym.Env,
+        graph: AgenticReferenceGraph | None = None,
+        state_key: StateKeyFn | str | None = None,
+        grow: bool = False,
+    ):
         gym.utils.RecordConstructorArgs.__init__(self, graph=graph, state_key=state_key, grow=grow)
         gym.Wrapper.__init__(self, env)
         self.graph = graph if graph is not None else AgenticReferenceGraph(state_key)
@@ -437,7 +472,9 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
     def _tg(self) -> _TaskGraph:
         return self.graph._tasks.get(self._task_id) or _TaskGraph()
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._task_id = str(info.get(schema.TASK_ID, ""))
         state = self._key(info)
@@ -464,8 +501,9 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
         info[schema.ARG_REASONABLE] = bool(reasonable)
         info[schema.ARG_PROGRESS] = bool(progress)
         if terminated or truncated:
-            labels = ARGLabels(list(self._reasonable), list(self._progress),
-                               [float(d) for d in future_drift(self._progress)])
+            labels = ARGLabels(
+                list(self._reasonable), list(self._progress), [float(d) for d in future_drift(self._progress)]
+            )
             info[schema.ARG_LABELS] = labels.as_dict()
             if self.grow and bool(info.get(schema.WON, False)):
                 self.graph.add_path(self._task_id, self._states, self._actions, won=True, errors=self._errors)

@@ -49,12 +49,19 @@ def build(args: argparse.Namespace) -> int:
     arg = AgenticReferenceGraph()
     n = _seed(arg, env, args.source, ids)
     arg.save(args.out)
-    print(f"seeded {n} successful trajectories over {len(ids)} tasks from {args.source}; {arg.stats()}; wrote {args.out}")
+    print(
+        f"seeded {n} successful trajectories over {len(ids)} tasks from {args.source}; {arg.stats()}; wrote {args.out}"
+    )
     return 0
 
 
-def measure(arg: AgenticReferenceGraph, env: gym.Env, agents: dict[str, Any], task_ids: list[str],
-            progress: bool = True) -> dict[str, dict[str, list[float]]]:
+def measure(
+    arg: AgenticReferenceGraph,
+    env: gym.Env,
+    agents: dict[str, Any],
+    task_ids: list[str],
+    progress: bool = True,
+) -> dict[str, dict[str, list[float]]]:
     """For each agent and task type: [steps, reasonable, progress, steps in won episodes, unreasonable in won]."""
     table: dict[str, dict[str, list[float]]] = {name: defaultdict(lambda: [0.0] * 5) for name in agents}
     bar = None
@@ -100,7 +107,9 @@ def stats(args: argparse.Namespace) -> int:
         for ttype in sorted(rows, key=lambda k: (k == "all", k)):
             n, rea, pa, n_won, bad_won = rows[ttype]
             won_share = f"{100 * bad_won / n_won:.1f}%" if n_won else "n/a"
-            print(f"| {name} | {ttype} | {int(n)} | {100 * rea / max(n, 1):.1f}% | {100 * pa / max(n, 1):.1f}% | {won_share} |")
+            print(
+                f"| {name} | {ttype} | {int(n)} | {100 * rea / max(n, 1):.1f}% | {100 * pa / max(n, 1):.1f}% | {won_share} |"
+            )
     return 0
 
 
@@ -111,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--env", default="StepGym/ALFWorld-v0")
         p.add_argument("--split", default="valid_seen")
-        p.add_argument("--source", choices=["walkthroughs", "expert", "walkthroughs+expert"], default="walkthroughs")
+        p.add_argument(
+            "--source", choices=["walkthroughs", "expert", "walkthroughs+expert"], default="walkthroughs"
+        )
         p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
         p.add_argument("--data-root", default=None)
         if name == "build":

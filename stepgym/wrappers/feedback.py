@@ -101,7 +101,9 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._prev_obs = ""
         self._prev_info: dict[str, Any] = {}
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         info.setdefault(schema.FEEDBACK, "")
         self._prev_obs, self._prev_info = obs, info
@@ -110,7 +112,11 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         fill_feedback_flags(
-            action, info, observation=obs, prev_info=self._prev_info, prev_observation=self._prev_obs,
+            action,
+            info,
+            observation=obs,
+            prev_info=self._prev_info,
+            prev_observation=self._prev_obs,
         )
         self._prev_obs, self._prev_info = obs, info
         return obs, reward, terminated, truncated, info

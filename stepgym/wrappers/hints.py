@@ -148,7 +148,10 @@ class OracleAnalyzer:
     """
 
     def __init__(
-        self, *, max_error_steps: int | None = None, action_matches: Callable[[str, str], bool] = same_action,
+        self,
+        *,
+        max_error_steps: int | None = None,
+        action_matches: Callable[[str, str], bool] = same_action,
     ):
         if max_error_steps is not None and max_error_steps < 1:
             raise ValueError(f"max_error_steps must be >= 1 or None, got {max_error_steps}")
@@ -163,7 +166,9 @@ class OracleAnalyzer:
         action = action_text(step)
         expert = pre.get(schema.EXPERT_ACTION)
         expert = expert if isinstance(expert, str) and expert.strip() else None
-        admissible = [a for a in pre.get(schema.ADMISSIBLE_ACTIONS) or [] if isinstance(a, str) and a != "help"]
+        admissible = [
+            a for a in pre.get(schema.ADMISSIBLE_ACTIONS) or [] if isinstance(a, str) and a != "help"
+        ]
         if expert:
             instead = f"do '{expert}' instead"
         elif admissible:
@@ -180,12 +185,16 @@ class OracleAnalyzer:
             return f"'{action}' is not a valid action here (the env answered \"{fb}\"); {instead}."
         # 2. ARG labels
         if schema.ARG_REASONABLE in post:
-            return None if post[schema.ARG_REASONABLE] else f"'{action}' does not advance the task; {instead}."
+            return (
+                None if post[schema.ARG_REASONABLE] else f"'{action}' does not advance the task; {instead}."
+            )
         # 3. and 4. Search-QA: the final turn carries EXACT_MATCH; every other valid turn was a search
         if schema.EXACT_MATCH in post:
             if float(post[schema.EXACT_MATCH]) >= 1.0:
                 return None
-            better = f"; {instead}" if expert else "; search until a passage states the answer before answering"
+            better = (
+                f"; {instead}" if expert else "; search until a passage states the answer before answering"
+            )
             return f"This answer is wrong{better}."
         if schema.SEARCH_PRODUCTIVE in post:
             if post[schema.SEARCH_PRODUCTIVE]:
@@ -194,7 +203,11 @@ class OracleAnalyzer:
             return f"This search retrieved no passage containing the answer{better}."
         # 5. the expert
         if expert is not None:
-            return None if self.action_matches(action, expert) else f"'{action}' is not what the task needs now; do '{expert}' first."
+            return (
+                None
+                if self.action_matches(action, expert)
+                else f"'{action}' is not what the task needs now; do '{expert}' first."
+            )
         return None
 
     def analyze(self, trajectory: schema.Trajectory) -> Analysis:
@@ -272,7 +285,9 @@ def parse_analysis_reply(content: Any, n_steps: int, *, max_errors: int | None =
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"the reply is not JSON ({exc.msg} at char {exc.pos}): {_clip(content, 200)!r}") from None
+        raise ValueError(
+            f"the reply is not JSON ({exc.msg} at char {exc.pos}): {_clip(content, 200)!r}"
+        ) from None
     if not isinstance(obj, dict) or not isinstance(obj.get("errors"), list):
         raise ValueError(f'the reply must be an object with an "errors" list, got: {_clip(content, 200)!r}')
     hints: dict[int, str] = {}
@@ -358,7 +373,9 @@ class LLMAnalyzer:
                 "STEPGYM_LLM_BASE_URL"
             )
         if not model:
-            raise AnalyzerConfigError("LLMAnalyzer needs a model name: pass model=... or set STEPGYM_LLM_MODEL")
+            raise AnalyzerConfigError(
+                "LLMAnalyzer needs a model name: pass model=... or set STEPGYM_LLM_MODEL"
+            )
         if max_retries < 0 or timeout <= 0:
             raise ValueError("max_retries must be >= 0 and timeout > 0")
         base_url = base_url.rstrip("/")
@@ -439,7 +456,9 @@ class LLMAnalyzer:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")
+        req = urllib.request.Request(
+            self.url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
+        )
         with self._lock:
             self.stats["requests"] += 1
         try:
@@ -464,7 +483,9 @@ class LLMAnalyzer:
             payload = json.loads(raw.decode("utf-8"))
             content = payload["choices"][0]["message"]["content"]
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            raise _Retriable(f"the body is not a chat completion ({type(exc).__name__}): {_clip(raw[:300], 200)!r}", None) from None
+            raise _Retriable(
+                f"the body is not a chat completion ({type(exc).__name__}): {_clip(raw[:300], 200)!r}", None
+            ) from None
         return content
 
     def _query(self, trajectory: schema.Trajectory, messages: list[dict[str, str]]) -> Analysis:
@@ -571,7 +592,9 @@ def annotate_trajectory(trajectory: schema.Trajectory, analysis: Analysis) -> sc
     return trajectory
 
 
-def ahead_privileged_text(trajectory: schema.Trajectory, t: int, hints: Mapping[Any, str] | None = None) -> str:
+def ahead_privileged_text(
+    trajectory: schema.Trajectory, t: int, hints: Mapping[Any, str] | None = None
+) -> str:
     """AHEAD's privileged information for step ``t`` (``shapers.md`` §4.2, §8 item 18): the env's feedback to the
     action (the next observation) on every step, plus the corrective hint when step ``t`` has one.
 
@@ -611,7 +634,9 @@ class HintWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         failure_only: bool = True,
         success_fn: Callable[[schema.Trajectory], bool] = is_success,
     ):
-        gym.utils.RecordConstructorArgs.__init__(self, analyzer=analyzer, failure_only=failure_only, success_fn=success_fn)
+        gym.utils.RecordConstructorArgs.__init__(
+            self, analyzer=analyzer, failure_only=failure_only, success_fn=success_fn
+        )
         gym.Wrapper.__init__(self, env)
         self.analyzer = analyzer if analyzer is not None else OracleAnalyzer()
         self.failure_only = bool(failure_only)
@@ -623,7 +648,9 @@ class HintWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def trajectory(self) -> schema.Trajectory | None:
         return self._recorder.trajectory
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._recorder.start(obs, info)
         self.analysis = None
@@ -636,7 +663,10 @@ class HintWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             traj = self._recorder.trajectory
             assert traj is not None
             self.analysis = analyze_trajectory(
-                traj, self.analyzer, failure_only=self.failure_only, success_fn=self.success_fn,
+                traj,
+                self.analyzer,
+                failure_only=self.failure_only,
+                success_fn=self.success_fn,
             )
             info.update(self.analysis.to_info())
         return obs, reward, terminated, truncated, info

@@ -266,13 +266,21 @@ def _search_r1_feedback(reason: str) -> str:
 
 FORMATS: dict[str, TextFormat] = {
     "alfworld": TextFormat(
-        "alfworld", ALFWORLD_TEMPLATE, lambda t: parse_react(t, lowercase=True), _react_feedback, history_length=2,
+        "alfworld",
+        ALFWORLD_TEMPLATE,
+        lambda t: parse_react(t, lowercase=True),
+        _react_feedback,
+        history_length=2,
     ),
     "webshop": TextFormat("webshop", WEBSHOP_TEMPLATE, parse_react, _react_feedback, history_length=2),
     "qa": TextFormat("qa", QA_TEMPLATE, parse_search_r1, _search_r1_feedback, history_length=None),
     # Search-R1's own first-tag-wins rule (the Search-QA env's ``strict_format=False``)
     "qa-lenient": TextFormat(
-        "qa-lenient", QA_TEMPLATE, lambda t: parse_search_r1(t, strict=False), _search_r1_feedback, history_length=None,
+        "qa-lenient",
+        QA_TEMPLATE,
+        lambda t: parse_search_r1(t, strict=False),
+        _search_r1_feedback,
+        history_length=None,
     ),
 }
 
@@ -292,7 +300,9 @@ def get_format(fmt: str | TextFormat) -> TextFormat:
     try:
         return FORMATS[fmt]
     except KeyError:
-        raise ValueError(f"unknown text format {fmt!r}; known: {sorted(FORMATS)} (or pass a TextFormat)") from None
+        raise ValueError(
+            f"unknown text format {fmt!r}; known: {sorted(FORMATS)} (or pass a TextFormat)"
+        ) from None
 
 
 def family_of(env: gym.Env) -> str | None:
@@ -355,11 +365,14 @@ def render_prompt(
     if k is not None and (not isinstance(k, int) or k < 0):
         raise ValueError(f"history_length must be a non-negative int or None, got {k!r}")
     n_done = len(history)
-    shown = list(history) if k is None else (list(history[n_done - k:]) if k > 0 else [])
+    shown = list(history) if k is None else (list(history[n_done - k :]) if k > 0 else [])
     first = n_done - len(shown)
     items = [
         t.history_item.format(
-            n=first + i + 1, observation=s.observation, action=action_text(s), turn=turn_text(s),
+            n=first + i + 1,
+            observation=s.observation,
+            action=action_text(s),
+            turn=turn_text(s),
             feedback=s.next_observation,
         )
         for i, s in enumerate(shown)
@@ -392,7 +405,11 @@ def _task_of(info: Mapping[str, Any], observation: str) -> str:
 
 
 def prompt_for_step(
-    trajectory: schema.Trajectory, t: int, fmt: str | TextFormat, *, history_length: int | str | None = "default",
+    trajectory: schema.Trajectory,
+    t: int,
+    fmt: str | TextFormat,
+    *,
+    history_length: int | str | None = "default",
 ) -> str:
     """The prompt the agent saw before action ``t`` of a recorded trajectory (``t == len(steps)``: the next one).
 
@@ -445,7 +462,10 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
         prompt_as_observation: bool = False,
     ):
         gym.utils.RecordConstructorArgs.__init__(
-            self, fmt=fmt, history_length=history_length, noop_action=noop_action,
+            self,
+            fmt=fmt,
+            history_length=history_length,
+            noop_action=noop_action,
             prompt_as_observation=prompt_as_observation,
         )
         gym.Wrapper.__init__(self, env)
@@ -476,7 +496,9 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
             history_length=self.history_length,
         )
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self.history = []
         self._task = _task_of(info, obs)

@@ -6,4 +6,12 @@ Importing this package does not import TextWorld or ALFWorld; the engine loads w
 from stepgym.envs.alfworld.env import NOTHING_HAPPENS, ALFWorldEnv
 from stepgym.envs.alfworld.games import SHORT_NAMES, SPLITS, TASK_TYPES, GameRecord, list_games
 
-__all__ = ["NOTHING_HAPPENS", "SHORT_NAMES", "SPLITS", "TASK_TYPES", "ALFWorldEnv", "GameRecord", "list_games"]
+__all__ = [
+    "NOTHING_HAPPENS",
+    "SHORT_NAMES",
+    "SPLITS",
+    "TASK_TYPES",
+    "ALFWorldEnv",
+    "GameRecord",
+    "list_games",
+]

@@ -77,7 +77,9 @@ class _MemoGrammar(ContextSensitiveGrammar):
             return super().replace(start)  # raises TextWorld's own unknown-symbol error
         state, mapping = start.context.get("state"), start.context.get("mapping")
         for rule in candidates:  # the first applicable production wins, as upstream
-            if not rule.condition or any(True for _ in state.all_assignments(self._query(rule.condition), mapping)):
+            if not rule.condition or any(
+                True for _ in state.all_assignments(self._query(rule.condition), mapping)
+            ):
                 symbols = copy.deepcopy(rule.rhs)
                 for symbol in symbols:
                     symbol.context = copy_context(start.context)
@@ -100,6 +102,7 @@ class _MemoGrammar(ContextSensitiveGrammar):
                 stack.extend(symbol.derive()[::-1])
         return "".join(out)
 
+
 class _ReusedPddlState(PddlState):
     """A ``PddlState`` at the game's initial state, built from an already translated task.
 
@@ -121,6 +124,7 @@ class _ReusedPddlState(PddlState):
         self.name2type = t.name2type
         downward_lib.load_sas(self.sas.encode("utf-8"))
         self.add_facts(game.initial_facts)
+
 
 class _TranslatedPddlState(PddlState):
     """A ``PddlState`` built with one PDDL→SAS translation instead of upstream's two.
@@ -158,12 +162,15 @@ class _TranslatedPddlState(PddlState):
         for atom in self.task.init:
             if isinstance(atom, fast_downward.translate.pddl.conditions.Atom):
                 if atom.predicate != "=":
-                    out.append(Proposition(atom.predicate, [Variable(a, self.name2type[a]) for a in atom.args]))
+                    out.append(
+                        Proposition(atom.predicate, [Variable(a, self.name2type[a]) for a in atom.args])
+                    )
             elif isinstance(atom, fast_downward.translate.pddl.f_expression.Assign):
                 name = str(atom.expression.value)
                 if atom.fluent.symbol != "total-cost" and not name.isdigit():
                     out.append(Proposition(name, [Variable(a, self.name2type[a]) for a in atom.fluent.args]))
         return out
+
 
 class ReusablePddlEnv(PddlEnv):
     """``PddlEnv`` whose ``load`` keeps translated games and whose ``reset`` reuses the translation."""

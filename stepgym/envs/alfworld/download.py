@@ -24,7 +24,9 @@ OFFICIAL_BASE_URL = "https://github.com/alfworld/alfworld/releases/download"
 ARCHIVES = ("0.2.2/json_2.1.1_json.zip", "0.4.0/json_2.1.2_tw-pddl.zip")
 
 
-def download(dest: str | os.PathLike[str] | None = None, base_url: str | None = None, *, keep_archives: bool = False) -> Path:
+def download(
+    dest: str | os.PathLike[str] | None = None, base_url: str | None = None, *, keep_archives: bool = False
+) -> Path:
     """Download and unpack ALFWorld's text-game data; returns the data root (ready for ``$ALFWORLD_DATA``)."""
     root = Path(dest) if dest is not None else cache_dir() / "data" / "alfworld"
     root.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,9 @@ class ALFWorldEnv(TextEnv):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         root = resolve_root(data_root)
         self.split = split
-        self.games: tuple[GameRecord, ...] = list_games(split, tuple(task_types) if task_types else None, root)
+        self.games: tuple[GameRecord, ...] = list_games(
+            split, tuple(task_types) if task_types else None, root
+        )
         self._by_id = {g.task_id: g for g in self.games}
         self._engine = AlfredEngine(cache_size=game_cache_size)
         self._use_expert = expert
@@ -106,7 +108,9 @@ class ALFWorldEnv(TextEnv):
             if self._expert is None:
                 self._expert = RobustExpert(self.np_random)
             expert_action = self._expert.observe_reset(game.game_file, self._state)
-        info = self._info(feedback="", admissible=True, effective=False, expert_action=expert_action, reason="")
+        info = self._info(
+            feedback="", admissible=True, effective=False, expert_action=expert_action, reason=""
+        )
         return obs, info
 
     def _choose_game(self, options: dict[str, Any]) -> GameRecord:
@@ -129,14 +133,21 @@ class ALFWorldEnv(TextEnv):
             reason = problem or f"{action!r} is not an admissible command here"
             # The engine is not stepped: the world is unchanged, and so is the expert's next move.
             prev_expert = self._last_expert
-            info = self._info(feedback=NOTHING_HAPPENS, admissible=False, effective=False,
-                              expert_action=prev_expert, reason=reason)
+            info = self._info(
+                feedback=NOTHING_HAPPENS,
+                admissible=False,
+                effective=False,
+                expert_action=prev_expert,
+                reason=reason,
+            )
             return NOTHING_HAPPENS, 0.0, False, info
         self._state = self._engine.step(command)
         obs = self._state["feedback"]
         expert_action = self._expert.next_action(self._state, command) if self._expert is not None else None
         won = bool(self._state["won"])
-        info = self._info(feedback=obs, admissible=True, effective=False, expert_action=expert_action, reason="")
+        info = self._info(
+            feedback=obs, admissible=True, effective=False, expert_action=expert_action, reason=""
+        )
         info[schema.EFFECTIVE] = info[schema.STATE_KEY] != before
         return obs, (1.0 if won else 0.0), won, info
 
@@ -148,8 +159,9 @@ class ALFWorldEnv(TextEnv):
         return lowered if lowered in admissible else ""
 
     # -- info -----------------------------------------------------------------------------------------------
-    def _info(self, *, feedback: str, admissible: bool, effective: bool, expert_action: str | None,
-              reason: str) -> dict[str, Any]:
+    def _info(
+        self, *, feedback: str, admissible: bool, effective: bool, expert_action: str | None, reason: str
+    ) -> dict[str, Any]:
         assert self._game is not None and self._targets is not None
         self._last_expert = expert_action
         facts = self._state["facts"]
@@ -177,5 +189,3 @@ class ALFWorldEnv(TextEnv):
 def _goal_of(intro: str) -> str:
     marker = "Your task is to:"
     return intro.split(marker, 1)[1].strip() if marker in intro else ""
-
-

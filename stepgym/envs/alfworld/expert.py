@@ -115,4 +115,3 @@ class RobustExpert:
         if action == last_command or (last_command == "look" and action not in admissible):
             return admissible[random.randrange(len(admissible))] if admissible else None
         return action
-

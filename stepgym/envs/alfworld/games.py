@@ -116,14 +116,18 @@ def _index(root: Path, split: str) -> tuple[GameRecord, ...]:
     return tuple(records)
 
 
-def list_games(split: str, task_types: tuple[str, ...] | None = None, root: Path | None = None) -> tuple[GameRecord, ...]:
+def list_games(
+    split: str, task_types: tuple[str, ...] | None = None, root: Path | None = None
+) -> tuple[GameRecord, ...]:
     """The games of ``split`` (optionally only some task types), sorted by task id."""
     if split not in SPLITS:
         raise ValueError(f"unknown ALFWorld split {split!r}; expected one of {SPLITS}")
     if task_types is not None:
         unknown = set(task_types) - set(TASK_TYPES) - set(SHORT_NAMES.values())
         if unknown:
-            raise ValueError(f"unknown ALFWorld task types {sorted(unknown)}; expected names from {TASK_TYPES}")
+            raise ValueError(
+                f"unknown ALFWorld task types {sorted(unknown)}; expected names from {TASK_TYPES}"
+            )
         long_names = {t if t in TASK_TYPES else _long_name(t) for t in task_types}
     games = _index(Path(root) if root is not None else resolve_root(), split)
     if task_types is not None:

@@ -19,12 +19,33 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["STATIC_PREDICATES", "TaskTargets", "agent_location", "progress_facts", "state_key", "subgoal_key", "world_facts"]
+__all__ = [
+    "STATIC_PREDICATES",
+    "TaskTargets",
+    "agent_location",
+    "progress_facts",
+    "state_key",
+    "subgoal_key",
+    "world_facts",
+]
 
-STATIC_PREDICATES = frozenset({
-    "receptacleatlocation", "openable", "isreceptacleobject", "receptacletype", "cancontain", "objecttype",
-    "cleanable", "heatable", "coolable", "pickupable", "moveable", "toggleable", "sliceable",
-})
+STATIC_PREDICATES = frozenset(
+    {
+        "receptacleatlocation",
+        "openable",
+        "isreceptacleobject",
+        "receptacletype",
+        "cancontain",
+        "objecttype",
+        "cleanable",
+        "heatable",
+        "coolable",
+        "pickupable",
+        "moveable",
+        "toggleable",
+        "sliceable",
+    }
+)
 HISTORY_PREDICATES = frozenset({"checked", "examined", "wasinreceptacle"})
 _OBJECT_PROPERTIES = ("isclean", "ishot", "iscool", "issliced")
 
@@ -82,7 +103,13 @@ def progress_facts(facts: Iterable[Any], targets: TaskTargets) -> frozenset[str]
         name, args = _fact_text(fact)
         if name == "holds":
             out.add(f"holds({args[1]})")
-        elif (name == "inreceptacle" and targets.is_target_object(args[0]) and targets.is_parent(args[1])) or (name == "inreceptacleobject" and targets.is_target_object(args[0]) and targets.is_target_object(args[1])):
+        elif (
+            name == "inreceptacle" and targets.is_target_object(args[0]) and targets.is_parent(args[1])
+        ) or (
+            name == "inreceptacleobject"
+            and targets.is_target_object(args[0])
+            and targets.is_target_object(args[1])
+        ):
             out.add(f"in({args[0]}, {args[1]})")
         elif name in _OBJECT_PROPERTIES and targets.is_target_object(args[0]):
             out.add(f"{name}({args[0]})")

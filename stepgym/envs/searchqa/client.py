@@ -97,7 +97,10 @@ class HTTPRetriever(Retriever):
                 status = resp.status
                 if resp.will_close:
                     self._drop_conn()
-            except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, closed mid-answer
+            except (
+                OSError,
+                http.client.HTTPException,
+            ) as exc:  # refused, reset, timed out, closed mid-answer
                 self._drop_conn()
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
@@ -127,7 +130,9 @@ class HTTPRetriever(Retriever):
         try:
             return [[_hit(h) for h in row] for row in result]
         except (KeyError, TypeError, ValueError) as exc:
-            raise ServiceUnavailableError(f"retrieval server {self.url} answered malformed hits: {exc}") from exc
+            raise ServiceUnavailableError(
+                f"retrieval server {self.url} answered malformed hits: {exc}"
+            ) from exc
 
     def describe(self, deadline: float | None = None) -> dict[str, Any]:
         """The server's ``/health`` answer (with ``backend`` the server's backend)."""
@@ -170,4 +175,3 @@ def wait_until_healthy(url: str, deadline: float = 60.0) -> dict[str, Any]:
         return client.describe()
     finally:
         client.close()
-

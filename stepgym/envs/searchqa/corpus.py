@@ -67,7 +67,7 @@ class Corpus:
         p = Path(path).expanduser()
         if not p.is_file():
             raise DataNotFoundError(
-                f"corpus file {p} does not exist. Fix: pass corpus= a jsonl file of {{\"id\", \"contents\"}} lines, "
+                f'corpus file {p} does not exist. Fix: pass corpus= a jsonl file of {{"id", "contents"}} lines, '
                 "or run `stepgym download searchqa` (the data root holds wiki18_subset/corpus.jsonl)."
             )
         ids: list[str] = []
@@ -77,10 +77,14 @@ class Corpus:
             ids.append(pid)
             contents.append(text)
         if not ids:
-            raise CorruptDataError(f"corpus file {p} holds no passages. Fix: re-download it or point corpus= elsewhere.")
+            raise CorruptDataError(
+                f"corpus file {p} holds no passages. Fix: re-download it or point corpus= elsewhere."
+            )
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
-            raise CorruptDataError(f"corpus file {p}: passage id {dup!r} appears more than once; ids must be unique.")
+            raise CorruptDataError(
+                f"corpus file {p}: passage id {dup!r} appears more than once; ids must be unique."
+            )
         return cls(p.resolve(), ids, contents, file_sha256(p))
 
     # -- the oracle's answer index -------------------------------------------------------------------------------
@@ -129,22 +133,26 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                         "corpus. Fix: re-download it (`stepgym download searchqa`) or rebuild it."
                     ) from exc
                 if not isinstance(rec, dict):
-                    raise CorruptDataError(f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}.")
+                    raise CorruptDataError(
+                        f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}."
+                    )
                 yield lineno, rec
     except (OSError, EOFError, UnicodeDecodeError) as exc:  # truncated gzip, bad bytes
-        raise CorruptDataError(f"{path} cannot be read as UTF-8 jsonl{' (gzip)' if path.suffix == '.gz' else ''}: {exc}") from exc
+        raise CorruptDataError(
+            f"{path} cannot be read as UTF-8 jsonl{' (gzip)' if path.suffix == '.gz' else ''}: {exc}"
+        ) from exc
 
 
 def _passage(rec: dict, path: Path, lineno: int) -> tuple[str, str]:
     pid = rec.get("id")
     if pid is None or isinstance(pid, (dict, list)):
-        raise CorruptDataError(f"{path}, line {lineno}: a passage needs an \"id\" (string or number).")
+        raise CorruptDataError(f'{path}, line {lineno}: a passage needs an "id" (string or number).')
     if isinstance(rec.get("contents"), str):
         return str(pid), rec["contents"]
     if isinstance(rec.get("text"), str):
         return str(pid), f"{rec.get('title', '')}\n{rec['text']}"
     raise CorruptDataError(
-        f"{path}, line {lineno}: a passage needs \"contents\" (title + newline + text) or \"title\"/\"text\" strings."
+        f'{path}, line {lineno}: a passage needs "contents" (title + newline + text) or "title"/"text" strings.'
     )
 
 
@@ -156,7 +164,7 @@ def default_corpus_path(root: str | os.PathLike[str] | None = None) -> Path:
             return base / rel
     raise DataNotFoundError(
         f"no corpus under {base} (looked for {DEFAULT_CORPUS} and {FULL_CORPUS}). Fix: pass corpus=<a jsonl of "
-        "{\"id\", \"contents\"} lines> or run `stepgym download searchqa --corpus`."
+        '{"id", "contents"} lines> or run `stepgym download searchqa --corpus`.'
     )
 
 

@@ -79,7 +79,9 @@ def _jsonl(path: Path) -> list[dict]:
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise CorruptDataError(f"{path}, line {lineno}: not valid JSON ({exc.msg}). {_FIX}") from exc
+                    raise CorruptDataError(
+                        f"{path}, line {lineno}: not valid JSON ({exc.msg}). {_FIX}"
+                    ) from exc
                 if not isinstance(rec, dict):
                     raise CorruptDataError(f"{path}, line {lineno}: expected a JSON object. {_FIX}")
                 rows.append(rec)
@@ -114,7 +116,11 @@ def _answers(rec: dict, path: Path, i: int) -> tuple[str, ...]:
         golds = rec.get("answer")
     if isinstance(golds, str):
         golds = [golds]
-    if not isinstance(golds, list | tuple) or not golds or not all(isinstance(g, str | int | float) for g in golds):
+    if (
+        not isinstance(golds, list | tuple)
+        or not golds
+        or not all(isinstance(g, str | int | float) for g in golds)
+    ):
         raise CorruptDataError(f"{path}, row {i}: no usable gold answers (golden_answers/answer). {_FIX}")
     return tuple(str(g) for g in golds)
 
@@ -122,7 +128,7 @@ def _answers(rec: dict, path: Path, i: int) -> tuple[str, ...]:
 def _question(rec: dict, path: Path, i: int) -> str:
     q = rec.get("question")
     if not isinstance(q, str) or not q.strip():
-        raise CorruptDataError(f"{path}, row {i}: no \"question\" string. {_FIX}")
+        raise CorruptDataError(f'{path}, row {i}: no "question" string. {_FIX}')
     return q.strip()
 
 
@@ -138,22 +144,30 @@ def _supporting(rec: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(titles))
 
 
-def _records(rows: list[dict], dataset: str, path: Path, *, use_ids: bool = True,
-             keep: Callable[[dict], bool] | None = None) -> list[QARecord]:
+def _records(
+    rows: list[dict],
+    dataset: str,
+    path: Path,
+    *,
+    use_ids: bool = True,
+    keep: Callable[[dict], bool] | None = None,
+) -> list[QARecord]:
     out = []
     for i, rec in enumerate(rows):
         if keep is not None and not keep(rec):
             continue
         rid = rec.get("id") if use_ids else None
         name = rec.get("data_source") if dataset == "*" else dataset
-        out.append(QARecord(
-            task_id=f"{name}/{rid if rid is not None else i}",
-            dataset=str(name or "custom"),
-            question=_question(rec, path, i),
-            golden_answers=_answers(rec, path, i),
-            supporting_titles=_supporting(rec),
-            meta={"source": path.name, "row": i},
-        ))
+        out.append(
+            QARecord(
+                task_id=f"{name}/{rid if rid is not None else i}",
+                dataset=str(name or "custom"),
+                question=_question(rec, path, i),
+                golden_answers=_answers(rec, path, i),
+                supporting_titles=_supporting(rec),
+                meta={"source": path.name, "row": i},
+            )
+        )
     return out
 
 
@@ -199,7 +213,13 @@ _Loader = Callable[[Path], list[QARecord]]
 def _file_loader(rel: str, dataset: str, use_ids: bool = True) -> _Loader:
     def load(root: Path) -> list[QARecord]:
         p = root / rel
-        rows = _parquet(p) if rel.endswith(".parquet") else _jsonl(p) if rel.endswith(".jsonl") else _json_array(p)
+        rows = (
+            _parquet(p)
+            if rel.endswith(".parquet")
+            else _jsonl(p)
+            if rel.endswith(".jsonl")
+            else _json_array(p)
+        )
         return _records(rows, dataset, p, use_ids=use_ids)
 
     return load
@@ -215,7 +235,10 @@ _TABLE: dict[tuple[str, str], list[tuple[tuple[str, ...], _Loader]]] = {
         ((_flashrag("nq", "test"), "search_r1/nq_search/test.parquet"), _nq_train),
     ],
     ("hotpotqa", "test"): [
-        (("hotpotqa/distractor_dev_300.jsonl",), _file_loader("hotpotqa/distractor_dev_300.jsonl", "hotpotqa")),
+        (
+            ("hotpotqa/distractor_dev_300.jsonl",),
+            _file_loader("hotpotqa/distractor_dev_300.jsonl", "hotpotqa"),
+        ),
         ((_flashrag("hotpotqa", "dev"),), _file_loader(_flashrag("hotpotqa", "dev"), "hotpotqa")),
     ],
     ("hotpotqa", "train"): [
@@ -223,13 +246,21 @@ _TABLE: dict[tuple[str, str], list[tuple[tuple[str, ...], _Loader]]] = {
         (("hotpotqa/distractor_dev_300.jsonl", "hotpotqa/hotpot_dev_v1_simplified.json"), _hotpot_train),
     ],
     ("2wikimultihopqa", "test"): [
-        ((_flashrag("2wikimultihopqa", "dev"),), _file_loader(_flashrag("2wikimultihopqa", "dev"), "2wikimultihopqa")),
-        (("qa_pairs/2wikimultihopqa_test.json",),
-         _file_loader("qa_pairs/2wikimultihopqa_test.json", "2wikimultihopqa", use_ids=False)),
+        (
+            (_flashrag("2wikimultihopqa", "dev"),),
+            _file_loader(_flashrag("2wikimultihopqa", "dev"), "2wikimultihopqa"),
+        ),
+        (
+            ("qa_pairs/2wikimultihopqa_test.json",),
+            _file_loader("qa_pairs/2wikimultihopqa_test.json", "2wikimultihopqa", use_ids=False),
+        ),
     ],
     ("musique", "test"): [
         ((_flashrag("musique", "dev"),), _file_loader(_flashrag("musique", "dev"), "musique")),
-        (("qa_pairs/musique_test.json",), _file_loader("qa_pairs/musique_test.json", "musique", use_ids=False)),
+        (
+            ("qa_pairs/musique_test.json",),
+            _file_loader("qa_pairs/musique_test.json", "musique", use_ids=False),
+        ),
     ],
 }
 for _name in ("triviaqa", "popqa", "bamboogle"):
@@ -267,7 +298,9 @@ def load_split(dataset: str, split: str, root: str | os.PathLike[str] | None = N
     )
 
 
-def load_questions(datasets: str | Iterable[str], split: str, root: str | os.PathLike[str] | None = None) -> list[QARecord]:
+def load_questions(
+    datasets: str | Iterable[str], split: str, root: str | os.PathLike[str] | None = None
+) -> list[QARecord]:
     """Several datasets' rows of one split, concatenated in the given order (e.g. Search-R1's NQ + HotpotQA)."""
     names = [datasets] if isinstance(datasets, str) else list(datasets)
     if not names:

@@ -40,9 +40,20 @@ _CORPUS = "datasets/PeterJinGo/wiki-18-corpus/resolve/main"
 
 #: (remote path under the base URL, local path under dest)
 FILES: tuple[tuple[str, str], ...] = (
-    *((f"{_FLASHRAG}/{name}/{split}.jsonl", f"flashrag_format/{name}/{split}.jsonl") for name, split in (
-        ("nq", "test"), ("nq", "train"), ("triviaqa", "test"), ("popqa", "test"), ("bamboogle", "test"),
-        ("hotpotqa", "dev"), ("hotpotqa", "train"), ("2wikimultihopqa", "dev"), ("musique", "dev"))),
+    *(
+        (f"{_FLASHRAG}/{name}/{split}.jsonl", f"flashrag_format/{name}/{split}.jsonl")
+        for name, split in (
+            ("nq", "test"),
+            ("nq", "train"),
+            ("triviaqa", "test"),
+            ("popqa", "test"),
+            ("bamboogle", "test"),
+            ("hotpotqa", "dev"),
+            ("hotpotqa", "train"),
+            ("2wikimultihopqa", "dev"),
+            ("musique", "dev"),
+        )
+    ),
     (f"{_SEARCH_R1}/train.parquet", "search_r1/nq_hotpotqa_train/train.parquet"),
     (f"{_SEARCH_R1}/test.parquet", "search_r1/nq_hotpotqa_train/test.parquet"),
 )
@@ -62,8 +73,13 @@ def _check(path: Path) -> None:
         raise
 
 
-def download(dest: str | os.PathLike[str] | None = None, base_url: str | None = None, *, corpus: bool = False,
-             progress: bool = True) -> Path:
+def download(
+    dest: str | os.PathLike[str] | None = None,
+    base_url: str | None = None,
+    *,
+    corpus: bool = False,
+    progress: bool = True,
+) -> Path:
     """Fetch the official files into ``dest`` (default ``<cache>/data/searchqa``) and return ``dest``."""
     root = Path(dest).expanduser() if dest is not None else cache_dir() / "data" / "searchqa"
     base = (base_url or DEFAULT_BASE_URL).rstrip("/")

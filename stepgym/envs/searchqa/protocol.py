@@ -108,7 +108,9 @@ def parse_turn(text: str, *, strict: bool = True) -> ParsedTurn:
     if strict:
         n_open, n_close = len(_OPEN.findall(text)), len(_CLOSE.findall(text))
         if n_open == 0 and n_close == 0:
-            return ParsedTurn("invalid", reason="the turn has no <search>...</search> and no <answer>...</answer>")
+            return ParsedTurn(
+                "invalid", reason="the turn has no <search>...</search> and no <answer>...</answer>"
+            )
         if n_open > 1 or n_close > 1:
             kinds = sorted({m.lower() for m in _OPEN.findall(text)})
             if len(kinds) == 2:
@@ -117,10 +119,14 @@ def parse_turn(text: str, *, strict: bool = True) -> ParsedTurn:
                 what = f"{n_open} <{kinds[0]}> tags"
             else:
                 what = f"{n_close} closing </search>/</answer> tags"
-            return ParsedTurn("invalid", reason=f"the turn has {what}; exactly one search or one answer is allowed")
+            return ParsedTurn(
+                "invalid", reason=f"the turn has {what}; exactly one search or one answer is allowed"
+            )
     m = _BLOCK.search(text)
     if m is None:
-        return ParsedTurn("invalid", reason="the <search>/<answer> tag is not closed by its matching closing tag")
+        return ParsedTurn(
+            "invalid", reason="the <search>/<answer> tag is not closed by its matching closing tag"
+        )
     kind, content = m.group(1).lower(), m.group(2).strip()
     if not content:
         return ParsedTurn("invalid", reason=f"the <{kind}> tag is empty")

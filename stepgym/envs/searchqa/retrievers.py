@@ -172,8 +172,15 @@ class BM25Retriever(LocalRetriever):
 
     backend = "bm25"
 
-    def __init__(self, corpus: Corpus, *, k1: float = 0.9, b: float = 0.4, cache: str | os.PathLike[str] | None = None,
-                 progress: bool = False):
+    def __init__(
+        self,
+        corpus: Corpus,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        cache: str | os.PathLike[str] | None = None,
+        progress: bool = False,
+    ):
         super().__init__(corpus)
         self._bm25s = require("bm25s", "searchqa", what="BM25 retrieval")
         stemmer_mod = require("Stemmer", "searchqa", what="BM25 stemming (PyStemmer)")
@@ -190,8 +197,9 @@ class BM25Retriever(LocalRetriever):
         self._lock = threading.Lock()  # PyStemmer objects are not thread-safe
 
     def _build(self, folder: Path, progress: bool) -> None:
-        tokens = self._tokenizer.tokenize(self.corpus.contents, update_vocab=True, return_as="tuple",
-                                         show_progress=progress)
+        tokens = self._tokenizer.tokenize(
+            self.corpus.contents, update_vocab=True, return_as="tuple", show_progress=progress
+        )
         model = self._bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
         model.index(tokens, show_progress=progress)
         model.save(str(folder), show_progress=False)
@@ -201,7 +209,10 @@ class BM25Retriever(LocalRetriever):
         with self._lock:
             q = self._tokenizer.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False)
             docs, scores = self._model.retrieve(q, k=topk, show_progress=False, n_threads=1)
-        return [[(int(d), float(s)) for d, s in zip(dr, sr, strict=True) if s > 0] for dr, sr in zip(docs, scores, strict=True)]
+        return [
+            [(int(d), float(s)) for d, s in zip(dr, sr, strict=True) if s > 0]
+            for dr, sr in zip(docs, scores, strict=True)
+        ]
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "k1": self.k1, "b": self.b, "engine": "bm25s"}
@@ -218,7 +229,13 @@ def _lucene_runtime() -> tuple[str, str]:
     spec = importlib.util.find_spec("pyserini")
     if spec is None or not spec.submodule_search_locations:
         raise DependencyNotInstalled(f"Lucene BM25 needs pyserini's Anserini jar: {hint}")
-    jars = sorted(glob.glob(os.path.join(next(iter(spec.submodule_search_locations)), "resources", "jars", "anserini-*-fatjar.jar")))
+    jars = sorted(
+        glob.glob(
+            os.path.join(
+                next(iter(spec.submodule_search_locations)), "resources", "jars", "anserini-*-fatjar.jar"
+            )
+        )
+    )
     if not jars:
         raise DependencyNotInstalled(f"the installed pyserini has no Anserini fat jar: {hint}")
     try:
@@ -236,8 +253,15 @@ class LuceneRetriever(LocalRetriever):
 
     backend = "lucene"
 
-    def __init__(self, corpus: Corpus, *, k1: float = 0.9, b: float = 0.4, cache: str | os.PathLike[str] | None = None,
-                 progress: bool = False):
+    def __init__(
+        self,
+        corpus: Corpus,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        cache: str | os.PathLike[str] | None = None,
+        progress: bool = False,
+    ):
         super().__init__(corpus)
         self.java, self.jar = _lucene_runtime()
         self.k1, self.b = float(k1), float(b)
@@ -253,9 +277,25 @@ class LuceneRetriever(LocalRetriever):
         with open(docs / "corpus.jsonl", "w", encoding="utf-8") as f:
             for pid, text in zip(self.corpus.ids, self.corpus.contents, strict=True):
                 f.write(json.dumps({"id": pid, "contents": text}) + "\n")
-        cmd = [self.java, "-cp", self.jar, "io.anserini.index.IndexCollection", "-collection", "JsonCollection",
-               "-input", str(docs), "-index", str(folder / "index"), "-generator", "DefaultLuceneDocumentGenerator",
-               "-threads", "1", "-storePositions", "-storeDocvectors", "-storeRaw"]
+        cmd = [
+            self.java,
+            "-cp",
+            self.jar,
+            "io.anserini.index.IndexCollection",
+            "-collection",
+            "JsonCollection",
+            "-input",
+            str(docs),
+            "-index",
+            str(folder / "index"),
+            "-generator",
+            "DefaultLuceneDocumentGenerator",
+            "-threads",
+            "1",
+            "-storePositions",
+            "-storeDocvectors",
+            "-storeRaw",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
         shutil.rmtree(docs, ignore_errors=True)
         if proc.returncode != 0:
@@ -305,9 +345,20 @@ class DenseRetriever(LocalRetriever):
 
     backend = "dense"
 
-    def __init__(self, corpus: Corpus, encoder: str | Encoder = "minilm", *, index: str = "flat",
-                 nlist: int | None = None, nprobe: int = 16, hnsw_m: int = 32, ef_search: int = 128,
-                 use_gpu: bool | None = None, cache: str | os.PathLike[str] | None = None, progress: bool = False):
+    def __init__(
+        self,
+        corpus: Corpus,
+        encoder: str | Encoder = "minilm",
+        *,
+        index: str = "flat",
+        nlist: int | None = None,
+        nprobe: int = 16,
+        hnsw_m: int = 32,
+        ef_search: int = 128,
+        use_gpu: bool | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        progress: bool = False,
+    ):
         super().__init__(corpus)
         if index not in INDEX_TYPES:
             raise ValueError(f"index must be one of {INDEX_TYPES}, got {index!r}")
@@ -319,8 +370,10 @@ class DenseRetriever(LocalRetriever):
         _build_atomically(self.path, lambda tmp: self._embed(tmp, progress))
         emb = np.load(self.path / "embeddings.npy", mmap_mode="r")
         if emb.shape != (len(corpus), self.encoder.dim):
-            raise CorruptDataError(f"{self.path}/embeddings.npy has shape {emb.shape}, expected "
-                                   f"{(len(corpus), self.encoder.dim)}. Fix: delete {self.path} to rebuild it.")
+            raise CorruptDataError(
+                f"{self.path}/embeddings.npy has shape {emb.shape}, expected "
+                f"{(len(corpus), self.encoder.dim)}. Fix: delete {self.path} to rebuild it."
+            )
         # sqrt(N) lists, at most N/39 (FAISS wants ~39 training points per centroid)
         self.nlist = int(nlist or max(1, min(4096, int(np.sqrt(len(corpus))), len(corpus) // 39)))
         self.nprobe, self.hnsw_m, self.ef_search = int(nprobe), int(hnsw_m), int(ef_search)
@@ -329,14 +382,24 @@ class DenseRetriever(LocalRetriever):
         self.on_gpu = bool(gpus > 0 if use_gpu is None else use_gpu) and index != "hnsw"
         if self.on_gpu:
             if gpus == 0:
-                raise RuntimeError("use_gpu=True but this FAISS build sees no GPU (install faiss-gpu on a GPU machine)")
+                raise RuntimeError(
+                    "use_gpu=True but this FAISS build sees no GPU (install faiss-gpu on a GPU machine)"
+                )
             self.index = self._faiss.index_cpu_to_all_gpus(self.index)
 
     def _embed(self, folder: Path, progress: bool) -> None:
         emb = self.encoder.encode_passages(self.corpus.contents, progress=progress)
         np.save(folder / "embeddings.npy", emb.astype(np.float32))
-        (folder / "meta.json").write_text(json.dumps({"encoder": self.encoder.key, "dim": self.encoder.dim,
-                                                      "corpus_sha256": self.corpus.sha256, "n": len(self.corpus)}))
+        (folder / "meta.json").write_text(
+            json.dumps(
+                {
+                    "encoder": self.encoder.key,
+                    "dim": self.encoder.dim,
+                    "corpus_sha256": self.corpus.sha256,
+                    "n": len(self.corpus),
+                }
+            )
+        )
 
     def _load_index(self, emb: np.ndarray) -> Any:
         faiss = self._faiss
@@ -367,7 +430,15 @@ class DenseRetriever(LocalRetriever):
     def _search(self, queries: list[str], topk: int) -> list[list[tuple[int, float]]]:
         q = self.encoder.encode_queries(queries)
         scores, idx = self.index.search(q, topk)
-        return [[(int(i), float(s)) for i, s in zip(ir, sr, strict=True) if i >= 0] for ir, sr in zip(idx, scores, strict=True)]
+        return [
+            [(int(i), float(s)) for i, s in zip(ir, sr, strict=True) if i >= 0]
+            for ir, sr in zip(idx, scores, strict=True)
+        ]
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "encoder": self.encoder.key, "index": self.index_type, "gpu": self.on_gpu}
+        return {
+            **super().describe(),
+            "encoder": self.encoder.key,
+            "index": self.index_type,
+            "gpu": self.on_gpu,
+        }

@@ -59,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self._send(200, {"status": "ok", **self.server.info})
         elif path == "/retrieve":
-            self._error(405, "use POST /retrieve with a JSON body {\"queries\": [...], \"topk\": k}")
+            self._error(405, 'use POST /retrieve with a JSON body {"queries": [...], "topk": k}')
         else:
             self._error(404, f"unknown path {path!r}; endpoints: POST /retrieve, GET /health")
 
@@ -67,7 +67,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path != "/retrieve":
             self._drain()
-            self._error(404 if path != "/health" else 405, f"unknown endpoint POST {path!r}; use POST /retrieve")
+            self._error(
+                404 if path != "/health" else 405, f"unknown endpoint POST {path!r}; use POST /retrieve"
+            )
             return
         request = self._read_json()
         if request is None:
@@ -128,7 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _parse_request(request: Any, default_topk: int) -> tuple[list[str], int, bool]:
     if not isinstance(request, dict):
-        raise ValueError('the body must be a JSON object {"queries": [...], "topk": k, "return_scores": bool}')
+        raise ValueError(
+            'the body must be a JSON object {"queries": [...], "topk": k, "return_scores": bool}'
+        )
     unknown = set(request) - {"queries", "topk", "return_scores"}
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)}; expected queries, topk, return_scores")
@@ -156,8 +160,15 @@ class RetrievalServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, default_topk: int = 3,
-                 verbose: bool = False):
+    def __init__(
+        self,
+        retriever: Retriever,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        *,
+        default_topk: int = 3,
+        verbose: bool = False,
+    ):
         self.retriever = retriever
         self.default_topk = int(default_topk)
         self.verbose = verbose
@@ -185,15 +196,17 @@ class RetrievalServer(ThreadingHTTPServer):
         self.stop()
 
 
-def start_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 0, **kwargs: Any) -> RetrievalServer:
+def start_server(
+    retriever: Retriever, host: str = "127.0.0.1", port: int = 0, **kwargs: Any
+) -> RetrievalServer:
     """Serve ``retriever`` from a daemon thread; the socket is listening when this returns.
 
     Stop it with ``server.stop()`` (or use it as a context manager).
     """
     server = RetrievalServer(retriever, host, port, **kwargs)
-    thread = threading.Thread(target=server.serve_forever, name=f"stepgym-retriever-{server.server_address[1]}",
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, name=f"stepgym-retriever-{server.server_address[1]}", daemon=True
+    )
     thread.start()
     server.thread = thread  # type: ignore[attr-defined]
     return server
-

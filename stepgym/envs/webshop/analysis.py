@@ -36,10 +36,18 @@ def target_hits(backend: SearchBackend, goals: Iterable[Goal]) -> dict[str, Any]
         top10 += g.asin in hits[:10]
         top50 += g.asin in hits
     n = max(1, len(goals))
-    return {"goals": len(goals), "top10": top10, "top50": top50, "top10_rate": top10 / n, "top50_rate": top50 / n}
+    return {
+        "goals": len(goals),
+        "top10": top10,
+        "top50": top50,
+        "top10_rate": top10 / n,
+        "top50_rate": top50 / n,
+    }
 
 
-def compare_backends(a: SearchBackend, b: SearchBackend, goals: Iterable[Goal], k: int = 10) -> dict[str, Any]:
+def compare_backends(
+    a: SearchBackend, b: SearchBackend, goals: Iterable[Goal], k: int = 10
+) -> dict[str, Any]:
     """Target hits of both backends and their top-k agreement, searching each distinct query once per backend."""
     goals = list(goals)
     queries = list(dict.fromkeys(goal_query(g) for g in goals))
@@ -50,7 +58,13 @@ def compare_backends(a: SearchBackend, b: SearchBackend, goals: Iterable[Goal], 
         top10 = sum(g.asin in res[goal_query(g)][:10] for g in goals)
         top50 = sum(g.asin in res[goal_query(g)] for g in goals)
         n = max(1, len(goals))
-        return {"goals": len(goals), "top10": top10, "top50": top50, "top10_rate": top10 / n, "top50_rate": top50 / n}
+        return {
+            "goals": len(goals),
+            "top10": top10,
+            "top50": top50,
+            "top10_rate": top10 / n,
+            "top50_rate": top50 / n,
+        }
 
     overlap = jaccard = same1 = same_list = 0.0
     for q in queries:
@@ -61,12 +75,23 @@ def compare_backends(a: SearchBackend, b: SearchBackend, goals: Iterable[Goal], 
         same1 += la[:1] == lb[:1]
         same_list += la == lb
     n = max(1, len(queries))
-    return {a.name: hits(ra), b.name: hits(rb),
-            "agreement": {"queries": len(queries), "k": k, "overlap": overlap / n, "jaccard": jaccard / n,
-                          "same_top1": same1 / n, "same_list": same_list / n}}
+    return {
+        a.name: hits(ra),
+        b.name: hits(rb),
+        "agreement": {
+            "queries": len(queries),
+            "k": k,
+            "overlap": overlap / n,
+            "jaccard": jaccard / n,
+            "same_top1": same1 / n,
+            "same_list": same_list / n,
+        },
+    }
 
 
-def backend_agreement(a: SearchBackend, b: SearchBackend, queries: Iterable[str], k: int = 10) -> dict[str, Any]:
+def backend_agreement(
+    a: SearchBackend, b: SearchBackend, queries: Iterable[str], k: int = 10
+) -> dict[str, Any]:
     """Mean overlap |A ∩ B| / k and Jaccard of the top-k lists, share of identical top-1 and identical lists."""
     queries = list(dict.fromkeys(queries))
     overlap = jaccard = same1 = same_list = 0.0
@@ -78,8 +103,13 @@ def backend_agreement(a: SearchBackend, b: SearchBackend, queries: Iterable[str]
         same1 += ra[:1] == rb[:1]
         same_list += ra == rb
     n = max(1, len(queries))
-    return {"queries": len(queries), "overlap": overlap / n, "jaccard": jaccard / n, "same_top1": same1 / n,
-            "same_list": same_list / n}
+    return {
+        "queries": len(queries),
+        "overlap": overlap / n,
+        "jaccard": jaccard / n,
+        "same_top1": same1 / n,
+        "same_list": same_list / n,
+    }
 
 
 def run_oracle(env: Any, task_ids: Iterable[str]) -> dict[str, Any]:
@@ -99,12 +129,22 @@ def run_oracle(env: Any, task_ids: Iterable[str]) -> dict[str, Any]:
         ri = info[schema.REWARD_INFO]
         goal = ri["goal"]
         opts = goal["goal_options"]
-        exact += ri["bought_asin"] == goal["asin"] and (not isinstance(opts, dict) or ri["bought_options"] == opts)
-    return {"episodes": n, "won": won, "exact_purchases": exact, "mean_reward": sum(rewards) / max(1, n),
-            "steps": steps, "rewards": rewards}
+        exact += ri["bought_asin"] == goal["asin"] and (
+            not isinstance(opts, dict) or ri["bought_options"] == opts
+        )
+    return {
+        "episodes": n,
+        "won": won,
+        "exact_purchases": exact,
+        "mean_reward": sum(rewards) / max(1, n),
+        "steps": steps,
+        "rewards": rewards,
+    }
 
 
-def noun_effect(catalogue: Catalogue, goals: Iterable[Goal], results: Any, *, option_match: str = "upstream") -> dict[str, Any]:
+def noun_effect(
+    catalogue: Catalogue, goals: Iterable[Goal], results: Any, *, option_match: str = "upstream"
+) -> dict[str, Any]:
     """Reward with ``title_nouns='heuristic'`` vs ``'spacy'`` on purchases (needs spaCy's en_core_web_sm).
 
     ``results(query) -> list[asin]`` is the search used to pick the wrong products.
@@ -121,15 +161,28 @@ def noun_effect(catalogue: Catalogue, goals: Iterable[Goal], results: Any, *, op
             wanted = g.goal_options if isinstance(g.goal_options, dict) else {}
             options = {k: v for k, v in wanted.items() if v in product["options"].get(k, [])}
             price = catalogue.price(asin)
-            rh, ih = compute_reward(product, g.as_reward_goal(), price, options, title_nouns="heuristic",
-                                    option_match=option_match)
-            rs, is_ = compute_reward(product, g.as_reward_goal(), price, options, title_nouns="spacy",
-                                     option_match=option_match)
+            rh, ih = compute_reward(
+                product,
+                g.as_reward_goal(),
+                price,
+                options,
+                title_nouns="heuristic",
+                option_match=option_match,
+            )
+            rs, is_ = compute_reward(
+                product, g.as_reward_goal(), price, options, title_nouns="spacy", option_match=option_match
+            )
             n += 1
             differ += rh != rs
             abs_diff += abs(rh - rs)
             r_type_differ += ih["r_type"] != is_["r_type"]
             won_differ += (rh == 1.0) != (rs == 1.0)
     d = max(1, n)
-    return {"purchases": n, "reward_differs": differ, "reward_differs_rate": differ / d, "mean_abs_diff": abs_diff / d,
-            "r_type_differs": r_type_differ, "won_differs": won_differ}
+    return {
+        "purchases": n,
+        "reward_differs": differ,
+        "reward_differs_rate": differ / d,
+        "mean_abs_diff": abs_diff / d,
+        "r_type_differs": r_type_differ,
+        "won_differs": won_differ,
+    }

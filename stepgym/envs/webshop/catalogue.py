@@ -53,15 +53,37 @@ FIX = "run `stepgym download webshop` to fetch fresh copies, or point $STEPGYM_D
 
 # Keys upstream's ``clean_product_keys`` drops from raw records.
 _DROPPED_KEYS = (
-    "product_information", "brand", "brand_url", "list_price", "availability_quantity", "availability_status",
-    "total_reviews", "total_answered_questions", "seller_id", "seller_name", "fulfilled_by_amazon",
-    "fast_track_message", "aplus_present", "small_description_old",
+    "product_information",
+    "brand",
+    "brand_url",
+    "list_price",
+    "availability_quantity",
+    "availability_status",
+    "total_reviews",
+    "total_answered_questions",
+    "seller_id",
+    "seller_name",
+    "fulfilled_by_amazon",
+    "fast_track_message",
+    "aplus_present",
+    "small_description_old",
 )
 # What the env needs from a processed record, with the type it must have.
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "asin": str, "Title": str, "name": str, "Description": str, "BulletPoints": list, "Price": str,
-    "pricing": list, "options": dict, "Attributes": list, "Rating": (str, int, float), "Reviews": list,
-    "query": str, "category": str, "product_category": str,
+    "asin": str,
+    "Title": str,
+    "name": str,
+    "Description": str,
+    "BulletPoints": list,
+    "Price": str,
+    "pricing": list,
+    "options": dict,
+    "Attributes": list,
+    "Rating": (str, int, float),
+    "Reviews": list,
+    "query": str,
+    "category": str,
+    "product_category": str,
 }
 
 
@@ -122,8 +144,11 @@ def _parse_pricing(raw: Any) -> tuple[list[float], str]:
     return values[:2], f"${values[0]} to ${values[1]}"
 
 
-def process_raw_product(raw: dict[str, Any], attributes: dict[str, Any] | None = None,
-                        human_instructions: dict[str, Any] | None = None) -> dict[str, Any]:
+def process_raw_product(
+    raw: dict[str, Any],
+    attributes: dict[str, Any] | None = None,
+    human_instructions: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One raw scraped record -> the processed record upstream's ``load_products`` makes (human-goal variant).
 
     ``attributes`` is ``items_ins_v2*.json`` (ASIN -> {"attributes": [...], ...}); ``human_instructions`` is
@@ -167,7 +192,9 @@ def document_contents(product: dict[str, Any]) -> str:
     option_texts = [f"{name}: {', '.join(values)}" for name, values in product.get("options", {}).items()]
     bullets = product["BulletPoints"]
     first_bullet = bullets[0] if bullets else ""
-    return " ".join([product["Title"], product["Description"], first_bullet, ", and ".join(option_texts)]).lower()
+    return " ".join(
+        [product["Title"], product["Description"], first_bullet, ", and ".join(option_texts)]
+    ).lower()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -175,12 +202,16 @@ def document_contents(product: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 def _check_product(p: Any, where: str) -> None:
     if not isinstance(p, dict):
-        raise CorruptDataError(f"{where}: a product record must be a JSON object, got {type(p).__name__}. Fix: {FIX}.")
+        raise CorruptDataError(
+            f"{where}: a product record must be a JSON object, got {type(p).__name__}. Fix: {FIX}."
+        )
     for key, typ in _REQUIRED.items():
         if key not in p:
             raise CorruptDataError(f"{where}: product record lacks {key!r}. Fix: {FIX}.")
         if not isinstance(p[key], typ):
-            raise CorruptDataError(f"{where}: product field {key!r} has type {type(p[key]).__name__}. Fix: {FIX}.")
+            raise CorruptDataError(
+                f"{where}: product field {key!r} has type {type(p[key]).__name__}. Fix: {FIX}."
+            )
     if not all(isinstance(x, int | float) for x in p["pricing"]) or not p["pricing"]:
         raise CorruptDataError(f"{where}: product 'pricing' must be a non-empty list of numbers. Fix: {FIX}.")
     for name, values in p["options"].items():
@@ -200,14 +231,23 @@ def _read_documents(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             try:
                 doc = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise CorruptDataError(f"{where}: not valid JSON ({exc.msg}); the file looks truncated or corrupt. "
-                                       f"Fix: {FIX}.") from exc
-            if not isinstance(doc, dict) or not isinstance(doc.get("id"), str) or not isinstance(doc.get("contents"), str):
-                raise CorruptDataError(f"{where}: expected {{'id': str, 'contents': str, 'product': {{...}}}}. Fix: {FIX}.")
+                raise CorruptDataError(
+                    f"{where}: not valid JSON ({exc.msg}); the file looks truncated or corrupt. Fix: {FIX}."
+                ) from exc
+            if (
+                not isinstance(doc, dict)
+                or not isinstance(doc.get("id"), str)
+                or not isinstance(doc.get("contents"), str)
+            ):
+                raise CorruptDataError(
+                    f"{where}: expected {{'id': str, 'contents': str, 'product': {{...}}}}. Fix: {FIX}."
+                )
             product = doc.get("product")
             _check_product(product, where)
             if product["asin"] != doc["id"]:
-                raise CorruptDataError(f"{where}: id {doc['id']!r} != product asin {product['asin']!r}. Fix: {FIX}.")
+                raise CorruptDataError(
+                    f"{where}: id {doc['id']!r} != product asin {product['asin']!r}. Fix: {FIX}."
+                )
             if doc["id"] in seen:
                 continue  # upstream keeps the first record of a repeated ASIN
             seen.add(doc["id"])
@@ -251,7 +291,9 @@ def iter_json_array(path: str | os.PathLike[str], *, chunk_chars: int = 1 << 20)
         fill()
         skip_ws()
         if pos >= len(buf) or buf[pos] != "[":
-            raise CorruptDataError(f"{path}: expected a JSON array of products at character {offset + pos}. Fix: {FIX}.")
+            raise CorruptDataError(
+                f"{path}: expected a JSON array of products at character {offset + pos}. Fix: {FIX}."
+            )
         pos += 1
         started = True
         expect_value = True
@@ -259,15 +301,19 @@ def iter_json_array(path: str | os.PathLike[str], *, chunk_chars: int = 1 << 20)
         while True:
             skip_ws()
             if pos >= len(buf):
-                raise CorruptDataError(f"{path}: the JSON array ends early at character {offset + pos} "
-                                       f"(truncated file). Fix: {FIX}.")
+                raise CorruptDataError(
+                    f"{path}: the JSON array ends early at character {offset + pos} "
+                    f"(truncated file). Fix: {FIX}."
+                )
             ch = buf[pos]
             if ch == "]" and (first or not expect_value):
                 pos += 1
                 break
             if not expect_value:
                 if ch != ",":
-                    raise CorruptDataError(f"{path}: expected ',' or ']' at character {offset + pos}. Fix: {FIX}.")
+                    raise CorruptDataError(
+                        f"{path}: expected ',' or ']' at character {offset + pos}. Fix: {FIX}."
+                    )
                 pos += 1
                 expect_value = True
                 continue
@@ -277,16 +323,19 @@ def iter_json_array(path: str | os.PathLike[str], *, chunk_chars: int = 1 << 20)
                     break
                 except json.JSONDecodeError as exc:
                     if eof or not fill():
-                        raise CorruptDataError(f"{path}: invalid or truncated JSON at character {offset + pos} "
-                                               f"({exc.msg}). Fix: {FIX}.") from exc
+                        raise CorruptDataError(
+                            f"{path}: invalid or truncated JSON at character {offset + pos} "
+                            f"({exc.msg}). Fix: {FIX}."
+                        ) from exc
             yield value
             pos = end
             first = False
             expect_value = False
         skip_ws()
         if pos < len(buf):
-            raise CorruptDataError(f"{path}: unexpected data after the product array at character {offset + pos}. "
-                                   f"Fix: {FIX}.")
+            raise CorruptDataError(
+                f"{path}: unexpected data after the product array at character {offset + pos}. Fix: {FIX}."
+            )
     assert started
 
 
@@ -295,13 +344,17 @@ def _read_json(path: Path) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as exc:
-        raise CorruptDataError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); the file looks truncated "
-                               f"or corrupt. Fix: {FIX}.") from exc
+        raise CorruptDataError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); the file looks truncated "
+            f"or corrupt. Fix: {FIX}."
+        ) from exc
     except UnicodeDecodeError as exc:
         raise CorruptDataError(f"{path}: not UTF-8 text. Fix: {FIX}.") from exc
 
 
-def _read_raw(path: Path, attr_path: Path | None, human_path: Path | None) -> tuple[list[dict[str, Any]], list[str]]:
+def _read_raw(
+    path: Path, attr_path: Path | None, human_path: Path | None
+) -> tuple[list[dict[str, Any]], list[str]]:
     attributes = _read_json(attr_path) if attr_path is not None and attr_path.exists() else None
     human = _read_json(human_path) if human_path is not None and human_path.exists() else None
     products: list[dict[str, Any]] = []
@@ -317,8 +370,9 @@ def _read_raw(path: Path, attr_path: Path | None, human_path: Path | None) -> tu
         try:
             product = process_raw_product(raw, attributes, human)
         except (KeyError, IndexError, TypeError, AttributeError, InvalidOperation, ValueError) as exc:
-            raise CorruptDataError(f"{where} ({asin}): cannot be processed ({type(exc).__name__}: {exc}). "
-                                   f"Fix: {FIX}.") from exc
+            raise CorruptDataError(
+                f"{where} ({asin}): cannot be processed ({type(exc).__name__}: {exc}). Fix: {FIX}."
+            ) from exc
         _check_product(product, where)
         seen.add(asin)
         products.append(product)
@@ -329,7 +383,11 @@ def _read_raw(path: Path, attr_path: Path | None, human_path: Path | None) -> tu
 def attributes_file_for(catalogue_path: Path) -> Path:
     """``items_ins_v2_1000.json`` next to ``items_shuffle_1000[.documents.jsonl|.json]`` (``items_ins_v2.json`` for
     the full catalogue)."""
-    stem = catalogue_path.name.removeprefix("items_shuffle").removesuffix(".documents.jsonl").removesuffix(".json")
+    stem = (
+        catalogue_path.name.removeprefix("items_shuffle")
+        .removesuffix(".documents.jsonl")
+        .removesuffix(".json")
+    )
     return catalogue_path.with_name(f"items_ins_v2{stem}.json")
 
 

@@ -1,10 +1,10 @@
 """``stepgym webshop ...``: build search indexes, compare backends, run the oracle, serve the site.
 
-    stepgym webshop index     [--search bm25s|lucene|all]        build (or find) the cached indexes, with times
-    stepgym webshop agreement [--goals synthetic|human]           top-10 agreement and target hits per backend
-    stepgym webshop oracle    [--split all] [--option-match ...]  the oracle's success on a split
-    stepgym webshop nouns                                         heuristic vs spaCy title nouns: reward effect
-    stepgym webshop serve     [--port 3000] [--split test]        the site for people, until Ctrl-C
+stepgym webshop index     [--search bm25s|lucene|all]        build (or find) the cached indexes, with times
+stepgym webshop agreement [--goals synthetic|human]           top-10 agreement and target hits per backend
+stepgym webshop oracle    [--split all] [--option-match ...]  the oracle's success on a split
+stepgym webshop nouns                                         heuristic vs spaCy title nouns: reward effect
+stepgym webshop serve     [--port 3000] [--split test]        the site for people, until Ctrl-C
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ __all__ = ["main"]
 def _core(args: argparse.Namespace, search: str) -> Any:
     from stepgym.envs.webshop.core import shared_core
 
-    return shared_core(args.data_root, args.goals, search, option_match=getattr(args, "option_match", "upstream"))
+    return shared_core(
+        args.data_root, args.goals, search, option_match=getattr(args, "option_match", "upstream")
+    )
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
@@ -30,9 +32,17 @@ def _cmd_index(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         core = _core(args, name)
         backend = core.engine.search_backend
-        print(json.dumps({"backend": name, "index": str(getattr(backend, "path", "")),
-                          "build_seconds": round(backend.build_seconds, 3),
-                          "load_seconds": round(time.perf_counter() - t0, 3), "products": len(core.catalogue)}))
+        print(
+            json.dumps(
+                {
+                    "backend": name,
+                    "index": str(getattr(backend, "path", "")),
+                    "build_seconds": round(backend.build_seconds, 3),
+                    "load_seconds": round(time.perf_counter() - t0, 3),
+                    "products": len(core.catalogue),
+                }
+            )
+        )
     return 0
 
 
@@ -49,8 +59,13 @@ def _cmd_oracle(args: argparse.Namespace) -> int:
     from stepgym.envs.webshop.analysis import run_oracle
     from stepgym.envs.webshop.text_env import WebShopEnv
 
-    env = WebShopEnv(split=args.split, goals=args.goals, search=args.search, data_root=args.data_root,
-                     option_match=args.option_match)
+    env = WebShopEnv(
+        split=args.split,
+        goals=args.goals,
+        search=args.search,
+        data_root=args.data_root,
+        option_match=args.option_match,
+    )
     res = run_oracle(env, env.task_ids)
     res.pop("rewards")
     print(json.dumps(res, indent=2))
@@ -81,8 +96,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stepgym webshop", description="WebShop tools (see docs/webshop.md)")
-    parser.add_argument("--data-root", default=None, help="WebShop data folder (default: $STEPGYM_DATA/webshop)")
+    parser = argparse.ArgumentParser(
+        prog="stepgym webshop", description="WebShop tools (see docs/webshop.md)"
+    )
+    parser.add_argument(
+        "--data-root", default=None, help="WebShop data folder (default: $STEPGYM_DATA/webshop)"
+    )
     parser.add_argument("--goals", default="synthetic", choices=["synthetic", "human"])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("index", help="build the cached search indexes")
@@ -95,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search", default="bm25s", choices=["bm25s", "lucene"])
     p.add_argument("--option-match", default="upstream", choices=["upstream", "values"])
     p.set_defaults(func=_cmd_oracle)
-    p = sub.add_parser("nouns", help="reward effect of the title-noun heuristic vs spaCy (needs en_core_web_sm)")
+    p = sub.add_parser(
+        "nouns", help="reward effect of the title-noun heuristic vs spaCy (needs en_core_web_sm)"
+    )
     p.add_argument("--search", default="bm25s", choices=["bm25s", "lucene"])
     p.set_defaults(func=_cmd_nouns)
     p = sub.add_parser("serve", help="serve the site on 127.0.0.1 for people")

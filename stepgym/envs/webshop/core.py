@@ -45,13 +45,18 @@ HUMAN_GOALS_FILE = Path("baseline_models") / "data" / "human_goals.json"
 
 def find_catalogue(root: Path) -> Path:
     """The catalogue file in a data root: the document file, else a raw ``items_shuffle*.json``."""
-    for rel in (Path("data") / DOCUMENTS_FILE, Path("data") / "items_shuffle_1000.json", Path("data") / "items_shuffle.json"):
+    for rel in (
+        Path("data") / DOCUMENTS_FILE,
+        Path("data") / "items_shuffle_1000.json",
+        Path("data") / "items_shuffle.json",
+    ):
         if (root / rel).is_file():
             return root / rel
     raise DataNotFoundError(
         f"No WebShop catalogue in {root}/data (looked for {DOCUMENTS_FILE}, items_shuffle_1000.json, "
         f"items_shuffle.json). Fix: run `stepgym download webshop`, or point $STEPGYM_DATA at a folder holding "
-        f"webshop/data/{DOCUMENTS_FILE}.")
+        f"webshop/data/{DOCUMENTS_FILE}."
+    )
 
 
 @dataclass
@@ -65,13 +70,17 @@ class WebShopCore:
     def goal_by_task_id(self, task_id: str) -> Goal:
         parts = task_id.split("/")
         if len(parts) != 3 or parts[0] != "webshop" or parts[1] != self.kind or not parts[2].isdigit():
-            raise ValueError(f"unknown task id {task_id!r} for {self.kind} goals (expected 'webshop/{self.kind}/<index>')")
+            raise ValueError(
+                f"unknown task id {task_id!r} for {self.kind} goals (expected 'webshop/{self.kind}/<index>')"
+            )
         return self.goal_by_index(int(parts[2]))
 
     def goal_by_index(self, index: int) -> Goal:
         pos = self._positions.get(int(index))
         if pos is None:
-            raise ValueError(f"no {self.kind} goal with index {index} in this catalogue ({len(self.goals)} goals)")
+            raise ValueError(
+                f"no {self.kind} goal with index {index} in this catalogue ({len(self.goals)} goals)"
+            )
         return self.goals[pos]
 
     def split(self, name: str) -> list[Goal]:
@@ -81,8 +90,9 @@ class WebShopCore:
         self._positions = {g.index: k for k, g in enumerate(self.goals)}
 
     # -- annotations ------------------------------------------------------------------------------------------
-    def info(self, page: Page, goal: Goal, *, admissible: bool, effective: bool, problem: str,
-             won: bool = False) -> dict[str, Any]:
+    def info(
+        self, page: Page, goal: Goal, *, admissible: bool, effective: bool, problem: str, won: bool = False
+    ) -> dict[str, Any]:
         state = page.state
         actions = [SEARCH_PLACEHOLDER] if page.has_search_bar else []
         actions += [f"click[{k}]" for k in page.clickables if k != "search"]
@@ -102,8 +112,9 @@ class WebShopCore:
         }
         return info
 
-    def reward_info(self, state: ShopState | None, goal: Goal, reward: float,
-                    breakdown: dict[str, Any] | None) -> dict[str, Any]:
+    def reward_info(
+        self, state: ShopState | None, goal: Goal, reward: float, breakdown: dict[str, Any] | None
+    ) -> dict[str, Any]:
         bought = state is not None and state.page == "done"
         return {
             "reward": float(reward),
@@ -116,8 +127,16 @@ class WebShopCore:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_core(root: str, catalogue_file: str, kind: str, search: str, title_nouns: str, option_match: str,
-               search_anywhere: bool, mtime: float) -> WebShopCore:
+def _load_core(
+    root: str,
+    catalogue_file: str,
+    kind: str,
+    search: str,
+    title_nouns: str,
+    option_match: str,
+    search_anywhere: bool,
+    mtime: float,
+) -> WebShopCore:
     rootp = Path(root)
     catalogue = load_catalogue(catalogue_file)
     if kind == "synthetic":
@@ -128,16 +147,29 @@ def _load_core(root: str, catalogue_file: str, kind: str, search: str, title_nou
     else:
         path = rootp / HUMAN_GOALS_FILE
         if not path.exists():
-            raise DataNotFoundError(f"{path} is missing (needed for goals='human'). Fix: run `stepgym download webshop`.")
+            raise DataNotFoundError(
+                f"{path} is missing (needed for goals='human'). Fix: run `stepgym download webshop`."
+            )
         goals = build_human_goals(catalogue, path)
-    engine = ShopEngine(catalogue, make_backend(search, catalogue), title_nouns=title_nouns,
-                        option_match=option_match, search_anywhere=search_anywhere)
+    engine = ShopEngine(
+        catalogue,
+        make_backend(search, catalogue),
+        title_nouns=title_nouns,
+        option_match=option_match,
+        search_anywhere=search_anywhere,
+    )
     return WebShopCore(rootp, catalogue, engine, goals, kind)
 
 
-def shared_core(data_root_arg: str | os.PathLike[str] | None, goals: str, search: str, title_nouns: str = "heuristic",
-                option_match: str = "upstream", search_anywhere: bool = False,
-                catalogue_file: str | os.PathLike[str] | None = None) -> WebShopCore:
+def shared_core(
+    data_root_arg: str | os.PathLike[str] | None,
+    goals: str,
+    search: str,
+    title_nouns: str = "heuristic",
+    option_match: str = "upstream",
+    search_anywhere: bool = False,
+    catalogue_file: str | os.PathLike[str] | None = None,
+) -> WebShopCore:
     """The loaded data for these settings, shared by every env of this process (loaded once)."""
     if goals not in ("synthetic", "human"):
         raise ValueError(f"goals must be 'synthetic' or 'human', got {goals!r}")
@@ -148,4 +180,6 @@ def shared_core(data_root_arg: str | os.PathLike[str] | None, goals: str, search
     root = data_root("webshop", data_root_arg)
     cat = Path(catalogue_file) if catalogue_file is not None else find_catalogue(root)
     mtime = cat.stat().st_mtime if cat.exists() else 0.0
-    return _load_core(str(root), str(cat), goals, search, title_nouns, option_match, bool(search_anywhere), mtime)
+    return _load_core(
+        str(root), str(cat), goals, search, title_nouns, option_match, bool(search_anywhere), mtime
+    )

@@ -43,7 +43,9 @@ DRIVE_IDS = {
     "items_shuffle.json": "1A2whVgOO0euk5O13n2iYDM0bQRkkRduB",
     "items_ins_v2.json": "1s2j6NgHljiZzQNL3veZaAiyW_qDEgBNi",
 }
-HUMAN_GOALS_URL = "https://raw.githubusercontent.com/princeton-nlp/WebShop/master/baseline_models/data/human_goals.json"
+HUMAN_GOALS_URL = (
+    "https://raw.githubusercontent.com/princeton-nlp/WebShop/master/baseline_models/data/human_goals.json"
+)
 DRIVE_URL = "https://drive.usercontent.google.com/download?id={id}&export=download&confirm=t"
 # sha256 of the 1k document file that upstream's converter produced (WillDreamer/webshop-minimal, blob c16875ec);
 # a conversion of the official items_shuffle_1000.json should reproduce it byte for byte.
@@ -65,8 +67,12 @@ def convert_to_documents(raw_catalogue: Path, out: Path) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for product in catalogue.products:
-                f.write(json.dumps({"id": product["asin"], "contents": document_contents(product),
-                                    "product": product}) + "\n")
+                f.write(
+                    json.dumps(
+                        {"id": product["asin"], "contents": document_contents(product), "product": product}
+                    )
+                    + "\n"
+                )
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -74,8 +80,13 @@ def convert_to_documents(raw_catalogue: Path, out: Path) -> Path:
     return out
 
 
-def download(dest: str | os.PathLike[str] | None = None, base_url: str | None = None, *, full: bool = False,
-             progress: bool = True) -> Path:
+def download(
+    dest: str | os.PathLike[str] | None = None,
+    base_url: str | None = None,
+    *,
+    full: bool = False,
+    progress: bool = True,
+) -> Path:
     """Fetch the WebShop data into ``dest`` (default: the user cache's ``data/webshop``) and return it.
 
     ``full=True`` also fetches the 1.18M-product catalogue (~5 GB download; converting it needs several GB of

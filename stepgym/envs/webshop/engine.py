@@ -176,8 +176,16 @@ class Page:
 class ShopEngine:
     """Pages and transitions for one catalogue and search backend; one engine serves many sessions."""
 
-    def __init__(self, catalogue: Catalogue, search: SearchBackend, *, title_nouns: str = "heuristic",
-                 option_match: str = "upstream", search_anywhere: bool = False, cache_size: int = 4096) -> None:
+    def __init__(
+        self,
+        catalogue: Catalogue,
+        search: SearchBackend,
+        *,
+        title_nouns: str = "heuristic",
+        option_match: str = "upstream",
+        search_anywhere: bool = False,
+        cache_size: int = 4096,
+    ) -> None:
         self.catalogue = catalogue
         self.search_backend = search
         self.title_nouns = title_nouns
@@ -195,7 +203,9 @@ class ShopEngine:
             if hit is not None:
                 self._cache.move_to_end(query)
                 return hit
-            asins = [a for a in self.search_backend.search(query, SEARCH_RETURN_N) if a in self.catalogue.by_asin]
+            asins = [
+                a for a in self.search_backend.search(query, SEARCH_RETURN_N) if a in self.catalogue.by_asin
+            ]
             self._cache[query] = asins
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
@@ -203,10 +213,12 @@ class ShopEngine:
 
     def page_products(self, state: ShopState) -> list[str]:
         res = self.results(state.query)
-        return res[(state.page_num - 1) * PRODUCT_WINDOW: state.page_num * PRODUCT_WINDOW]
+        return res[(state.page_num - 1) * PRODUCT_WINDOW : state.page_num * PRODUCT_WINDOW]
 
     # -- pages -------------------------------------------------------------------------------------------------
-    def page(self, state: ShopState, goal: Goal, *, reward: tuple[float, dict[str, Any]] | None = None) -> Page:
+    def page(
+        self, state: ShopState, goal: Goal, *, reward: tuple[float, dict[str, Any]] | None = None
+    ) -> Page:
         instr = [Element("heading", tag="h4", attrs={"texts": ["Instruction:", goal.instruction_text]})]
         els: list[Element] = []
         clickables: OrderedDict[str, Element] = OrderedDict()
@@ -236,8 +248,14 @@ class ShopEngine:
             for asin in self.page_products(state):
                 p = self.catalogue.by_asin[asin]
                 target = ShopState("item", state.query, state.page_num, asin, ())
-                el = Element("link", text=asin, key=click_key(asin), tag="a", target=target,
-                             attrs={"title": p["Title"], "price": p["Price"], "image": p.get("MainImage", "")})
+                el = Element(
+                    "link",
+                    text=asin,
+                    key=click_key(asin),
+                    tag="a",
+                    target=target,
+                    attrs={"title": p["Title"], "price": p["Price"], "image": p.get("MainImage", "")},
+                )
                 els.append(el)
                 els.append(Element("heading", text=p["Title"], tag="h4"))
                 els.append(Element("text", text=p["Price"], tag="h5"))
@@ -259,21 +277,53 @@ class ShopEngine:
                     els.append(Element("text", text=f" {bullet}", tag="li"))
             else:
                 for review in p["Reviews"]:
-                    els.append(Element("text", tag="div", attrs={"texts": [
-                        f"\"{review.get('title', '')}\"", str(review.get("score", "")), str(review.get("body", ""))]}))
+                    els.append(
+                        Element(
+                            "text",
+                            tag="div",
+                            attrs={
+                                "texts": [
+                                    f'"{review.get("title", "")}"',
+                                    str(review.get("score", "")),
+                                    str(review.get("body", "")),
+                                ]
+                            },
+                        )
+                    )
         elif state.page == "done":
             r, info = reward if reward is not None else (0.0, {})
             els.append(Element("heading", text="Thank you for shopping with us!", tag="h1"))
-            els.append(Element("heading", tag="h3", attrs={"texts": ["Your score (min 0.0, max 1.0)", str(r)]}))
-            els.append(Element("json", tag="script", attrs={"data": {
-                "reward": r, "reward_info": info, "asin": state.asin, "options": state.options_dict}}))
+            els.append(
+                Element("heading", tag="h3", attrs={"texts": ["Your score (min 0.0, max 1.0)", str(r)]})
+            )
+            els.append(
+                Element(
+                    "json",
+                    tag="script",
+                    attrs={
+                        "data": {
+                            "reward": r,
+                            "reward_info": info,
+                            "asin": state.asin,
+                            "options": state.options_dict,
+                        }
+                    },
+                )
+            )
             return Page(state, els, False, clickables, reward=r, reward_info=info)
         else:  # pragma: no cover - states are built by this module only
             raise ValueError(f"unknown page {state.page!r}")
         return Page(state, els, has_search, clickables)
 
-    def _item_page(self, state: ShopState, goal: Goal, instr: list[Element], els: list[Element],
-                   clickables: OrderedDict[str, Element], button: Any) -> None:
+    def _item_page(
+        self,
+        state: ShopState,
+        goal: Goal,
+        instr: list[Element],
+        els: list[Element],
+        clickables: OrderedDict[str, Element],
+        button: Any,
+    ) -> None:
         p = self.catalogue.by_asin[state.asin]
         els += instr
         button(BACK_TO_SEARCH, ShopState())
@@ -287,8 +337,14 @@ class ShopEngine:
                 new = dict(chosen)
                 new[name] = value
                 target = replace(state, options=tuple(sorted(new.items())))
-                el = Element("option", text=value, key=click_key(value), tag="label", target=target,
-                             attrs={"group": name, "index": i, "checked": value in chosen.values()})
+                el = Element(
+                    "option",
+                    text=value,
+                    key=click_key(value),
+                    tag="label",
+                    target=target,
+                    attrs={"group": name, "index": i, "checked": value in chosen.values()},
+                )
                 els.append(el)
                 options.append(el)
         els.append(Element("heading", text=p["Title"], tag="h2"))
@@ -359,7 +415,10 @@ class ShopEngine:
         for name, values in self.catalogue.by_asin[state.asin]["options"].items():
             for value in values:
                 if click_key(value) == key:
-                    group, chosen_value = name, value  # keep looping: the later group wins, like upstream's dict
+                    group, chosen_value = (
+                        name,
+                        value,
+                    )  # keep looping: the later group wins, like upstream's dict
         if group is not None:
             new = dict(state.options)
             new[group] = chosen_value
@@ -368,8 +427,14 @@ class ShopEngine:
 
     def reward(self, state: ShopState, goal: Goal) -> tuple[float, dict[str, Any]]:
         product = self.catalogue.by_asin[state.asin]
-        return compute_reward(product, goal.as_reward_goal(), self.catalogue.price(state.asin),
-                              state.options_dict, title_nouns=self.title_nouns, option_match=self.option_match)
+        return compute_reward(
+            product,
+            goal.as_reward_goal(),
+            self.catalogue.price(state.asin),
+            state.options_dict,
+            title_nouns=self.title_nouns,
+            option_match=self.option_match,
+        )
 
     # -- ground truth for annotations --------------------------------------------------------------------------
     def target_options(self, goal: Goal) -> dict[str, str]:
@@ -411,7 +476,11 @@ class ShopEngine:
             target_page = res.index(goal.asin) // PRODUCT_WINDOW + 1
             if target_page == state.page_num:
                 return f"click[{goal.asin.lower()}]"
-            return f"click[{NEXT_PAGE.lower()}]" if target_page > state.page_num else f"click[{PREV_PAGE.lower()}]"
+            return (
+                f"click[{NEXT_PAGE.lower()}]"
+                if target_page > state.page_num
+                else f"click[{PREV_PAGE.lower()}]"
+            )
         if state.asin != goal.asin:
             return f"click[{PREV_PAGE.lower()}]"
         if state.page == "item_sub":

@@ -78,15 +78,28 @@ class Goal:
 
     def as_reward_goal(self) -> dict[str, Any]:
         opts = dict(self.goal_options) if isinstance(self.goal_options, dict) else list(self.goal_options)
-        return {"attributes": list(self.attributes), "goal_options": opts, "price_upper": self.price_upper,
-                "query": self.query, "product_category": self.product_category, "name": self.name}
+        return {
+            "attributes": list(self.attributes),
+            "goal_options": opts,
+            "price_upper": self.price_upper,
+            "query": self.query,
+            "product_category": self.product_category,
+            "name": self.name,
+        }
 
     def to_info(self) -> dict[str, Any]:
         """Plain-Python description (info dicts, CLI output)."""
         opts = dict(self.goal_options) if isinstance(self.goal_options, dict) else list(self.goal_options)
-        return {"task_id": self.task_id, "kind": self.kind, "index": self.index, "asin": self.asin,
-                "instruction_text": self.instruction_text, "attributes": list(self.attributes),
-                "goal_options": opts, "price_upper": float(self.price_upper)}
+        return {
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "index": self.index,
+            "asin": self.asin,
+            "instruction_text": self.instruction_text,
+            "attributes": list(self.attributes),
+            "goal_options": opts,
+            "price_upper": float(self.price_upper),
+        }
 
 
 def upstream_permutation(n: int) -> list[int]:
@@ -122,7 +135,9 @@ def _read_json(path: Path) -> Any:
     except FileNotFoundError as exc:
         raise CorruptDataError(f"{path}: missing. Fix: {FIX}.") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptDataError(f"{path}: not valid JSON; the file looks truncated or corrupt. Fix: {FIX}.") from exc
+        raise CorruptDataError(
+            f"{path}: not valid JSON; the file looks truncated or corrupt. Fix: {FIX}."
+        ) from exc
 
 
 def build_synthetic_goals(catalogue: Catalogue, attr_path: Path) -> list[Goal]:
@@ -140,21 +155,32 @@ def build_synthetic_goals(catalogue: Catalogue, attr_path: Path) -> list[Goal]:
             continue
         inst_attrs = entry.get("instruction_attributes")
         if not isinstance(instruction, str) or not isinstance(inst_attrs, list) or not inst_attrs:
-            raise CorruptDataError(f"{attr_path}: {product['asin']} has an instruction but no instruction_attributes. "
-                                   f"Fix: {FIX}.")
+            raise CorruptDataError(
+                f"{attr_path}: {product['asin']} has an instruction but no instruction_attributes. "
+                f"Fix: {FIX}."
+            )
         upper, price_text = price_upper_for(product_price(product), f"synthetic/{product['asin']}")
         names = sorted(product["options"])
         for combo in itertools.product(*(product["options"][n] for n in names)):
             options = dict(zip(names, combo, strict=True))
             option_text = ", and ".join(f"{k}: {v}" for k, v in options.items())
             option_text = f" with {option_text}" if option_text else ""
-            original.append(Goal(
-                kind="synthetic", index=-1, asin=product["asin"],
-                instruction_text=f"{instruction}{option_text}{price_text}",
-                attributes=tuple(inst_attrs), goal_options=options, price_upper=upper, query=product["query"],
-                category=product["category"], product_category=product["product_category"], name=product["Title"],
-                base_instruction=instruction,
-            ))
+            original.append(
+                Goal(
+                    kind="synthetic",
+                    index=-1,
+                    asin=product["asin"],
+                    instruction_text=f"{instruction}{option_text}{price_text}",
+                    attributes=tuple(inst_attrs),
+                    goal_options=options,
+                    price_upper=upper,
+                    query=product["query"],
+                    category=product["category"],
+                    product_category=product["product_category"],
+                    name=product["Title"],
+                    base_instruction=instruction,
+                )
+            )
     perm = upstream_permutation(len(original))
     return [_with_index(original[j], i) for i, j in enumerate(perm)]
 
@@ -180,8 +206,10 @@ def build_human_goals(catalogue: Catalogue, human_goals_path: Path) -> list[Goal
                 continue  # upstream skips instructions without attributes
             original.append((product, ins))
     if len(original) > len(texts):
-        raise CorruptDataError(f"{human_goals_path}: {len(texts)} goals, but the catalogue carries {len(original)} "
-                               f"human instructions. Fix: {FIX}.")
+        raise CorruptDataError(
+            f"{human_goals_path}: {len(texts)} goals, but the catalogue carries {len(original)} "
+            f"human instructions. Fix: {FIX}."
+        )
     inverse = {j: i for i, j in enumerate(upstream_permutation(len(texts)))}
     goals: list[Goal] = []
     mismatched = 0
@@ -190,18 +218,27 @@ def build_human_goals(catalogue: Catalogue, human_goals_path: Path) -> list[Goal
         if _norm(texts[index]) != _norm(ins["instruction"]):
             mismatched += 1
         upper, price_text = price_upper_for(product_price(product), f"human/{index}")
-        goals.append(Goal(
-            kind="human", index=index, asin=product["asin"],
-            instruction_text=ins["instruction"].strip(".") + price_text,
-            attributes=tuple(ins["instruction_attributes"]),
-            goal_options=tuple(ins.get("instruction_options") or ()), price_upper=upper, query=product["query"],
-            category=product["category"], product_category=product["product_category"], name=product["name"],
-            base_instruction=ins["instruction"].strip("."),
-        ))
+        goals.append(
+            Goal(
+                kind="human",
+                index=index,
+                asin=product["asin"],
+                instruction_text=ins["instruction"].strip(".") + price_text,
+                attributes=tuple(ins["instruction_attributes"]),
+                goal_options=tuple(ins.get("instruction_options") or ()),
+                price_upper=upper,
+                query=product["query"],
+                category=product["category"],
+                product_category=product["product_category"],
+                name=product["name"],
+                base_instruction=ins["instruction"].strip("."),
+            )
+        )
     if original and mismatched > 0.1 * len(original):
         raise CorruptDataError(
             f"{human_goals_path}: {mismatched} of {len(original)} human instructions of {catalogue.path} do not sit at "
-            f"their upstream index; the catalogue is not a prefix of upstream's items_shuffle.json. Fix: {FIX}.")
+            f"their upstream index; the catalogue is not a prefix of upstream's items_shuffle.json. Fix: {FIX}."
+        )
     return sorted(goals, key=lambda g: g.index)
 
 

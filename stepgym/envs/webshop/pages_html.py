@@ -27,7 +27,9 @@ from stepgym.envs.webshop.engine import Element, Page, ShopState, text_segment
 __all__ = ["html_to_text", "render_html"]
 
 _IGNORED_PARENTS = frozenset({"style", "script", "head", "title", "meta"})
-_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"})
+_VOID = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+)
 _STYLE = """
 body{font-family:sans-serif;max-width:60em;margin:1em auto;padding:0 1em}
 .btn{display:inline-block;margin:.2em;padding:.3em .8em;border:1px solid #888;border-radius:4px;
@@ -47,11 +49,25 @@ def _texts_html(el: Element) -> str:
     return "<br>".join(_a(t) for t in texts)
 
 
-def render_html(page: Page, url_for: Callable[[ShopState], str], *, search_action: str, buy_action: str,
-                title: str = "WebShop") -> str:
+def render_html(
+    page: Page,
+    url_for: Callable[[ShopState], str],
+    *,
+    search_action: str,
+    buy_action: str,
+    title: str = "WebShop",
+) -> str:
     """The page as HTML. ``url_for(state)`` gives a link target; ``search_action``/``buy_action`` the POST urls."""
-    lines = ["<!DOCTYPE html>", "<html>", "<head>", '<meta charset="utf-8">', f"<title>{_a(title)}</title>",
-             f"<style>{_STYLE}</style>", "</head>", f'<body data-page="{_a(page.state.page)}">']
+    lines = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{_a(title)}</title>",
+        f"<style>{_STYLE}</style>",
+        "</head>",
+        f'<body data-page="{_a(page.state.page)}">',
+    ]
     option_n = 0
     for el in page.elements:
         if el.kind == "heading" or el.kind == "text":
@@ -60,28 +76,38 @@ def render_html(page: Page, url_for: Callable[[ShopState], str], *, search_actio
             lines.append(f"<{tag}{cls}>{_texts_html(el)}</{tag}>")
         elif el.kind == "search":
             lines.append(f'<form id="search-form" method="post" action="{_a(search_action)}">')
-            lines.append('<input id="search_input" type="text" name="search_query" placeholder="Search..." required>')
+            lines.append(
+                '<input id="search_input" type="text" name="search_query" placeholder="Search..." required>'
+            )
             lines.append(f'<button class="btn" type="submit" data-key="search">{_a(el.text)}</button>')
             lines.append("</form>")
         elif el.kind == "button" and el.attrs.get("purchase"):
             lines.append(f'<form method="post" action="{_a(buy_action)}">')
-            lines.append(f'<button class="btn purchase" type="submit" data-key="{_a(el.key)}">{_a(el.text)}</button>')
+            lines.append(
+                f'<button class="btn purchase" type="submit" data-key="{_a(el.key)}">{_a(el.text)}</button>'
+            )
             lines.append("</form>")
         elif el.kind == "button":
             assert el.target is not None
-            lines.append(f'<a class="btn" data-key="{_a(el.key)}" href="{_a(url_for(el.target))}">{_a(el.text)}</a>')
+            lines.append(
+                f'<a class="btn" data-key="{_a(el.key)}" href="{_a(url_for(el.target))}">{_a(el.text)}</a>'
+            )
         elif el.kind == "link":
             assert el.target is not None
-            lines.append(f'<div class="product"><a class="product-link" data-key="{_a(el.key)}" '
-                         f'href="{_a(url_for(el.target))}">{_a(el.text)}</a></div>')
+            lines.append(
+                f'<div class="product"><a class="product-link" data-key="{_a(el.key)}" '
+                f'href="{_a(url_for(el.target))}">{_a(el.text)}</a></div>'
+            )
         elif el.kind == "option":
             assert el.target is not None
             oid = f"opt{option_n}"
             option_n += 1
             checked = " checked" if el.attrs.get("checked") else ""
-            lines.append(f'<input type="radio" id="{oid}" name="{_a(el.attrs["group"])}" value="{_a(el.text)}" '
-                         f'data-key="{_a(el.key)}" data-url="{_a(url_for(el.target))}"{checked} '
-                         f'onclick="window.location.href=this.dataset.url">')
+            lines.append(
+                f'<input type="radio" id="{oid}" name="{_a(el.attrs["group"])}" value="{_a(el.text)}" '
+                f'data-key="{_a(el.key)}" data-url="{_a(url_for(el.target))}"{checked} '
+                f'onclick="window.location.href=this.dataset.url">'
+            )
             lines.append(f'<label for="{oid}">{_a(el.text)}</label>')
         elif el.kind == "image":
             lines.append(f'<img id="product-image" alt="" data-src="{_a(el.attrs.get("src", ""))}">')

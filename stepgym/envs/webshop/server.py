@@ -146,8 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the env logs nothing per request
         return
 
-    def _send(self, status: int, body: str, *, ctype: str = "text/html; charset=utf-8",
-              location: str | None = None) -> None:
+    def _send(
+        self, status: int, body: str, *, ctype: str = "text/html; charset=utf-8", location: str | None = None
+    ) -> None:
         data = body.encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -170,7 +171,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self.site.handle(self, "GET", b"")
         except Exception:  # never let a request kill the server thread; the env sees a 500
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "<!DOCTYPE html><html><body><h1>500</h1></body></html>")
+            self._send(
+                HTTPStatus.INTERNAL_SERVER_ERROR, "<!DOCTYPE html><html><body><h1>500</h1></body></html>"
+            )
 
     def do_POST(self) -> None:
         try:
@@ -178,19 +181,25 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             length = 0
         if length > MAX_BODY or length < 0:
-            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "<!DOCTYPE html><html><body>too large</body></html>")
+            self._send(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "<!DOCTYPE html><html><body>too large</body></html>"
+            )
             return
         body = self.rfile.read(length) if length else b""
         try:
             self.site.handle(self, "POST", body)
         except Exception:
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "<!DOCTYPE html><html><body><h1>500</h1></body></html>")
+            self._send(
+                HTTPStatus.INTERNAL_SERVER_ERROR, "<!DOCTYPE html><html><body><h1>500</h1></body></html>"
+            )
 
 
 class ShopSite:
     """The site for one loaded :class:`WebShopCore`; ``start()`` serves it on 127.0.0.1 (ephemeral port)."""
 
-    def __init__(self, core: WebShopCore, *, host: str = "127.0.0.1", port: int = 0, default_split: str = "all") -> None:
+    def __init__(
+        self, core: WebShopCore, *, host: str = "127.0.0.1", port: int = 0, default_split: str = "all"
+    ) -> None:
         self.core = core
         self.host, self.port = host, port
         self.default_split = default_split
@@ -230,8 +239,10 @@ class ShopSite:
             except (urllib.error.URLError, OSError) as exc:
                 last = exc
             threading.Event().wait(0.02)  # back off between polls of the health endpoint
-        raise ServiceUnavailableError(f"the WebShop site at {url} did not answer within {timeout:.0f} s ({last}). "
-                                      f"Fix: check that 127.0.0.1 ports can be bound.")
+        raise ServiceUnavailableError(
+            f"the WebShop site at {url} did not answer within {timeout:.0f} s ({last}). "
+            f"Fix: check that 127.0.0.1 ports can be bound."
+        )
 
     def close(self) -> None:
         if self._httpd is not None:
@@ -314,12 +325,20 @@ class ShopSite:
         if state.page == "done":
             reward = engine.reward(state, goal)
             with self._lock:
-                self._purchases.setdefault(sid, []).append({"asin": state.asin, "options": state.options_dict,
-                                                            "reward": reward[0]})
+                self._purchases.setdefault(sid, []).append(
+                    {"asin": state.asin, "options": state.options_dict, "reward": reward[0]}
+                )
         page = engine.page(state, goal, reward=reward)
         item_state = state if state.page in ("item", "item_sub") else None
-        buy = url_for_state(sid, ShopState("done", item_state.query, item_state.page_num, item_state.asin,
-                                           item_state.options)) if item_state else ""
-        html_text = render_html(page, lambda s: url_for_state(sid, s), search_action=f"/s/{sid}/search",
-                                buy_action=buy)
+        buy = (
+            url_for_state(
+                sid,
+                ShopState("done", item_state.query, item_state.page_num, item_state.asin, item_state.options),
+            )
+            if item_state
+            else ""
+        )
+        html_text = render_html(
+            page, lambda s: url_for_state(sid, s), search_action=f"/s/{sid}/search", buy_action=buy
+        )
         h._send(200, html_text)

@@ -36,8 +36,15 @@ from stepgym.errors import ServiceUnavailableError
 __all__ = ["CHROMIUM_FLAGS", "WebShopSiteEnv"]
 
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
 )
 
 
@@ -67,16 +74,29 @@ document.querySelector('#search-form [data-key="search"]').click();
 class WebShopSiteEnv(TextEnv):
     """The WebShop site in a real browser; same observations, annotations and reward as :class:`WebShopEnv`."""
 
-    def __init__(self, split: str = "train", goals: str = "synthetic", search: str = "bm25s", *,
-                 data_root: str | os.PathLike[str] | None = None, catalogue_file: str | os.PathLike[str] | None = None,
-                 max_steps: int = 15, title_nouns: str = "heuristic", option_match: str = "upstream",
-                 invalid_feedback: bool = True,
-                 chromium: str = "/usr/bin/chromium", chromedriver: str = "/usr/bin/chromedriver",
-                 start_timeout: float = 30.0, page_timeout: float = 30.0,
-                 render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        goals: str = "synthetic",
+        search: str = "bm25s",
+        *,
+        data_root: str | os.PathLike[str] | None = None,
+        catalogue_file: str | os.PathLike[str] | None = None,
+        max_steps: int = 15,
+        title_nouns: str = "heuristic",
+        option_match: str = "upstream",
+        invalid_feedback: bool = True,
+        chromium: str = "/usr/bin/chromium",
+        chromedriver: str = "/usr/bin/chromedriver",
+        start_timeout: float = 30.0,
+        page_timeout: float = 30.0,
+        render_mode: str | None = None,
+    ) -> None:
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self._webdriver = require("selenium.webdriver", "webshop", what="the WebShop site env (selenium)")
-        self.core: WebShopCore = shared_core(data_root, goals, search, title_nouns, option_match, False, catalogue_file)
+        self.core: WebShopCore = shared_core(
+            data_root, goals, search, title_nouns, option_match, False, catalogue_file
+        )
         self.split_goals = self.core.split(split)
         if not self.split_goals:
             raise ValueError(f"the {goals} goals of this catalogue have no '{split}' split")
@@ -105,7 +125,8 @@ class WebShopSiteEnv(TextEnv):
             if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
                 raise ServiceUnavailableError(
                     f"{exe} not found. Fix: `apt-get install -y chromium chromium-driver`, or pass chromium=/chromedriver= "
-                    f"paths to the env.")
+                    f"paths to the env."
+                )
         from selenium.common.exceptions import WebDriverException
         from selenium.webdriver.chrome.options import Options
         from selenium.webdriver.chrome.service import Service
@@ -120,7 +141,9 @@ class WebShopSiteEnv(TextEnv):
         try:
             driver = self._webdriver.Chrome(service=Service(executable_path=chromedriver), options=opts)
         except WebDriverException as exc:
-            raise ServiceUnavailableError(f"could not start {chromium} through {chromedriver}: {exc.msg}") from exc
+            raise ServiceUnavailableError(
+                f"could not start {chromium} through {chromedriver}: {exc.msg}"
+            ) from exc
         driver.set_page_load_timeout(timeout)
         return driver
 
@@ -141,7 +164,9 @@ class WebShopSiteEnv(TextEnv):
         html, url, has_search, keys, reward_json = self.driver.execute_script(_SNAPSHOT_JS)
         self._html, self._url = html, url
         self._has_search = bool(has_search)
-        self._keys = list(dict.fromkeys(keys))  # upstream's dict: first position, later duplicates win on click
+        self._keys = list(
+            dict.fromkeys(keys)
+        )  # upstream's dict: first position, later duplicates win on click
         self._reward_json = reward_json
 
     def _observe(self) -> tuple[str, ShopState, tuple[float, dict[str, Any]] | None]:
@@ -166,14 +191,19 @@ class WebShopSiteEnv(TextEnv):
         obs, self.state, _ = self._observe()
         return obs, self._info(obs, admissible=True, effective=False, problem="", won=False)
 
-    def _info(self, obs: str, *, admissible: bool, effective: bool, problem: str, won: bool) -> dict[str, Any]:
+    def _info(
+        self, obs: str, *, admissible: bool, effective: bool, problem: str, won: bool
+    ) -> dict[str, Any]:
         assert self.goal is not None
         page = self.core.engine.page(self.state, self.goal)
-        info = self.core.info(page, self.goal, admissible=admissible, effective=effective, problem=problem, won=won)
+        info = self.core.info(
+            page, self.goal, admissible=admissible, effective=effective, problem=problem, won=won
+        )
         # what the browser actually shows
         info[schema.WEBSHOP_AVAILABLE] = {"has_search_bar": self._has_search, "clickables": list(self._keys)}
         info[schema.ADMISSIBLE_ACTIONS] = ([SEARCH_PLACEHOLDER] if self._has_search else []) + [
-            f"click[{k}]" for k in self._keys if k != "search"]
+            f"click[{k}]" for k in self._keys if k != "search"
+        ]
         return info
 
     def _act(self, action: str) -> str:
@@ -210,12 +240,15 @@ class WebShopSiteEnv(TextEnv):
         reward, breakdown = got if got is not None else (0.0, None)
         terminated = self.state.page == "done"
         won = terminated and reward == 1.0
-        info = self._info(obs, admissible=not why, effective=self.state.key() != before.key(), problem=why, won=won)
+        info = self._info(
+            obs, admissible=not why, effective=self.state.key() != before.key(), problem=why, won=won
+        )
         if why and self.invalid_feedback:
             obs = f"Invalid action: {why} [SEP] {obs}"
         if terminated or self._steps + 1 >= self.max_steps:
-            info[schema.REWARD_INFO] = self.core.reward_info(self.state if terminated else None, self.goal, reward,
-                                                             breakdown)
+            info[schema.REWARD_INFO] = self.core.reward_info(
+                self.state if terminated else None, self.goal, reward, breakdown
+            )
         info[schema.FEEDBACK] = obs
         return obs, reward, terminated, info
 

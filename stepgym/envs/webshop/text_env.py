@@ -30,18 +30,32 @@ __all__ = ["WebShopEnv"]
 class WebShopEnv(TextEnv):
     """WebShop in text mode, with step annotations (see :mod:`stepgym.envs.webshop.core`)."""
 
-    def __init__(self, split: str = "train", goals: str = "synthetic", search: str = "bm25s", *,
-                 data_root: str | os.PathLike[str] | None = None, catalogue_file: str | os.PathLike[str] | None = None,
-                 max_steps: int = 15, title_nouns: str = "heuristic", option_match: str = "upstream",
-                 search_anywhere: bool = False, invalid_feedback: bool = True, render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        goals: str = "synthetic",
+        search: str = "bm25s",
+        *,
+        data_root: str | os.PathLike[str] | None = None,
+        catalogue_file: str | os.PathLike[str] | None = None,
+        max_steps: int = 15,
+        title_nouns: str = "heuristic",
+        option_match: str = "upstream",
+        search_anywhere: bool = False,
+        invalid_feedback: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
         super().__init__(max_steps=max_steps, render_mode=render_mode)
-        self.core: WebShopCore = shared_core(data_root, goals, search, title_nouns, option_match, search_anywhere,
-                                             catalogue_file)
+        self.core: WebShopCore = shared_core(
+            data_root, goals, search, title_nouns, option_match, search_anywhere, catalogue_file
+        )
         self.split = split
         self.split_goals = self.core.split(split)
         if not self.split_goals:
-            raise ValueError(f"the {goals} goals of this catalogue have no '{split}' split "
-                             f"({len(self.core.goals)} goals; see docs/webshop.md on human goals and the 1k catalogue)")
+            raise ValueError(
+                f"the {goals} goals of this catalogue have no '{split}' split "
+                f"({len(self.core.goals)} goals; see docs/webshop.md on human goals and the 1k catalogue)"
+            )
         self.invalid_feedback = invalid_feedback
         self.goal: Goal | None = None
         self.state = ShopState()
@@ -75,12 +89,15 @@ class WebShopEnv(TextEnv):
             terminated, won = True, reward == 1.0
         self.state = new
         page = engine.page(new, self.goal, reward=(reward, breakdown or {}) if terminated else None)
-        info = self.core.info(page, self.goal, admissible=not why, effective=new.key() != before.key(),
-                              problem=why, won=won)
+        info = self.core.info(
+            page, self.goal, admissible=not why, effective=new.key() != before.key(), problem=why, won=won
+        )
         obs = page.text()
         if why and self.invalid_feedback:
             obs = f"Invalid action: {why} [SEP] {obs}"
         if terminated or self._steps + 1 >= self.max_steps:
-            info[schema.REWARD_INFO] = self.core.reward_info(new if terminated else None, self.goal, reward, breakdown)
+            info[schema.REWARD_INFO] = self.core.reward_info(
+                new if terminated else None, self.goal, reward, breakdown
+            )
         info[schema.FEEDBACK] = obs
         return obs, reward, terminated, info

@@ -70,8 +70,9 @@ def factorize(ids: Any) -> tuple[np.ndarray, int]:
         raise ValueError(f"ids must be 1-D, got shape {ids.shape}")
     seq = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
     mapping: dict[Any, int] = {}
-    codes = np.fromiter((mapping.setdefault(_hashable(v), len(mapping)) for v in seq), dtype=np.int64,
-                        count=len(seq))
+    codes = np.fromiter(
+        (mapping.setdefault(_hashable(v), len(mapping)) for v in seq), dtype=np.int64, count=len(seq)
+    )
     return codes, len(mapping)
 
 
@@ -106,7 +107,9 @@ class Groups:
 
     __slots__ = ("_order", "_starts", "codes", "counts", "n_groups")
 
-    def __init__(self, ids: Any = None, *, codes: np.ndarray | None = None, n_groups: int | None = None) -> None:
+    def __init__(
+        self, ids: Any = None, *, codes: np.ndarray | None = None, n_groups: int | None = None
+    ) -> None:
         if codes is None:
             codes, n_groups = factorize(ids)
         assert n_groups is not None

@@ -170,10 +170,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     "proas-grpo": {"base": "grpo", "invalid_penalty": 0.1, "proas": True},
     "proas-gigpo": {"base": "gigpo", "gigpo_mode": "mean_std_norm", "invalid_penalty": 0.1, "proas": True},
     "ahead": {"base": "grpo", "invalid_penalty": 0.1, "token_reweight": "ahead"},
-    "stepopsd-alfworld": {"base": "grpo", "invalid_penalty": 0.1, "token_reweight": "stepopsd",
-                          "step_norm": "equal_step_mean_abs"},
-    "stepopsd-searchqa": {"base": "grpo", "cross_steps": False, "token_reweight": "stepopsd",
-                          "step_norm": "equal_step_mean_abs"},
+    "stepopsd-alfworld": {
+        "base": "grpo",
+        "invalid_penalty": 0.1,
+        "token_reweight": "stepopsd",
+        "step_norm": "equal_step_mean_abs",
+    },
+    "stepopsd-searchqa": {
+        "base": "grpo",
+        "cross_steps": False,
+        "token_reweight": "stepopsd",
+        "step_norm": "equal_step_mean_abs",
+    },
 }
 
 
@@ -229,7 +237,9 @@ def _row_trajectories(layout: TokenLayout, traj_codes: np.ndarray) -> np.ndarray
     has = hi >= 0
     if (lo[has] != hi[has]).any():
         bad = np.flatnonzero(has & (lo != hi))[:5].tolist()
-        raise ValueError(f"layout rows {bad} hold steps of several trajectories; a row belongs to one trajectory")
+        raise ValueError(
+            f"layout rows {bad} hold steps of several trajectories; a row belongs to one trajectory"
+        )
     return np.where(has, hi, -1 - np.arange(n_rows))
 
 
@@ -237,13 +247,30 @@ def _base(batch: StepBatch, cfg: ShapeConfig, scores: np.ndarray) -> tuple[np.nd
     if cfg.base == "gigpo":
         if batch.anchor_obs is None:
             raise ValueError("base='gigpo' needs StepBatch.anchor_obs")
-        terms = gigpo_terms(batch.rewards, batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid,
-                            gamma=cfg.gamma, invalid_penalty=cfg.invalid_penalty, mode=cfg.gigpo_mode,
-                            eps=cfg.eps, similarity=cfg.similarity, tau=cfg.similarity_tau,
-                            singleton=cfg.singleton)
+        terms = gigpo_terms(
+            batch.rewards,
+            batch.group_ids,
+            batch.traj_ids,
+            batch.anchor_obs,
+            batch.valid,
+            gamma=cfg.gamma,
+            invalid_penalty=cfg.invalid_penalty,
+            mode=cfg.gigpo_mode,
+            eps=cfg.eps,
+            similarity=cfg.similarity,
+            tau=cfg.similarity_tau,
+            singleton=cfg.singleton,
+        )
         return terms.combined(cfg.step_weight), terms
-    adv = grpo_advantage(scores, batch.group_ids, traj_ids=batch.traj_ids, cross_steps=cfg.cross_steps,
-                         norm_by_std=(cfg.base != "drgrpo"), eps=cfg.eps, singleton=cfg.singleton)
+    adv = grpo_advantage(
+        scores,
+        batch.group_ids,
+        traj_ids=batch.traj_ids,
+        cross_steps=cfg.cross_steps,
+        norm_by_std=(cfg.base != "drgrpo"),
+        eps=cfg.eps,
+        singleton=cfg.singleton,
+    )
     return adv, None
 
 
@@ -261,8 +288,15 @@ def _token_stage(
             dmask = batch.delta_mask
             if dmask is None and batch.target is not None:
                 dmask = batch.target.token_step >= 0
-            tokens_rw = stepopsd_reweight(tokens, batch.delta, lam, alpha=cfg.opsd_alpha, fn=cfg.opsd_weight_fn,
-                                          delta_mask=dmask, response_mask=layout.response_mask)
+            tokens_rw = stepopsd_reweight(
+                tokens,
+                batch.delta,
+                lam,
+                alpha=cfg.opsd_alpha,
+                fn=cfg.opsd_weight_fn,
+                delta_mask=dmask,
+                response_mask=layout.response_mask,
+            )
     else:
         tokens_rw = tokens
     if cfg.step_norm is None:
@@ -272,10 +306,16 @@ def _token_stage(
     if batch.target.shape != layout.shape:
         raise ValueError(f"target spans grid {batch.target.shape} differs from the layout {layout.shape}")
     row_traj = _row_trajectories(layout, traj_codes)
-    return equal_step_mean_abs(tokens_rw, batch.target, valid_mask=layout.response_mask,
-                               step_group=row_traj[batch.target.step_row], base=tokens,
-                               norm_target=cfg.step_norm_target, coef_clip=cfg.step_norm_coef_clip,
-                               eps=cfg.step_norm_eps)
+    return equal_step_mean_abs(
+        tokens_rw,
+        batch.target,
+        valid_mask=layout.response_mask,
+        step_group=row_traj[batch.target.step_row],
+        base=tokens,
+        norm_target=cfg.step_norm_target,
+        coef_clip=cfg.step_norm_coef_clip,
+        eps=cfg.step_norm_eps,
+    )
 
 
 def shape_advantages(
@@ -295,8 +335,15 @@ def shape_advantages(
     """
     rewards = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
     n = len(rewards)
-    check_same_length(n, group_ids=batch.group_ids, traj_ids=batch.traj_ids, valid=batch.valid,
-                      anchor_obs=batch.anchor_obs, reasonable=batch.reasonable, progress=batch.progress)
+    check_same_length(
+        n,
+        group_ids=batch.group_ids,
+        traj_ids=batch.traj_ids,
+        valid=batch.valid,
+        anchor_obs=batch.anchor_obs,
+        reasonable=batch.reasonable,
+        progress=batch.progress,
+    )
     tg = Groups(batch.traj_ids)
     valid = np.ones(n, dtype=bool) if batch.valid is None else as_bool_array(batch.valid, "valid")
     # rewards → invalid-action penalty (R_i on every row of trajectory i, minus the row's own penalty)
@@ -307,8 +354,14 @@ def shape_advantages(
         if batch.reasonable is None or batch.progress is None:
             raise ValueError("proas=True needs StepBatch.reasonable and StepBatch.progress")
         if terms is not None:
-            step_adv = proas_on_gigpo(terms, batch.reasonable, batch.progress, tg.codes,
-                                      step_weight=config.step_weight, target=config.proas_target)
+            step_adv = proas_on_gigpo(
+                terms,
+                batch.reasonable,
+                batch.progress,
+                tg.codes,
+                step_weight=config.step_weight,
+                target=config.proas_target,
+            )
         else:
             step_adv = proas_shape(base, batch.reasonable, batch.progress, tg.codes)
     used_lam = config.mixing_lambda(update_index) if lam is None else float(check_lambda(lam))

@@ -41,7 +41,12 @@ DAPO_CLIP_HIGH = 0.28  #: ε_high (run_dapo_qwen2.5_32b.sh); plain GRPO/GiGPO us
 LOG_RATIO_CLAMP = 20.0  #: verl clamps log π − log π_old to ±20 before exp
 
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
-AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+AGG_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
 
 
 def clipped_surrogate(
@@ -121,9 +126,7 @@ def agg_loss(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
 
 
 @register("dynamic_sampling", stage="sampling")
-def dynamic_sampling_keep(
-    metric: Any, group_ids: Any, *, keep_singletons: bool = True
-) -> np.ndarray:
+def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool = True) -> np.ndarray:
     """DAPO dynamic sampling filter (spec §6.3): keep a group iff its metric (``acc``, ``seq_final_reward`` or
     ``seq_reward``) is not constant, or it has one member (verl; ``keep_singletons=False`` gives verl-agent's
     ``filter_group_data``, which drops any all-equal group).
@@ -144,9 +147,7 @@ def dynamic_sampling_keep(
 
 
 @register("overlong_penalty", stage="reward")
-def overlong_penalty(
-    lengths: Any, max_len: int, buffer_len: int = 4096, factor: float = 1.0
-) -> np.ndarray:
+def overlong_penalty(lengths: Any, max_len: int, buffer_len: int = 4096, factor: float = 1.0) -> np.ndarray:
     """DAPO soft overlong punishment (Eq. 13; spec §6.4): min(−(L − (L_max − L_buf))/L_buf · f, 0) per response.
 
     Zero inside the budget, −f at L = L_max (e.g. L = 18432 with L_max 20480, L_buf 4096 → −0.5). Add it to the

@@ -110,8 +110,11 @@ def build_step_groups(
     if not similarity:
         mapping: dict[tuple[int, Any], int] = {}
         keys = zip(eg.codes.tolist(), anchor_obs, strict=True)
-        return np.fromiter((mapping.setdefault((g, hashable(o)), len(mapping)) for g, o in keys),
-                           dtype=np.int64, count=len(anchor_obs))
+        return np.fromiter(
+            (mapping.setdefault((g, hashable(o)), len(mapping)) for g, o in keys),
+            dtype=np.int64,
+            count=len(anchor_obs),
+        )
     if not (0.0 < tau < 1.0):
         raise ValueError(f"similarity threshold tau must lie in (0, 1), got {tau}")
     codes = np.empty(len(anchor_obs), dtype=np.int64)
@@ -192,8 +195,9 @@ def gigpo_terms(
     episode = group_normalize(scores, eg, norm_by_std=(mode == "mean_std_norm"), eps=eps, singleton=singleton)
     returns = step_discounted_returns(r, tg.codes, gamma) - penalty  # §2.3: penalty after discounting
     sgc = build_step_groups(eg.codes, anchor_obs, similarity=similarity, tau=tau)
-    step = step_relative_advantage(returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1),
-                                   mode=mode, eps=eps)
+    step = step_relative_advantage(
+        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
+    )
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
 
@@ -205,7 +209,9 @@ def _check_traj_in_one_group(eg: Groups, tg: Groups) -> None:
     np.minimum.at(lo, tg.codes, eg.codes)
     np.maximum.at(hi, tg.codes, eg.codes)
     if (lo != hi).any():
-        raise ValueError("a trajectory's rows span several episode groups: every row of a traj_id needs one group_id")
+        raise ValueError(
+            "a trajectory's rows span several episode groups: every row of a traj_id needs one group_id"
+        )
 
 
 @register("gigpo", stage="base")
@@ -242,7 +248,18 @@ def gigpo_advantage(
 
     Returns (N,) float64. Use :func:`gigpo_terms` for the separate terms (ProAS shapes A^E only).
     """
-    terms = gigpo_terms(rewards, group_ids, traj_ids, anchor_obs, valid, gamma=gamma,
-                        invalid_penalty=invalid_penalty, mode=mode, eps=eps, similarity=similarity, tau=tau,
-                        singleton=singleton)
+    terms = gigpo_terms(
+        rewards,
+        group_ids,
+        traj_ids,
+        anchor_obs,
+        valid,
+        gamma=gamma,
+        invalid_penalty=invalid_penalty,
+        mode=mode,
+        eps=eps,
+        similarity=similarity,
+        tau=tau,
+        singleton=singleton,
+    )
     return terms.combined(step_weight)

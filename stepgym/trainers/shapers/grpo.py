@@ -128,7 +128,9 @@ def grpo_advantage(
         pair = groups.codes * max(traj.n_groups, 1) + traj.codes
         _, first = np.unique(pair, return_index=True)  # first row seen of each (group, trajectory)
         stats_rows = np.sort(first)
-    return group_normalize(s, groups, norm_by_std=norm_by_std, eps=eps, singleton=singleton, stats_rows=stats_rows)
+    return group_normalize(
+        s, groups, norm_by_std=norm_by_std, eps=eps, singleton=singleton, stats_rows=stats_rows
+    )
 
 
 @register("drgrpo", stage="base")
@@ -151,5 +153,7 @@ register("dapo", stage="base", summary="DAPO's advantage is GRPO's (spec §3.4, 
     grpo_advantage
 )
 register(
-    "invalid_action_penalty", stage="reward", summary="s - c·(1 - valid) per step row (verl-agent, spec §1.2)."
+    "invalid_action_penalty",
+    stage="reward",
+    summary="s - c·(1 - valid) per step row (verl-agent, spec §1.2).",
 )(apply_invalid_action_penalty)

@@ -30,9 +30,7 @@ from stepgym.trainers.shapers.registry import register
 __all__ = ["proas_multipliers", "proas_on_gigpo", "proas_shape", "proas_trajectory"]
 
 
-def proas_multipliers(
-    advantages: Any, reasonable: Any, progress: Any, traj_ids: Any = None
-) -> np.ndarray:
+def proas_multipliers(advantages: Any, reasonable: Any, progress: Any, traj_ids: Any = None) -> np.ndarray:
     """The per-step ProAS multiplier m_t (Rea_t, D_t/D̄ or 1), chosen by the sign of each step's base value.
 
     Args:

@@ -32,14 +32,18 @@ class ShaperEntry:
 _REGISTRY: dict[str, ShaperEntry] = {}
 
 
-def register(name: str, *, stage: str, summary: str = "", overwrite: bool = False) -> Callable[[Callable], Callable]:
+def register(
+    name: str, *, stage: str, summary: str = "", overwrite: bool = False
+) -> Callable[[Callable], Callable]:
     """Decorator: register ``fn`` under ``name`` for ``stage``. Re-registering a name needs ``overwrite=True``."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
 
     def deco(fn: Callable) -> Callable:
         if name in _REGISTRY and not overwrite and _REGISTRY[name].fn is not fn:
-            raise ValueError(f"a shaper named {name!r} is already registered ({_REGISTRY[name].fn.__module__})")
+            raise ValueError(
+                f"a shaper named {name!r} is already registered ({_REGISTRY[name].fn.__module__})"
+            )
         doc = summary or (fn.__doc__ or "").strip().split("\n", 1)[0]
         _REGISTRY[name] = ShaperEntry(name=name, fn=fn, stage=stage, summary=doc)
         return fn

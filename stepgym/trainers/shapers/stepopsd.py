@@ -145,7 +145,9 @@ def scatter_span_deltas(
     delta = np.zeros(shape)
     mask = np.zeros(shape, dtype=bool)
     if len(spans) != shape[0] or len(deltas) != shape[0]:
-        raise ValueError(f"spans ({len(spans)}) and deltas ({len(deltas)}) need one entry per row ({shape[0]})")
+        raise ValueError(
+            f"spans ({len(spans)}) and deltas ({len(deltas)}) need one entry per row ({shape[0]})"
+        )
     for b, (row_spans, row_deltas) in enumerate(zip(spans, deltas, strict=True)):
         if len(row_spans) != len(row_deltas):
             raise ValueError(f"row {b}: {len(row_spans)} spans but {len(row_deltas)} gap arrays")

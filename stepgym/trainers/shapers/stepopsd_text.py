@@ -116,7 +116,9 @@ def _advance(text: str, i: int, spans: list[tuple[int, int]]) -> int:
     return _skip_ws(text, i)
 
 
-def _next_observation(text: str, start: int, stop: int, spans: list[tuple[int, int]]) -> tuple[int, int] | None:
+def _next_observation(
+    text: str, start: int, stop: int, spans: list[tuple[int, int]]
+) -> tuple[int, int] | None:
     cands = []
     info = text.find(INFORMATION_START, start, stop)
     if info >= 0:
@@ -151,9 +153,17 @@ def extract_response_steps(text: str) -> list[ResponseStep]:
             cursor = _advance(text, end, spans)
             continue
         if text[cursor:clean_end].strip():
-            steps.append(ResponseStep(start=cursor, clean_end=clean_end, end=end, action_start=m.start(),
-                                      action_end=m.end(), action_type=m.group(1),
-                                      is_final_answer=(m.group(1) == "answer" and k == final_answer)))
+            steps.append(
+                ResponseStep(
+                    start=cursor,
+                    clean_end=clean_end,
+                    end=end,
+                    action_start=m.start(),
+                    action_end=m.end(),
+                    action_type=m.group(1),
+                    is_final_answer=(m.group(1) == "answer" and k == final_answer),
+                )
+            )
         cursor = _advance(text, end, spans)
     return steps
 
@@ -244,7 +254,9 @@ def structural_target_span(
     if mode == "clean_step_no_observation":
         return (0, n_valid) if n_valid > 0 else None
     if mode != "action_only":
-        raise ValueError(f"structural spans support 'action_only' or 'clean_step_no_observation', not {mode!r}")
+        raise ValueError(
+            f"structural spans support 'action_only' or 'clean_step_no_observation', not {mode!r}"
+        )
     matches = list(re.finditer(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", response_text, re.DOTALL))
     if not matches:
         return None
@@ -284,7 +296,8 @@ def hindsight_blocks(
     ok = as_bool_array(correct, "correct")
     peers = first_correct_peers(ok, group_ids)
     return [
-        hindsight_block(texts[p] if p >= 0 else None,
-                        final_correctness=bool(ok[i]) if include_final_correctness else None)
+        hindsight_block(
+            texts[p] if p >= 0 else None, final_correctness=bool(ok[i]) if include_final_correctness else None
+        )
         for i, p in enumerate(peers.tolist())
     ]

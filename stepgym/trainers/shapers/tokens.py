@@ -57,7 +57,9 @@ class TokenLayout:
         if ts.ndim != 2 or ts.dtype.kind not in "iu":
             raise ValueError(f"token_step must be a 2-D integer array, got {ts.dtype} {ts.shape}")
         if ts.size and (ts.min() < -1 or ts.max() >= self.n_steps):
-            raise ValueError(f"token_step values must lie in [-1, {self.n_steps}); got [{ts.min()}, {ts.max()}]")
+            raise ValueError(
+                f"token_step values must lie in [-1, {self.n_steps}); got [{ts.min()}, {ts.max()}]"
+            )
         if self.step_row.shape != (self.n_steps,):
             raise ValueError(f"step_row must have shape ({self.n_steps},), got {self.step_row.shape}")
 
@@ -107,10 +109,14 @@ class TokenLayout:
                     raise ValueError(f"row {b}: a segment is (kind, start, stop), got {seg!r}")
                 kind, s, e = seg
                 if kind not in SEGMENT_KINDS:
-                    raise ValueError(f"row {b}: unknown segment kind {kind!r}; expected one of {SEGMENT_KINDS}")
+                    raise ValueError(
+                        f"row {b}: unknown segment kind {kind!r}; expected one of {SEGMENT_KINDS}"
+                    )
                 s, e = int(s), int(e)
                 if not (0 <= s <= e <= length):
-                    raise ValueError(f"row {b}: segment {kind} [{s}, {e}) is outside [0, {length}) or reversed")
+                    raise ValueError(
+                        f"row {b}: segment {kind} [{s}, {e}) is outside [0, {length}) or reversed"
+                    )
                 if e > s:
                     occupied.append((s, e))
                 if kind == "response":
@@ -129,13 +135,18 @@ class TokenLayout:
             st, sp, sr = (np.asarray(x, dtype=np.int64) for x in (starts, stops, step_rows))
             lens = sp - st
             step_ids = np.repeat(np.arange(n, dtype=np.int64), lens)
-            cols = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens) + \
-                np.repeat(st, lens)
+            cols = (
+                np.arange(int(lens.sum()), dtype=np.int64)
+                - np.repeat(np.cumsum(lens) - lens, lens)
+                + np.repeat(st, lens)
+            )
             token_step[np.repeat(sr, lens), cols] = step_ids
         return cls(token_step=token_step, n_steps=n, step_row=np.asarray(step_rows, dtype=np.int64))
 
 
-@register("broadcast", stage="token", summary="Per-step values onto their steps' response tokens; 0 elsewhere.")
+@register(
+    "broadcast", stage="token", summary="Per-step values onto their steps' response tokens; 0 elsewhere."
+)
 def broadcast_to_tokens(step_values: Any, layout: TokenLayout | Any) -> np.ndarray:
     """Put each step's value on that step's response tokens only; prompt, observation and padding tokens get 0.
 
@@ -148,7 +159,9 @@ def broadcast_to_tokens(step_values: Any, layout: TokenLayout | Any) -> np.ndarr
     if len(v) != n:
         raise ValueError(f"step_values has {len(v)} entries but the layout has {n} steps")
     if token_step.size and token_step.max(initial=-1) >= len(v):
-        raise ValueError(f"token_step refers to step {token_step.max()} but only {len(v)} step values were given")
+        raise ValueError(
+            f"token_step refers to step {token_step.max()} but only {len(v)} step values were given"
+        )
     padded = np.append(v, 0.0)  # index -1 → the appended 0
     return padded[token_step]
 
