@@ -6,4 +6,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export STEPGYM_DATA="${STEPGYM_DATA:-$(cd .. && pwd)/shared/data}"
 export STEPGYM_REQUIRE_DATA=1 STEPGYM_NO_SKIPS=1  # missing data or a skipped test (but GPU ones) fails
-exec "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider --durations=15 "$@"
+rc=0
+"${PYTHON:-python3}" -m pytest -q -p no:cacheprovider --durations=15 "$@" || rc=$?
+# The whole suite (no pytest arguments) also runs the vLLM backend on CPU, in a virtualenv of its own.
+if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_VLLM_CPU:-0}" != 1 ]; then
+  bash scripts/test_vllm_cpu.sh || rc=$?
+fi
+exit "$rc"

@@ -5,7 +5,8 @@ workspace has ``../shared/data`` beside the repository (CI, developer machines),
 to a per-session folder unless ``$STEPGYM_CACHE`` is set, so tests never touch a user's cache.
 
 Tests skip what a machine lacks (an extra, a GPU). ``scripts/test.sh`` (and so CI) sets ``STEPGYM_NO_SKIPS=1``:
-there every skip except "needs a CUDA GPU" is a failure, so a missing package cannot silently hide tests.
+there every skip whose reason does not name a GPU (no CUDA, FAISS without GPU support, the GPU extra vLLM, which
+``scripts/test_vllm_cpu.sh`` runs in a virtualenv of its own) is a failure, so a missing package cannot hide tests.
 """
 
 from __future__ import annotations

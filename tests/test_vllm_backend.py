@@ -46,7 +46,7 @@ def setup():
         max_new_tokens=16,
         dtype="float32",
         enforce_eager=True,
-        gpu_memory_utilization=0.05,  # on CPU: the share of host memory for the KV cache
+        gpu_memory_utilization=0.05,  # on CPU: a share of host RAM for weights + KV cache
     )
     return model, tok, requests, vllm
 
