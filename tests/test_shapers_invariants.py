@@ -392,6 +392,51 @@ def test_mismatched_and_empty_inputs() -> None:
         S.gigpo_terms([1.0, 0.0], [0, 1], ["t", "t"], ["a", "b"])
 
 
+@pytest.mark.parametrize("base", ["grpo", "drgrpo", "dapo", "gigpo"])
+def test_trajectory_id_reused_across_groups_is_refused_by_every_base(base) -> None:
+    # "A" and "B" are two tasks whose trajectory ids both restart at 0: keyed by id alone, trajectory 0 would merge
+    # a success of task A with a failure of task B (and give all-zero advantages). One rule for every base.
+    batch = S.StepBatch(["A", "A", "B", "B"], [0, 1, 0, 1], [1, 0, 0, 1], anchor_obs=["a", "b", "c", "d"])
+    with pytest.raises(ValueError, match=r"trajectory id 0 has rows in several episode groups"):
+        S.shape_advantages(batch, S.ShapeConfig(base=base))
+    # the same batch with ids unique across groups is shaped normally
+    ok = S.shape_advantages(
+        S.StepBatch(batch.group_ids, [0, 1, 2, 3], batch.rewards, anchor_obs=batch.anchor_obs),
+        S.ShapeConfig(base=base),
+    )
+    assert np.all(ok.step_advantages != 0)
+    if base != "gigpo":  # the standalone GRPO function follows the same rule when it is given trajectories
+        with pytest.raises(ValueError, match="several episode groups"):
+            S.grpo_advantage([1, 0, 0, 1], ["A", "A", "B", "B"], traj_ids=[0, 1, 0, 1])
+
+
+def test_one_invalid_action_penalty_default_for_every_entry_point() -> None:
+    # The batch: GiGPO called directly and through the pipeline with their defaults gave different values
+    # (0.1 against 0.0). One default now, ShapeConfig's, read by every function.
+    import inspect
+
+    g, traj = [0, 0, 0, 0, 0], ["X", "X", "X", "Y", "Y"]
+    r, v, obs = [0.0, 0.0, 10.0, 0.0, 0.0], [True, True, True, True, False], ["s0", "s1", "s2", "s0", "s1b"]
+    direct = S.gigpo_advantage(r, g, traj, obs, v)
+    piped = S.shape_advantages(S.StepBatch(g, traj, r, v, obs), S.ShapeConfig(base="gigpo")).step_advantages
+    np.testing.assert_array_equal(direct, piped)
+    assert S.ShapeConfig().invalid_penalty == S.DEFAULT_INVALID_PENALTY
+    for fn in (S.gigpo_advantage, S.gigpo_terms, S.apply_invalid_action_penalty):
+        params = inspect.signature(fn).parameters
+        default = (params.get("invalid_penalty") or params["coef"]).default
+        assert default == S.DEFAULT_INVALID_PENALTY, fn.__name__
+    # with the recipe's penalty the two agree too, and the pipeline's row scores are the penalty function's
+    cfg = S.ShapeConfig.from_preset("gigpo-webshop")
+    assert cfg.invalid_penalty == S.RECIPE_INVALID_PENALTY == 0.1
+    out = S.shape_advantages(S.StepBatch(g, traj, r, v, obs), cfg)
+    np.testing.assert_array_equal(
+        out.step_advantages, S.gigpo_advantage(r, g, traj, obs, v, invalid_penalty=0.1)
+    )
+    np.testing.assert_array_equal(
+        out.scores, S.apply_invalid_action_penalty(S.episode_scores(r, traj), v, 0.1)
+    )
+
+
 def test_forbidden_combinations_raise() -> None:
     with pytest.raises(ValueError, match="APR"):
         S.ShapeConfig(proas=True, token_reweight="stepopsd", step_norm="equal_step_mean_abs")

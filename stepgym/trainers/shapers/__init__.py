@@ -37,14 +37,15 @@ from stepgym.trainers.shapers.gigpo import (
     step_discounted_returns,
     step_relative_advantage,
 )
-from stepgym.trainers.shapers.grpo import (
-    apply_invalid_action_penalty,
-    drgrpo_advantage,
-    episode_scores,
-    grpo_advantage,
-)
+from stepgym.trainers.shapers.grpo import drgrpo_advantage, grpo_advantage
 from stepgym.trainers.shapers.proas import proas_multipliers, proas_on_gigpo, proas_shape, proas_trajectory
 from stepgym.trainers.shapers.registry import STAGES, ShaperEntry, available, get, register
+from stepgym.trainers.shapers.rewards import (
+    DEFAULT_INVALID_PENALTY,
+    RECIPE_INVALID_PENALTY,
+    apply_invalid_action_penalty,
+    episode_scores,
+)
 from stepgym.trainers.shapers.stepopsd import (
     equal_step_mean_abs,
     scatter_span_deltas,
@@ -70,7 +71,9 @@ __all__ = [
     "AGG_MODES",
     "DAPO_CLIP_HIGH",
     "DAPO_CLIP_LOW",
+    "DEFAULT_INVALID_PENALTY",
     "PRESETS",
+    "RECIPE_INVALID_PENALTY",
     "SEGMENT_KINDS",
     "SPAN_MODES",
     "STAGES",

@@ -177,6 +177,30 @@ class Groups:
         return np.split(order, starts[1:]) if self.n_groups else []
 
 
+def check_traj_in_one_group(groups: Groups, trajs: Groups, traj_ids: Any = None) -> None:
+    """Refuse a trajectory id whose rows carry several group ids (docs/shapers.md §0, "one trajectory, one group").
+
+    Trajectories are keyed by their id alone, so an id reused in two groups would silently merge two episodes of
+    different tasks into one return. Every base refuses it the same way; make ids unique per batch (e.g. key them
+    by ``(group_id, traj_id)``). ``traj_ids`` (the raw ids) only names the offender in the message.
+    """
+    if len(groups) == 0:
+        return
+    lo = np.full(trajs.n_groups, np.iinfo(np.int64).max)
+    hi = np.full(trajs.n_groups, -1)
+    np.minimum.at(lo, trajs.codes, groups.codes)
+    np.maximum.at(hi, trajs.codes, groups.codes)
+    bad = np.flatnonzero(lo != hi)
+    if bad.size:
+        row = int(np.flatnonzero(trajs.codes == bad[0])[0])
+        name = f" {list(traj_ids)[row]!r}" if traj_ids is not None else ""
+        raise ValueError(
+            f"trajectory id{name} has rows in several episode groups ({bad.size} such ids): a trajectory belongs to "
+            "one group, so every row of a traj_id needs the same group_id. Trajectory ids must be unique across "
+            "groups; key them by (group_id, traj_id) if your ids restart in each group"
+        )
+
+
 def linear_decay(step: float, lam0: float, decay_steps: float) -> float:
     """``lam0 · max(0, 1 - step/decay_steps)``; ``decay_steps <= 0`` keeps ``lam0`` constant."""
     if not np.isfinite(lam0) or not np.isfinite(step):

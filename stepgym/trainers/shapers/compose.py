@@ -36,15 +36,21 @@ import numpy as np
 
 from stepgym.trainers.shapers._common import (
     Groups,
-    as_bool_array,
     as_float_array,
     check_lambda,
     check_same_length,
+    check_traj_in_one_group,
 )
 from stepgym.trainers.shapers.ahead import ahead_lambda, ahead_reweight
 from stepgym.trainers.shapers.gigpo import GiGPOTerms, gigpo_terms
 from stepgym.trainers.shapers.grpo import grpo_advantage
 from stepgym.trainers.shapers.proas import proas_on_gigpo, proas_shape
+from stepgym.trainers.shapers.rewards import (
+    DEFAULT_INVALID_PENALTY,
+    RECIPE_INVALID_PENALTY,
+    apply_invalid_action_penalty,
+    episode_scores,
+)
 from stepgym.trainers.shapers.stepopsd import equal_step_mean_abs, stepopsd_lambda, stepopsd_reweight
 from stepgym.trainers.shapers.tokens import TokenLayout, broadcast_to_tokens
 
@@ -69,8 +75,9 @@ class ShapeConfig:
     """GRPO statistics over all step rows of a group (verl-agent, True) or one row per trajectory (False: use this
     for one-row-per-trajectory data such as Search-R1, where every trajectory has several steps). GiGPO always
     uses all rows."""
-    invalid_penalty: float = 0.0
-    """c: subtracted from an invalid step row's score (and GiGPO step return). 0.1 in the ALFWorld recipes."""
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY
+    """c: subtracted from an invalid step row's score (and GiGPO step return). Default 0 (``DEFAULT_INVALID_PENALTY``,
+    the one default every shaper function shares); verl-agent's recipes use 0.1, as the ALFWorld/WebShop presets."""
     gamma: float = 0.95
     """GiGPO discount γ (Eq. 5)."""
     step_weight: float = 1.0
@@ -162,17 +169,26 @@ class ShapeConfig:
 #: Paper setups (spec §2.7, §4.3, §5.8). ALFWorld recipes use the invalid-action penalty 0.1; Search-QA none.
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {"base": "grpo"},
-    "grpo-alfworld": {"base": "grpo", "invalid_penalty": 0.1},
+    "grpo-alfworld": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY},
     "drgrpo": {"base": "drgrpo"},
     "dapo": {"base": "dapo"},
-    "gigpo-alfworld": {"base": "gigpo", "gigpo_mode": "mean_std_norm", "invalid_penalty": 0.1},
-    "gigpo-webshop": {"base": "gigpo", "gigpo_mode": "mean_norm", "invalid_penalty": 0.1},
-    "proas-grpo": {"base": "grpo", "invalid_penalty": 0.1, "proas": True},
-    "proas-gigpo": {"base": "gigpo", "gigpo_mode": "mean_std_norm", "invalid_penalty": 0.1, "proas": True},
-    "ahead": {"base": "grpo", "invalid_penalty": 0.1, "token_reweight": "ahead"},
+    "gigpo-alfworld": {
+        "base": "gigpo",
+        "gigpo_mode": "mean_std_norm",
+        "invalid_penalty": RECIPE_INVALID_PENALTY,
+    },
+    "gigpo-webshop": {"base": "gigpo", "gigpo_mode": "mean_norm", "invalid_penalty": RECIPE_INVALID_PENALTY},
+    "proas-grpo": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY, "proas": True},
+    "proas-gigpo": {
+        "base": "gigpo",
+        "gigpo_mode": "mean_std_norm",
+        "invalid_penalty": RECIPE_INVALID_PENALTY,
+        "proas": True,
+    },
+    "ahead": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY, "token_reweight": "ahead"},
     "stepopsd-alfworld": {
         "base": "grpo",
-        "invalid_penalty": 0.1,
+        "invalid_penalty": RECIPE_INVALID_PENALTY,
         "token_reweight": "stepopsd",
         "step_norm": "equal_step_mean_abs",
     },
@@ -345,9 +361,9 @@ def shape_advantages(
         progress=batch.progress,
     )
     tg = Groups(batch.traj_ids)
-    valid = np.ones(n, dtype=bool) if batch.valid is None else as_bool_array(batch.valid, "valid")
+    check_traj_in_one_group(Groups(batch.group_ids), tg, batch.traj_ids)  # one rule for every base
     # rewards → invalid-action penalty (R_i on every row of trajectory i, minus the row's own penalty)
-    scores = tg.sum(rewards)[tg.codes] - _penalty(config) * (~valid)
+    scores = apply_invalid_action_penalty(episode_scores(rewards, tg), batch.valid, config.invalid_penalty)
     base, terms = _base(batch, config, scores)  # → base advantage
     step_adv = base
     if config.proas:  # → ProAS step multipliers
@@ -374,9 +390,3 @@ def shape_advantages(
     tokens = broadcast_to_tokens(step_adv, batch.layout)  # → broadcast to tokens
     tokens = _token_stage(batch, config, tokens, used_lam, tg.codes)  # → reweighting → step normalisation
     return ShapedAdvantages(tokens, step_adv, base, scores, used_lam, terms)
-
-
-def _penalty(config: ShapeConfig) -> float:
-    if not np.isfinite(config.invalid_penalty):
-        raise ValueError(f"invalid_penalty must be finite, got {config.invalid_penalty}")
-    return float(config.invalid_penalty)

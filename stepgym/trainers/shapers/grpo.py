@@ -2,8 +2,8 @@
 
 Source: verl ``core_algos.py::compute_grpo_outcome_advantage`` (GRPO: DeepSeekMath, Shao et al. 2024, Eq. in
 §4.1.2 "outcome supervision"; Dr.GRPO: Liu et al. 2025, which drops the std division), and verl-agent's multi-turn
-variant with ``traj_index`` / ``compute_mean_std_cross_steps``. Also the invalid-action penalty of verl-agent's
-``apply_invalid_action_penalty`` (spec §1.2, §2.1), which is stage "reward" of the §0 pipeline.
+variant with ``traj_index`` / ``compute_mean_std_cross_steps``. The row scores it normalises (episode return minus
+the invalid-action penalty) are stage "reward", in :mod:`stepgym.trainers.shapers.rewards` (re-exported here).
 
 Departures from the public code, all documented in docs/shapers.md:
 * float64 NumPy instead of float32 torch;
@@ -19,8 +19,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
+from stepgym.trainers.shapers._common import (
+    Groups,
+    as_float_array,
+    check_same_length,
+    check_traj_in_one_group,
+)
 from stepgym.trainers.shapers.registry import register
+from stepgym.trainers.shapers.rewards import apply_invalid_action_penalty, episode_scores
 
 __all__ = [
     "apply_invalid_action_penalty",
@@ -68,28 +74,6 @@ def group_normalize(
     return adv
 
 
-def apply_invalid_action_penalty(scores: Any, valid: Any, coef: float = 0.1) -> np.ndarray:
-    """verl-agent ``apply_invalid_action_penalty``: ``s - c·(1 - v)`` per step row (spec §1.2, §2.1).
-
-    ``scores`` (N,) float, ``valid`` (N,) bool. The penalty is neither discounted nor propagated (spec §8.4).
-    """
-    s = as_float_array(scores, "scores", ndim=1, finite=True)
-    v = as_bool_array(valid, "valid")
-    check_same_length(len(s), valid=v)
-    if not np.isfinite(coef):
-        raise ValueError(f"invalid-action penalty coefficient must be finite, got {coef}")
-    return s - coef * (~v)
-
-
-def episode_scores(rewards: Any, traj_ids: Any) -> np.ndarray:
-    """R_i = Σ_t r_{i,t} (undiscounted) written on every step row of trajectory i (verl-agent
-    ``EpisodeRewardManager``, spec §2.1). ``rewards`` (N,) per step row; result (N,)."""
-    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
-    check_same_length(len(r), traj_ids=traj_ids)
-    tg = Groups(traj_ids)
-    return tg.sum(r)[tg.codes]
-
-
 @register("grpo", stage="base")
 def grpo_advantage(
     scores: Any,
@@ -108,7 +92,8 @@ def grpo_advantage(
             minus the invalid-action penalty for step rows (:func:`apply_invalid_action_penalty`).
         group_ids: (N,) hashable, the GRPO group (task / prompt uid) of each row.
         traj_ids: (N,) hashable or None. None: every row is one trajectory (Search-R1 layout). Given: rows are
-            steps (verl-agent layout) and ``cross_steps`` decides the statistics.
+            steps (verl-agent layout) and ``cross_steps`` decides the statistics; an id whose rows carry several
+            group ids is refused (``ValueError``), as for every base.
         cross_steps: True (verl-agent default): μ, σ over *all step rows* of the group, so a trajectory counts
             once per step. False: over the first row seen of each trajectory.
         norm_by_std: True = GRPO ``(s - μ)/(σ + ε)``; False = Dr.GRPO ``s - μ``.
@@ -123,8 +108,10 @@ def grpo_advantage(
     check_same_length(len(s), group_ids=group_ids, traj_ids=traj_ids)
     groups = Groups(group_ids)
     stats_rows = None
-    if traj_ids is not None and not cross_steps:
-        traj = Groups(traj_ids)
+    traj = None if traj_ids is None else Groups(traj_ids)
+    if traj is not None:
+        check_traj_in_one_group(groups, traj, traj_ids)
+    if traj is not None and not cross_steps:
         pair = groups.codes * max(traj.n_groups, 1) + traj.codes
         _, first = np.unique(pair, return_index=True)  # first row seen of each (group, trajectory)
         stats_rows = np.sort(first)
@@ -152,8 +139,3 @@ def drgrpo_advantage(
 register("dapo", stage="base", summary="DAPO's advantage is GRPO's (spec §3.4, §6): the alias of 'grpo'.")(
     grpo_advantage
 )
-register(
-    "invalid_action_penalty",
-    stage="reward",
-    summary="s - c·(1 - valid) per step row (verl-agent, spec §1.2).",
-)(apply_invalid_action_penalty)
