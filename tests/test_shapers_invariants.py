@@ -472,12 +472,38 @@ def test_registry() -> None:
         "invalid_action_penalty",
         "broadcast",
     } <= set(S.available())
-    assert S.available("token") == ["ahead", "broadcast", "stepopsd"]
-    np.testing.assert_allclose(S.get("grpo")([1, 0], [0, 0]), S.grpo_advantage([1, 0], [0, 0]))
+    assert S.available("token") == ["ahead", "stepopsd"]
+    assert S.available("base") == ["dapo", "drgrpo", "gigpo", "grpo"]
+    # every pipeline entry has its stage's signature: a base stage maps (batch, config, scores) to BaseAdvantage
+    batch = S.StepBatch([0, 0], [0, 1], [1.0, 0.0])
+    got = S.get("grpo", "base")(batch, S.ShapeConfig(), np.array([1.0, 0.0]))
+    np.testing.assert_allclose(got.values, S.grpo_advantage([1, 0], [0, 0]))
+    assert S.get("ahead").schedule == "ahead_lambda" and S.get("stepopsd").schedule == "stepopsd_lambda"
+    assert S.get("ahead_lambda")(S.ShapeConfig(), 0) == 0.5
     with pytest.raises(KeyError, match="no shaper"):
         S.get("nope")
+    with pytest.raises(KeyError, match="not 'base'"):
+        S.get("ahead", "base")
     with pytest.raises(ValueError, match="already registered"):
         S.register("grpo", stage="base")(lambda x: x)
+    with pytest.raises(ValueError, match="registered 'base' stage"):
+        S.ShapeConfig(base="ahead")  # a name of another stage is not a base
+
+
+def test_a_registered_stage_replaces_the_builtin_in_the_pipeline() -> None:
+    # compose looks every stage up in the registry: a base registered here is used by shape_advantages
+    name = "test_leave_one_out"
+
+    @S.register(name, stage="base", overwrite=True)
+    def rloo(batch, config, scores):
+        g = S.get("drgrpo", "base")(batch, config, scores).values  # s - mean of the group
+        n = np.bincount(batch.group_ids)[batch.group_ids]
+        return g * n / (n - 1)
+
+    batch = S.StepBatch(["a", "a", "a", "b", "b"], [0, 1, 2, 3, 4], [1.0, 0.0, 0.0, 2.0, 0.0])
+    out = S.shape_advantages(batch, S.ShapeConfig(base=name, proas=False))
+    np.testing.assert_allclose(out.step_advantages, [1.0, -0.5, -0.5, 2.0, -2.0])
+    assert name in S.available("base")
 
 
 def test_import_does_not_pull_torch() -> None:

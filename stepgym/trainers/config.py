@@ -309,13 +309,15 @@ class TrainConfig:
     def method(self) -> str:
         """A short name of the advantage method (for logs and reports)."""
         s = self.shaper
-        name = {"grpo": "GRPO", "drgrpo": "Dr.GRPO", "dapo": "DAPO", "gigpo": "GiGPO"}[s.base]
+        name = {"grpo": "GRPO", "drgrpo": "Dr.GRPO", "dapo": "DAPO", "gigpo": "GiGPO"}.get(s.base, s.base)
         if s.proas:
             name = f"ProAS({name})"
         if s.token_reweight == "ahead":
             name = f"AHEAD({name})"
         elif s.token_reweight == "stepopsd":
             name = f"StepOPSD({name})"
+        elif s.token_reweight is not None:
+            name = f"{s.token_reweight}({name})"
         return name
 
     def to_dict(self) -> dict[str, Any]:

@@ -418,7 +418,7 @@ class GRPOTrainer:
     def rescore(self, ro: Rollouts, old: list[np.ndarray]) -> dict[str, Any]:
         """Teacher gaps for AHEAD / StepOPSD (``{}`` when the shaper needs none)."""
         tr = self.cfg.shaper.token_reweight
-        if tr is None:
+        if tr not in ("ahead", "stepopsd"):  # a registered token stage of your own gets no teacher gap
             return {}
         lam = self.cfg.shaper.mixing_lambda(self.iteration)
         stats = TeacherStats()

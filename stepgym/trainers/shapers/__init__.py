@@ -39,7 +39,16 @@ from stepgym.trainers.shapers.gigpo import (
 )
 from stepgym.trainers.shapers.grpo import drgrpo_advantage, grpo_advantage
 from stepgym.trainers.shapers.proas import proas_multipliers, proas_on_gigpo, proas_shape, proas_trajectory
-from stepgym.trainers.shapers.registry import STAGES, ShaperEntry, available, get, register
+from stepgym.trainers.shapers.registry import (
+    PIPELINE_STAGES,
+    STAGES,
+    BaseAdvantage,
+    ShaperEntry,
+    available,
+    get,
+    load_shaper_modules,
+    register,
+)
 from stepgym.trainers.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     RECIPE_INVALID_PENALTY,
@@ -72,11 +81,13 @@ __all__ = [
     "DAPO_CLIP_HIGH",
     "DAPO_CLIP_LOW",
     "DEFAULT_INVALID_PENALTY",
+    "PIPELINE_STAGES",
     "PRESETS",
     "RECIPE_INVALID_PENALTY",
     "SEGMENT_KINDS",
     "SPAN_MODES",
     "STAGES",
+    "BaseAdvantage",
     "GiGPOTerms",
     "ResponseStep",
     "ShapeConfig",
@@ -107,6 +118,7 @@ __all__ = [
     "grpo_advantage",
     "hindsight_block",
     "hindsight_blocks",
+    "load_shaper_modules",
     "overlong_penalty",
     "policy_loss",
     "proas_multipliers",

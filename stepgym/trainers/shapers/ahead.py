@@ -37,7 +37,6 @@ from stepgym.trainers.shapers.registry import register
 __all__ = ["ahead_lambda", "ahead_reweight", "ahead_weights"]
 
 
-@register("ahead_lambda", stage="schedule")
 def ahead_lambda(update_index: int, lam0: float = 0.5, decay_steps: int = 50) -> float:
     """λ_k = λ_0·max(0, 1 − k/K); k = completed policy updates, **0 at the first update** (spec §4.3, §8.13).
 
@@ -73,7 +72,6 @@ def ahead_weights(advantages: Any, delta: Any, eps: float = 0.2, mask: Any = Non
     return w
 
 
-@register("ahead", stage="token")
 def ahead_reweight(
     advantages: Any, delta: Any, lam: Any, *, eps: float = 0.2, mask: Any = None
 ) -> np.ndarray:
@@ -96,3 +94,17 @@ def ahead_reweight(
     d = as_float_array(delta, "delta")
     check_same_shape(a.shape, delta=d, mask=mask)
     return reweight_tokens(a, d, lam, _exp_weight(check_clip(eps, "eps")), mask)
+
+
+@register("ahead_lambda", stage="schedule", summary="λ_k = λ_0·max(0, 1 − k/K), k = completed updates.")
+def _ahead_schedule(config: Any, update_index: int) -> float:
+    return ahead_lambda(update_index, config.ahead_lambda0, config.ahead_decay_steps)
+
+
+@register(
+    "ahead", stage="token", schedule="ahead_lambda", summary="AHEAD: Ã = A·[(1 − λ) + λ·clip(e^{sgn(A)δ})]."
+)
+def _ahead_stage(batch: Any, config: Any, tokens: np.ndarray, lam: float) -> np.ndarray:
+    if batch.delta is None:
+        raise ValueError(f"token_reweight='ahead' with λ = {lam} needs StepBatch.delta")
+    return ahead_reweight(tokens, batch.delta, lam, eps=config.ahead_eps, mask=batch.delta_mask)

@@ -146,7 +146,7 @@ def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool 
     return keep[g.codes]
 
 
-@register("overlong_penalty", stage="reward")
+@register("overlong_penalty", stage="reward_term")
 def overlong_penalty(lengths: Any, max_len: int, buffer_len: int = 4096, factor: float = 1.0) -> np.ndarray:
     """DAPO soft overlong punishment (Eq. 13; spec §6.4): min(−(L − (L_max − L_buf))/L_buf · f, 0) per response.
 

@@ -40,7 +40,7 @@ from stepgym.trainers.shapers._common import (
     hashable,
 )
 from stepgym.trainers.shapers.grpo import Singleton, group_normalize
-from stepgym.trainers.shapers.registry import register
+from stepgym.trainers.shapers.registry import BaseAdvantage, register
 from stepgym.trainers.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     apply_invalid_action_penalty,
@@ -211,7 +211,6 @@ def gigpo_terms(
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
 
-@register("gigpo", stage="base")
 def gigpo_advantage(
     rewards: Any,
     group_ids: Any,
@@ -261,3 +260,24 @@ def gigpo_advantage(
         singleton=singleton,
     )
     return terms.combined(step_weight)
+
+
+@register("gigpo", stage="base", summary="GiGPO: A^E + w·A^S per step row (docs/shapers.md §2).")
+def _gigpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    if batch.anchor_obs is None:
+        raise ValueError("base='gigpo' needs StepBatch.anchor_obs")
+    terms = gigpo_terms(
+        batch.rewards,
+        batch.group_ids,
+        batch.traj_ids,
+        batch.anchor_obs,
+        batch.valid,
+        gamma=config.gamma,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.gigpo_mode,
+        eps=config.eps,
+        similarity=config.similarity,
+        tau=config.similarity_tau,
+        singleton=config.singleton,
+    )
+    return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -25,7 +25,7 @@ from stepgym.trainers.shapers._common import (
     check_same_length,
     check_traj_in_one_group,
 )
-from stepgym.trainers.shapers.registry import register
+from stepgym.trainers.shapers.registry import BaseAdvantage, register
 from stepgym.trainers.shapers.rewards import apply_invalid_action_penalty, episode_scores
 
 __all__ = [
@@ -74,7 +74,6 @@ def group_normalize(
     return adv
 
 
-@register("grpo", stage="base")
 def grpo_advantage(
     scores: Any,
     group_ids: Any,
@@ -120,7 +119,6 @@ def grpo_advantage(
     )
 
 
-@register("drgrpo", stage="base")
 def drgrpo_advantage(
     scores: Any,
     group_ids: Any,
@@ -136,6 +134,28 @@ def drgrpo_advantage(
     )
 
 
-register("dapo", stage="base", summary="DAPO's advantage is GRPO's (spec §3.4, §6): the alias of 'grpo'.")(
-    grpo_advantage
-)
+@register("grpo", stage="base", summary="GRPO: (s - μ_g)/(σ_g + ε) per row (docs/shapers.md §1).")
+def _grpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    return BaseAdvantage(_grouped(batch, config, scores, norm_by_std=True))
+
+
+@register("drgrpo", stage="base", summary="Dr.GRPO: s - μ_g per row, no std division (docs/shapers.md §1.1).")
+def _drgrpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    return BaseAdvantage(_grouped(batch, config, scores, norm_by_std=False))
+
+
+register(
+    "dapo", stage="base", summary="DAPO's advantage is GRPO's (docs/shapers.md §3.4, §6): alias of 'grpo'."
+)(_grpo_stage)
+
+
+def _grouped(batch: Any, config: Any, scores: np.ndarray, *, norm_by_std: bool) -> np.ndarray:
+    return grpo_advantage(
+        scores,
+        batch.group_ids,
+        traj_ids=batch.traj_ids,
+        cross_steps=config.cross_steps,
+        norm_by_std=norm_by_std,
+        eps=config.eps,
+        singleton=config.singleton,
+    )

@@ -25,7 +25,7 @@ import numpy as np
 from stepgym.labels import future_drift
 from stepgym.trainers.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
 from stepgym.trainers.shapers.gigpo import GiGPOTerms
-from stepgym.trainers.shapers.registry import register
+from stepgym.trainers.shapers.registry import BaseAdvantage, register
 
 __all__ = ["proas_multipliers", "proas_on_gigpo", "proas_shape", "proas_trajectory"]
 
@@ -62,7 +62,6 @@ def proas_multipliers(advantages: Any, reasonable: Any, progress: Any, traj_ids:
     return m
 
 
-@register("proas", stage="step")
 def proas_shape(advantages: Any, reasonable: Any, progress: Any, traj_ids: Any = None) -> np.ndarray:
     """ProAS Eq. 7 on a GRPO or DAPO base (spec §3.3, §3.4): Â_{i,t} = m_t · A_{i,t} per step row.
 
@@ -81,7 +80,6 @@ def proas_trajectory(advantage: float, reasonable: Any, progress: Any) -> np.nda
     return proas_shape(np.full(t, float(advantage)), reasonable, progress)
 
 
-@register("proas_gigpo", stage="step")
 def proas_on_gigpo(
     terms: GiGPOTerms,
     reasonable: Any,
@@ -103,3 +101,30 @@ def proas_on_gigpo(
     if target == "combined":
         return proas_shape(terms.combined(step_weight), reasonable, progress, traj_ids)
     raise ValueError(f"target must be 'episode' or 'combined', got {target!r}")
+
+
+@register(
+    "proas", stage="step", summary="ProAS Eq. 7 (MUI/APR) on the base; on GiGPO's terms when it has them."
+)
+def _proas_stage(batch: Any, config: Any, base: BaseAdvantage) -> np.ndarray:
+    rea, pa = _labels(batch)
+    if isinstance(base.terms, GiGPOTerms):
+        return proas_on_gigpo(
+            base.terms, rea, pa, batch.traj_ids, step_weight=config.step_weight, target=config.proas_target
+        )
+    return proas_shape(base.values, rea, pa, batch.traj_ids)
+
+
+@register(
+    "proas_gigpo", stage="step", summary="ProAS on GiGPO's separate terms (docs/shapers.md §3.4, §8.5)."
+)
+def _proas_gigpo_stage(batch: Any, config: Any, base: BaseAdvantage) -> np.ndarray:
+    if not isinstance(base.terms, GiGPOTerms):
+        raise ValueError("the 'proas_gigpo' step stage needs base='gigpo'")
+    return _proas_stage(batch, config, base)
+
+
+def _labels(batch: Any) -> tuple[Any, Any]:
+    if batch.reasonable is None or batch.progress is None:
+        raise ValueError("proas=True needs StepBatch.reasonable and StepBatch.progress")
+    return batch.reasonable, batch.progress

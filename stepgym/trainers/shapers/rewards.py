@@ -35,7 +35,6 @@ DEFAULT_INVALID_PENALTY = 0.0
 RECIPE_INVALID_PENALTY = 0.1
 
 
-@register("invalid_action_penalty", stage="reward", summary="s - c·(1 - valid) per step row (verl-agent).")
 def apply_invalid_action_penalty(
     scores: Any, valid: Any, coef: float = DEFAULT_INVALID_PENALTY
 ) -> np.ndarray:
@@ -52,6 +51,11 @@ def apply_invalid_action_penalty(
     v = as_bool_array(valid, "valid")
     check_same_length(len(s), valid=v)
     return s - coef * (~v)
+
+
+@register("invalid_action_penalty", stage="reward", summary="s - c·(1 - valid) per step row (verl-agent).")
+def _penalty_stage(batch: Any, config: Any, scores: np.ndarray) -> np.ndarray:
+    return apply_invalid_action_penalty(scores, batch.valid, config.invalid_penalty)
 
 
 def episode_scores(rewards: Any, traj_ids: Any) -> np.ndarray:

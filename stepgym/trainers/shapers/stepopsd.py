@@ -50,7 +50,6 @@ __all__ = [
 WeightFn = Literal["sigmoid", "exp"]
 
 
-@register("stepopsd_lambda", stage="schedule")
 def stepopsd_lambda(global_step: int, lam0: float = 0.2, decay_steps: int = 50) -> float:
     """λ_mix = λ_0·max(0, 1 − k/D) with k = verl's ``global_steps``, **1 at the first training step** (spec §5.4).
 
@@ -98,7 +97,6 @@ def stepopsd_weights(
     return w
 
 
-@register("stepopsd", stage="token")
 def stepopsd_reweight(
     advantages: Any,
     delta: Any,
@@ -188,7 +186,6 @@ def _step_units(target: TokenLayout | np.ndarray, step_group: Any) -> tuple[np.n
     return ts, k, Groups(np.asarray(unit) if isinstance(unit, np.ndarray) else unit)
 
 
-@register("equal_step_mean_abs", stage="step_norm")
 def equal_step_mean_abs(
     shaped: Any,
     target: TokenLayout | Any,
@@ -262,3 +259,67 @@ def equal_step_mean_abs(
         new *= keep.reshape(-1)[nz]
     out.reshape(-1)[nz] = new
     return out
+
+
+@register("stepopsd_lambda", stage="schedule", summary="λ_mix = λ_0·max(0, 1 − g/D), g = update_index + 1.")
+def _stepopsd_schedule(config: Any, update_index: int) -> float:
+    return stepopsd_lambda(update_index + 1, config.opsd_lambda0, config.opsd_decay_steps)
+
+
+@register(
+    "stepopsd", stage="token", schedule="stepopsd_lambda", summary="StepOPSD Eq. 4: Ã = A·[1 + λ(w − 1)]."
+)
+def _stepopsd_stage(batch: Any, config: Any, tokens: np.ndarray, lam: float) -> np.ndarray:
+    if batch.delta is None:
+        raise ValueError(f"token_reweight='stepopsd' with λ = {lam} needs StepBatch.delta")
+    dmask = batch.delta_mask
+    if dmask is None and batch.target is not None:
+        dmask = batch.target.token_step >= 0
+    return stepopsd_reweight(
+        tokens,
+        batch.delta,
+        lam,
+        alpha=config.opsd_alpha,
+        fn=config.opsd_weight_fn,
+        delta_mask=dmask,
+        response_mask=batch.layout.response_mask,
+    )
+
+
+@register(
+    "equal_step_mean_abs", stage="step_norm", summary="StepOPSD's equal per-step budget, per trajectory."
+)
+def _step_norm_stage(batch: Any, config: Any, shaped: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    layout = batch.layout
+    if batch.target is None:
+        raise ValueError("step_norm='equal_step_mean_abs' needs StepBatch.target (the StepOPSD target spans)")
+    if batch.target.shape != layout.shape:
+        raise ValueError(f"target spans grid {batch.target.shape} differs from the layout {layout.shape}")
+    row_traj = _row_trajectories(layout, np.asarray(batch.traj_ids))
+    return equal_step_mean_abs(
+        shaped,
+        batch.target,
+        valid_mask=layout.response_mask,
+        step_group=row_traj[batch.target.step_row],
+        base=tokens,
+        norm_target=config.step_norm_target,
+        coef_clip=config.step_norm_coef_clip,
+        eps=config.step_norm_eps,
+    )
+
+
+def _row_trajectories(layout: TokenLayout, traj_codes: np.ndarray) -> np.ndarray:
+    """Trajectory code of each layout row (-1 - row for rows without steps); a row may not hold two trajectories.
+    This makes the normalisation unit the trajectory in both storage layouts (docs/shapers.md §5.5)."""
+    n_rows = layout.shape[0]
+    lo = np.full(n_rows, np.iinfo(np.int64).max)
+    hi = np.full(n_rows, -1, dtype=np.int64)
+    np.minimum.at(lo, layout.step_row, traj_codes)
+    np.maximum.at(hi, layout.step_row, traj_codes)
+    has = hi >= 0
+    if (lo[has] != hi[has]).any():
+        bad = np.flatnonzero(has & (lo != hi))[:5].tolist()
+        raise ValueError(
+            f"layout rows {bad} hold steps of several trajectories; a row belongs to one trajectory"
+        )
+    return np.where(has, hi, -1 - np.arange(n_rows))

@@ -144,9 +144,6 @@ class TokenLayout:
         return cls(token_step=token_step, n_steps=n, step_row=np.asarray(step_rows, dtype=np.int64))
 
 
-@register(
-    "broadcast", stage="token", summary="Per-step values onto their steps' response tokens; 0 elsewhere."
-)
 def broadcast_to_tokens(step_values: Any, layout: TokenLayout | Any) -> np.ndarray:
     """Put each step's value on that step's response tokens only; prompt, observation and padding tokens get 0.
 
@@ -164,6 +161,13 @@ def broadcast_to_tokens(step_values: Any, layout: TokenLayout | Any) -> np.ndarr
         )
     padded = np.append(v, 0.0)  # index -1 → the appended 0
     return padded[token_step]
+
+
+@register(
+    "broadcast", stage="broadcast", summary="Per-step values onto their steps' response tokens; 0 elsewhere."
+)
+def _broadcast_stage(batch: Any, config: Any, step_values: np.ndarray) -> np.ndarray:
+    return broadcast_to_tokens(step_values, batch.layout)
 
 
 def step_token_counts(layout: TokenLayout) -> np.ndarray:
