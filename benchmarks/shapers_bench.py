@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     shaped = S.stepopsd_reweight(
         tok, b["delta"], 0.196, delta_mask=b["target"].token_step >= 0, response_mask=b["mask"]
     )
-    np_loss = S.policy_loss(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok)
+    np_loss = S.policy_loss_np(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok)
 
     # correctness of the baselines against the shapers before timing anything
     np.testing.assert_allclose(loop_grpo(scores, b["group"]), S.grpo_advantage(scores, b["group"]), atol=1e-9)
@@ -304,8 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         ),
         (
             "dapo policy_loss + token-mean (numpy)",
-            lambda: S.agg_loss(
-                S.policy_loss(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok), b["mask"]
+            lambda: S.agg_loss_np(
+                S.policy_loss_np(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok), b["mask"]
             ),
             None,
             "stepgym.trainers.losses (torch f32)",

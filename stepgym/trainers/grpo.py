@@ -41,7 +41,9 @@ from stepgym.trainers.evaluate import evaluate
 from stepgym.trainers.formats import reply_renderer, resolve_format
 from stepgym.trainers.metrics import MetricsLogger
 from stepgym.trainers.samples import PromptEncoder
-from stepgym.trainers.shapers import TokenLayout, dynamic_sampling_keep, scatter_span_deltas
+from stepgym.trainers.shapers import TokenLayout, dynamic_sampling_keep
+from stepgym.trainers.shapers.ahead import ahead_delta
+from stepgym.trainers.shapers.stepopsd import opsd_span_gaps
 from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherStats, ahead_items, opsd_items, timed
 
 __all__ = ["GRPOTrainer", "resolve_device"]
@@ -364,12 +366,8 @@ class GRPOTrainer:
         t_lp = self.scorer.score(self.model, [it.context for it in items], [it.target for it in items])
         stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
         width = max(len(r.response_ids) for r in rows)
-        delta = np.zeros((len(rows), width))
-        hinted = np.zeros(len(rows), dtype=bool)
-        for it, lp in zip(items, t_lp, strict=True):
-            delta[it.row, : len(lp)] = lp - old[it.row][: len(lp)]
-            r = rows[it.row]
-            hinted[it.row] = r.t in analyses[r.traj].hints
+        delta = ahead_delta([it.row for it in items], t_lp, [old[it.row] for it in items], (len(rows), width))
+        hinted = np.array([r.t in analyses[r.traj].hints for r in rows], dtype=bool)
         extra = gap_stats(delta, rows, hinted, "hinted")
         return delta, extra
 
@@ -402,12 +400,8 @@ class GRPOTrainer:
         teacher_model = self.model if live else self.stale.model  # type: ignore[union-attr]
         t_lp = self.scorer.score(teacher_model, [it.context for it in items], [it.target for it in items])
         stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
-        got = {
-            it.row: lp - old[it.row][it.start : it.start + len(lp)]
-            for it, lp in zip(items, t_lp, strict=True)
-        }
-        per_row = [[got.get(b, np.zeros(sp[0][1] - sp[0][0]))] if sp else [] for b, sp in enumerate(spans)]
-        delta, dmask = scatter_span_deltas(spans, per_row, (len(rows), width))
+        scored = {it.row: (it.start, lp) for it, lp in zip(items, t_lp, strict=True)}
+        delta, dmask = opsd_span_gaps(spans, scored, old, (len(rows), width))
         with_block = np.array([bool(b) for b in blocks])
         return delta, dmask, target, gap_stats(delta, rows, with_block, "hindsight", mask=dmask)
 

@@ -11,7 +11,7 @@ each function's docstring names its paper equation and any departure from the pa
 
 from __future__ import annotations
 
-from stepgym.trainers.shapers.ahead import ahead_lambda, ahead_reweight, ahead_weights
+from stepgym.trainers.shapers.ahead import ahead_delta, ahead_lambda, ahead_reweight, ahead_weights
 from stepgym.trainers.shapers.compose import (
     PRESETS,
     ShapeConfig,
@@ -24,10 +24,13 @@ from stepgym.trainers.shapers.dapo import (
     DAPO_CLIP_HIGH,
     DAPO_CLIP_LOW,
     agg_loss,
+    agg_loss_np,
     clipped_surrogate,
+    clipped_surrogate_np,
     dynamic_sampling_keep,
     overlong_penalty,
     policy_loss,
+    policy_loss_np,
 )
 from stepgym.trainers.shapers.gigpo import (
     GiGPOTerms,
@@ -57,6 +60,7 @@ from stepgym.trainers.shapers.rewards import (
 )
 from stepgym.trainers.shapers.stepopsd import (
     equal_step_mean_abs,
+    opsd_span_gaps,
     scatter_span_deltas,
     stepopsd_lambda,
     stepopsd_reweight,
@@ -97,6 +101,8 @@ __all__ = [
     "TargetSpan",
     "TokenLayout",
     "agg_loss",
+    "agg_loss_np",
+    "ahead_delta",
     "ahead_lambda",
     "ahead_reweight",
     "ahead_weights",
@@ -106,6 +112,7 @@ __all__ = [
     "build_step_groups",
     "char_span_to_token_span",
     "clipped_surrogate",
+    "clipped_surrogate_np",
     "drgrpo_advantage",
     "dynamic_sampling_keep",
     "episode_scores",
@@ -119,8 +126,10 @@ __all__ = [
     "hindsight_block",
     "hindsight_blocks",
     "load_shaper_modules",
+    "opsd_span_gaps",
     "overlong_penalty",
     "policy_loss",
+    "policy_loss_np",
     "proas_multipliers",
     "proas_on_gigpo",
     "proas_shape",

@@ -1,4 +1,4 @@
-"""Shared helpers for the shapers: input validation, vectorised group-by, linear schedules, token reweighting.
+"""Shared helpers for the shapers: input validation, vectorised group-by, linear schedules.
 
 Everything here is float64 NumPy. Group ids may be any hashable values (ints, strings, uuids, tuples); a
 :class:`Groups` factorises them once into integer codes so every per-group statistic is a ``np.bincount`` and no
@@ -225,63 +225,6 @@ def check_clip(eps: float, name: str) -> float:
     return eps
 
 
-def signed_delta(adv: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """``sign(A)·δ`` with NaN (no information: NaN δ, or A = 0 with δ = ±inf) mapped to 0.
-
-    §0: a NaN gap means weight 1 (s = 0 gives weight 1 for both exp and 2σ); ±inf saturates at the clip bound its
-    sign selects. The spec's clamp of s to ±20 before exp/sigmoid "changes nothing" because the weight is clipped
-    right after; it only silences overflow warnings. Here the warnings are silenced with ``np.errstate`` instead
-    (callers wrap the exp in :func:`quiet`), which gives bit-identical weights and saves a pass over the tokens.
-    """
-    s = np.sign(adv)
-    with np.errstate(invalid="ignore"):
-        np.multiply(s, delta, out=s)
-    nan = np.isnan(s)
-    if nan.any():
-        s[nan] = 0.0
-    return s
-
-
 def quiet() -> Any:
     """``np.errstate`` for exp of a huge gap (overflow to inf, clipped right after)."""
     return np.errstate(over="ignore")
-
-
-def reweight_tokens(
-    adv: np.ndarray,
-    delta: np.ndarray,
-    lam: float | np.ndarray,
-    weight_fn: Any,
-    mask: Any = None,
-    keep: Any = None,
-) -> np.ndarray:
-    """Ã = A·Ψ with Ψ = 1 + λ(w − 1), w = ``weight_fn(A, δ)`` on the ``mask`` tokens (all when None) and 1 elsewhere.
-
-    With a mask, only the masked tokens are touched (a copy plus a gather/scatter), which is what makes StepOPSD's
-    span-restricted shaping cost little more than a copy. ``lam`` is a scalar or broadcastable to ``adv``.
-    ``keep`` (same shape, bool) zeroes the result outside it (the response mask), fused into the same pass.
-    """
-    if mask is None:
-        w = weight_fn(adv, delta)
-        w -= 1.0
-        w *= lam
-        w += 1.0
-        w *= adv
-        if keep is not None:
-            w *= np.asarray(keep, dtype=bool)
-        return w
-    flat = np.flatnonzero(np.asarray(mask, dtype=bool))  # flat indices: 3× cheaper than 2-D np.nonzero
-    a_sub = adv.reshape(-1)[flat]
-    w = weight_fn(a_sub, delta.reshape(-1)[flat])
-    w -= 1.0
-    w *= lam if np.ndim(lam) == 0 else np.broadcast_to(lam, adv.shape)[np.unravel_index(flat, adv.shape)]
-    w += 1.0
-    w *= a_sub
-    if keep is None:
-        out = np.array(adv, order="C")
-    else:
-        keep_b = np.asarray(keep, dtype=bool)
-        out = np.multiply(adv, keep_b, order="C")
-        w *= keep_b.reshape(-1)[flat]
-    out.reshape(-1)[flat] = w
-    return out

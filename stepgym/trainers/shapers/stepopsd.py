@@ -4,7 +4,9 @@ Paper: "StepOPSD" (``papers/002_…``): Eq. 3 (w_raw = 2σ(sign(A)Δ), w = Π_[1
 (Ã = (1 − λ)A + λwA), §3.2 (equal_step_mean_abs; λ_mix 0.2 decaying linearly over 50 steps; α_clip 0.2).
 Public code: ``yanfei-zhang-95/OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/ppo/ray_trainer.py`` (module
 ``compute_advantage``; ``RayPPOTrainer.fit`` for the schedule). Text segmentation and the hindsight block are in
-:mod:`stepgym.trainers.shapers.stepopsd_text`.
+:mod:`stepgym.trainers.shapers.stepopsd_text`; the first successful peer is :mod:`stepgym.group`'s rule. Eq. 4's
+mixing Ψ = 1 + λ(w − 1) is AHEAD's (:func:`stepgym.trainers.shapers.ahead.reweight_tokens`, written once for
+both); Eq. 3's weight, the λ_mix schedule, the span gaps (:func:`opsd_span_gaps`) and the step budget are here.
 
 Departures / resolutions (spec §5, §8.19–26):
 * ``equal_step_mean_abs`` is *active* when configured (in the public snapshot a meta_info bug leaves it off);
@@ -33,14 +35,14 @@ from stepgym.trainers.shapers._common import (
     check_same_shape,
     linear_decay,
     quiet,
-    reweight_tokens,
-    signed_delta,
 )
+from stepgym.trainers.shapers.ahead import reweight_tokens, signed_delta
 from stepgym.trainers.shapers.registry import register
 from stepgym.trainers.shapers.tokens import TokenLayout
 
 __all__ = [
     "equal_step_mean_abs",
+    "opsd_span_gaps",
     "scatter_span_deltas",
     "stepopsd_lambda",
     "stepopsd_reweight",
@@ -157,6 +159,35 @@ def scatter_span_deltas(
             delta[b, s : s + n] = d[:n]
             mask[b, s : s + n] = True
     return delta, mask
+
+
+def opsd_span_gaps(
+    spans: Sequence[Sequence[tuple[int, int]]],
+    scored: dict[int, tuple[int, Any]],
+    student_logprobs: Sequence[Any],
+    shape: tuple[int, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Δ = teacher − student log-prob on each row's target span (paper §3.1), on the (B, L) response grid.
+
+    ``spans[b]``: row b's target span(s) (``[]`` for a row without one); ``scored[b] = (start, teacher_logprobs)``
+    for the rows the teacher scored (the span's tokens from ``start``); ``student_logprobs[b]`` the row's
+    θ_old log-probs over its whole response. A row with a span but no teacher score gets Δ = 0 on it (weight 1).
+    Returns ``(delta, mask)`` as :func:`scatter_span_deltas`.
+    """
+    per_row = []
+    for b, sp in enumerate(spans):
+        if not sp:
+            per_row.append([])
+            continue
+        if b in scored:
+            start, t_lp = scored[b]
+            t_lp = np.asarray(t_lp, dtype=np.float64)
+            per_row.append(
+                [t_lp - np.asarray(student_logprobs[b], dtype=np.float64)[start : start + len(t_lp)]]
+            )
+        else:
+            per_row.append([np.zeros(sp[0][1] - sp[0][0])])
+    return scatter_span_deltas(spans, per_row, shape)
 
 
 def _step_units(target: TokenLayout | np.ndarray, step_group: Any) -> tuple[np.ndarray, int, Groups]:
