@@ -575,3 +575,20 @@ def test_similarity_grouping_matches_naive_rule(items, tau) -> None:
         == len(set(want))
         == len(set(got.tolist()))
     )
+
+
+def test_every_docs_citation_in_the_package_names_a_section_of_docs_shapers_md() -> None:
+    # the code cites "docs/shapers.md §n" (and §8.n for item n of §8); every citation must exist in that file
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "shapers.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^#{2,3} §(\d+(?:\.\d+)?)[. ]", doc, flags=re.M))
+    sections |= {f"8.{n}" for n in re.findall(r"^(\d+)\. \*\*", doc.split("## §8.", 1)[1], flags=re.M)}
+    cited = set()
+    for path in (root / "stepgym").rglob("*.py"):
+        cited |= set(re.findall(r"docs/shapers\.md §(\d+(?:\.\d+)?)", path.read_text(encoding="utf-8")))
+    assert cited, "no citation found"
+    assert cited <= sections, sorted(cited - sections)
+    assert not [p for p in (root / "stepgym").rglob("*.py") if "shared/docs" in p.read_text(encoding="utf-8")]

@@ -3,18 +3,18 @@
 Only *scoring* happens here — building the privileged contexts, batching the forward passes, keeping the stale
 snapshot. The gaps become advantages in the shapers (``stepgym.trainers.shapers``), never here.
 
-**AHEAD** (papers/000; spec §4): teacher = θ_old (the rollout policy itself, before the update), context = the
-step's prompt with privileged information appended *inside* the user turn (spec §8.18): the env's feedback to the
+**AHEAD** (docs/shapers.md §4): teacher = θ_old (the rollout policy itself, before the update), context = the
+step's prompt with privileged information appended *inside* the user turn (docs/shapers.md §8.18): the env's feedback to the
 action on every step, plus the corrective hint on the error steps of failed trajectories
 (``stepgym.wrappers.hints.ahead_privileged_text``; hints from the oracle analyzer, failure-only). All generated
 tokens of the step are scored; δ = teacher − student log-prob, student = θ_old on the normal prompt.
 
-**StepOPSD** (papers/002; spec §5.2, §5.6, §5.7): teacher = the stale reference policy (a snapshot refreshed every
+**StepOPSD** (docs/shapers.md §5.2, §5.6, §5.7): teacher = the stale reference policy (a snapshot refreshed every
 ``refresh_every`` updates; the initial weights for updates 1..10), target = the step's span (``action_only``: the
 ``<action>…</action>`` tag with its tags, ALFWorld; ``clean_step_no_observation``: the whole turn, QA), context =
 ``prompt ⊕ response tokens before the span ⊕ hindsight block ⊕ span`` — the first successful peer's trajectory
 (``GroupEnv``'s peer hindsight) inserted right before the step's tokens. Rows without a block are scored too
-(c^T = c^S): with a stale teacher their Δ is staleness drift, which the paper's code keeps (spec §8.26).
+(c^T = c^S): with a stale teacher their Δ is staleness drift, which the paper's code keeps (docs/shapers.md §8.26).
 
 **Truncation policy** (privileged prompt longer than ``max_context_tokens``, default prompt + response budget):
 the student context and the target are never cut (they are exactly what generated the tokens); the privileged
@@ -28,7 +28,7 @@ formed by :func:`stepgym.trainers.shapers.ahead_delta` and :func:`stepgym.traine
 
 Span token positions use the row's *actual* token ids: the token count of a text prefix is the fewest leading
 tokens whose decoding covers it (binary search over ``decode(ids[:k])``), instead of re-tokenising the prefix as
-the Search-R1 code does (exact where that is approximate; the spans are otherwise the spec's).
+the Search-R1 code does (exact where that is approximate; the spans are otherwise those of docs/shapers.md §5.1).
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def opsd_items(
 
 
 class StaleTeacher:
-    """StepOPSD's stale reference policy (spec §5.7): a frozen copy refreshed after every ``every``-th update.
+    """StepOPSD's stale reference policy (docs/shapers.md §5.7): a frozen copy refreshed after every ``every``-th update.
 
     The teacher used for update k (1-based) is the policy after update ``every·⌊(k−1)/every⌋`` — the initial
     weights for updates 1..every. Its weights and ``version`` (the update it was copied at) are checkpointed.

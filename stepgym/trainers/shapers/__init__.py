@@ -5,8 +5,9 @@ torch loss pieces are in :mod:`stepgym.trainers.losses`). A trainer normally cal
 :func:`shape_advantages`, with a :class:`StepBatch` and a :class:`ShapeConfig`; every stage is also callable on its
 own and registered by name (:func:`get`, :func:`available`).
 
-The maths, edge cases and resolved ambiguities are specified in the shared ``shapers.md`` (cited as "spec §n");
-each function's docstring names its paper equation and any departure from the paper or the public code.
+The maths, edge cases and resolved ambiguities are specified in docs/shapers.md (cited as "docs/shapers.md §n"),
+one module per method; each function's docstring names its paper equation and any departure from the paper or the
+public code.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""AHEAD: token log-prob gap under privileged information → clipped, sign-preserving advantage reweight (spec §4).
+"""AHEAD: token log-prob gap under privileged information → clipped, sign-preserving advantage reweight (docs/shapers.md §4).
 
-Paper: Jin et al. 2026, "AHEAD: Adaptive Hindsight with Environment-Augmented Distillation for Agentic RL" (seed
-``papers/000_…``), the two displayed equations:
+Paper: Jin, Wang, Lingam and Kumar 2026, "AHEAD: Adaptive Hindsight with Environment-Augmented Distillation for
+Agentic RL" (under review; no arXiv id known, see docs/shapers.md "Sources"), its two displayed equations:
 
     δ_{t,ℓ} = log π_θold(y | h̃_t, ·) − log π_θold(y | h_t, ·)
     w_{t,ℓ} = clip(exp(sgn(A^ep)·sg(δ_{t,ℓ})), 1 − ε, 1 + ε),   Ã_{t,ℓ} = A^ep·[(1 − λ_k) + λ_k·w_{t,ℓ}]
@@ -10,12 +10,12 @@ The mixing Ψ = 1 + λ(w − 1) (:func:`reweight_tokens`) and the sign rule (:fu
 once and reused by StepOPSD, whose Eq. 4 has the same form with 2σ in place of exp. The teacher and student
 log-probs are computed by the trainer (:mod:`stepgym.trainers.teacher`); :func:`ahead_delta` turns them into δ.
 
-No public code. Resolutions (spec §4.3, §8.12–16): ε = 0.2 (SERL / StepOPSD), λ_k = λ_0·max(0, 1 − k/K) with
+No public code. Resolutions (docs/shapers.md §4.3, §8.12–16): ε = 0.2 (SERL / StepOPSD), λ_k = λ_0·max(0, 1 − k/K) with
 λ_0 = 0.5, K = 50 and k = completed policy updates (0 at the first update, SERL's counter); all generated tokens
 are reweighted unless a ``mask`` restricts it (SERL's action-token mask, for parity).
 
 Numerics: the multiplier is computed as Ψ = 1 + λ(w − 1), algebraically equal to (1 − λ) + λw but exact where
-w = 1 (so tokens without a gap keep A bit-for-bit). The spec's ±20 clamp of sign(A)·δ before exp (§0) is replaced
+w = 1 (so tokens without a gap keep A bit-for-bit). The ±20 clamp of sign(A)·δ before exp (docs/shapers.md §0) is replaced
 by suppressing the overflow warning: w is clipped right after, so the weights are identical and a pass is saved.
 A NaN gap gives w = 1; a ±inf gap saturates at the bound its sign selects (§0, §4.4).
 """
@@ -48,7 +48,7 @@ __all__ = [
 
 
 def ahead_lambda(update_index: int, lam0: float = 0.5, decay_steps: int = 50) -> float:
-    """λ_k = λ_0·max(0, 1 − k/K); k = completed policy updates, **0 at the first update** (spec §4.3, §8.13).
+    """λ_k = λ_0·max(0, 1 − k/K); k = completed policy updates, **0 at the first update** (docs/shapers.md §4.3, §8.13).
 
     λ(0) = λ_0, λ(K) = 0; ``decay_steps <= 0`` keeps λ_0 constant. Once λ = 0 the teacher need not be run.
     """
@@ -85,14 +85,14 @@ def ahead_weights(advantages: Any, delta: Any, eps: float = 0.2, mask: Any = Non
 def ahead_reweight(
     advantages: Any, delta: Any, lam: Any, *, eps: float = 0.2, mask: Any = None
 ) -> np.ndarray:
-    """AHEAD's shaped token advantages Ã = A·[(1 − λ) + λ·w] (seed, the w/Ã equation; spec §4.1).
+    """AHEAD's shaped token advantages Ã = A·[(1 − λ) + λ·w] (the paper's w/Ã equation; docs/shapers.md §4.1).
 
     Args:
         advantages: (B, L) float, the base advantage broadcast onto tokens (0 on untrained tokens); finite.
         delta: (B, L) float, the teacher − student log-prob gap δ (θ_old with and without privileged
             information); NaN/±inf allowed (NaN → weight 1, ±inf → 1 ± ε).
         lam: λ_k in [0, 1], a scalar or an array broadcastable to (B, L) (e.g. (B, 1) to turn the reweight off
-            for successful trajectories: reading B of the "failure-only" ablation, spec §8.16).
+            for successful trajectories: reading B of the "failure-only" ablation, docs/shapers.md §8.16).
         eps: the clip ε (default 0.2).
         mask: optional (B, L) bool, the tokens that may be reweighted (SERL parity: action tokens of rows that
             received privileged context); elsewhere w = 1 and Ã = A.
@@ -131,7 +131,7 @@ def signed_delta(adv: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """``sign(A)·δ`` with NaN (no information: NaN δ, or A = 0 with δ = ±inf) mapped to 0.
 
     §0: a NaN gap means weight 1 (s = 0 gives weight 1 for both exp and 2σ); ±inf saturates at the clip bound its
-    sign selects. The spec's clamp of s to ±20 before exp/sigmoid "changes nothing" because the weight is clipped
+    sign selects. The public code's clamp of s to ±20 before exp/sigmoid changes nothing because the weight is clipped
     right after; it only silences overflow warnings. Here the warnings are silenced with ``np.errstate`` instead
     (callers wrap the exp in :func:`quiet`), which gives bit-identical weights and saves a pass over the tokens.
     """

@@ -1,11 +1,14 @@
 """The one function a trainer calls: the §0 pipeline of docs/shapers.md, with forbidden combinations refused.
 
-Order (spec §0; the only order that keeps every method's stated property):
+Order (docs/shapers.md §0; the only order that keeps every method's stated property):
 
     rewards → invalid-action penalty → base advantage (GRPO / Dr.GRPO / DAPO / GiGPO)
             → ProAS step multipliers → broadcast to tokens → AHEAD or StepOPSD token reweighting
             → StepOPSD step normalisation (equal_step_mean_abs)
     (then the clipped policy loss with the DAPO knobs: ``stepgym.trainers.losses``)
+
+Each stage is looked up by name in :mod:`stepgym.trainers.shapers.registry` (one call signature per stage), so a
+function registered for a stage replaces the built-in one and ``ShapeConfig`` accepts its name.
 
 Usage::
 
@@ -19,11 +22,11 @@ Usage::
 
 Refused (``ValueError`` at config construction):
 * StepOPSD ``equal_step_mean_abs`` on top of ProAS — it equalises per-step magnitudes and so undoes APR's
-  deliberate front-loading of the penalty (spec §0, §8.28);
+  deliberate front-loading of the penalty (docs/shapers.md §0, §8.28);
 * ``equal_step_mean_abs`` on top of AHEAD — same reason: it would flatten the extra weight AHEAD puts on the error
-  steps that received a corrective hint (stepgym's judgement; the spec's order only places it after StepOPSD);
+  steps that received a corrective hint (stepgym's judgement; the §0 order only places it after StepOPSD);
 * AHEAD and StepOPSD together — both are a clipped teacher-gap reweight of the same advantage; stacking applies
-  the gap twice and voids both papers' multiplier bounds (the spec's order says "AHEAD *or* StepOPSD").
+  the gap twice and voids both papers' multiplier bounds (the §0 order says "AHEAD *or* StepOPSD").
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ TokenReweight = Literal["ahead", "stepopsd"]
 
 @dataclass(frozen=True)
 class ShapeConfig:
-    """Everything the shapers need, one frozen dataclass. Defaults follow docs/shapers.md (spec §2.7, §4.3, §5.8)."""
+    """Everything the shapers need, one frozen dataclass. Defaults follow docs/shapers.md §2.7, §4.3, §5.8."""
 
     base: str = "grpo"
     """Base advantage: "grpo" (mean/std), "drgrpo" (mean only), "dapo" (= GRPO; DAPO differs in loss/sampling),
@@ -68,7 +71,7 @@ class ShapeConfig:
     eps: float = 1e-6
     """ε added to the std (GRPO, GiGPO)."""
     singleton: Literal["verl", "zero"] = "verl"
-    """Group of one: "verl" → μ = 0, σ = 1 (A = r/(1+ε)); "zero" → A = 0 (spec §8.1)."""
+    """Group of one: "verl" → μ = 0, σ = 1 (A = r/(1+ε)); "zero" → A = 0 (docs/shapers.md §8.1)."""
     cross_steps: bool = True
     """GRPO statistics over all step rows of a group (verl-agent, True) or one row per trajectory (False: use this
     for one-row-per-trajectory data such as Search-R1, where every trajectory has several steps). GiGPO always
@@ -115,7 +118,7 @@ class ShapeConfig:
             if {"ahead", "stepopsd"} <= set(tr):
                 raise ValueError(
                     "AHEAD and StepOPSD cannot be combined: both reweight the same advantage by a clipped teacher "
-                    "gap, so stacking them applies the gap twice and voids both multiplier bounds (spec §0: "
+                    "gap, so stacking them applies the gap twice and voids both multiplier bounds (docs/shapers.md §0: "
                     "'AHEAD or StepOPSD'). Choose token_reweight='ahead' or 'stepopsd'."
                 )
             raise ValueError(f"token_reweight is a single choice (None, 'ahead' or 'stepopsd'), got {tr!r}")
@@ -126,7 +129,7 @@ class ShapeConfig:
         if self.step_norm and self.proas:
             raise ValueError(
                 "StepOPSD's equal_step_mean_abs cannot run on top of ProAS: it equalises per-step magnitudes and "
-                "so undoes APR's deliberate front-loading of the penalty on drift-causing steps (spec §0, §8.28). "
+                "so undoes APR's deliberate front-loading of the penalty on drift-causing steps (docs/shapers.md §0, §8.28). "
                 "Disable one of step_norm / proas."
             )
         if self.step_norm and tr == "ahead":
@@ -164,7 +167,7 @@ class ShapeConfig:
         return 1.0 if schedule is None else float(get(schedule, "schedule")(self, update_index))
 
 
-#: Paper setups (spec §2.7, §4.3, §5.8). ALFWorld recipes use the invalid-action penalty 0.1; Search-QA none.
+#: Paper setups (docs/shapers.md §2.7, §4.3, §5.8). ALFWorld recipes use the invalid-action penalty 0.1; Search-QA none.
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {"base": "grpo"},
     "grpo-alfworld": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY},
@@ -250,7 +253,7 @@ def shape_advantages(
         batch: the :class:`StepBatch` (per-step arrays (N,), optional token layout and teacher gaps (B, L)).
         config: the :class:`ShapeConfig` (forbidden combinations were refused when it was built).
         update_index: completed policy updates before this one (0 at the first update). AHEAD uses it as k;
-            StepOPSD as ``global_steps = update_index + 1`` (spec §4.3, §5.4).
+            StepOPSD as ``global_steps = update_index + 1`` (docs/shapers.md §4.3, §5.4).
         lam: override the scheduled mixing weight (e.g. 0 to switch the reweighting off).
 
     Returns a :class:`ShapedAdvantages`. Raises ``ValueError`` for non-finite rewards, mismatched lengths or

@@ -1,5 +1,5 @@
 """DAPO's knobs in NumPy: clip-higher + dual-clip surrogate, loss aggregation, dynamic sampling, overlong shaping
-(spec §6). The torch versions the trainer differentiates through are in :mod:`stepgym.trainers.losses` and are
+(docs/shapers.md §6). The torch versions the trainer differentiates through are in :mod:`stepgym.trainers.losses` and are
 tested against these. The NumPy twins carry an ``_np`` suffix (``policy_loss_np``, ``agg_loss_np``,
 ``clipped_surrogate_np``) so a name says which array library it takes; the unsuffixed names here are deprecated
 aliases (the torch functions keep the plain names in :mod:`stepgym.trainers.losses`).
@@ -65,7 +65,7 @@ def clipped_surrogate_np(
     clip_high: float = DAPO_CLIP_HIGH,
     clip_c: float | None = 3.0,
 ) -> np.ndarray:
-    """Per-token PPO loss with clip-higher and dual clip (spec §6.1):
+    """Per-token PPO loss with clip-higher and dual clip (docs/shapers.md §6.1):
 
     ℓ = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)); for A < 0: ℓ = min(ℓ, −A·c).
 
@@ -106,7 +106,7 @@ def policy_loss_np(
 
 @register("agg_loss", stage="loss")
 def agg_loss_np(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
-    """verl ``agg_loss`` (spec §6.2) over a (B, L) per-token loss and its 0/1 mask:
+    """verl ``agg_loss`` (docs/shapers.md §6.2) over a (B, L) per-token loss and its 0/1 mask:
 
     * "token-mean" (DAPO; what every token shaper here assumes): Σ m·ℓ / Σ m;
     * "seq-mean-token-mean": mean over sequences of each sequence's token mean;
@@ -135,7 +135,7 @@ def agg_loss_np(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
 
 @register("dynamic_sampling", stage="sampling")
 def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool = True) -> np.ndarray:
-    """DAPO dynamic sampling filter (spec §6.3): keep a group iff its metric (``acc``, ``seq_final_reward`` or
+    """DAPO dynamic sampling filter (docs/shapers.md §6.3): keep a group iff its metric (``acc``, ``seq_final_reward`` or
     ``seq_reward``) is not constant, or it has one member (verl; ``keep_singletons=False`` gives verl-agent's
     ``filter_group_data``, which drops any all-equal group).
 
@@ -156,7 +156,7 @@ def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool 
 
 @register("overlong_penalty", stage="reward_term")
 def overlong_penalty(lengths: Any, max_len: int, buffer_len: int = 4096, factor: float = 1.0) -> np.ndarray:
-    """DAPO soft overlong punishment (Eq. 13; spec §6.4): min(−(L − (L_max − L_buf))/L_buf · f, 0) per response.
+    """DAPO soft overlong punishment (Eq. 13; docs/shapers.md §6.4): min(−(L − (L_max − L_buf))/L_buf · f, 0) per response.
 
     Zero inside the budget, −f at L = L_max (e.g. L = 18432 with L_max 20480, L_buf 4096 → −0.5). Add it to the
     reward. Meant for single long responses; off for multi-turn agents (the turn cap bounds length).

@@ -1,4 +1,4 @@
-"""GiGPO: episode-relative plus anchor-state-relative advantages (spec §2).
+"""GiGPO: episode-relative plus anchor-state-relative advantages (docs/shapers.md §2).
 
 Paper: Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978):
 Eq. 3 (episode advantage), Eq. 5 (discounted step return), Eq. 6 (anchor-state groups), Eq. 7 (step advantage),
@@ -11,7 +11,7 @@ be contiguous). Everything is vectorised except similarity grouping, which is in
 
 Departures from the public code:
 * the invalid-action penalty is applied *inside* (rather than by the trainer in between), with the same result:
-  the episode score of the row is ``R_i - c(1 - v)`` and its step return ``G - c(1 - v)`` (spec §2.1, §2.3, §8.4),
+  the episode score of the row is ``R_i - c(1 - v)`` and its step return ``G - c(1 - v)`` (docs/shapers.md §2.1, §2.3, §8.4),
   both through :func:`stepgym.trainers.shapers.rewards.apply_invalid_action_penalty`; c defaults to
   ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``; verl-agent's recipes pass 0.1);
 * constant groups give exactly 0 (float64; verl-agent computes in float32);
@@ -21,7 +21,7 @@ Departures from the public code:
   ``ratio()`` (ratio ≤ quick_ratio ≤ real_quick_ratio), and remembers the cluster of every text already placed in
   the episode group (clusters are only appended and compared through their fixed first member, so a repeated text
   lands where its first occurrence did): same clusters as the reference, far fewer ``ratio()`` calls;
-* ``adjust_batch``'s random duplicate padding is not reproduced (spec §2.8).
+* ``adjust_batch``'s random duplicate padding is not reproduced (docs/shapers.md §2.8).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class GiGPOTerms(NamedTuple):
 
 
 def step_discounted_returns(rewards: Any, traj_ids: Any, gamma: float = 0.95) -> np.ndarray:
-    """G_{i,t} = r_{i,t} + γ·G_{i,t+1}, G_{i,T+1} = 0, on the raw env rewards (Eq. 5; spec §2.3).
+    """G_{i,t} = r_{i,t} + γ·G_{i,t+1}, G_{i,T+1} = 0, on the raw env rewards (Eq. 5; docs/shapers.md §2.3).
 
     ``rewards`` (N,) per step row, ``traj_ids`` (N,); rows of a trajectory in time order. Result (N,).
     The recursion runs over the step axis of a padded (trajectories × T_max) matrix, so the arithmetic is exactly
@@ -188,7 +188,7 @@ def gigpo_terms(
     tau: float = 0.95,
     singleton: Singleton = "verl",
 ) -> GiGPOTerms:
-    """Both GiGPO terms per step row (spec §2.1–2.5). See :func:`gigpo_advantage` for the arguments."""
+    """Both GiGPO terms per step row (docs/shapers.md §2.1–2.5). See :func:`gigpo_advantage` for the arguments."""
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
@@ -227,7 +227,7 @@ def gigpo_advantage(
     tau: float = 0.95,
     singleton: Singleton = "verl",
 ) -> np.ndarray:
-    """GiGPO joint advantage per step row, ``A = A^E + w·A^S`` (Eq. 8; spec §2).
+    """GiGPO joint advantage per step row, ``A = A^E + w·A^S`` (Eq. 8; docs/shapers.md §2).
 
     Args:
         rewards: (N,) env reward r_{i,t} of each active step row (verl-agent ``non_tensor_batch['rewards']``).

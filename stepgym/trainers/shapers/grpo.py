@@ -1,4 +1,4 @@
-"""GRPO and Dr.GRPO outcome advantages (spec §1), on trajectory rows or multi-turn step rows.
+"""GRPO and Dr.GRPO outcome advantages (docs/shapers.md §1), on trajectory rows or multi-turn step rows.
 
 Source: verl ``core_algos.py::compute_grpo_outcome_advantage`` (GRPO: DeepSeekMath, Shao et al. 2024, Eq. in
 §4.1.2 "outcome supervision"; Dr.GRPO: Liu et al. 2025, which drops the std division), and verl-agent's multi-turn
@@ -9,8 +9,8 @@ Departures from the public code, all documented in docs/shapers.md:
 * float64 NumPy instead of float32 torch;
 * a group whose members are all equal gets advantage *exactly* 0 (verl's float32 mean can leave ~1e-8 noise
   that the 1e-6 epsilon then amplifies);
-* ``singleton="zero"`` is offered besides verl's ``r/(1+ε)`` for a group of one (spec §8.1);
-* a non-finite score is a ``ValueError`` (verl would silently give the whole group NaN; spec §0).
+* ``singleton="zero"`` is offered besides verl's ``r/(1+ε)`` for a group of one (docs/shapers.md §8.1);
+* a non-finite score is a ``ValueError`` (verl would silently give the whole group NaN; docs/shapers.md §0).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def grpo_advantage(
     eps: float = 1e-6,
     singleton: Singleton = "verl",
 ) -> np.ndarray:
-    """GRPO outcome advantage per row (spec §1.1, §1.2; verl ``compute_grpo_outcome_advantage``).
+    """GRPO outcome advantage per row (docs/shapers.md §1.1, §1.2; verl ``compute_grpo_outcome_advantage``).
 
     Args:
         scores: (N,) float, the row's scalar score: the trajectory's outcome reward (sum of its token rewards),

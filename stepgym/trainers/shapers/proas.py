@@ -1,7 +1,7 @@
-"""ProAS: progress-aware advantage shaping with MUI and APR (spec §3).
+"""ProAS: progress-aware advantage shaping with MUI and APR (docs/shapers.md §3).
 
 Paper: "ProAS: A Progress-Aware Advantage Shaping Framework for Multi-Turn Agentic Reinforcement Learning"
-(seed ``papers/001_…``), Eq. 7. No public code exists; the labels Rea_t and PA_t come from the Agentic Reference
+(no arXiv id known; docs/shapers.md "Sources"), Eq. 7. No public code exists; the labels Rea_t and PA_t come from the Agentic Reference
 Graph (``stepgym.wrappers``), Future-Drift from :func:`stepgym.labels.future_drift` (one definition, shared with the
 wrappers).
 
@@ -10,7 +10,7 @@ Eq. 7, per trajectory i with base advantage A_i:
 * A_i < 0 (APR, "advance progress redistribution"): Â_t = A_i · D_t / D̄, D̄ = mean_t D_t, so Σ_t Â_t = T·A_i;
 * A_i = 0: unchanged.
 
-Resolutions (spec §8): Rea := Rea ∨ PA is enforced (§8.7); D̄ = 0 falls back to the uniform A_i (§8.6); when the
+Resolutions (docs/shapers.md §8): Rea := Rea ∨ PA is enforced (§8.7); D̄ = 0 falls back to the uniform A_i (§8.6); when the
 base varies inside a trajectory (verl-agent rows differ by the invalid penalty, GiGPO's per-step terms) the branch is
 taken per step on that step's own sign (§8.11), so mean preservation is exact only for a constant base; on GiGPO the
 episode term only is shaped by default (``target="episode"``, §8.5).
@@ -63,7 +63,7 @@ def proas_multipliers(advantages: Any, reasonable: Any, progress: Any, traj_ids:
 
 
 def proas_shape(advantages: Any, reasonable: Any, progress: Any, traj_ids: Any = None) -> np.ndarray:
-    """ProAS Eq. 7 on a GRPO or DAPO base (spec §3.3, §3.4): Â_{i,t} = m_t · A_{i,t} per step row.
+    """ProAS Eq. 7 on a GRPO or DAPO base (docs/shapers.md §3.3, §3.4): Â_{i,t} = m_t · A_{i,t} per step row.
 
     Shapes as :func:`proas_multipliers`: (N,) in, (N,) out. For a constant A_i < 0 over a trajectory:
     mean_t Â = A_i, Â ≤ 0, |Â| non-increasing in t. For A_i > 0: Â = A_i where Rea ∨ PA, else 0.
@@ -89,7 +89,7 @@ def proas_on_gigpo(
     step_weight: float = 1.0,
     target: Literal["episode", "combined"] = "episode",
 ) -> np.ndarray:
-    """ProAS on GiGPO (spec §3.4, §8.5), per step row.
+    """ProAS on GiGPO (docs/shapers.md §3.4, §8.5), per step row.
 
     ``target="episode"`` (default): Â = m(A^E)·A^E + w·A^S — the episode term is shaped with its own per-step
     sign, the anchor-state term is added unchanged. ``target="combined"``: Â = m(A)·A with A = A^E + w·A^S and the

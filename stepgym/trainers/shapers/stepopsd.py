@@ -1,6 +1,7 @@
-"""StepOPSD: hindsight-teacher token weights, λ_mix schedule and the ``equal_step_mean_abs`` step budget (spec §5).
+"""StepOPSD: hindsight-teacher token weights, λ_mix schedule and the ``equal_step_mean_abs`` step budget (docs/shapers.md §5).
 
-Paper: "StepOPSD" (``papers/002_…``): Eq. 3 (w_raw = 2σ(sign(A)Δ), w = Π_[1−α, 1+α](w_raw)), Eq. 4
+Paper: Zhang, Lin and Wu 2026, "StepOPSD: Step-Aware Online Preference Distillation for Agent Reinforcement
+Learning" (arXiv 2605.27140): Eq. 3 (w_raw = 2σ(sign(A)Δ), w = Π_[1−α, 1+α](w_raw)), Eq. 4
 (Ã = (1 − λ)A + λwA), §3.2 (equal_step_mean_abs; λ_mix 0.2 decaying linearly over 50 steps; α_clip 0.2).
 Public code: ``yanfei-zhang-95/OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/ppo/ray_trainer.py`` (module
 ``compute_advantage``; ``RayPPOTrainer.fit`` for the schedule). Text segmentation and the hindsight block are in
@@ -8,12 +9,12 @@ Public code: ``yanfei-zhang-95/OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trai
 mixing Ψ = 1 + λ(w − 1) is AHEAD's (:func:`stepgym.trainers.shapers.ahead.reweight_tokens`, written once for
 both); Eq. 3's weight, the λ_mix schedule, the span gaps (:func:`opsd_span_gaps`) and the step budget are here.
 
-Departures / resolutions (spec §5, §8.19–26):
+Departures / resolutions (docs/shapers.md §5, §8.19–26):
 * ``equal_step_mean_abs`` is *active* when configured (in the public snapshot a meta_info bug leaves it off);
 * the normalisation unit is the trajectory (all target spans of its row — or, for one-row-per-step layouts, of all
   its rows), with ``target="shaped"`` (the code: mean |Ã|) or ``"modification"`` (the paper's wording: mean |Ã − A|);
 * tokens valid for the step means are the *trained* tokens; the code uses the attention mask, which also counts
-  observation text that the clean-span quirk merges into a step (spec §5.1). Pass ``valid_mask`` for parity;
+  observation text that the clean-span quirk merges into a step (docs/shapers.md §5.1). Pass ``valid_mask`` for parity;
 * Ψ = 1 + λ(w − 1) (exact where w = 1, so tokens outside spans keep A bit-for-bit); NaN Δ → w = 1; ±inf Δ → 1 ± α;
   no ±20 clamp before the sigmoid/exp (it changes nothing after the clip; the overflow warning is silenced instead);
 * with a ``delta_mask`` only the masked tokens are computed (a copy plus a gather/scatter), so span-restricted
@@ -53,7 +54,7 @@ WeightFn = Literal["sigmoid", "exp"]
 
 
 def stepopsd_lambda(global_step: int, lam0: float = 0.2, decay_steps: int = 50) -> float:
-    """λ_mix = λ_0·max(0, 1 − k/D) with k = verl's ``global_steps``, **1 at the first training step** (spec §5.4).
+    """λ_mix = λ_0·max(0, 1 − k/D) with k = verl's ``global_steps``, **1 at the first training step** (docs/shapers.md §5.4).
 
     λ(1) = 0.196 and λ(50) = 0 for the defaults; ``decay_steps <= 0`` keeps λ_0. (A trainer counting completed
     updates from 0 passes ``update_index + 1``.)
@@ -109,7 +110,7 @@ def stepopsd_reweight(
     delta_mask: Any = None,
     response_mask: Any = None,
 ) -> np.ndarray:
-    """StepOPSD's shaped token advantages, Eq. 4: Ã = [(1 − λ)A + λ·w·A] · response_mask (spec §5.3).
+    """StepOPSD's shaped token advantages, Eq. 4: Ã = [(1 − λ)A + λ·w·A] · response_mask (docs/shapers.md §5.3).
 
     Args:
         advantages: (B, L) base token advantages (GRPO/GiGPO broadcast, possibly ProAS-shaped); finite.
@@ -135,7 +136,7 @@ def scatter_span_deltas(
     deltas: Sequence[Sequence[Any]],
     shape: tuple[int, int],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Write each target span's scored gaps onto the token grid (spec §5.2).
+    """Write each target span's scored gaps onto the token grid (docs/shapers.md §5.2).
 
     ``spans[b]`` are row b's target spans as half-open ``(start, stop)``; ``deltas[b][k]`` the 1-D gap of span k
     (teacher minus student log-probs of its tokens). Only the first n = min(len(delta), stop − start) tokens get a
@@ -228,7 +229,7 @@ def equal_step_mean_abs(
     coef_clip: float = 2.0,
     eps: float = 1e-6,
 ) -> np.ndarray:
-    """StepOPSD's per-step budget normalisation ``equal_step_mean_abs`` (paper §3.2; spec §5.5).
+    """StepOPSD's per-step budget normalisation ``equal_step_mean_abs`` (paper §3.2; docs/shapers.md §5.5).
 
     For each trajectory: m_k = mean over the valid tokens of target span k of |Ã| (``norm_target="shaped"``, the
     code) or |Ã − A| (``"modification"``, the paper's "modification budget"); spans without a valid token are

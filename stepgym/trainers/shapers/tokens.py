@@ -1,4 +1,4 @@
-"""Token layouts: which step owns each token, and the per-step → per-token broadcast (spec §0).
+"""Token layouts: which step owns each token, and the per-step → per-token broadcast (docs/shapers.md §0).
 
 The bug this module exists to prevent: frameworks that store a multi-turn trajectory as one token row have shipped
 code that broadcast a step's advantage over the whole row, or shifted by one turn, so observation tokens or the
