@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
             "loop over spans",
         ),
         (
-            "dapo policy_loss + token-mean (numpy)",
+            "dapo policy_loss_np + token-mean (numpy)",
             lambda: S.agg_loss_np(
                 S.policy_loss_np(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok), b["mask"]
             ),
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         torch_rows = {
             "ahead reweight": lambda: torch_weights(tok_t, delta_t, 0.5, 0.2, "exp", torch),
             "stepopsd reweight": lambda: torch_weights(tok_t, delta_t, 0.196, 0.2, "sigmoid", torch),
-            "dapo policy_loss + token-mean (numpy)": lambda: losses.agg_loss(
+            "dapo policy_loss_np + token-mean (numpy)": lambda: losses.agg_loss(
                 losses.policy_loss(lp_t, z_t, a_t, m_t)[0], m_t
             ),
         }
