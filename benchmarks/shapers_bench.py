@@ -216,11 +216,13 @@ def main(argv: list[str] | None = None) -> None:
     shaped = S.stepopsd_reweight(
         tok, b["delta"], 0.196, delta_mask=b["target"].token_step >= 0, response_mask=b["mask"]
     )
-    np_loss = S.policy_loss(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok)
+    np_loss = S.policy_loss_np(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok)
 
     # correctness of the baselines against the shapers before timing anything
     np.testing.assert_allclose(loop_grpo(scores, b["group"]), S.grpo_advantage(scores, b["group"]), atol=1e-9)
-    gig = lambda: S.gigpo_advantage(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"])  # noqa: E731
+    gig = lambda: S.gigpo_advantage(  # noqa: E731
+        b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"], invalid_penalty=0.1
+    )
     np.testing.assert_allclose(
         loop_gigpo(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"]), gig(), atol=1e-9
     )
@@ -301,9 +303,9 @@ def main(argv: list[str] | None = None) -> None:
             "loop over spans",
         ),
         (
-            "dapo policy_loss + token-mean (numpy)",
-            lambda: S.agg_loss(
-                S.policy_loss(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok), b["mask"]
+            "dapo policy_loss_np + token-mean (numpy)",
+            lambda: S.agg_loss_np(
+                S.policy_loss_np(np.log(np.full(tok.shape, 0.9)), np.zeros(tok.shape), tok), b["mask"]
             ),
             None,
             "stepgym.trainers.losses (torch f32)",
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         torch_rows = {
             "ahead reweight": lambda: torch_weights(tok_t, delta_t, 0.5, 0.2, "exp", torch),
             "stepopsd reweight": lambda: torch_weights(tok_t, delta_t, 0.196, 0.2, "sigmoid", torch),
-            "dapo policy_loss + token-mean (numpy)": lambda: losses.agg_loss(
+            "dapo policy_loss_np + token-mean (numpy)": lambda: losses.agg_loss(
                 losses.policy_loss(lp_t, z_t, a_t, m_t)[0], m_t
             ),
         }

@@ -31,7 +31,7 @@ def hindsight_block(
     final_correctness: str | bool | None = None,
     golden_rollout: str | None = None,
 ) -> str:
-    """The teacher's hindsight suffix text (spec §5.6; ``_build_teacher_hindsight_suffix_ids``).
+    """The teacher's hindsight suffix text (docs/shapers.md §5.6; ``_build_teacher_hindsight_suffix_ids``).
 
     Lines joined with "\\n": "", "<hindsight>", [``final_correctness: correct|incorrect``], [
     "peer_correct_trajectory:", "<peer_correct_trajectory>", peer.rstrip(), "</peer_correct_trajectory>"], [

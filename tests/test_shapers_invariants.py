@@ -392,6 +392,51 @@ def test_mismatched_and_empty_inputs() -> None:
         S.gigpo_terms([1.0, 0.0], [0, 1], ["t", "t"], ["a", "b"])
 
 
+@pytest.mark.parametrize("base", ["grpo", "drgrpo", "dapo", "gigpo"])
+def test_trajectory_id_reused_across_groups_is_refused_by_every_base(base) -> None:
+    # "A" and "B" are two tasks whose trajectory ids both restart at 0: keyed by id alone, trajectory 0 would merge
+    # a success of task A with a failure of task B (and give all-zero advantages). One rule for every base.
+    batch = S.StepBatch(["A", "A", "B", "B"], [0, 1, 0, 1], [1, 0, 0, 1], anchor_obs=["a", "b", "c", "d"])
+    with pytest.raises(ValueError, match=r"trajectory id 0 has rows in several episode groups"):
+        S.shape_advantages(batch, S.ShapeConfig(base=base))
+    # the same batch with ids unique across groups is shaped normally
+    ok = S.shape_advantages(
+        S.StepBatch(batch.group_ids, [0, 1, 2, 3], batch.rewards, anchor_obs=batch.anchor_obs),
+        S.ShapeConfig(base=base),
+    )
+    assert np.all(ok.step_advantages != 0)
+    if base != "gigpo":  # the standalone GRPO function follows the same rule when it is given trajectories
+        with pytest.raises(ValueError, match="several episode groups"):
+            S.grpo_advantage([1, 0, 0, 1], ["A", "A", "B", "B"], traj_ids=[0, 1, 0, 1])
+
+
+def test_one_invalid_action_penalty_default_for_every_entry_point() -> None:
+    # The batch: GiGPO called directly and through the pipeline with their defaults gave different values
+    # (0.1 against 0.0). One default now, ShapeConfig's, read by every function.
+    import inspect
+
+    g, traj = [0, 0, 0, 0, 0], ["X", "X", "X", "Y", "Y"]
+    r, v, obs = [0.0, 0.0, 10.0, 0.0, 0.0], [True, True, True, True, False], ["s0", "s1", "s2", "s0", "s1b"]
+    direct = S.gigpo_advantage(r, g, traj, obs, v)
+    piped = S.shape_advantages(S.StepBatch(g, traj, r, v, obs), S.ShapeConfig(base="gigpo")).step_advantages
+    np.testing.assert_array_equal(direct, piped)
+    assert S.ShapeConfig().invalid_penalty == S.DEFAULT_INVALID_PENALTY
+    for fn in (S.gigpo_advantage, S.gigpo_terms, S.apply_invalid_action_penalty):
+        params = inspect.signature(fn).parameters
+        default = (params.get("invalid_penalty") or params["coef"]).default
+        assert default == S.DEFAULT_INVALID_PENALTY, fn.__name__
+    # with the recipe's penalty the two agree too, and the pipeline's row scores are the penalty function's
+    cfg = S.ShapeConfig.from_preset("gigpo-webshop")
+    assert cfg.invalid_penalty == S.RECIPE_INVALID_PENALTY == 0.1
+    out = S.shape_advantages(S.StepBatch(g, traj, r, v, obs), cfg)
+    np.testing.assert_array_equal(
+        out.step_advantages, S.gigpo_advantage(r, g, traj, obs, v, invalid_penalty=0.1)
+    )
+    np.testing.assert_array_equal(
+        out.scores, S.apply_invalid_action_penalty(S.episode_scores(r, traj), v, 0.1)
+    )
+
+
 def test_forbidden_combinations_raise() -> None:
     with pytest.raises(ValueError, match="APR"):
         S.ShapeConfig(proas=True, token_reweight="stepopsd", step_norm="equal_step_mean_abs")
@@ -427,12 +472,38 @@ def test_registry() -> None:
         "invalid_action_penalty",
         "broadcast",
     } <= set(S.available())
-    assert S.available("token") == ["ahead", "broadcast", "stepopsd"]
-    np.testing.assert_allclose(S.get("grpo")([1, 0], [0, 0]), S.grpo_advantage([1, 0], [0, 0]))
+    assert S.available("token") == ["ahead", "stepopsd"]
+    assert S.available("base") == ["dapo", "drgrpo", "gigpo", "grpo"]
+    # every pipeline entry has its stage's signature: a base stage maps (batch, config, scores) to BaseAdvantage
+    batch = S.StepBatch([0, 0], [0, 1], [1.0, 0.0])
+    got = S.get("grpo", "base")(batch, S.ShapeConfig(), np.array([1.0, 0.0]))
+    np.testing.assert_allclose(got.values, S.grpo_advantage([1, 0], [0, 0]))
+    assert S.get("ahead").schedule == "ahead_lambda" and S.get("stepopsd").schedule == "stepopsd_lambda"
+    assert S.get("ahead_lambda")(S.ShapeConfig(), 0) == 0.5
     with pytest.raises(KeyError, match="no shaper"):
         S.get("nope")
+    with pytest.raises(KeyError, match="not 'base'"):
+        S.get("ahead", "base")
     with pytest.raises(ValueError, match="already registered"):
         S.register("grpo", stage="base")(lambda x: x)
+    with pytest.raises(ValueError, match="registered 'base' stage"):
+        S.ShapeConfig(base="ahead")  # a name of another stage is not a base
+
+
+def test_a_registered_stage_replaces_the_builtin_in_the_pipeline() -> None:
+    # compose looks every stage up in the registry: a base registered here is used by shape_advantages
+    name = "test_leave_one_out"
+
+    @S.register(name, stage="base", overwrite=True)
+    def rloo(batch, config, scores):
+        g = S.get("drgrpo", "base")(batch, config, scores).values  # s - mean of the group
+        n = np.bincount(batch.group_ids)[batch.group_ids]
+        return g * n / (n - 1)
+
+    batch = S.StepBatch(["a", "a", "a", "b", "b"], [0, 1, 2, 3, 4], [1.0, 0.0, 0.0, 2.0, 0.0])
+    out = S.shape_advantages(batch, S.ShapeConfig(base=name, proas=False))
+    np.testing.assert_allclose(out.step_advantages, [1.0, -0.5, -0.5, 2.0, -2.0])
+    assert name in S.available("base")
 
 
 def test_import_does_not_pull_torch() -> None:
@@ -504,3 +575,20 @@ def test_similarity_grouping_matches_naive_rule(items, tau) -> None:
         == len(set(want))
         == len(set(got.tolist()))
     )
+
+
+def test_every_docs_citation_in_the_package_names_a_section_of_docs_shapers_md() -> None:
+    # the code cites "docs/shapers.md §n" (and §8.n for item n of §8); every citation must exist in that file
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "shapers.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^#{2,3} §(\d+(?:\.\d+)?)[. ]", doc, flags=re.M))
+    sections |= {f"8.{n}" for n in re.findall(r"^(\d+)\. \*\*", doc.split("## §8.", 1)[1], flags=re.M)}
+    cited = set()
+    for path in (root / "stepgym").rglob("*.py"):
+        cited |= set(re.findall(r"docs/shapers\.md §(\d+(?:\.\d+)?)", path.read_text(encoding="utf-8")))
+    assert cited, "no citation found"
+    assert cited <= sections, sorted(cited - sections)
+    assert not [p for p in (root / "stepgym").rglob("*.py") if "shared/docs" in p.read_text(encoding="utf-8")]

@@ -374,18 +374,18 @@ def test_structural_alfworld_span() -> None:
     ("rho", "adv", "expected"), [(1.5, 1, -1.28), (0.5, 1, -0.5), (0.5, -1, 0.8), (5, -1, 3)]
 )
 def test_dapo_policy_loss_values(rho: float, adv: float, expected: float) -> None:
-    close(S.clipped_surrogate([rho], [adv], clip_low=0.2, clip_high=0.28, clip_c=3.0), [expected])
-    close(S.policy_loss([math.log(rho)], [0.0], [adv]), [expected])
+    close(S.clipped_surrogate_np([rho], [adv], clip_low=0.2, clip_high=0.28, clip_c=3.0), [expected])
+    close(S.policy_loss_np([math.log(rho)], [0.0], [adv]), [expected])
 
 
 def test_agg_loss_modes() -> None:
     loss = np.array([[1.0, 1.0, 1.0], [4.0, 99.0, np.nan]])
     mask = np.array([[1, 1, 1], [1, 0, 0]])
-    close(S.agg_loss(loss, mask, "token-mean"), 7 / 4)
-    close(S.agg_loss(loss, mask, "seq-mean-token-mean"), (1 + 4) / 2)
-    close(S.agg_loss(loss, mask, "seq-mean-token-sum"), (3 + 4) / 2)
-    close(S.agg_loss(loss, mask, "seq-mean-token-sum-norm"), 7 / 3)
-    assert S.agg_loss(loss, np.zeros((2, 3)), "token-mean") == 0.0
+    close(S.agg_loss_np(loss, mask, "token-mean"), 7 / 4)
+    close(S.agg_loss_np(loss, mask, "seq-mean-token-mean"), (1 + 4) / 2)
+    close(S.agg_loss_np(loss, mask, "seq-mean-token-sum"), (3 + 4) / 2)
+    close(S.agg_loss_np(loss, mask, "seq-mean-token-sum-norm"), 7 / 3)
+    assert S.agg_loss_np(loss, np.zeros((2, 3)), "token-mean") == 0.0
 
 
 def test_overlong_and_dynamic_sampling() -> None:
@@ -406,13 +406,13 @@ def test_torch_losses_match_numpy() -> None:
     adv = rng.normal(0, 1, (6, 9))
     mask = (rng.random((6, 9)) < 0.7).astype(float)
     mask[2] = 0
-    ref = S.policy_loss(lp, olp, adv, clip_low=0.2, clip_high=0.28, clip_c=3.0)
+    ref = S.policy_loss_np(lp, olp, adv, clip_low=0.2, clip_high=0.28, clip_c=3.0)
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
     got, stats = losses.policy_loss(t(lp), t(olp), t(adv), t(mask), clip_low=0.2, clip_high=0.28, clip_c=3.0)
     close(got.numpy(), ref, 1e-12)
     assert 0 <= stats["clipfrac"] <= 1 and 0 <= stats["dual_clipfrac"] <= stats["clipfrac"]
     for mode in S.AGG_MODES:
-        close(float(losses.agg_loss(t(ref), t(mask), mode)), S.agg_loss(ref, mask, mode), 1e-12)
+        close(float(losses.agg_loss(t(ref), t(mask), mode)), S.agg_loss_np(ref, mask, mode), 1e-12)
     for rho, a, e in [(1.5, 1, -1.28), (0.5, 1, -0.5), (0.5, -1, 0.8), (5, -1, 3)]:
         close(float(losses.clipped_surrogate(t([rho]), t([a]))[0]), e)
     # the loss is differentiable in log_prob
@@ -459,3 +459,26 @@ def test_torch_losses_on_cuda_match_cpu() -> None:
         torch.testing.assert_close(
             losses.agg_loss(gpu, mask.cuda(), mode).cpu(), losses.agg_loss(cpu, mask, mode)
         )
+
+
+def test_numpy_loss_twins_have_their_own_names_and_old_names_warn() -> None:
+    loss = np.array([[1.0, 1.0, 1.0], [4.0, 9.0, 9.0]])
+    mask = np.array([[1, 1, 1], [1, 0, 0]])
+    with pytest.warns(DeprecationWarning, match="agg_loss_np"):
+        assert S.agg_loss(loss, mask) == S.agg_loss_np(loss, mask) == 7 / 4
+    with pytest.warns(DeprecationWarning, match="policy_loss_np"):
+        close(S.policy_loss([math.log(1.5)], [0.0], [1.0]), S.policy_loss_np([math.log(1.5)], [0.0], [1.0]))
+    with pytest.warns(DeprecationWarning, match="clipped_surrogate_np"):
+        close(S.clipped_surrogate([5.0], [-1.0]), [3.0])
+
+
+def test_teacher_gaps_on_the_response_grid() -> None:
+    # AHEAD: δ = teacher − student per generated token; an unscored row and the tail past the teacher's tokens keep 0
+    d = S.ahead_delta([1], [[-0.5, -1.0]], [[-1.0, -1.5, -2.0]], (2, 3))
+    close(d, [[0, 0, 0], [0.5, 0.5, 0]])
+    # StepOPSD: Δ on the row's target span only; a span the teacher did not score gets Δ = 0 (weight 1)
+    delta, mask = S.opsd_span_gaps(
+        [[(1, 3)], [(0, 2)], []], {0: (1, [-0.2, -0.4])}, [[-1.0, -1.0, -1.0], [-1.0, -1.0], []], (3, 3)
+    )
+    close(delta, [[0, 0.8, 0.6], [0, 0, 0], [0, 0, 0]])
+    assert mask.tolist() == [[False, True, True], [True, True, False], [False, False, False]]

@@ -248,6 +248,22 @@ def test_vllm_backend_is_optional() -> None:
             make_backend("vllm", model=None, tokenizer=None)
 
 
+def test_backend_modules_import_no_cycle() -> None:
+    # the protocol types live in trainers.generation: a backend module never imports the module that builds backends
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, stepgym.trainers.vllm_backend as v; "
+        "print('stepgym.trainers.backends' in sys.modules, v.GenerationRequest.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "stepgym.trainers.generation"]
+    from stepgym.trainers import backends, generation
+
+    assert backends.GenerationRequest is generation.GenerationRequest  # the old import path still works
+
+
 def test_importing_shapers_does_not_import_the_trainer_stack() -> None:
     import subprocess
     import sys

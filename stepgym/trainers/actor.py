@@ -8,7 +8,7 @@ The per-token loss and its aggregation are :mod:`stepgym.trainers.losses` (verl'
 * the aggregation is made **exact over the whole mini-batch**: each micro-batch's aggregated loss is weighted by
   its share of the mini-batch's normaliser (tokens for token-mean, valid sequences for seq-mean-token-mean,
   sequences otherwise). verl divides each micro-batch mean by the number of micro-batches instead, which equals
-  the global token-mean only when micro-batches hold equal token counts (spec §6.2);
+  the global token-mean only when micro-batches hold equal token counts (docs/shapers.md §6.2);
 * an optional KL term to a reference policy, verl's ``low_var_kl`` (k3) estimator clamped to ±10, and an optional
   entropy bonus, aggregated the same way;
 * bf16 autocast on GPU, gradient-norm clipping, a linear warm-up of the learning rate;

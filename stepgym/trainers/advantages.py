@@ -6,7 +6,7 @@ calls :func:`stepgym.trainers.shapers.shape_advantages`, the §0 pipeline. It al
 for comparison (metrics and the report's credit picture) and summarises both.
 
 Reward scale: env rewards are multiplied by ``EnvConfig.reward_scale`` (10: verl-agent's 10·won) so the
-invalid-action penalty of the shaper config (0.1) has the papers' relative size.
+invalid-action penalty of the recipes (0.1, set by the ALFWorld/WebShop presets) has the papers' relative size.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """ProAS labels for the trainer: the Agentic Reference Graph (``stepgym.wrappers.arg``) driven batch by batch.
 
-Protocol (spec §8.10): a batch is labelled against the graph **as it stands before the batch** (so a success does
+Protocol (docs/shapers.md §8.10): a batch is labelled against the graph **as it stands before the batch** (so a success does
 not label itself all-reasonable), then the graph grows by strict union with the batch's verified successes.
 
 Actions on the edges are the *parsed* env commands (``schema.PARSED_ACTION``), not the raw model replies the

@@ -9,6 +9,10 @@
   each request (admissible actions, the expert's action) and answers in the env's text format; the text is
   tokenised for real, so the rows it produces are real training rows.
 
+The request/response types and the :class:`RolloutBackend` protocol live in :mod:`stepgym.trainers.generation`
+(re-exported here), so a backend module imports them without importing this one. :func:`backend_from_config` builds
+the backend a :class:`~stepgym.trainers.config.TrainConfig` asks for.
+
 Randomness: every call takes a ``seed`` drawn by the trainer from its own checkpointed generator. The HF backend
 samples inside ``torch.random.fork_rng`` seeded with it, so the global torch RNG is left as it was and a resumed
 run draws exactly the same tokens.
@@ -17,13 +21,13 @@ run draws exactly the same tokens.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from stepgym import schema
+from stepgym.trainers.generation import Generation, GenerationRequest, RolloutBackend
 
 __all__ = [
     "BACKENDS",
@@ -32,40 +36,10 @@ __all__ = [
     "HFBackend",
     "RolloutBackend",
     "ScriptedBackend",
+    "backend_from_config",
     "make_backend",
     "scripted_policy",
 ]
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """What the backend is asked to continue: the prompt's token ids (and text), and the env info of the state."""
-
-    prompt_ids: Sequence[int]
-    prompt: str = ""
-    info: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One sampled response: its token ids (EOS included when generated), text, and whether EOS ended it."""
-
-    response_ids: list[int]
-    text: str
-    finished: bool
-
-
-@runtime_checkable
-class RolloutBackend(Protocol):
-    """Generates one response per request. ``greedy`` is used for evaluation."""
-
-    def generate(
-        self, requests: Sequence[GenerationRequest], *, seed: int, greedy: bool = False
-    ) -> list[Generation]: ...
-
-    def sync_weights(self, model: Any) -> None:
-        """Make the backend sample from ``model``'s current weights (a no-op when they are shared)."""
-        ...
 
 
 def _cut_at_eos(ids: Sequence[int], eos_ids: set[int], pad_id: int | None) -> tuple[list[int], bool]:
@@ -265,3 +239,39 @@ def make_backend(kind: str, **kwargs: Any) -> RolloutBackend:
 
         return VLLMBackend(**kwargs)
     raise ValueError(f"unknown rollout backend {kind!r}; expected one of {BACKENDS}")
+
+
+def backend_from_config(
+    cfg: Any, *, model: Any, tokenizer: Any, autocast_dtype: Any = None
+) -> RolloutBackend:
+    """The rollout backend ``cfg.rollout`` names, for the policy ``model`` (a :class:`TrainConfig`)."""
+    rc = cfg.rollout
+    if rc.backend == "scripted":
+        from stepgym.trainers.formats import reply_renderer, resolve_format
+
+        fmt = resolve_format(cfg.env.id, cfg.env.text_format)
+        return make_backend(
+            "scripted", tokenizer=tokenizer, policy=rc.scripted_policy, render=reply_renderer(fmt)
+        )
+    if rc.backend == "vllm":
+        if cfg.model.lora_rank > 0:
+            raise ValueError("the vLLM backend syncs full weights; use --rollout.backend hf with LoRA")
+        return make_backend(
+            "vllm",
+            model=model,
+            tokenizer=tokenizer,
+            max_new_tokens=rc.max_response_tokens,
+            temperature=rc.temperature,
+            top_p=rc.top_p,
+            gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
+        )
+    return make_backend(
+        "hf",
+        model=model,
+        tokenizer=tokenizer,
+        max_new_tokens=rc.max_response_tokens,
+        temperature=rc.temperature,
+        top_p=rc.top_p,
+        batch_size=rc.generate_batch_size,
+        autocast_dtype=autocast_dtype,
+    )

@@ -35,8 +35,11 @@ __all__ = [
     "CheckpointError",
     "checkpoint_name",
     "find_latest",
+    "load_trainer",
     "read_state",
+    "resume_path",
     "save_checkpoint",
+    "save_trainer",
 ]
 
 FORMAT_VERSION = 1
@@ -174,3 +177,93 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{path} has checkpoint format {state.get('format_version')!r}; this stepgym reads {FORMAT_VERSION}"
         )
     return state
+
+
+def resume_path(resume: str, ckpt_dir: Path) -> Path | None:
+    """The checkpoint a run resumes from, for ``RunConfig.resume``: '' (fresh: refuses a ``ckpt_dir`` that already
+    holds checkpoints), 'auto' (the latest in ``ckpt_dir``, if any), or a checkpoint / run / checkpoints folder."""
+    if resume == "auto":
+        return find_latest(ckpt_dir)
+    if resume:
+        p = Path(resume)
+        if p.name == "checkpoints" or (p / "checkpoints").is_dir():
+            p = find_latest(p if p.name == "checkpoints" else p / "checkpoints") or p
+        return p
+    if find_latest(ckpt_dir) is not None:
+        raise CheckpointError(
+            f"{ckpt_dir.parent} already holds checkpoints: pass --run.resume auto to continue that run, or choose "
+            "another --run.output-dir"
+        )
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The bundled trainer's parts
+# ---------------------------------------------------------------------------------------------------------------
+def save_trainer(tr: Any, extra_parts: Mapping[str, PartWriter] | None = None) -> Path:
+    """Write a checkpoint of a :class:`~stepgym.trainers.grpo.GRPOTrainer` (model, optimizer + scheduler, every
+    RNG, tokenizer, the stale teacher / KL reference / ARG graphs when used) with :func:`save_checkpoint`."""
+    import torch
+    from safetensors.torch import save_model
+
+    def rng_part(d: Path) -> None:
+        (d / "rng.json").write_text(json.dumps(tr.rng.bit_generator.state), encoding="utf-8")
+        states = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save(states, d / "torch_rng.pt")
+
+    parts: dict[str, PartWriter] = {
+        "model": lambda d: save_model(tr.model, str(d / "model.safetensors")),
+        "optimizer": lambda d: torch.save(
+            {"optimizer": tr.optimizer.state_dict(), "scheduler": tr.scheduler.state_dict()},
+            d / "optimizer.pt",
+        ),
+        "rng": rng_part,
+        "tokenizer": lambda d: tr.tokenizer.save_pretrained(str(d / "tokenizer")),
+    }
+    if tr.stale is not None:
+        parts["teacher"] = lambda d: save_model(tr.stale.model, str(d / "teacher.safetensors"))
+    if tr.reference is not None:
+        parts["reference"] = lambda d: save_model(tr.reference.model, str(d / "reference.safetensors"))
+    if tr.arg is not None:
+        parts["arg"] = lambda d: tr.arg.save(d / "arg")
+    parts.update(extra_parts or {})
+    state = {
+        "iteration": tr.iteration,
+        "method": tr.cfg.method,
+        "model_source": tr.model_source,
+        "stale_version": tr.stale.version if tr.stale is not None else None,
+        "evals": tr.evals,
+        "config": tr.cfg.to_dict(),
+    }
+    return save_checkpoint(tr.ckpt_dir, tr.iteration, state, parts, keep=tr.cfg.run.keep_checkpoints)
+
+
+def load_trainer(tr: Any, path: Path, state: Mapping[str, Any]) -> None:
+    """Restore everything :func:`save_trainer` wrote into a freshly built trainer, then sync its backend."""
+    import torch
+    from safetensors.torch import load_model
+
+    device = str(tr.device)
+    load_model(tr.model, str(path / "model.safetensors"), device=device)
+    opt = torch.load(path / "optimizer.pt", map_location=tr.device, weights_only=True)
+    tr.optimizer.load_state_dict(opt["optimizer"])
+    tr.scheduler.load_state_dict(opt["scheduler"])
+    tr.rng.bit_generator.state = json.loads((path / "rng.json").read_text(encoding="utf-8"))
+    rs = torch.load(path / "torch_rng.pt", weights_only=True)
+    torch.set_rng_state(rs["cpu"])
+    if "cuda" in rs and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rs["cuda"])
+    if tr.stale is not None:
+        if not (path / "teacher.safetensors").is_file():
+            raise CheckpointError(f"{path} has no stale teacher but this config needs one")
+        load_model(tr.stale.model, str(path / "teacher.safetensors"), device=device)
+        tr.stale.version = int(state.get("stale_version") or 0)
+    if tr.reference is not None:
+        load_model(tr.reference.model, str(path / "reference.safetensors"), device=device)
+    if tr.arg is not None:
+        tr.arg.load(path / "arg")
+    tr.iteration = int(state["iteration"])
+    tr.evals = list(state.get("evals") or [])
+    tr.backend.sync_weights(tr.model)

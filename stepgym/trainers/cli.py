@@ -2,8 +2,11 @@
 
 ``stepgym train --preset NAME [--section.field VALUE ...]`` starts from a preset (``--list-presets`` shows them)
 and overrides any field; without ``--preset`` it starts from the defaults (the credit-assignment toy with the
-tiny model). ``stepgym eval --preset NAME --checkpoint DIR`` evaluates a checkpoint (or the preset's initial
-model) on the configured fixed splits and prints success per task type and per interaction budget.
+tiny model). ``--shaper-module MODULE_OR_FILE`` (repeatable) imports a module that registers shapers of your own
+before the config is read, so ``--shaper.base`` / ``--shaper.token-reweight`` / ``--shaper.step-norm`` may name
+them (docs/shapers.md, "Registering your own shaper"). ``stepgym eval --preset NAME --checkpoint DIR``
+evaluates a checkpoint (or the preset's initial model) on the configured fixed splits and prints success per task
+type and per interaction budget.
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str]
     pre.add_argument("--preset", default=None)
     pre.add_argument("--list-presets", action="store_true")
     pre.add_argument("--checkpoint", default=None)
+    pre.add_argument("--shaper-module", action="append", default=[])
     ns, rest = pre.parse_known_args(list(argv))
+    if ns.shaper_module:
+        from stepgym.trainers.shapers.registry import load_shaper_modules
+
+        load_shaper_modules(ns.shaper_module)
     return ns.preset, rest, ns
 
 
@@ -36,7 +44,10 @@ def parse_config(argv: Sequence[str], prog: str = "stepgym train") -> Any:
 
     preset, rest, _ = _split_preset(argv, prog)
     default = get_preset(preset) if preset else TrainConfig()
-    desc = f"{prog}: GRPO with step-level shapers. Preset: {preset or '(defaults)'}. Use --list-presets to see them."
+    desc = (
+        f"{prog}: GRPO with step-level shapers. Preset: {preset or '(defaults)'}. Use --list-presets to see them; "
+        "--shaper-module MODULE_OR_FILE imports shapers you registered yourself."
+    )
     return tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
 
 

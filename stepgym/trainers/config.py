@@ -6,8 +6,9 @@ advantage maths is configured by the shapers' own :class:`~stepgym.trainers.shap
 ``shaper``), so the trainer never re-states a shaper knob.
 
 Defaults follow the papers' verl-agent setup where one exists (16 tasks x 8 rollouts, history K = 2, 50 steps,
-prompt <= 2048 and response <= 512 tokens, invalid-action penalty 0.1 on the 10·won reward scale); the few CPU
-defaults that differ (the tiny model) are named as such.
+prompt <= 2048 and response <= 512 tokens, rewards on the 10·won scale); the few CPU defaults that differ (the tiny
+model) are named as such. The shaper's own defaults are ``ShapeConfig``'s (no invalid-action penalty); the ALFWorld
+and WebShop presets set verl-agent's penalty 0.1.
 """
 
 from __future__ import annotations
@@ -308,13 +309,15 @@ class TrainConfig:
     def method(self) -> str:
         """A short name of the advantage method (for logs and reports)."""
         s = self.shaper
-        name = {"grpo": "GRPO", "drgrpo": "Dr.GRPO", "dapo": "DAPO", "gigpo": "GiGPO"}[s.base]
+        name = {"grpo": "GRPO", "drgrpo": "Dr.GRPO", "dapo": "DAPO", "gigpo": "GiGPO"}.get(s.base, s.base)
         if s.proas:
             name = f"ProAS({name})"
         if s.token_reweight == "ahead":
             name = f"AHEAD({name})"
         elif s.token_reweight == "stepopsd":
             name = f"StepOPSD({name})"
+        elif s.token_reweight is not None:
+            name = f"{s.token_reweight}({name})"
         return name
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from stepgym import schema
 from stepgym.group import is_success
 from stepgym.trainers.collector import Collector
 
-__all__ = ["evaluate", "summarise"]
+__all__ = ["eval_metrics", "evaluate", "summarise"]
 
 
 def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int]) -> dict[str, Any]:
@@ -84,3 +84,18 @@ def evaluate(
     if bar is not None:
         bar.close()
     return summarise(trajs, budgets)
+
+
+def eval_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Flat ``eval/<split>/...`` metrics (success, valid-action ratio, within budgets, per type) of eval results."""
+    m: dict[str, float] = {}
+    for r in results:
+        m[f"eval/{r['split']}/success"] = r["success"]
+        m[f"eval/{r['split']}/valid_action_ratio"] = r["valid_action_ratio"]
+        for b, v in r["within"].items():
+            m[f"eval/{r['split']}/within_{b}"] = v
+        for tt, row in r["per_type"].items():
+            m[f"eval/{r['split']}/type/{tt}"] = row["success"]
+    if results:
+        m["eval/success"] = float(np.mean([r["success"] for r in results]))
+    return m

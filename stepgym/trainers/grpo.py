@@ -10,7 +10,10 @@ One iteration (:meth:`GRPOTrainer.step`)::
     update       clipped policy loss (+KL), gradient accumulation, AdamW             (actor.Actor → losses)
     after        stale-teacher refresh, ARG growth with verified successes, weight sync to the backend
 
-No advantage maths happens here; every number that becomes an advantage is computed by
+Building the roles is delegated too: the policy (:func:`stepgym.trainers.models.build_policy`), the rollout backend
+(:func:`stepgym.trainers.backends.backend_from_config`), the teacher gaps
+(:class:`stepgym.trainers.teacher.TeacherRescorer`), checkpoints (:func:`stepgym.trainers.checkpoint.save_trainer` /
+``load_trainer``). No advantage maths happens here; every number that becomes an advantage is computed by
 ``stepgym.trainers.shapers``. The λ schedules (AHEAD 0.5 → 0 over 50, StepOPSD 0.2 → 0 over 50) are the shaper
 config's, evaluated with ``update_index`` = completed iterations (verl's ``global_steps - 1``).
 
@@ -32,42 +35,20 @@ import numpy as np
 
 from stepgym.trainers.actor import Actor, UpdateRow
 from stepgym.trainers.advantages import ShapingResult, build_step_batch, shape_rows
-from stepgym.trainers.backends import make_backend
-from stepgym.trainers.checkpoint import CheckpointError, find_latest, read_state, save_checkpoint
+from stepgym.trainers.backends import backend_from_config
+from stepgym.trainers.checkpoint import load_trainer, read_state, resume_path, save_trainer
 from stepgym.trainers.collector import Collector, Rollouts
 from stepgym.trainers.config import TrainConfig
-from stepgym.trainers.diagnostics import credit_payload, gap_stats, rollout_metrics, shaping_metrics
-from stepgym.trainers.evaluate import evaluate
-from stepgym.trainers.formats import reply_renderer, resolve_format
+from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shaping_metrics
+from stepgym.trainers.evaluate import eval_metrics, evaluate
+from stepgym.trainers.formats import resolve_format
 from stepgym.trainers.metrics import MetricsLogger
+from stepgym.trainers.models import build_policy, precision, resolve_device
 from stepgym.trainers.samples import PromptEncoder
-from stepgym.trainers.shapers import TokenLayout, dynamic_sampling_keep, scatter_span_deltas
-from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherStats, ahead_items, opsd_items, timed
+from stepgym.trainers.shapers import dynamic_sampling_keep
+from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherRescorer
 
 __all__ = ["GRPOTrainer", "resolve_device"]
-
-
-def resolve_device(name: str) -> Any:
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def _precision(name: str, device: Any) -> tuple[str, Any]:
-    """(weights dtype name, autocast dtype or None) for a ``ModelConfig.precision``."""
-    import torch
-
-    if name == "auto":
-        name = "bf16-autocast" if device.type == "cuda" else "fp32"
-    if name == "fp32":
-        return "fp32", None
-    if name == "bf16-autocast":
-        return "fp32", torch.bfloat16
-    if name == "bf16":
-        return "bf16", None
-    raise ValueError(f"unknown precision {name!r}")
 
 
 class GRPOTrainer:
@@ -87,21 +68,33 @@ class GRPOTrainer:
         self.out = Path(config.run.output_dir)
         self.ckpt_dir = self.out / "checkpoints"
         self.device = resolve_device(config.model.device)
-        self.weights_dtype, self.autocast = _precision(config.model.precision, self.device)
+        self.weights_dtype, self.autocast = precision(config.model.precision, self.device)
         self.rng = np.random.default_rng(config.run.seed)
         self.fmt = resolve_format(config.env.id, config.env.text_format)
         self.history = None if config.env.history < 0 else config.env.history
         self.iteration = 0
         self.evals: list[dict[str, Any]] = []
-        resume_from = self._resume_path()
+        resume_from = resume_path(config.run.resume, self.ckpt_dir)
         state = read_state(resume_from) if resume_from is not None else None
-        self._build_model(resume_from)
+        lm = build_policy(
+            config,
+            resume_from,
+            fmt=self.fmt,
+            history=self.history,
+            weights_dtype=self.weights_dtype,
+            device=self.device,
+        )
+        self.model, self.tokenizer, self.model_source = lm.model, lm.tokenizer, lm.source
         tok = self.tokenizer
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.encoder = PromptEncoder(
             tok, max_prompt_tokens=config.rollout.max_prompt_tokens, system=config.model.system_prompt
         )
-        self.backend = backend if backend is not None else self._make_backend()
+        if backend is None:
+            backend = backend_from_config(
+                config, model=self.model, tokenizer=tok, autocast_dtype=self.autocast
+            )
+        self.backend = backend
         self.collector = self._collector(
             config.env.make_kwargs(config.env.train_split), config.rollout.group_size
         )
@@ -128,10 +121,18 @@ class GRPOTrainer:
             self.pad_id, microbatch_tokens=config.teacher.microbatch_tokens, autocast_dtype=self.autocast
         )
         self._build_teachers()
+        self.rescorer = TeacherRescorer(
+            config,
+            scorer=self.scorer,
+            encoder=self.encoder,
+            fmt_name=self.fmt.name,
+            analyzer=self.analyzer,
+            stale=self.stale,
+        )
         self.arg = self._build_arg()
         self._eval_collectors: dict[str, Collector] = {}
         if state is not None:
-            self._load(resume_from, state)  # type: ignore[arg-type]
+            load_trainer(self, resume_from, state)  # type: ignore[arg-type]
         elif config.warmup.steps > 0:
             from stepgym.trainers.warmup import format_warmup
 
@@ -158,120 +159,6 @@ class GRPOTrainer:
         )
 
     # -- construction ---------------------------------------------------------------------------------------
-    def _resume_path(self) -> Path | None:
-        r = self.cfg.run.resume
-        if r == "auto":
-            return find_latest(self.ckpt_dir)
-        if r:
-            p = Path(r)
-            if p.name == "checkpoints" or (p / "checkpoints").is_dir():
-                p = find_latest(p if p.name == "checkpoints" else p / "checkpoints") or p
-            return p
-        if find_latest(self.ckpt_dir) is not None:
-            raise CheckpointError(
-                f"{self.out} already holds checkpoints: pass --run.resume auto to continue that run, or choose "
-                "another --run.output-dir"
-            )
-        return None
-
-    def _build_model(self, resume_from: Path | None) -> None:
-        from stepgym.trainers.models import build_tiny_model, load_model
-
-        mc = self.cfg.model
-        tiny = dict(
-            hidden_size=mc.tiny_hidden,
-            num_layers=mc.tiny_layers,
-            num_heads=mc.tiny_heads,
-            num_kv_heads=max(1, mc.tiny_heads // 2),
-            intermediate_size=mc.tiny_intermediate,
-        )
-        is_tiny = mc.name == "tiny" or mc.name.startswith("tiny:")
-        if is_tiny and resume_from is not None and (resume_from / "tokenizer").is_dir():
-            import transformers
-
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(resume_from / "tokenizer"))
-            shape = mc.name.split(":", 1)[1] if ":" in mc.name else ""
-            model = build_tiny_model(tokenizer, shape=shape, seed=self.cfg.run.seed, **tiny)
-            self.model_source = f"{mc.name} (tokenizer from {resume_from})"
-        else:
-            corpus: list[str] = []
-            if is_tiny:
-                from stepgym.trainers.warmup import env_corpus
-
-                corpus = env_corpus(
-                    self.cfg.env.id,
-                    self.cfg.env.make_kwargs(self.cfg.env.train_split),
-                    self.fmt,
-                    history=self.history,
-                    episodes=mc.tokenizer_corpus_episodes,
-                    seed=self.cfg.run.seed,
-                )
-            lm = load_model(
-                mc.name,
-                corpus=corpus,
-                tiny={**tiny, "vocab_size": mc.tiny_vocab},
-                dtype=self.weights_dtype,
-                seed=self.cfg.run.seed,
-            )
-            tokenizer, model, self.model_source = lm.tokenizer, lm.model, lm.source
-        if self.weights_dtype == "bf16":
-            import torch
-
-            model = model.to(torch.bfloat16)
-        model = model.to(self.device)
-        if mc.lora_rank > 0:
-            from stepgym import _deps
-
-            peft = _deps.require("peft", "train", what="LoRA")
-            lcfg = peft.LoraConfig(
-                r=mc.lora_rank,
-                lora_alpha=mc.lora_alpha,
-                lora_dropout=mc.lora_dropout,
-                target_modules="all-linear",
-                task_type="CAUSAL_LM",
-            )
-            model = peft.get_peft_model(model, lcfg)
-        if mc.gradient_checkpointing:  # transformers 5 renamed it; keep working on both names
-            enable = (
-                getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            )
-            enable()
-            if mc.lora_rank > 0:  # frozen embeddings: checkpointed blocks need an input that requires grad
-                model.enable_input_require_grads()
-        self.model, self.tokenizer = model, tokenizer
-
-    def _make_backend(self) -> Any:
-        rc = self.cfg.rollout
-        if rc.backend == "scripted":
-            return make_backend(
-                "scripted",
-                tokenizer=self.tokenizer,
-                policy=rc.scripted_policy,
-                render=reply_renderer(self.fmt),
-            )
-        if rc.backend == "vllm":
-            if self.cfg.model.lora_rank > 0:
-                raise ValueError("the vLLM backend syncs full weights; use --rollout.backend hf with LoRA")
-            return make_backend(
-                "vllm",
-                model=self.model,
-                tokenizer=self.tokenizer,
-                max_new_tokens=rc.max_response_tokens,
-                temperature=rc.temperature,
-                top_p=rc.top_p,
-                gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
-            )
-        return make_backend(
-            "hf",
-            model=self.model,
-            tokenizer=self.tokenizer,
-            max_new_tokens=rc.max_response_tokens,
-            temperature=rc.temperature,
-            top_p=rc.top_p,
-            batch_size=rc.generate_batch_size,
-            autocast_dtype=self.autocast,
-        )
-
     def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
         return Collector(
             self.cfg.env.id,
@@ -345,95 +232,9 @@ class GRPOTrainer:
             if bar is not None:
                 bar.close()
 
-    def _ahead_gaps(
-        self, ro: Rollouts, old: list[np.ndarray], stats: TeacherStats
-    ) -> tuple[Any, dict[str, float]]:
-        from stepgym.wrappers.hints import ahead_privileged_text, analyze_many
-
-        analyses = analyze_many(ro.trajectories, self.analyzer, failure_only=True)
-        rows = ro.rows
-        pis = [ahead_privileged_text(ro.trajectories[r.traj], r.t, analyses[r.traj].hints) for r in rows]
-        items = ahead_items(
-            rows,
-            pis,
-            self.encoder,
-            max_context_tokens=self._context_budget(),
-            min_pi_tokens=self.cfg.teacher.min_pi_tokens,
-            stats=stats,
-        )
-        t_lp = self.scorer.score(self.model, [it.context for it in items], [it.target for it in items])
-        stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
-        width = max(len(r.response_ids) for r in rows)
-        delta = np.zeros((len(rows), width))
-        hinted = np.zeros(len(rows), dtype=bool)
-        for it, lp in zip(items, t_lp, strict=True):
-            delta[it.row, : len(lp)] = lp - old[it.row][: len(lp)]
-            r = rows[it.row]
-            hinted[it.row] = r.t in analyses[r.traj].hints
-        extra = gap_stats(delta, rows, hinted, "hinted")
-        return delta, extra
-
-    def _opsd_gaps(
-        self, ro: Rollouts, old: list[np.ndarray], stats: TeacherStats, lam: float
-    ) -> tuple[Any, ...]:
-        tc = self.cfg.teacher
-        rows = ro.rows
-        mode = (
-            tc.span_mode
-            if tc.span_mode != "auto"
-            else ("clean_step_no_observation" if self.fmt.name == "qa" else "action_only")
-        )
-        blocks = [ro.hindsight[r.traj] for r in rows]
-        live = tc.opsd_teacher == "live"
-        items, spans = opsd_items(
-            rows,
-            blocks,
-            self.tokenizer,
-            span_mode=mode,
-            max_context_tokens=self._context_budget(),
-            min_pi_tokens=tc.min_pi_tokens,
-            stats=stats,
-            score_plain=not live,
-        )
-        width = max(len(r.response_ids) for r in rows)
-        target = TokenLayout.from_spans([[tuple(s) for s in sp] for sp in spans], width)
-        if lam <= 0 and not tc.score_after_decay:
-            return None, None, target, {}
-        teacher_model = self.model if live else self.stale.model  # type: ignore[union-attr]
-        t_lp = self.scorer.score(teacher_model, [it.context for it in items], [it.target for it in items])
-        stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
-        got = {
-            it.row: lp - old[it.row][it.start : it.start + len(lp)]
-            for it, lp in zip(items, t_lp, strict=True)
-        }
-        per_row = [[got.get(b, np.zeros(sp[0][1] - sp[0][0]))] if sp else [] for b, sp in enumerate(spans)]
-        delta, dmask = scatter_span_deltas(spans, per_row, (len(rows), width))
-        with_block = np.array([bool(b) for b in blocks])
-        return delta, dmask, target, gap_stats(delta, rows, with_block, "hindsight", mask=dmask)
-
-    def _context_budget(self) -> int:
-        tc, rc = self.cfg.teacher, self.cfg.rollout
-        return tc.max_context_tokens or (rc.max_prompt_tokens + rc.max_response_tokens)
-
     def rescore(self, ro: Rollouts, old: list[np.ndarray]) -> dict[str, Any]:
-        """Teacher gaps for AHEAD / StepOPSD (``{}`` when the shaper needs none)."""
-        tr = self.cfg.shaper.token_reweight
-        if tr is None:
-            return {}
-        lam = self.cfg.shaper.mixing_lambda(self.iteration)
-        stats = TeacherStats()
-        with timed(stats):
-            if tr == "ahead":
-                if lam <= 0 and not self.cfg.teacher.score_after_decay:
-                    return {"metrics": {"teacher/lambda": lam}}
-                delta, extra = self._ahead_gaps(ro, old, stats)
-                out = {"delta": delta}
-            else:
-                delta, dmask, target, extra = self._opsd_gaps(ro, old, stats, lam)
-                out = {"delta": delta, "delta_mask": dmask, "target": target}
-        stats.extra = {**extra, "teacher/lambda": lam}
-        out["metrics"] = stats.as_metrics()
-        return out
+        """Teacher gaps for AHEAD / StepOPSD (``{}`` when the shaper needs none): :class:`TeacherRescorer`."""
+        return self.rescorer.rescore(ro, old, self.model, self.iteration)
 
     def step(self) -> dict[str, float]:
         """One iteration; returns its metrics (also logged)."""
@@ -551,17 +352,7 @@ class GRPOTrainer:
 
     @staticmethod
     def eval_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
-        m: dict[str, float] = {}
-        for r in results:
-            m[f"eval/{r['split']}/success"] = r["success"]
-            m[f"eval/{r['split']}/valid_action_ratio"] = r["valid_action_ratio"]
-            for b, v in r["within"].items():
-                m[f"eval/{r['split']}/within_{b}"] = v
-            for tt, row in r["per_type"].items():
-                m[f"eval/{r['split']}/type/{tt}"] = row["success"]
-        if results:
-            m["eval/success"] = float(np.mean([r["success"] for r in results]))
-        return m
+        return eval_metrics(results)
 
     # -- the loop -------------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
@@ -609,70 +400,8 @@ class GRPOTrainer:
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def save(self, extra_parts: dict[str, Any] | None = None) -> Path:
-        """Write a checkpoint of the current state (atomically; see :mod:`stepgym.trainers.checkpoint`)."""
-        import torch
-        from safetensors.torch import save_model
-
-        def rng_part(d: Path) -> None:
-            (d / "rng.json").write_text(json.dumps(self.rng.bit_generator.state), encoding="utf-8")
-            states = {"cpu": torch.get_rng_state()}
-            if torch.cuda.is_available():
-                states["cuda"] = torch.cuda.get_rng_state_all()
-            torch.save(states, d / "torch_rng.pt")
-
-        parts: dict[str, Any] = {
-            "model": lambda d: save_model(self.model, str(d / "model.safetensors")),
-            "optimizer": lambda d: torch.save(
-                {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
-                d / "optimizer.pt",
-            ),
-            "rng": rng_part,
-            "tokenizer": lambda d: self.tokenizer.save_pretrained(str(d / "tokenizer")),
-        }
-        if self.stale is not None:
-            parts["teacher"] = lambda d: save_model(self.stale.model, str(d / "teacher.safetensors"))
-        if self.reference is not None:
-            parts["reference"] = lambda d: save_model(self.reference.model, str(d / "reference.safetensors"))
-        if self.arg is not None:
-            parts["arg"] = lambda d: self.arg.save(d / "arg")
-        parts.update(extra_parts or {})
-        state = {
-            "iteration": self.iteration,
-            "method": self.cfg.method,
-            "model_source": self.model_source,
-            "stale_version": self.stale.version if self.stale is not None else None,
-            "evals": self.evals,
-            "config": self.cfg.to_dict(),
-        }
-        return save_checkpoint(
-            self.ckpt_dir, self.iteration, state, parts, keep=self.cfg.run.keep_checkpoints
-        )
-
-    def _load(self, path: Path, state: dict[str, Any]) -> None:
-        import torch
-        from safetensors.torch import load_model
-
-        load_model(self.model, str(path / "model.safetensors"), device=str(self.device))
-        opt = torch.load(path / "optimizer.pt", map_location=self.device, weights_only=True)
-        self.optimizer.load_state_dict(opt["optimizer"])
-        self.scheduler.load_state_dict(opt["scheduler"])
-        self.rng.bit_generator.state = json.loads((path / "rng.json").read_text(encoding="utf-8"))
-        rs = torch.load(path / "torch_rng.pt", weights_only=True)
-        torch.set_rng_state(rs["cpu"])
-        if "cuda" in rs and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rs["cuda"])
-        if self.stale is not None:
-            if not (path / "teacher.safetensors").is_file():
-                raise CheckpointError(f"{path} has no stale teacher but this config needs one")
-            load_model(self.stale.model, str(path / "teacher.safetensors"), device=str(self.device))
-            self.stale.version = int(state.get("stale_version") or 0)
-        if self.reference is not None:
-            load_model(self.reference.model, str(path / "reference.safetensors"), device=str(self.device))
-        if self.arg is not None:
-            self.arg.load(path / "arg")
-        self.iteration = int(state["iteration"])
-        self.evals = list(state.get("evals") or [])
-        self.backend.sync_weights(self.model)
+        """Write a checkpoint of the current state (atomically; see :func:`stepgym.trainers.checkpoint.save_trainer`)."""
+        return save_trainer(self, extra_parts)
 
     def close(self) -> None:
         self.collector.close()

@@ -37,8 +37,11 @@ __all__ = [
     "REALISTIC_SHAPES",
     "SMOLLM2_NAME",
     "LoadedModel",
+    "build_policy",
     "build_tiny_model",
     "load_model",
+    "precision",
+    "resolve_device",
     "smollm2_folder",
     "train_tokenizer",
 ]
@@ -272,3 +275,98 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, name, folder)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The trainer's policy: device, precision, LoRA, checkpointing
+# ---------------------------------------------------------------------------------------------------------------
+def resolve_device(name: str) -> Any:
+    """``torch.device`` for a ``ModelConfig.device`` ('auto': cuda when available, else cpu)."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def precision(name: str, device: Any) -> tuple[str, Any]:
+    """(weights dtype name, autocast dtype or None) for a ``ModelConfig.precision``."""
+    import torch
+
+    if name == "auto":
+        name = "bf16-autocast" if device.type == "cuda" else "fp32"
+    if name == "fp32":
+        return "fp32", None
+    if name == "bf16-autocast":
+        return "fp32", torch.bfloat16
+    if name == "bf16":
+        return "bf16", None
+    raise ValueError(f"unknown precision {name!r}")
+
+
+def build_policy(
+    cfg: Any, resume_from: Path | None, *, fmt: Any, history: int | None, weights_dtype: str, device: Any
+) -> LoadedModel:
+    """The policy a :class:`~stepgym.trainers.config.TrainConfig` asks for, on ``device``, with LoRA and gradient
+    checkpointing applied. A tiny model resumed from a checkpoint reuses the checkpoint's tokenizer (its weights
+    are loaded afterwards by the checkpoint code); a fresh tiny model's tokenizer is trained on env text."""
+    mc = cfg.model
+    tiny = dict(
+        hidden_size=mc.tiny_hidden,
+        num_layers=mc.tiny_layers,
+        num_heads=mc.tiny_heads,
+        num_kv_heads=max(1, mc.tiny_heads // 2),
+        intermediate_size=mc.tiny_intermediate,
+    )
+    is_tiny = mc.name == "tiny" or mc.name.startswith("tiny:")
+    if is_tiny and resume_from is not None and (resume_from / "tokenizer").is_dir():
+        import transformers
+
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(resume_from / "tokenizer"))
+        model = build_tiny_model(tokenizer, shape=_tiny_spec(mc.name), seed=cfg.run.seed, **tiny)
+        lm = LoadedModel(model, tokenizer, f"{mc.name} (tokenizer from {resume_from})")
+    else:
+        corpus: list[str] = []
+        if is_tiny:
+            from stepgym.trainers.warmup import env_corpus
+
+            corpus = env_corpus(
+                cfg.env.id,
+                cfg.env.make_kwargs(cfg.env.train_split),
+                fmt,
+                history=history,
+                episodes=mc.tokenizer_corpus_episodes,
+                seed=cfg.run.seed,
+            )
+        lm = load_model(
+            mc.name,
+            corpus=corpus,
+            tiny={**tiny, "vocab_size": mc.tiny_vocab},
+            dtype=weights_dtype,
+            seed=cfg.run.seed,
+        )
+    model = lm.model
+    if weights_dtype == "bf16":
+        import torch
+
+        model = model.to(torch.bfloat16)
+    model = model.to(device)
+    if mc.lora_rank > 0:
+        peft = _deps.require("peft", "train", what="LoRA")
+        lcfg = peft.LoraConfig(
+            r=mc.lora_rank,
+            lora_alpha=mc.lora_alpha,
+            lora_dropout=mc.lora_dropout,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        model = peft.get_peft_model(model, lcfg)
+    if mc.gradient_checkpointing:  # transformers 5 renamed it; keep working on both names
+        enable = (
+            getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        )
+        enable()
+        if mc.lora_rank > 0:  # frozen embeddings: checkpointed blocks need an input that requires grad
+            model.enable_input_require_grads()
+    lm.model = model
+    return lm

@@ -54,7 +54,7 @@ class PromptEncoder:
 
     With a chat template (instruct models): one user message (plus ``system`` when given), generation prompt
     appended. Without one (the tiny model): ``bos + text + "\\n"``. ``extra`` text (AHEAD's privileged information)
-    is appended *inside* the user turn, right after the prompt (spec §8.18), so the template's assistant header
+    is appended *inside* the user turn, right after the prompt (docs/shapers.md §8.18), so the template's assistant header
     still follows it.
     """
 

@@ -3,18 +3,18 @@
 Only *scoring* happens here — building the privileged contexts, batching the forward passes, keeping the stale
 snapshot. The gaps become advantages in the shapers (``stepgym.trainers.shapers``), never here.
 
-**AHEAD** (papers/000; spec §4): teacher = θ_old (the rollout policy itself, before the update), context = the
-step's prompt with privileged information appended *inside* the user turn (spec §8.18): the env's feedback to the
+**AHEAD** (docs/shapers.md §4): teacher = θ_old (the rollout policy itself, before the update), context = the
+step's prompt with privileged information appended *inside* the user turn (docs/shapers.md §8.18): the env's feedback to the
 action on every step, plus the corrective hint on the error steps of failed trajectories
 (``stepgym.wrappers.hints.ahead_privileged_text``; hints from the oracle analyzer, failure-only). All generated
 tokens of the step are scored; δ = teacher − student log-prob, student = θ_old on the normal prompt.
 
-**StepOPSD** (papers/002; spec §5.2, §5.6, §5.7): teacher = the stale reference policy (a snapshot refreshed every
+**StepOPSD** (docs/shapers.md §5.2, §5.6, §5.7): teacher = the stale reference policy (a snapshot refreshed every
 ``refresh_every`` updates; the initial weights for updates 1..10), target = the step's span (``action_only``: the
 ``<action>…</action>`` tag with its tags, ALFWorld; ``clean_step_no_observation``: the whole turn, QA), context =
 ``prompt ⊕ response tokens before the span ⊕ hindsight block ⊕ span`` — the first successful peer's trajectory
 (``GroupEnv``'s peer hindsight) inserted right before the step's tokens. Rows without a block are scored too
-(c^T = c^S): with a stale teacher their Δ is staleness drift, which the paper's code keeps (spec §8.26).
+(c^T = c^S): with a stale teacher their Δ is staleness drift, which the paper's code keeps (docs/shapers.md §8.26).
 
 **Truncation policy** (privileged prompt longer than ``max_context_tokens``, default prompt + response budget):
 the student context and the target are never cut (they are exactly what generated the tokens); the privileged
@@ -23,9 +23,12 @@ and its winning end, with its closing tags; the feedback sentence and the hint);
 remain, the privileged text is dropped and the row is scored with the student context. Both events are counted
 (``teacher/pi_truncated``, ``teacher/pi_dropped``).
 
+:class:`TeacherRescorer` runs all of it for one batch (what ``GRPOTrainer.rescore`` calls); the gaps δ / Δ are
+formed by :func:`stepgym.trainers.shapers.ahead_delta` and :func:`stepgym.trainers.shapers.opsd_span_gaps`.
+
 Span token positions use the row's *actual* token ids: the token count of a text prefix is the fewest leading
 tokens whose decoding covers it (binary search over ``decode(ids[:k])``), instead of re-tokenising the prefix as
-the Search-R1 code does (exact where that is approximate; the spans are otherwise the spec's).
+the Search-R1 code does (exact where that is approximate; the spans are otherwise those of docs/shapers.md §5.1).
 """
 
 from __future__ import annotations
@@ -46,12 +49,16 @@ from stepgym.trainers.samples import (
     token_budget_batches,
     truncate_middle,
 )
+from stepgym.trainers.shapers.ahead import ahead_delta
+from stepgym.trainers.shapers.stepopsd import opsd_span_gaps
 from stepgym.trainers.shapers.stepopsd_text import structural_target_span
+from stepgym.trainers.shapers.tokens import TokenLayout
 
 __all__ = [
     "ScoreItem",
     "Scorer",
     "StaleTeacher",
+    "TeacherRescorer",
     "TeacherStats",
     "ahead_items",
     "opsd_items",
@@ -261,7 +268,7 @@ def opsd_items(
 
 
 class StaleTeacher:
-    """StepOPSD's stale reference policy (spec §5.7): a frozen copy refreshed after every ``every``-th update.
+    """StepOPSD's stale reference policy (docs/shapers.md §5.7): a frozen copy refreshed after every ``every``-th update.
 
     The teacher used for update k (1-based) is the policy after update ``every·⌊(k−1)/every⌋`` — the initial
     weights for updates 1..every. Its weights and ``version`` (the update it was copied at) are checkpointed.
@@ -325,3 +332,118 @@ def timed(stats: TeacherStats) -> Any:
             stats.seconds += time.perf_counter() - self.t
 
     return _T()
+
+
+class TeacherRescorer:
+    """Teacher gaps of one batch for the configured token reweighting (AHEAD or StepOPSD), with their metrics.
+
+    Args:
+        cfg: the :class:`~stepgym.trainers.config.TrainConfig` (its ``shaper``, ``teacher`` and ``rollout``).
+        scorer: the batched :class:`Scorer`. encoder: the trainer's :class:`PromptEncoder` (AHEAD re-renders
+            prompts with the privileged text). fmt_name: the text format's name (picks StepOPSD's span mode).
+        analyzer: AHEAD's hint analyzer (``stepgym.wrappers.hints``). stale: StepOPSD's :class:`StaleTeacher`.
+    """
+
+    def __init__(
+        self,
+        cfg: Any,
+        *,
+        scorer: Scorer,
+        encoder: PromptEncoder,
+        fmt_name: str,
+        analyzer: Any = None,
+        stale: StaleTeacher | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.scorer = scorer
+        self.encoder = encoder
+        self.fmt_name = fmt_name
+        self.analyzer = analyzer
+        self.stale = stale
+
+    def context_budget(self) -> int:
+        tc, rc = self.cfg.teacher, self.cfg.rollout
+        return tc.max_context_tokens or (rc.max_prompt_tokens + rc.max_response_tokens)
+
+    def rescore(self, ro: Any, old: list[np.ndarray], model: Any, update_index: int) -> dict[str, Any]:
+        """Teacher gaps for AHEAD / StepOPSD (``{}`` when the token stage is neither: a token stage of your own
+        gets no gap from the bundled trainer). ``old`` are θ_old log-probs of every row, ``model`` the policy."""
+        tr = self.cfg.shaper.token_reweight
+        if tr not in ("ahead", "stepopsd"):
+            return {}
+        lam = self.cfg.shaper.mixing_lambda(update_index)
+        stats = TeacherStats()
+        with timed(stats):
+            if tr == "ahead":
+                if lam <= 0 and not self.cfg.teacher.score_after_decay:
+                    return {"metrics": {"teacher/lambda": lam}}
+                delta, extra = self.ahead_gaps(ro, old, model, stats)
+                out: dict[str, Any] = {"delta": delta}
+            else:
+                delta, dmask, target, extra = self.opsd_gaps(ro, old, model, stats, lam)
+                out = {"delta": delta, "delta_mask": dmask, "target": target}
+        stats.extra = {**extra, "teacher/lambda": lam}
+        out["metrics"] = stats.as_metrics()
+        return out
+
+    def ahead_gaps(
+        self, ro: Any, old: list[np.ndarray], model: Any, stats: TeacherStats
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """AHEAD: θ_old rescored with the privileged text (feedback everywhere, hints on failed error steps)."""
+        from stepgym.trainers.diagnostics import gap_stats
+        from stepgym.wrappers.hints import ahead_privileged_text, analyze_many
+
+        analyses = analyze_many(ro.trajectories, self.analyzer, failure_only=True)
+        rows = ro.rows
+        pis = [ahead_privileged_text(ro.trajectories[r.traj], r.t, analyses[r.traj].hints) for r in rows]
+        items = ahead_items(
+            rows,
+            pis,
+            self.encoder,
+            max_context_tokens=self.context_budget(),
+            min_pi_tokens=self.cfg.teacher.min_pi_tokens,
+            stats=stats,
+        )
+        t_lp = self.scorer.score(model, [it.context for it in items], [it.target for it in items])
+        stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
+        width = max(len(r.response_ids) for r in rows)
+        delta = ahead_delta([it.row for it in items], t_lp, [old[it.row] for it in items], (len(rows), width))
+        hinted = np.array([r.t in analyses[r.traj].hints for r in rows], dtype=bool)
+        return delta, gap_stats(delta, rows, hinted, "hinted")
+
+    def opsd_gaps(
+        self, ro: Any, old: list[np.ndarray], model: Any, stats: TeacherStats, lam: float
+    ) -> tuple[Any, Any, TokenLayout, dict[str, float]]:
+        """StepOPSD: each row's target span rescored after its trajectory's hindsight block (stale or live)."""
+        from stepgym.trainers.diagnostics import gap_stats
+
+        tc = self.cfg.teacher
+        rows = ro.rows
+        mode = (
+            tc.span_mode
+            if tc.span_mode != "auto"
+            else ("clean_step_no_observation" if self.fmt_name == "qa" else "action_only")
+        )
+        blocks = [ro.hindsight[r.traj] for r in rows]
+        live = tc.opsd_teacher == "live"
+        items, spans = opsd_items(
+            rows,
+            blocks,
+            self.encoder.tokenizer,
+            span_mode=mode,
+            max_context_tokens=self.context_budget(),
+            min_pi_tokens=tc.min_pi_tokens,
+            stats=stats,
+            score_plain=not live,
+        )
+        width = max(len(r.response_ids) for r in rows)
+        target = TokenLayout.from_spans([[tuple(s) for s in sp] for sp in spans], width)
+        if lam <= 0 and not tc.score_after_decay:
+            return None, None, target, {}
+        teacher_model = model if live else self.stale.model  # type: ignore[union-attr]
+        t_lp = self.scorer.score(teacher_model, [it.context for it in items], [it.target for it in items])
+        stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
+        scored = {it.row: (it.start, lp) for it, lp in zip(items, t_lp, strict=True)}
+        delta, dmask = opsd_span_gaps(spans, scored, old, (len(rows), width))
+        with_block = np.array([bool(b) for b in blocks])
+        return delta, dmask, target, gap_stats(delta, rows, with_block, "hindsight", mask=dmask)

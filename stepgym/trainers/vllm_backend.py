@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from stepgym import _deps
-from stepgym.trainers.backends import Generation, GenerationRequest
+from stepgym.trainers.generation import Generation, GenerationRequest
 
 __all__ = ["StepgymWorkerExtension", "VLLMBackend"]
 

@@ -5,13 +5,14 @@ torch loss pieces are in :mod:`stepgym.trainers.losses`). A trainer normally cal
 :func:`shape_advantages`, with a :class:`StepBatch` and a :class:`ShapeConfig`; every stage is also callable on its
 own and registered by name (:func:`get`, :func:`available`).
 
-The maths, edge cases and resolved ambiguities are specified in the shared ``shapers.md`` (cited as "spec §n");
-each function's docstring names its paper equation and any departure from the paper or the public code.
+The maths, edge cases and resolved ambiguities are specified in docs/shapers.md (cited as "docs/shapers.md §n"),
+one module per method; each function's docstring names its paper equation and any departure from the paper or the
+public code.
 """
 
 from __future__ import annotations
 
-from stepgym.trainers.shapers.ahead import ahead_lambda, ahead_reweight, ahead_weights
+from stepgym.trainers.shapers.ahead import ahead_delta, ahead_lambda, ahead_reweight, ahead_weights
 from stepgym.trainers.shapers.compose import (
     PRESETS,
     ShapeConfig,
@@ -24,10 +25,13 @@ from stepgym.trainers.shapers.dapo import (
     DAPO_CLIP_HIGH,
     DAPO_CLIP_LOW,
     agg_loss,
+    agg_loss_np,
     clipped_surrogate,
+    clipped_surrogate_np,
     dynamic_sampling_keep,
     overlong_penalty,
     policy_loss,
+    policy_loss_np,
 )
 from stepgym.trainers.shapers.gigpo import (
     GiGPOTerms,
@@ -37,16 +41,27 @@ from stepgym.trainers.shapers.gigpo import (
     step_discounted_returns,
     step_relative_advantage,
 )
-from stepgym.trainers.shapers.grpo import (
-    apply_invalid_action_penalty,
-    drgrpo_advantage,
-    episode_scores,
-    grpo_advantage,
-)
+from stepgym.trainers.shapers.grpo import drgrpo_advantage, grpo_advantage
 from stepgym.trainers.shapers.proas import proas_multipliers, proas_on_gigpo, proas_shape, proas_trajectory
-from stepgym.trainers.shapers.registry import STAGES, ShaperEntry, available, get, register
+from stepgym.trainers.shapers.registry import (
+    PIPELINE_STAGES,
+    STAGES,
+    BaseAdvantage,
+    ShaperEntry,
+    available,
+    get,
+    load_shaper_modules,
+    register,
+)
+from stepgym.trainers.shapers.rewards import (
+    DEFAULT_INVALID_PENALTY,
+    RECIPE_INVALID_PENALTY,
+    apply_invalid_action_penalty,
+    episode_scores,
+)
 from stepgym.trainers.shapers.stepopsd import (
     equal_step_mean_abs,
+    opsd_span_gaps,
     scatter_span_deltas,
     stepopsd_lambda,
     stepopsd_reweight,
@@ -70,10 +85,14 @@ __all__ = [
     "AGG_MODES",
     "DAPO_CLIP_HIGH",
     "DAPO_CLIP_LOW",
+    "DEFAULT_INVALID_PENALTY",
+    "PIPELINE_STAGES",
     "PRESETS",
+    "RECIPE_INVALID_PENALTY",
     "SEGMENT_KINDS",
     "SPAN_MODES",
     "STAGES",
+    "BaseAdvantage",
     "GiGPOTerms",
     "ResponseStep",
     "ShapeConfig",
@@ -83,6 +102,8 @@ __all__ = [
     "TargetSpan",
     "TokenLayout",
     "agg_loss",
+    "agg_loss_np",
+    "ahead_delta",
     "ahead_lambda",
     "ahead_reweight",
     "ahead_weights",
@@ -92,6 +113,7 @@ __all__ = [
     "build_step_groups",
     "char_span_to_token_span",
     "clipped_surrogate",
+    "clipped_surrogate_np",
     "drgrpo_advantage",
     "dynamic_sampling_keep",
     "episode_scores",
@@ -104,8 +126,11 @@ __all__ = [
     "grpo_advantage",
     "hindsight_block",
     "hindsight_blocks",
+    "load_shaper_modules",
+    "opsd_span_gaps",
     "overlong_penalty",
     "policy_loss",
+    "policy_loss_np",
     "proas_multipliers",
     "proas_on_gigpo",
     "proas_shape",

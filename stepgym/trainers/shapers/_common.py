@@ -1,4 +1,4 @@
-"""Shared helpers for the shapers: input validation, vectorised group-by, linear schedules, token reweighting.
+"""Shared helpers for the shapers: input validation, vectorised group-by, linear schedules.
 
 Everything here is float64 NumPy. Group ids may be any hashable values (ints, strings, uuids, tuples); a
 :class:`Groups` factorises them once into integer codes so every per-group statistic is a ``np.bincount`` and no
@@ -177,6 +177,30 @@ class Groups:
         return np.split(order, starts[1:]) if self.n_groups else []
 
 
+def check_traj_in_one_group(groups: Groups, trajs: Groups, traj_ids: Any = None) -> None:
+    """Refuse a trajectory id whose rows carry several group ids (docs/shapers.md §0, "one trajectory, one group").
+
+    Trajectories are keyed by their id alone, so an id reused in two groups would silently merge two episodes of
+    different tasks into one return. Every base refuses it the same way; make ids unique per batch (e.g. key them
+    by ``(group_id, traj_id)``). ``traj_ids`` (the raw ids) only names the offender in the message.
+    """
+    if len(groups) == 0:
+        return
+    lo = np.full(trajs.n_groups, np.iinfo(np.int64).max)
+    hi = np.full(trajs.n_groups, -1)
+    np.minimum.at(lo, trajs.codes, groups.codes)
+    np.maximum.at(hi, trajs.codes, groups.codes)
+    bad = np.flatnonzero(lo != hi)
+    if bad.size:
+        row = int(np.flatnonzero(trajs.codes == bad[0])[0])
+        name = f" {list(traj_ids)[row]!r}" if traj_ids is not None else ""
+        raise ValueError(
+            f"trajectory id{name} has rows in several episode groups ({bad.size} such ids): a trajectory belongs to "
+            "one group, so every row of a traj_id needs the same group_id. Trajectory ids must be unique across "
+            "groups; key them by (group_id, traj_id) if your ids restart in each group"
+        )
+
+
 def linear_decay(step: float, lam0: float, decay_steps: float) -> float:
     """``lam0 · max(0, 1 - step/decay_steps)``; ``decay_steps <= 0`` keeps ``lam0`` constant."""
     if not np.isfinite(lam0) or not np.isfinite(step):
@@ -201,63 +225,6 @@ def check_clip(eps: float, name: str) -> float:
     return eps
 
 
-def signed_delta(adv: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """``sign(A)·δ`` with NaN (no information: NaN δ, or A = 0 with δ = ±inf) mapped to 0.
-
-    §0: a NaN gap means weight 1 (s = 0 gives weight 1 for both exp and 2σ); ±inf saturates at the clip bound its
-    sign selects. The spec's clamp of s to ±20 before exp/sigmoid "changes nothing" because the weight is clipped
-    right after; it only silences overflow warnings. Here the warnings are silenced with ``np.errstate`` instead
-    (callers wrap the exp in :func:`quiet`), which gives bit-identical weights and saves a pass over the tokens.
-    """
-    s = np.sign(adv)
-    with np.errstate(invalid="ignore"):
-        np.multiply(s, delta, out=s)
-    nan = np.isnan(s)
-    if nan.any():
-        s[nan] = 0.0
-    return s
-
-
 def quiet() -> Any:
     """``np.errstate`` for exp of a huge gap (overflow to inf, clipped right after)."""
     return np.errstate(over="ignore")
-
-
-def reweight_tokens(
-    adv: np.ndarray,
-    delta: np.ndarray,
-    lam: float | np.ndarray,
-    weight_fn: Any,
-    mask: Any = None,
-    keep: Any = None,
-) -> np.ndarray:
-    """Ã = A·Ψ with Ψ = 1 + λ(w − 1), w = ``weight_fn(A, δ)`` on the ``mask`` tokens (all when None) and 1 elsewhere.
-
-    With a mask, only the masked tokens are touched (a copy plus a gather/scatter), which is what makes StepOPSD's
-    span-restricted shaping cost little more than a copy. ``lam`` is a scalar or broadcastable to ``adv``.
-    ``keep`` (same shape, bool) zeroes the result outside it (the response mask), fused into the same pass.
-    """
-    if mask is None:
-        w = weight_fn(adv, delta)
-        w -= 1.0
-        w *= lam
-        w += 1.0
-        w *= adv
-        if keep is not None:
-            w *= np.asarray(keep, dtype=bool)
-        return w
-    flat = np.flatnonzero(np.asarray(mask, dtype=bool))  # flat indices: 3× cheaper than 2-D np.nonzero
-    a_sub = adv.reshape(-1)[flat]
-    w = weight_fn(a_sub, delta.reshape(-1)[flat])
-    w -= 1.0
-    w *= lam if np.ndim(lam) == 0 else np.broadcast_to(lam, adv.shape)[np.unravel_index(flat, adv.shape)]
-    w += 1.0
-    w *= a_sub
-    if keep is None:
-        out = np.array(adv, order="C")
-    else:
-        keep_b = np.asarray(keep, dtype=bool)
-        out = np.multiply(adv, keep_b, order="C")
-        w *= keep_b.reshape(-1)[flat]
-    out.reshape(-1)[flat] = w
-    return out

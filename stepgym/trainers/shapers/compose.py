@@ -1,11 +1,14 @@
 """The one function a trainer calls: the §0 pipeline of docs/shapers.md, with forbidden combinations refused.
 
-Order (spec §0; the only order that keeps every method's stated property):
+Order (docs/shapers.md §0; the only order that keeps every method's stated property):
 
     rewards → invalid-action penalty → base advantage (GRPO / Dr.GRPO / DAPO / GiGPO)
             → ProAS step multipliers → broadcast to tokens → AHEAD or StepOPSD token reweighting
             → StepOPSD step normalisation (equal_step_mean_abs)
     (then the clipped policy loss with the DAPO knobs: ``stepgym.trainers.losses``)
+
+Each stage is looked up by name in :mod:`stepgym.trainers.shapers.registry` (one call signature per stage), so a
+function registered for a stage replaces the built-in one and ``ShapeConfig`` accepts its name.
 
 Usage::
 
@@ -19,11 +22,11 @@ Usage::
 
 Refused (``ValueError`` at config construction):
 * StepOPSD ``equal_step_mean_abs`` on top of ProAS — it equalises per-step magnitudes and so undoes APR's
-  deliberate front-loading of the penalty (spec §0, §8.28);
+  deliberate front-loading of the penalty (docs/shapers.md §0, §8.28);
 * ``equal_step_mean_abs`` on top of AHEAD — same reason: it would flatten the extra weight AHEAD puts on the error
-  steps that received a corrective hint (stepgym's judgement; the spec's order only places it after StepOPSD);
+  steps that received a corrective hint (stepgym's judgement; the §0 order only places it after StepOPSD);
 * AHEAD and StepOPSD together — both are a clipped teacher-gap reweight of the same advantage; stacking applies
-  the gap twice and voids both papers' multiplier bounds (the spec's order says "AHEAD *or* StepOPSD").
+  the gap twice and voids both papers' multiplier bounds (the §0 order says "AHEAD *or* StepOPSD").
 """
 
 from __future__ import annotations
@@ -34,43 +37,48 @@ from typing import Any, Literal
 
 import numpy as np
 
+from stepgym.trainers.shapers import ahead, grpo, proas, stepopsd  # noqa: F401  (they register their stages)
 from stepgym.trainers.shapers._common import (
     Groups,
-    as_bool_array,
     as_float_array,
     check_lambda,
     check_same_length,
+    check_traj_in_one_group,
 )
-from stepgym.trainers.shapers.ahead import ahead_lambda, ahead_reweight
-from stepgym.trainers.shapers.gigpo import GiGPOTerms, gigpo_terms
-from stepgym.trainers.shapers.grpo import grpo_advantage
-from stepgym.trainers.shapers.proas import proas_on_gigpo, proas_shape
-from stepgym.trainers.shapers.stepopsd import equal_step_mean_abs, stepopsd_lambda, stepopsd_reweight
-from stepgym.trainers.shapers.tokens import TokenLayout, broadcast_to_tokens
+from stepgym.trainers.shapers.gigpo import GiGPOTerms
+from stepgym.trainers.shapers.registry import BaseAdvantage, check_name, get
+from stepgym.trainers.shapers.rewards import (
+    DEFAULT_INVALID_PENALTY,
+    RECIPE_INVALID_PENALTY,
+    episode_scores,
+)
+from stepgym.trainers.shapers.tokens import TokenLayout
 
 __all__ = ["PRESETS", "ShapeConfig", "ShapedAdvantages", "StepBatch", "shape_advantages"]
 
+#: The built-in names of the stage each config field selects (any name registered for that stage is accepted).
 Base = Literal["grpo", "drgrpo", "dapo", "gigpo"]
 TokenReweight = Literal["ahead", "stepopsd"]
 
 
 @dataclass(frozen=True)
 class ShapeConfig:
-    """Everything the shapers need, one frozen dataclass. Defaults follow docs/shapers.md (spec §2.7, §4.3, §5.8)."""
+    """Everything the shapers need, one frozen dataclass. Defaults follow docs/shapers.md §2.7, §4.3, §5.8."""
 
-    base: Base = "grpo"
+    base: str = "grpo"
     """Base advantage: "grpo" (mean/std), "drgrpo" (mean only), "dapo" (= GRPO; DAPO differs in loss/sampling),
-    "gigpo" (episode + anchor-state terms)."""
+    "gigpo" (episode + anchor-state terms), or any name registered for the "base" stage."""
     eps: float = 1e-6
     """ε added to the std (GRPO, GiGPO)."""
     singleton: Literal["verl", "zero"] = "verl"
-    """Group of one: "verl" → μ = 0, σ = 1 (A = r/(1+ε)); "zero" → A = 0 (spec §8.1)."""
+    """Group of one: "verl" → μ = 0, σ = 1 (A = r/(1+ε)); "zero" → A = 0 (docs/shapers.md §8.1)."""
     cross_steps: bool = True
     """GRPO statistics over all step rows of a group (verl-agent, True) or one row per trajectory (False: use this
     for one-row-per-trajectory data such as Search-R1, where every trajectory has several steps). GiGPO always
     uses all rows."""
-    invalid_penalty: float = 0.0
-    """c: subtracted from an invalid step row's score (and GiGPO step return). 0.1 in the ALFWorld recipes."""
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY
+    """c: subtracted from an invalid step row's score (and GiGPO step return). Default 0 (``DEFAULT_INVALID_PENALTY``,
+    the one default every shaper function shares); verl-agent's recipes use 0.1, as the ALFWorld/WebShop presets."""
     gamma: float = 0.95
     """GiGPO discount γ (Eq. 5)."""
     step_weight: float = 1.0
@@ -84,8 +92,9 @@ class ShapeConfig:
     """Apply ProAS (MUI/APR) to the per-step base advantage. Needs ``reasonable`` and ``progress`` labels."""
     proas_target: Literal["episode", "combined"] = "episode"
     """GiGPO only: shape A^E and add w·A^S unchanged ("episode"), or shape the combined value ("combined")."""
-    token_reweight: TokenReweight | None = None
-    """Teacher-gap token reweighting: None, "ahead" or "stepopsd" (never both). Needs ``delta`` while λ > 0."""
+    token_reweight: str | None = None
+    """Teacher-gap token reweighting: None, "ahead" or "stepopsd" (never both), or a registered "token" stage.
+    Needs ``delta`` while λ > 0."""
     ahead_eps: float = 0.2
     ahead_lambda0: float = 0.5
     ahead_decay_steps: int = 50
@@ -95,32 +104,32 @@ class ShapeConfig:
     opsd_lambda0: float = 0.2
     opsd_decay_steps: int = 50
     """StepOPSD: α_clip, weight function, λ_0 and decay; λ = λ_0·max(0, 1 − g/D) with g = update_index + 1."""
-    step_norm: Literal["equal_step_mean_abs"] | None = None
-    """StepOPSD's per-step budget normalisation over the target spans. Needs ``StepBatch.target``."""
+    step_norm: str | None = None
+    """StepOPSD's per-step budget normalisation "equal_step_mean_abs" over the target spans (needs
+    ``StepBatch.target``), or a registered "step_norm" stage."""
     step_norm_target: Literal["shaped", "modification"] = "shaped"
     step_norm_coef_clip: float = 2.0
     step_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        if self.base not in ("grpo", "drgrpo", "dapo", "gigpo"):
-            raise ValueError(f"base must be grpo, drgrpo, dapo or gigpo, got {self.base!r}")
+        check_name("base", self.base, "base")
         tr = self.token_reweight
         if isinstance(tr, list | tuple | set | frozenset):
             if {"ahead", "stepopsd"} <= set(tr):
                 raise ValueError(
                     "AHEAD and StepOPSD cannot be combined: both reweight the same advantage by a clipped teacher "
-                    "gap, so stacking them applies the gap twice and voids both multiplier bounds (spec §0: "
+                    "gap, so stacking them applies the gap twice and voids both multiplier bounds (docs/shapers.md §0: "
                     "'AHEAD or StepOPSD'). Choose token_reweight='ahead' or 'stepopsd'."
                 )
             raise ValueError(f"token_reweight is a single choice (None, 'ahead' or 'stepopsd'), got {tr!r}")
-        if tr not in (None, "ahead", "stepopsd"):
-            raise ValueError(f"token_reweight must be None, 'ahead' or 'stepopsd', got {tr!r}")
-        if self.step_norm not in (None, "equal_step_mean_abs"):
-            raise ValueError(f"step_norm must be None or 'equal_step_mean_abs', got {self.step_norm!r}")
+        if tr is not None:
+            check_name("token", tr, "token_reweight")
+        if self.step_norm is not None:
+            check_name("step_norm", self.step_norm, "step_norm")
         if self.step_norm and self.proas:
             raise ValueError(
                 "StepOPSD's equal_step_mean_abs cannot run on top of ProAS: it equalises per-step magnitudes and "
-                "so undoes APR's deliberate front-loading of the penalty on drift-causing steps (spec §0, §8.28). "
+                "so undoes APR's deliberate front-loading of the penalty on drift-causing steps (docs/shapers.md §0, §8.28). "
                 "Disable one of step_norm / proas."
             )
         if self.step_norm and tr == "ahead":
@@ -152,27 +161,35 @@ class ShapeConfig:
     def mixing_lambda(self, update_index: int) -> float:
         """The token-reweight mixing weight for the update that follows ``update_index`` completed updates
         (0 when no token reweighting; when it is 0 the teacher need not be scored)."""
-        if self.token_reweight == "ahead":
-            return ahead_lambda(update_index, self.ahead_lambda0, self.ahead_decay_steps)
-        if self.token_reweight == "stepopsd":
-            return stepopsd_lambda(update_index + 1, self.opsd_lambda0, self.opsd_decay_steps)
-        return 0.0
+        if self.token_reweight is None:
+            return 0.0
+        schedule = get(self.token_reweight, "token").schedule
+        return 1.0 if schedule is None else float(get(schedule, "schedule")(self, update_index))
 
 
-#: Paper setups (spec §2.7, §4.3, §5.8). ALFWorld recipes use the invalid-action penalty 0.1; Search-QA none.
+#: Paper setups (docs/shapers.md §2.7, §4.3, §5.8). ALFWorld recipes use the invalid-action penalty 0.1; Search-QA none.
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {"base": "grpo"},
-    "grpo-alfworld": {"base": "grpo", "invalid_penalty": 0.1},
+    "grpo-alfworld": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY},
     "drgrpo": {"base": "drgrpo"},
     "dapo": {"base": "dapo"},
-    "gigpo-alfworld": {"base": "gigpo", "gigpo_mode": "mean_std_norm", "invalid_penalty": 0.1},
-    "gigpo-webshop": {"base": "gigpo", "gigpo_mode": "mean_norm", "invalid_penalty": 0.1},
-    "proas-grpo": {"base": "grpo", "invalid_penalty": 0.1, "proas": True},
-    "proas-gigpo": {"base": "gigpo", "gigpo_mode": "mean_std_norm", "invalid_penalty": 0.1, "proas": True},
-    "ahead": {"base": "grpo", "invalid_penalty": 0.1, "token_reweight": "ahead"},
+    "gigpo-alfworld": {
+        "base": "gigpo",
+        "gigpo_mode": "mean_std_norm",
+        "invalid_penalty": RECIPE_INVALID_PENALTY,
+    },
+    "gigpo-webshop": {"base": "gigpo", "gigpo_mode": "mean_norm", "invalid_penalty": RECIPE_INVALID_PENALTY},
+    "proas-grpo": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY, "proas": True},
+    "proas-gigpo": {
+        "base": "gigpo",
+        "gigpo_mode": "mean_std_norm",
+        "invalid_penalty": RECIPE_INVALID_PENALTY,
+        "proas": True,
+    },
+    "ahead": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY, "token_reweight": "ahead"},
     "stepopsd-alfworld": {
         "base": "grpo",
-        "invalid_penalty": 0.1,
+        "invalid_penalty": RECIPE_INVALID_PENALTY,
         "token_reweight": "stepopsd",
         "step_norm": "equal_step_mean_abs",
     },
@@ -227,97 +244,6 @@ class ShapedAdvantages:
     gigpo: GiGPOTerms | None = field(default=None)  #: GiGPO's separate terms when base="gigpo"
 
 
-def _row_trajectories(layout: TokenLayout, traj_codes: np.ndarray) -> np.ndarray:
-    """Trajectory code of each layout row (-1 - row for rows without steps); a row may not hold two trajectories."""
-    n_rows = layout.shape[0]
-    lo = np.full(n_rows, np.iinfo(np.int64).max)
-    hi = np.full(n_rows, -1, dtype=np.int64)
-    np.minimum.at(lo, layout.step_row, traj_codes)
-    np.maximum.at(hi, layout.step_row, traj_codes)
-    has = hi >= 0
-    if (lo[has] != hi[has]).any():
-        bad = np.flatnonzero(has & (lo != hi))[:5].tolist()
-        raise ValueError(
-            f"layout rows {bad} hold steps of several trajectories; a row belongs to one trajectory"
-        )
-    return np.where(has, hi, -1 - np.arange(n_rows))
-
-
-def _base(batch: StepBatch, cfg: ShapeConfig, scores: np.ndarray) -> tuple[np.ndarray, GiGPOTerms | None]:
-    if cfg.base == "gigpo":
-        if batch.anchor_obs is None:
-            raise ValueError("base='gigpo' needs StepBatch.anchor_obs")
-        terms = gigpo_terms(
-            batch.rewards,
-            batch.group_ids,
-            batch.traj_ids,
-            batch.anchor_obs,
-            batch.valid,
-            gamma=cfg.gamma,
-            invalid_penalty=cfg.invalid_penalty,
-            mode=cfg.gigpo_mode,
-            eps=cfg.eps,
-            similarity=cfg.similarity,
-            tau=cfg.similarity_tau,
-            singleton=cfg.singleton,
-        )
-        return terms.combined(cfg.step_weight), terms
-    adv = grpo_advantage(
-        scores,
-        batch.group_ids,
-        traj_ids=batch.traj_ids,
-        cross_steps=cfg.cross_steps,
-        norm_by_std=(cfg.base != "drgrpo"),
-        eps=cfg.eps,
-        singleton=cfg.singleton,
-    )
-    return adv, None
-
-
-def _token_stage(
-    batch: StepBatch, cfg: ShapeConfig, tokens: np.ndarray, lam: float, traj_codes: np.ndarray
-) -> np.ndarray:
-    layout = batch.layout
-    assert layout is not None
-    if cfg.token_reweight is not None and lam > 0:
-        if batch.delta is None:
-            raise ValueError(f"token_reweight={cfg.token_reweight!r} with λ = {lam} needs StepBatch.delta")
-        if cfg.token_reweight == "ahead":
-            tokens_rw = ahead_reweight(tokens, batch.delta, lam, eps=cfg.ahead_eps, mask=batch.delta_mask)
-        else:
-            dmask = batch.delta_mask
-            if dmask is None and batch.target is not None:
-                dmask = batch.target.token_step >= 0
-            tokens_rw = stepopsd_reweight(
-                tokens,
-                batch.delta,
-                lam,
-                alpha=cfg.opsd_alpha,
-                fn=cfg.opsd_weight_fn,
-                delta_mask=dmask,
-                response_mask=layout.response_mask,
-            )
-    else:
-        tokens_rw = tokens
-    if cfg.step_norm is None:
-        return tokens_rw
-    if batch.target is None:
-        raise ValueError("step_norm='equal_step_mean_abs' needs StepBatch.target (the StepOPSD target spans)")
-    if batch.target.shape != layout.shape:
-        raise ValueError(f"target spans grid {batch.target.shape} differs from the layout {layout.shape}")
-    row_traj = _row_trajectories(layout, traj_codes)
-    return equal_step_mean_abs(
-        tokens_rw,
-        batch.target,
-        valid_mask=layout.response_mask,
-        step_group=row_traj[batch.target.step_row],
-        base=tokens,
-        norm_target=cfg.step_norm_target,
-        coef_clip=cfg.step_norm_coef_clip,
-        eps=cfg.step_norm_eps,
-    )
-
-
 def shape_advantages(
     batch: StepBatch, config: ShapeConfig, *, update_index: int = 0, lam: float | None = None
 ) -> ShapedAdvantages:
@@ -327,7 +253,7 @@ def shape_advantages(
         batch: the :class:`StepBatch` (per-step arrays (N,), optional token layout and teacher gaps (B, L)).
         config: the :class:`ShapeConfig` (forbidden combinations were refused when it was built).
         update_index: completed policy updates before this one (0 at the first update). AHEAD uses it as k;
-            StepOPSD as ``global_steps = update_index + 1`` (spec §4.3, §5.4).
+            StepOPSD as ``global_steps = update_index + 1`` (docs/shapers.md §4.3, §5.4).
         lam: override the scheduled mixing weight (e.g. 0 to switch the reweighting off).
 
     Returns a :class:`ShapedAdvantages`. Raises ``ValueError`` for non-finite rewards, mismatched lengths or
@@ -345,38 +271,29 @@ def shape_advantages(
         progress=batch.progress,
     )
     tg = Groups(batch.traj_ids)
-    valid = np.ones(n, dtype=bool) if batch.valid is None else as_bool_array(batch.valid, "valid")
+    gg = Groups(batch.group_ids)
+    check_traj_in_one_group(gg, tg, batch.traj_ids)  # one rule for every base
+    # the stages see int64 codes (first-appearance order) for the ids: every stage groups by them, none re-factorises
+    coded = replace(batch, group_ids=gg.codes, traj_ids=tg.codes, rewards=rewards)
     # rewards → invalid-action penalty (R_i on every row of trajectory i, minus the row's own penalty)
-    scores = tg.sum(rewards)[tg.codes] - _penalty(config) * (~valid)
-    base, terms = _base(batch, config, scores)  # → base advantage
-    step_adv = base
-    if config.proas:  # → ProAS step multipliers
-        if batch.reasonable is None or batch.progress is None:
-            raise ValueError("proas=True needs StepBatch.reasonable and StepBatch.progress")
-        if terms is not None:
-            step_adv = proas_on_gigpo(
-                terms,
-                batch.reasonable,
-                batch.progress,
-                tg.codes,
-                step_weight=config.step_weight,
-                target=config.proas_target,
-            )
-        else:
-            step_adv = proas_shape(base, batch.reasonable, batch.progress, tg.codes)
+    scores = get("invalid_action_penalty", "reward")(coded, config, episode_scores(rewards, tg))
+    base = get(config.base, "base")(coded, config, scores)  # → base advantage
+    if not isinstance(base, BaseAdvantage):
+        base = BaseAdvantage(as_float_array(base, f"base stage {config.base!r} output", ndim=1, finite=True))
+    check_same_length(n, **{f"base stage {config.base!r} output": base.values})
+    step_adv = get("proas", "step")(coded, config, base) if config.proas else base.values  # → ProAS
     used_lam = config.mixing_lambda(update_index) if lam is None else float(check_lambda(lam))
+    terms = base.terms if isinstance(base.terms, GiGPOTerms) else None
     if batch.layout is None:
         if config.token_reweight is not None or config.step_norm is not None:
             raise ValueError("token reweighting / step normalisation need StepBatch.layout")
-        return ShapedAdvantages(None, step_adv, base, scores, used_lam, terms)
+        return ShapedAdvantages(None, step_adv, base.values, scores, used_lam, terms)
     if batch.layout.n_steps != n:
         raise ValueError(f"the token layout has {batch.layout.n_steps} steps but the batch has {n} step rows")
-    tokens = broadcast_to_tokens(step_adv, batch.layout)  # → broadcast to tokens
-    tokens = _token_stage(batch, config, tokens, used_lam, tg.codes)  # → reweighting → step normalisation
-    return ShapedAdvantages(tokens, step_adv, base, scores, used_lam, terms)
-
-
-def _penalty(config: ShapeConfig) -> float:
-    if not np.isfinite(config.invalid_penalty):
-        raise ValueError(f"invalid_penalty must be finite, got {config.invalid_penalty}")
-    return float(config.invalid_penalty)
+    tokens = get("broadcast", "broadcast")(coded, config, step_adv)  # → broadcast to tokens
+    shaped = tokens
+    if config.token_reweight is not None and used_lam > 0:  # → AHEAD or StepOPSD token reweighting
+        shaped = get(config.token_reweight, "token")(coded, config, tokens, used_lam)
+    if config.step_norm is not None:  # → StepOPSD step normalisation
+        shaped = get(config.step_norm, "step_norm")(coded, config, shaped, tokens)
+    return ShapedAdvantages(shaped, step_adv, base.values, scores, used_lam, terms)

@@ -1,6 +1,8 @@
 """DAPO's knobs in NumPy: clip-higher + dual-clip surrogate, loss aggregation, dynamic sampling, overlong shaping
-(spec §6). The torch versions the trainer differentiates through are in :mod:`stepgym.trainers.losses` and are
-tested against these.
+(docs/shapers.md §6). The torch versions the trainer differentiates through are in :mod:`stepgym.trainers.losses` and are
+tested against these. The NumPy twins carry an ``_np`` suffix (``policy_loss_np``, ``agg_loss_np``,
+``clipped_surrogate_np``) so a name says which array library it takes; the unsuffixed names here are deprecated
+aliases (the torch functions keep the plain names in :mod:`stepgym.trainers.losses`).
 
 Paper: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (arXiv 2503.14476):
 Eq. 8–10 (clip-higher with ε_low/ε_high, token-level loss, dynamic sampling constraint 0 < #correct < G), Eq. 13
@@ -18,6 +20,9 @@ Departures from verl:
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -30,10 +35,13 @@ __all__ = [
     "DAPO_CLIP_HIGH",
     "DAPO_CLIP_LOW",
     "agg_loss",
+    "agg_loss_np",
     "clipped_surrogate",
+    "clipped_surrogate_np",
     "dynamic_sampling_keep",
     "overlong_penalty",
     "policy_loss",
+    "policy_loss_np",
 ]
 
 DAPO_CLIP_LOW = 0.2  #: ε_low (run_dapo_qwen2.5_32b.sh)
@@ -49,7 +57,7 @@ AGG_MODES: tuple[str, ...] = (
 )
 
 
-def clipped_surrogate(
+def clipped_surrogate_np(
     ratio: Any,
     advantages: Any,
     *,
@@ -57,7 +65,7 @@ def clipped_surrogate(
     clip_high: float = DAPO_CLIP_HIGH,
     clip_c: float | None = 3.0,
 ) -> np.ndarray:
-    """Per-token PPO loss with clip-higher and dual clip (spec §6.1):
+    """Per-token PPO loss with clip-higher and dual clip (docs/shapers.md §6.1):
 
     ℓ = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)); for A < 0: ℓ = min(ℓ, −A·c).
 
@@ -78,7 +86,7 @@ def clipped_surrogate(
 
 
 @register("policy_loss", stage="loss")
-def policy_loss(
+def policy_loss_np(
     log_prob: Any,
     old_log_prob: Any,
     advantages: Any,
@@ -87,18 +95,18 @@ def policy_loss(
     clip_high: float = DAPO_CLIP_HIGH,
     clip_c: float | None = 3.0,
 ) -> np.ndarray:
-    """verl ``compute_policy_loss``: ρ = exp(clamp(log π − log π_old, ±20)), then :func:`clipped_surrogate`.
-    Arrays of equal shape, typically (B, L); returns the per-token loss (aggregate with :func:`agg_loss`)."""
+    """verl ``compute_policy_loss``: ρ = exp(clamp(log π − log π_old, ±20)), then :func:`clipped_surrogate_np`.
+    Arrays of equal shape, typically (B, L); returns the per-token loss (aggregate with :func:`agg_loss_np`)."""
     lp = as_float_array(log_prob, "log_prob")
     olp = as_float_array(old_log_prob, "old_log_prob")
     check_same_shape(lp.shape, old_log_prob=olp)
     ratio = np.exp(np.clip(lp - olp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    return clipped_surrogate(ratio, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    return clipped_surrogate_np(ratio, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
 
 
 @register("agg_loss", stage="loss")
-def agg_loss(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
-    """verl ``agg_loss`` (spec §6.2) over a (B, L) per-token loss and its 0/1 mask:
+def agg_loss_np(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
+    """verl ``agg_loss`` (docs/shapers.md §6.2) over a (B, L) per-token loss and its 0/1 mask:
 
     * "token-mean" (DAPO; what every token shaper here assumes): Σ m·ℓ / Σ m;
     * "seq-mean-token-mean": mean over sequences of each sequence's token mean;
@@ -127,7 +135,7 @@ def agg_loss(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
 
 @register("dynamic_sampling", stage="sampling")
 def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool = True) -> np.ndarray:
-    """DAPO dynamic sampling filter (spec §6.3): keep a group iff its metric (``acc``, ``seq_final_reward`` or
+    """DAPO dynamic sampling filter (docs/shapers.md §6.3): keep a group iff its metric (``acc``, ``seq_final_reward`` or
     ``seq_reward``) is not constant, or it has one member (verl; ``keep_singletons=False`` gives verl-agent's
     ``filter_group_data``, which drops any all-equal group).
 
@@ -146,9 +154,9 @@ def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool 
     return keep[g.codes]
 
 
-@register("overlong_penalty", stage="reward")
+@register("overlong_penalty", stage="reward_term")
 def overlong_penalty(lengths: Any, max_len: int, buffer_len: int = 4096, factor: float = 1.0) -> np.ndarray:
-    """DAPO soft overlong punishment (Eq. 13; spec §6.4): min(−(L − (L_max − L_buf))/L_buf · f, 0) per response.
+    """DAPO soft overlong punishment (Eq. 13; docs/shapers.md §6.4): min(−(L − (L_max − L_buf))/L_buf · f, 0) per response.
 
     Zero inside the budget, −f at L = L_max (e.g. L = 18432 with L_max 20480, L_buf 4096 → −0.5). Add it to the
     reward. Meant for single long responses; off for multi-turn agents (the turn cap bounds length).
@@ -159,3 +167,24 @@ def overlong_penalty(lengths: Any, max_len: int, buffer_len: int = 4096, factor:
         raise ValueError(f"need 0 < buffer_len <= max_len, got buffer_len={buffer_len}, max_len={max_len}")
     expected = max_len - buffer_len
     return np.minimum(-(n - expected) / buffer_len * factor, 0.0)
+
+
+def _deprecated(fn: Callable[..., Any], old: str) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn(
+            f"stepgym.trainers.shapers.{old} is deprecated: use {fn.__name__} (NumPy) or "
+            f"stepgym.trainers.losses.{old} (torch)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return fn(*args, **kwargs)
+
+    alias.__name__ = alias.__qualname__ = old
+    return alias
+
+
+#: Deprecated aliases (one release): the NumPy twins under the names the torch functions keep.
+clipped_surrogate = _deprecated(clipped_surrogate_np, "clipped_surrogate")
+policy_loss = _deprecated(policy_loss_np, "policy_loss")
+agg_loss = _deprecated(agg_loss_np, "agg_loss")

@@ -1,4 +1,4 @@
-"""GiGPO: episode-relative plus anchor-state-relative advantages (spec §2).
+"""GiGPO: episode-relative plus anchor-state-relative advantages (docs/shapers.md §2).
 
 Paper: Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978):
 Eq. 3 (episode advantage), Eq. 5 (discounted step return), Eq. 6 (anchor-state groups), Eq. 7 (step advantage),
@@ -11,7 +11,9 @@ be contiguous). Everything is vectorised except similarity grouping, which is in
 
 Departures from the public code:
 * the invalid-action penalty is applied *inside* (rather than by the trainer in between), with the same result:
-  the episode score of the row is ``R_i - c(1 - v)`` and its step return ``G - c(1 - v)`` (spec §2.1, §2.3, §8.4);
+  the episode score of the row is ``R_i - c(1 - v)`` and its step return ``G - c(1 - v)`` (docs/shapers.md §2.1, §2.3, §8.4),
+  both through :func:`stepgym.trainers.shapers.rewards.apply_invalid_action_penalty`; c defaults to
+  ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``; verl-agent's recipes pass 0.1);
 * constant groups give exactly 0 (float64; verl-agent computes in float32);
 * anchors that are arrays are compared with their shape (verl-agent flattens them, so a 2×3 and a 3×2 array with
   the same values would collide);
@@ -19,7 +21,7 @@ Departures from the public code:
   ``ratio()`` (ratio ≤ quick_ratio ≤ real_quick_ratio), and remembers the cluster of every text already placed in
   the episode group (clusters are only appended and compared through their fixed first member, so a repeated text
   lands where its first occurrence did): same clusters as the reference, far fewer ``ratio()`` calls;
-* ``adjust_batch``'s random duplicate padding is not reproduced (spec §2.8).
+* ``adjust_batch``'s random duplicate padding is not reproduced (docs/shapers.md §2.8).
 """
 
 from __future__ import annotations
@@ -32,13 +34,18 @@ import numpy as np
 
 from stepgym.trainers.shapers._common import (
     Groups,
-    as_bool_array,
     as_float_array,
     check_same_length,
+    check_traj_in_one_group,
     hashable,
 )
 from stepgym.trainers.shapers.grpo import Singleton, group_normalize
-from stepgym.trainers.shapers.registry import register
+from stepgym.trainers.shapers.registry import BaseAdvantage, register
+from stepgym.trainers.shapers.rewards import (
+    DEFAULT_INVALID_PENALTY,
+    apply_invalid_action_penalty,
+    episode_scores,
+)
 
 __all__ = [
     "GiGPOTerms",
@@ -67,7 +74,7 @@ class GiGPOTerms(NamedTuple):
 
 
 def step_discounted_returns(rewards: Any, traj_ids: Any, gamma: float = 0.95) -> np.ndarray:
-    """G_{i,t} = r_{i,t} + γ·G_{i,t+1}, G_{i,T+1} = 0, on the raw env rewards (Eq. 5; spec §2.3).
+    """G_{i,t} = r_{i,t} + γ·G_{i,t+1}, G_{i,T+1} = 0, on the raw env rewards (Eq. 5; docs/shapers.md §2.3).
 
     ``rewards`` (N,) per step row, ``traj_ids`` (N,); rows of a trajectory in time order. Result (N,).
     The recursion runs over the step axis of a padded (trajectories × T_max) matrix, so the arithmetic is exactly
@@ -174,26 +181,29 @@ def gigpo_terms(
     valid: Any = None,
     *,
     gamma: float = 0.95,
-    invalid_penalty: float = 0.1,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
     mode: Mode = "mean_norm",
     eps: float = 1e-6,
     similarity: bool = False,
     tau: float = 0.95,
     singleton: Singleton = "verl",
 ) -> GiGPOTerms:
-    """Both GiGPO terms per step row (spec §2.1–2.5). See :func:`gigpo_advantage` for the arguments."""
+    """Both GiGPO terms per step row (docs/shapers.md §2.1–2.5). See :func:`gigpo_advantage` for the arguments."""
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
     _check_mode(mode)
-    v = np.ones(n, dtype=bool) if valid is None else as_bool_array(valid, "valid")
-    penalty = invalid_penalty * (~v)
     tg = Groups(traj_ids)
-    scores = tg.sum(r)[tg.codes] - penalty  # R_i on every row, then the row's own penalty (§2.1)
     eg = Groups(group_ids)
-    _check_traj_in_one_group(eg, tg)
+    check_traj_in_one_group(eg, tg, traj_ids)
+    scores = apply_invalid_action_penalty(
+        episode_scores(r, tg), valid, invalid_penalty
+    )  # R_i − c(1 − v) (§2.1)
     episode = group_normalize(scores, eg, norm_by_std=(mode == "mean_std_norm"), eps=eps, singleton=singleton)
-    returns = step_discounted_returns(r, tg.codes, gamma) - penalty  # §2.3: penalty after discounting
+    # §2.3: the penalty is subtracted from the row's own return after discounting (never propagated)
+    returns = apply_invalid_action_penalty(
+        step_discounted_returns(r, tg.codes, gamma), valid, invalid_penalty
+    )
     sgc = build_step_groups(eg.codes, anchor_obs, similarity=similarity, tau=tau)
     step = step_relative_advantage(
         returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
@@ -201,20 +211,6 @@ def gigpo_terms(
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
 
-def _check_traj_in_one_group(eg: Groups, tg: Groups) -> None:
-    if len(eg) == 0:
-        return
-    lo = np.full(tg.n_groups, np.iinfo(np.int64).max)
-    hi = np.full(tg.n_groups, -1)
-    np.minimum.at(lo, tg.codes, eg.codes)
-    np.maximum.at(hi, tg.codes, eg.codes)
-    if (lo != hi).any():
-        raise ValueError(
-            "a trajectory's rows span several episode groups: every row of a traj_id needs one group_id"
-        )
-
-
-@register("gigpo", stage="base")
 def gigpo_advantage(
     rewards: Any,
     group_ids: Any,
@@ -224,14 +220,14 @@ def gigpo_advantage(
     *,
     gamma: float = 0.95,
     step_weight: float = 1.0,
-    invalid_penalty: float = 0.1,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
     mode: Mode = "mean_norm",
     eps: float = 1e-6,
     similarity: bool = False,
     tau: float = 0.95,
     singleton: Singleton = "verl",
 ) -> np.ndarray:
-    """GiGPO joint advantage per step row, ``A = A^E + w·A^S`` (Eq. 8; spec §2).
+    """GiGPO joint advantage per step row, ``A = A^E + w·A^S`` (Eq. 8; docs/shapers.md §2).
 
     Args:
         rewards: (N,) env reward r_{i,t} of each active step row (verl-agent ``non_tensor_batch['rewards']``).
@@ -240,6 +236,7 @@ def gigpo_advantage(
         valid: (N,) bool action validity, or None (all valid).
         gamma: discount of Eq. 5 (0.95 in the ALFWorld/WebShop scripts). step_weight: w of Eq. 8.
         invalid_penalty: c, subtracted from an invalid row's score and its own step return (not discounted).
+            Default ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``); verl-agent's recipes use 0.1.
         mode: "mean_norm" (WebShop scripts) or "mean_std_norm" (ALFWorld scripts), for *both* levels;
             ``norm_adv_by_std_in_grpo`` plays no role.
         eps: added to the std. similarity / tau: similarity anchor grouping (text only).
@@ -263,3 +260,24 @@ def gigpo_advantage(
         singleton=singleton,
     )
     return terms.combined(step_weight)
+
+
+@register("gigpo", stage="base", summary="GiGPO: A^E + w·A^S per step row (docs/shapers.md §2).")
+def _gigpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    if batch.anchor_obs is None:
+        raise ValueError("base='gigpo' needs StepBatch.anchor_obs")
+    terms = gigpo_terms(
+        batch.rewards,
+        batch.group_ids,
+        batch.traj_ids,
+        batch.anchor_obs,
+        batch.valid,
+        gamma=config.gamma,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.gigpo_mode,
+        eps=config.eps,
+        similarity=config.similarity,
+        tau=config.similarity_tau,
+        singleton=config.singleton,
+    )
+    return BaseAdvantage(terms.combined(config.step_weight), terms)

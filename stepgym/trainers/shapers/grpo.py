@@ -1,16 +1,16 @@
-"""GRPO and Dr.GRPO outcome advantages (spec §1), on trajectory rows or multi-turn step rows.
+"""GRPO and Dr.GRPO outcome advantages (docs/shapers.md §1), on trajectory rows or multi-turn step rows.
 
 Source: verl ``core_algos.py::compute_grpo_outcome_advantage`` (GRPO: DeepSeekMath, Shao et al. 2024, Eq. in
 §4.1.2 "outcome supervision"; Dr.GRPO: Liu et al. 2025, which drops the std division), and verl-agent's multi-turn
-variant with ``traj_index`` / ``compute_mean_std_cross_steps``. Also the invalid-action penalty of verl-agent's
-``apply_invalid_action_penalty`` (spec §1.2, §2.1), which is stage "reward" of the §0 pipeline.
+variant with ``traj_index`` / ``compute_mean_std_cross_steps``. The row scores it normalises (episode return minus
+the invalid-action penalty) are stage "reward", in :mod:`stepgym.trainers.shapers.rewards` (re-exported here).
 
 Departures from the public code, all documented in docs/shapers.md:
 * float64 NumPy instead of float32 torch;
 * a group whose members are all equal gets advantage *exactly* 0 (verl's float32 mean can leave ~1e-8 noise
   that the 1e-6 epsilon then amplifies);
-* ``singleton="zero"`` is offered besides verl's ``r/(1+ε)`` for a group of one (spec §8.1);
-* a non-finite score is a ``ValueError`` (verl would silently give the whole group NaN; spec §0).
+* ``singleton="zero"`` is offered besides verl's ``r/(1+ε)`` for a group of one (docs/shapers.md §8.1);
+* a non-finite score is a ``ValueError`` (verl would silently give the whole group NaN; docs/shapers.md §0).
 """
 
 from __future__ import annotations
@@ -19,8 +19,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
-from stepgym.trainers.shapers.registry import register
+from stepgym.trainers.shapers._common import (
+    Groups,
+    as_float_array,
+    check_same_length,
+    check_traj_in_one_group,
+)
+from stepgym.trainers.shapers.registry import BaseAdvantage, register
+from stepgym.trainers.shapers.rewards import apply_invalid_action_penalty, episode_scores
 
 __all__ = [
     "apply_invalid_action_penalty",
@@ -68,29 +74,6 @@ def group_normalize(
     return adv
 
 
-def apply_invalid_action_penalty(scores: Any, valid: Any, coef: float = 0.1) -> np.ndarray:
-    """verl-agent ``apply_invalid_action_penalty``: ``s - c·(1 - v)`` per step row (spec §1.2, §2.1).
-
-    ``scores`` (N,) float, ``valid`` (N,) bool. The penalty is neither discounted nor propagated (spec §8.4).
-    """
-    s = as_float_array(scores, "scores", ndim=1, finite=True)
-    v = as_bool_array(valid, "valid")
-    check_same_length(len(s), valid=v)
-    if not np.isfinite(coef):
-        raise ValueError(f"invalid-action penalty coefficient must be finite, got {coef}")
-    return s - coef * (~v)
-
-
-def episode_scores(rewards: Any, traj_ids: Any) -> np.ndarray:
-    """R_i = Σ_t r_{i,t} (undiscounted) written on every step row of trajectory i (verl-agent
-    ``EpisodeRewardManager``, spec §2.1). ``rewards`` (N,) per step row; result (N,)."""
-    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
-    check_same_length(len(r), traj_ids=traj_ids)
-    tg = Groups(traj_ids)
-    return tg.sum(r)[tg.codes]
-
-
-@register("grpo", stage="base")
 def grpo_advantage(
     scores: Any,
     group_ids: Any,
@@ -101,14 +84,15 @@ def grpo_advantage(
     eps: float = 1e-6,
     singleton: Singleton = "verl",
 ) -> np.ndarray:
-    """GRPO outcome advantage per row (spec §1.1, §1.2; verl ``compute_grpo_outcome_advantage``).
+    """GRPO outcome advantage per row (docs/shapers.md §1.1, §1.2; verl ``compute_grpo_outcome_advantage``).
 
     Args:
         scores: (N,) float, the row's scalar score: the trajectory's outcome reward (sum of its token rewards),
             minus the invalid-action penalty for step rows (:func:`apply_invalid_action_penalty`).
         group_ids: (N,) hashable, the GRPO group (task / prompt uid) of each row.
         traj_ids: (N,) hashable or None. None: every row is one trajectory (Search-R1 layout). Given: rows are
-            steps (verl-agent layout) and ``cross_steps`` decides the statistics.
+            steps (verl-agent layout) and ``cross_steps`` decides the statistics; an id whose rows carry several
+            group ids is refused (``ValueError``), as for every base.
         cross_steps: True (verl-agent default): μ, σ over *all step rows* of the group, so a trajectory counts
             once per step. False: over the first row seen of each trajectory.
         norm_by_std: True = GRPO ``(s - μ)/(σ + ε)``; False = Dr.GRPO ``s - μ``.
@@ -123,8 +107,10 @@ def grpo_advantage(
     check_same_length(len(s), group_ids=group_ids, traj_ids=traj_ids)
     groups = Groups(group_ids)
     stats_rows = None
-    if traj_ids is not None and not cross_steps:
-        traj = Groups(traj_ids)
+    traj = None if traj_ids is None else Groups(traj_ids)
+    if traj is not None:
+        check_traj_in_one_group(groups, traj, traj_ids)
+    if traj is not None and not cross_steps:
         pair = groups.codes * max(traj.n_groups, 1) + traj.codes
         _, first = np.unique(pair, return_index=True)  # first row seen of each (group, trajectory)
         stats_rows = np.sort(first)
@@ -133,7 +119,6 @@ def grpo_advantage(
     )
 
 
-@register("drgrpo", stage="base")
 def drgrpo_advantage(
     scores: Any,
     group_ids: Any,
@@ -149,11 +134,28 @@ def drgrpo_advantage(
     )
 
 
-register("dapo", stage="base", summary="DAPO's advantage is GRPO's (spec §3.4, §6): the alias of 'grpo'.")(
-    grpo_advantage
-)
+@register("grpo", stage="base", summary="GRPO: (s - μ_g)/(σ_g + ε) per row (docs/shapers.md §1).")
+def _grpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    return BaseAdvantage(_grouped(batch, config, scores, norm_by_std=True))
+
+
+@register("drgrpo", stage="base", summary="Dr.GRPO: s - μ_g per row, no std division (docs/shapers.md §1.1).")
+def _drgrpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    return BaseAdvantage(_grouped(batch, config, scores, norm_by_std=False))
+
+
 register(
-    "invalid_action_penalty",
-    stage="reward",
-    summary="s - c·(1 - valid) per step row (verl-agent, spec §1.2).",
-)(apply_invalid_action_penalty)
+    "dapo", stage="base", summary="DAPO's advantage is GRPO's (docs/shapers.md §3.4, §6): alias of 'grpo'."
+)(_grpo_stage)
+
+
+def _grouped(batch: Any, config: Any, scores: np.ndarray, *, norm_by_std: bool) -> np.ndarray:
+    return grpo_advantage(
+        scores,
+        batch.group_ids,
+        traj_ids=batch.traj_ids,
+        cross_steps=config.cross_steps,
+        norm_by_std=norm_by_std,
+        eps=config.eps,
+        singleton=config.singleton,
+    )

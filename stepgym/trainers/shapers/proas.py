@@ -1,7 +1,7 @@
-"""ProAS: progress-aware advantage shaping with MUI and APR (spec §3).
+"""ProAS: progress-aware advantage shaping with MUI and APR (docs/shapers.md §3).
 
 Paper: "ProAS: A Progress-Aware Advantage Shaping Framework for Multi-Turn Agentic Reinforcement Learning"
-(seed ``papers/001_…``), Eq. 7. No public code exists; the labels Rea_t and PA_t come from the Agentic Reference
+(no arXiv id known; docs/shapers.md "Sources"), Eq. 7. No public code exists; the labels Rea_t and PA_t come from the Agentic Reference
 Graph (``stepgym.wrappers``), Future-Drift from :func:`stepgym.labels.future_drift` (one definition, shared with the
 wrappers).
 
@@ -10,7 +10,7 @@ Eq. 7, per trajectory i with base advantage A_i:
 * A_i < 0 (APR, "advance progress redistribution"): Â_t = A_i · D_t / D̄, D̄ = mean_t D_t, so Σ_t Â_t = T·A_i;
 * A_i = 0: unchanged.
 
-Resolutions (spec §8): Rea := Rea ∨ PA is enforced (§8.7); D̄ = 0 falls back to the uniform A_i (§8.6); when the
+Resolutions (docs/shapers.md §8): Rea := Rea ∨ PA is enforced (§8.7); D̄ = 0 falls back to the uniform A_i (§8.6); when the
 base varies inside a trajectory (verl-agent rows differ by the invalid penalty, GiGPO's per-step terms) the branch is
 taken per step on that step's own sign (§8.11), so mean preservation is exact only for a constant base; on GiGPO the
 episode term only is shaped by default (``target="episode"``, §8.5).
@@ -25,7 +25,7 @@ import numpy as np
 from stepgym.labels import future_drift
 from stepgym.trainers.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
 from stepgym.trainers.shapers.gigpo import GiGPOTerms
-from stepgym.trainers.shapers.registry import register
+from stepgym.trainers.shapers.registry import BaseAdvantage, register
 
 __all__ = ["proas_multipliers", "proas_on_gigpo", "proas_shape", "proas_trajectory"]
 
@@ -62,9 +62,8 @@ def proas_multipliers(advantages: Any, reasonable: Any, progress: Any, traj_ids:
     return m
 
 
-@register("proas", stage="step")
 def proas_shape(advantages: Any, reasonable: Any, progress: Any, traj_ids: Any = None) -> np.ndarray:
-    """ProAS Eq. 7 on a GRPO or DAPO base (spec §3.3, §3.4): Â_{i,t} = m_t · A_{i,t} per step row.
+    """ProAS Eq. 7 on a GRPO or DAPO base (docs/shapers.md §3.3, §3.4): Â_{i,t} = m_t · A_{i,t} per step row.
 
     Shapes as :func:`proas_multipliers`: (N,) in, (N,) out. For a constant A_i < 0 over a trajectory:
     mean_t Â = A_i, Â ≤ 0, |Â| non-increasing in t. For A_i > 0: Â = A_i where Rea ∨ PA, else 0.
@@ -81,7 +80,6 @@ def proas_trajectory(advantage: float, reasonable: Any, progress: Any) -> np.nda
     return proas_shape(np.full(t, float(advantage)), reasonable, progress)
 
 
-@register("proas_gigpo", stage="step")
 def proas_on_gigpo(
     terms: GiGPOTerms,
     reasonable: Any,
@@ -91,7 +89,7 @@ def proas_on_gigpo(
     step_weight: float = 1.0,
     target: Literal["episode", "combined"] = "episode",
 ) -> np.ndarray:
-    """ProAS on GiGPO (spec §3.4, §8.5), per step row.
+    """ProAS on GiGPO (docs/shapers.md §3.4, §8.5), per step row.
 
     ``target="episode"`` (default): Â = m(A^E)·A^E + w·A^S — the episode term is shaped with its own per-step
     sign, the anchor-state term is added unchanged. ``target="combined"``: Â = m(A)·A with A = A^E + w·A^S and the
@@ -103,3 +101,30 @@ def proas_on_gigpo(
     if target == "combined":
         return proas_shape(terms.combined(step_weight), reasonable, progress, traj_ids)
     raise ValueError(f"target must be 'episode' or 'combined', got {target!r}")
+
+
+@register(
+    "proas", stage="step", summary="ProAS Eq. 7 (MUI/APR) on the base; on GiGPO's terms when it has them."
+)
+def _proas_stage(batch: Any, config: Any, base: BaseAdvantage) -> np.ndarray:
+    rea, pa = _labels(batch)
+    if isinstance(base.terms, GiGPOTerms):
+        return proas_on_gigpo(
+            base.terms, rea, pa, batch.traj_ids, step_weight=config.step_weight, target=config.proas_target
+        )
+    return proas_shape(base.values, rea, pa, batch.traj_ids)
+
+
+@register(
+    "proas_gigpo", stage="step", summary="ProAS on GiGPO's separate terms (docs/shapers.md §3.4, §8.5)."
+)
+def _proas_gigpo_stage(batch: Any, config: Any, base: BaseAdvantage) -> np.ndarray:
+    if not isinstance(base.terms, GiGPOTerms):
+        raise ValueError("the 'proas_gigpo' step stage needs base='gigpo'")
+    return _proas_stage(batch, config, base)
+
+
+def _labels(batch: Any) -> tuple[Any, Any]:
+    if batch.reasonable is None or batch.progress is None:
+        raise ValueError("proas=True needs StepBatch.reasonable and StepBatch.progress")
+    return batch.reasonable, batch.progress

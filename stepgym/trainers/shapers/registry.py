@@ -1,29 +1,92 @@
-"""Shapers registered by name, the way verl registers its advantage estimators.
+"""The shaper registry: the pipeline of docs/shapers.md §0 looks every stage up here by name.
 
-A registry entry is the pure function itself plus the pipeline *stage* it belongs to (see
-:mod:`stepgym.trainers.shapers.compose` for the order). Other trainers can look a shaper up by the name used in a
-config file (``get("gigpo")``) without importing its module by path. Registration happens when
-``stepgym.trainers.shapers`` is imported; third parties may register their own functions under new names.
+Like verl's advantage-estimator registry, each *stage* has one call signature, so any function registered for a
+stage can replace the built-in one: :func:`stepgym.trainers.shapers.shape_advantages` runs
+
+    reward ("invalid_action_penalty") → base (``ShapeConfig.base``) → step ("proas" when ``ShapeConfig.proas``)
+    → broadcast ("broadcast") → token (``ShapeConfig.token_reweight``, scheduled by its entry's ``schedule``)
+    → step_norm (``ShapeConfig.step_norm``)
+
+and ``ShapeConfig`` accepts any name registered for the stage of its field. Stage signatures (``batch`` is the
+:class:`~stepgym.trainers.shapers.StepBatch` with its group and trajectory ids already factorised to int64 codes,
+``config`` the :class:`~stepgym.trainers.shapers.ShapeConfig`; arrays are float64):
+
+=========== ======================================================= =====================================
+stage       call                                                    returns
+=========== ======================================================= =====================================
+reward      ``fn(batch, config, scores)``                           row scores (N,)
+base        ``fn(batch, config, scores)``                           :class:`BaseAdvantage` or (N,) array
+step        ``fn(batch, config, base)``  (``base``: BaseAdvantage)  per-step advantages (N,)
+broadcast   ``fn(batch, config, step_values)``                      token advantages (B, L)
+token       ``fn(batch, config, tokens, lam)``  (run when λ > 0)    reweighted tokens (B, L)
+step_norm   ``fn(batch, config, shaped, tokens)``                   normalised tokens (B, L)
+schedule    ``fn(config, update_index)``                            λ for the next update
+=========== ======================================================= =====================================
+
+Three more stages hold functions a *trainer* calls itself, outside the pipeline, with their own arguments:
+``sampling`` (DAPO's dynamic-sampling filter), ``reward_term`` (DAPO's overlong punishment, added to the env
+reward) and ``loss`` (the NumPy policy loss and aggregation). The maths of each built-in lives in its method's
+module as a plain function (``grpo_advantage``, ``ahead_reweight``, ...); what is registered is a short adapter
+from the stage signature to that function.
+
+A third party registers a stage from its own module and names it in the config (``stepgym train
+--shaper-module my_shapers --shaper.base my_base``; see docs/shapers.md "Registering your own shaper")::
+
+    from stepgym.trainers.shapers import BaseAdvantage, register, grpo_advantage
+
+    @register("my_base", stage="base")
+    def my_base(batch, config, scores):
+        return BaseAdvantage(grpo_advantage(scores, batch.group_ids, traj_ids=batch.traj_ids))
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["STAGES", "ShaperEntry", "available", "get", "register"]
+import numpy as np
 
-#: Pipeline stages in the §0 order (``sampling`` happens before shaping, ``loss`` after it).
-STAGES = ("sampling", "reward", "base", "step", "token", "step_norm", "loss", "schedule")
+__all__ = [
+    "PIPELINE_STAGES",
+    "STAGES",
+    "BaseAdvantage",
+    "ShaperEntry",
+    "available",
+    "get",
+    "load_shaper_modules",
+    "register",
+]
+
+#: Stages the pipeline composes, in the order of docs/shapers.md §0.
+PIPELINE_STAGES = ("reward", "base", "step", "broadcast", "token", "step_norm", "schedule")
+#: Every stage: the pipeline's plus those a trainer calls itself (sampling, reward terms, loss).
+STAGES = ("sampling", "reward_term", *PIPELINE_STAGES, "loss")
+
+
+@dataclass(frozen=True)
+class BaseAdvantage:
+    """What a ``base`` stage returns: per-step values (N,) and, optionally, the method's separate terms (GiGPO's
+    :class:`~stepgym.trainers.shapers.GiGPOTerms`, which the ProAS step stage shapes term by term)."""
+
+    values: np.ndarray
+    terms: Any = None
 
 
 @dataclass(frozen=True)
 class ShaperEntry:
+    """One registered function: call the entry like the function. ``schedule`` (token stages) names the
+    ``schedule`` entry that gives its mixing weight λ; a token stage without one runs with λ = 1."""
+
     name: str
     fn: Callable[..., Any]
     stage: str
     summary: str
+    schedule: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -33,11 +96,19 @@ _REGISTRY: dict[str, ShaperEntry] = {}
 
 
 def register(
-    name: str, *, stage: str, summary: str = "", overwrite: bool = False
+    name: str,
+    *,
+    stage: str,
+    summary: str = "",
+    schedule: str | None = None,
+    overwrite: bool = False,
 ) -> Callable[[Callable], Callable]:
-    """Decorator: register ``fn`` under ``name`` for ``stage``. Re-registering a name needs ``overwrite=True``."""
+    """Decorator: register ``fn`` under ``name`` for ``stage`` (see the module docstring for each stage's
+    signature). Names are unique across stages; re-registering a name needs ``overwrite=True``."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+    if schedule is not None and stage != "token":
+        raise ValueError("only token stages take a schedule")
 
     def deco(fn: Callable) -> Callable:
         if name in _REGISTRY and not overwrite and _REGISTRY[name].fn is not fn:
@@ -45,20 +116,75 @@ def register(
                 f"a shaper named {name!r} is already registered ({_REGISTRY[name].fn.__module__})"
             )
         doc = summary or (fn.__doc__ or "").strip().split("\n", 1)[0]
-        _REGISTRY[name] = ShaperEntry(name=name, fn=fn, stage=stage, summary=doc)
+        _REGISTRY[name] = ShaperEntry(name=name, fn=fn, stage=stage, summary=doc, schedule=schedule)
         return fn
 
     return deco
 
 
-def get(name: str) -> ShaperEntry:
-    """The entry registered under ``name`` (call it like the function)."""
+def get(name: str, stage: str | None = None) -> ShaperEntry:
+    """The entry registered under ``name`` (call it like the function); with ``stage``, it must belong to it."""
     try:
-        return _REGISTRY[name]
+        entry = _REGISTRY[name]
     except KeyError:
         raise KeyError(f"no shaper named {name!r}; registered: {sorted(_REGISTRY)}") from None
+    if stage is not None and entry.stage != stage:
+        raise KeyError(
+            f"{name!r} is a {entry.stage!r} stage, not {stage!r}; {stage} stages: {available(stage)}"
+        )
+    return entry
 
 
 def available(stage: str | None = None) -> list[str]:
     """Registered names, optionally only those of one stage."""
     return sorted(n for n, e in _REGISTRY.items() if stage is None or e.stage == stage)
+
+
+def check_name(stage: str, name: str, field: str) -> None:
+    """``ValueError`` naming the registered choices when a config field names no ``stage`` entry."""
+    entry = _REGISTRY.get(name)
+    if entry is None or entry.stage != stage:
+        raise ValueError(
+            f"{field} must name a registered {stage!r} stage ({', '.join(available(stage))}), got {name!r}. "
+            "A shaper of your own must be registered before the config is built: import its module first "
+            "(stepgym train --shaper-module MODULE_OR_FILE)"
+        )
+
+
+def load_shaper_modules(specs: Iterable[str]) -> list[Any]:
+    """Import each module that registers shapers: a dotted module name on ``sys.path`` or a ``.py`` file path.
+
+    Used by ``stepgym train/eval --shaper-module``; a file is imported under the name ``stepgym_user_<stem>``
+    (once per process). Raises :class:`stepgym.errors.StepGymError` naming what could not be imported.
+    """
+    from stepgym.errors import StepGymError
+
+    mods = []
+    for spec in specs:
+        path = Path(spec)
+        try:
+            if spec.endswith(".py") or path.is_file():
+                if not path.is_file():
+                    raise FileNotFoundError(f"no such file: {path}")
+                modname = f"stepgym_user_{path.stem}"
+                if modname in sys.modules:
+                    mods.append(sys.modules[modname])
+                    continue
+                loader = importlib.util.spec_from_file_location(modname, path)
+                assert loader is not None and loader.loader is not None
+                mod = importlib.util.module_from_spec(loader)
+                sys.modules[modname] = mod
+                try:
+                    loader.loader.exec_module(mod)
+                except BaseException:
+                    del sys.modules[modname]
+                    raise
+            else:
+                mod = importlib.import_module(spec)
+        except (ImportError, FileNotFoundError, SyntaxError) as exc:
+            raise StepGymError(
+                f"--shaper-module {spec!r} could not be imported ({type(exc).__name__}: {exc}). Pass a module "
+                "name importable from the current environment (PYTHONPATH) or the path of a .py file."
+            ) from exc
+        mods.append(mod)
+    return mods

@@ -1,17 +1,20 @@
-"""StepOPSD: hindsight-teacher token weights, λ_mix schedule and the ``equal_step_mean_abs`` step budget (spec §5).
+"""StepOPSD: hindsight-teacher token weights, λ_mix schedule and the ``equal_step_mean_abs`` step budget (docs/shapers.md §5).
 
-Paper: "StepOPSD" (``papers/002_…``): Eq. 3 (w_raw = 2σ(sign(A)Δ), w = Π_[1−α, 1+α](w_raw)), Eq. 4
+Paper: Zhang, Lin and Wu 2026, "StepOPSD: Step-Aware Online Preference Distillation for Agent Reinforcement
+Learning" (arXiv 2605.27140): Eq. 3 (w_raw = 2σ(sign(A)Δ), w = Π_[1−α, 1+α](w_raw)), Eq. 4
 (Ã = (1 − λ)A + λwA), §3.2 (equal_step_mean_abs; λ_mix 0.2 decaying linearly over 50 steps; α_clip 0.2).
 Public code: ``yanfei-zhang-95/OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/ppo/ray_trainer.py`` (module
 ``compute_advantage``; ``RayPPOTrainer.fit`` for the schedule). Text segmentation and the hindsight block are in
-:mod:`stepgym.trainers.shapers.stepopsd_text`.
+:mod:`stepgym.trainers.shapers.stepopsd_text`; the first successful peer is :mod:`stepgym.group`'s rule. Eq. 4's
+mixing Ψ = 1 + λ(w − 1) is AHEAD's (:func:`stepgym.trainers.shapers.ahead.reweight_tokens`, written once for
+both); Eq. 3's weight, the λ_mix schedule, the span gaps (:func:`opsd_span_gaps`) and the step budget are here.
 
-Departures / resolutions (spec §5, §8.19–26):
+Departures / resolutions (docs/shapers.md §5, §8.19–26):
 * ``equal_step_mean_abs`` is *active* when configured (in the public snapshot a meta_info bug leaves it off);
 * the normalisation unit is the trajectory (all target spans of its row — or, for one-row-per-step layouts, of all
   its rows), with ``target="shaped"`` (the code: mean |Ã|) or ``"modification"`` (the paper's wording: mean |Ã − A|);
 * tokens valid for the step means are the *trained* tokens; the code uses the attention mask, which also counts
-  observation text that the clean-span quirk merges into a step (spec §5.1). Pass ``valid_mask`` for parity;
+  observation text that the clean-span quirk merges into a step (docs/shapers.md §5.1). Pass ``valid_mask`` for parity;
 * Ψ = 1 + λ(w − 1) (exact where w = 1, so tokens outside spans keep A bit-for-bit); NaN Δ → w = 1; ±inf Δ → 1 ± α;
   no ±20 clamp before the sigmoid/exp (it changes nothing after the clip; the overflow warning is silenced instead);
 * with a ``delta_mask`` only the masked tokens are computed (a copy plus a gather/scatter), so span-restricted
@@ -33,14 +36,14 @@ from stepgym.trainers.shapers._common import (
     check_same_shape,
     linear_decay,
     quiet,
-    reweight_tokens,
-    signed_delta,
 )
+from stepgym.trainers.shapers.ahead import reweight_tokens, signed_delta
 from stepgym.trainers.shapers.registry import register
 from stepgym.trainers.shapers.tokens import TokenLayout
 
 __all__ = [
     "equal_step_mean_abs",
+    "opsd_span_gaps",
     "scatter_span_deltas",
     "stepopsd_lambda",
     "stepopsd_reweight",
@@ -50,9 +53,8 @@ __all__ = [
 WeightFn = Literal["sigmoid", "exp"]
 
 
-@register("stepopsd_lambda", stage="schedule")
 def stepopsd_lambda(global_step: int, lam0: float = 0.2, decay_steps: int = 50) -> float:
-    """λ_mix = λ_0·max(0, 1 − k/D) with k = verl's ``global_steps``, **1 at the first training step** (spec §5.4).
+    """λ_mix = λ_0·max(0, 1 − k/D) with k = verl's ``global_steps``, **1 at the first training step** (docs/shapers.md §5.4).
 
     λ(1) = 0.196 and λ(50) = 0 for the defaults; ``decay_steps <= 0`` keeps λ_0. (A trainer counting completed
     updates from 0 passes ``update_index + 1``.)
@@ -98,7 +100,6 @@ def stepopsd_weights(
     return w
 
 
-@register("stepopsd", stage="token")
 def stepopsd_reweight(
     advantages: Any,
     delta: Any,
@@ -109,7 +110,7 @@ def stepopsd_reweight(
     delta_mask: Any = None,
     response_mask: Any = None,
 ) -> np.ndarray:
-    """StepOPSD's shaped token advantages, Eq. 4: Ã = [(1 − λ)A + λ·w·A] · response_mask (spec §5.3).
+    """StepOPSD's shaped token advantages, Eq. 4: Ã = [(1 − λ)A + λ·w·A] · response_mask (docs/shapers.md §5.3).
 
     Args:
         advantages: (B, L) base token advantages (GRPO/GiGPO broadcast, possibly ProAS-shaped); finite.
@@ -135,7 +136,7 @@ def scatter_span_deltas(
     deltas: Sequence[Sequence[Any]],
     shape: tuple[int, int],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Write each target span's scored gaps onto the token grid (spec §5.2).
+    """Write each target span's scored gaps onto the token grid (docs/shapers.md §5.2).
 
     ``spans[b]`` are row b's target spans as half-open ``(start, stop)``; ``deltas[b][k]`` the 1-D gap of span k
     (teacher minus student log-probs of its tokens). Only the first n = min(len(delta), stop − start) tokens get a
@@ -159,6 +160,35 @@ def scatter_span_deltas(
             delta[b, s : s + n] = d[:n]
             mask[b, s : s + n] = True
     return delta, mask
+
+
+def opsd_span_gaps(
+    spans: Sequence[Sequence[tuple[int, int]]],
+    scored: dict[int, tuple[int, Any]],
+    student_logprobs: Sequence[Any],
+    shape: tuple[int, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Δ = teacher − student log-prob on each row's target span (paper §3.1), on the (B, L) response grid.
+
+    ``spans[b]``: row b's target span(s) (``[]`` for a row without one); ``scored[b] = (start, teacher_logprobs)``
+    for the rows the teacher scored (the span's tokens from ``start``); ``student_logprobs[b]`` the row's
+    θ_old log-probs over its whole response. A row with a span but no teacher score gets Δ = 0 on it (weight 1).
+    Returns ``(delta, mask)`` as :func:`scatter_span_deltas`.
+    """
+    per_row = []
+    for b, sp in enumerate(spans):
+        if not sp:
+            per_row.append([])
+            continue
+        if b in scored:
+            start, t_lp = scored[b]
+            t_lp = np.asarray(t_lp, dtype=np.float64)
+            per_row.append(
+                [t_lp - np.asarray(student_logprobs[b], dtype=np.float64)[start : start + len(t_lp)]]
+            )
+        else:
+            per_row.append([np.zeros(sp[0][1] - sp[0][0])])
+    return scatter_span_deltas(spans, per_row, shape)
 
 
 def _step_units(target: TokenLayout | np.ndarray, step_group: Any) -> tuple[np.ndarray, int, Groups]:
@@ -188,7 +218,6 @@ def _step_units(target: TokenLayout | np.ndarray, step_group: Any) -> tuple[np.n
     return ts, k, Groups(np.asarray(unit) if isinstance(unit, np.ndarray) else unit)
 
 
-@register("equal_step_mean_abs", stage="step_norm")
 def equal_step_mean_abs(
     shaped: Any,
     target: TokenLayout | Any,
@@ -200,7 +229,7 @@ def equal_step_mean_abs(
     coef_clip: float = 2.0,
     eps: float = 1e-6,
 ) -> np.ndarray:
-    """StepOPSD's per-step budget normalisation ``equal_step_mean_abs`` (paper §3.2; spec §5.5).
+    """StepOPSD's per-step budget normalisation ``equal_step_mean_abs`` (paper §3.2; docs/shapers.md §5.5).
 
     For each trajectory: m_k = mean over the valid tokens of target span k of |Ã| (``norm_target="shaped"``, the
     code) or |Ã − A| (``"modification"``, the paper's "modification budget"); spans without a valid token are
@@ -262,3 +291,67 @@ def equal_step_mean_abs(
         new *= keep.reshape(-1)[nz]
     out.reshape(-1)[nz] = new
     return out
+
+
+@register("stepopsd_lambda", stage="schedule", summary="λ_mix = λ_0·max(0, 1 − g/D), g = update_index + 1.")
+def _stepopsd_schedule(config: Any, update_index: int) -> float:
+    return stepopsd_lambda(update_index + 1, config.opsd_lambda0, config.opsd_decay_steps)
+
+
+@register(
+    "stepopsd", stage="token", schedule="stepopsd_lambda", summary="StepOPSD Eq. 4: Ã = A·[1 + λ(w − 1)]."
+)
+def _stepopsd_stage(batch: Any, config: Any, tokens: np.ndarray, lam: float) -> np.ndarray:
+    if batch.delta is None:
+        raise ValueError(f"token_reweight='stepopsd' with λ = {lam} needs StepBatch.delta")
+    dmask = batch.delta_mask
+    if dmask is None and batch.target is not None:
+        dmask = batch.target.token_step >= 0
+    return stepopsd_reweight(
+        tokens,
+        batch.delta,
+        lam,
+        alpha=config.opsd_alpha,
+        fn=config.opsd_weight_fn,
+        delta_mask=dmask,
+        response_mask=batch.layout.response_mask,
+    )
+
+
+@register(
+    "equal_step_mean_abs", stage="step_norm", summary="StepOPSD's equal per-step budget, per trajectory."
+)
+def _step_norm_stage(batch: Any, config: Any, shaped: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    layout = batch.layout
+    if batch.target is None:
+        raise ValueError("step_norm='equal_step_mean_abs' needs StepBatch.target (the StepOPSD target spans)")
+    if batch.target.shape != layout.shape:
+        raise ValueError(f"target spans grid {batch.target.shape} differs from the layout {layout.shape}")
+    row_traj = _row_trajectories(layout, np.asarray(batch.traj_ids))
+    return equal_step_mean_abs(
+        shaped,
+        batch.target,
+        valid_mask=layout.response_mask,
+        step_group=row_traj[batch.target.step_row],
+        base=tokens,
+        norm_target=config.step_norm_target,
+        coef_clip=config.step_norm_coef_clip,
+        eps=config.step_norm_eps,
+    )
+
+
+def _row_trajectories(layout: TokenLayout, traj_codes: np.ndarray) -> np.ndarray:
+    """Trajectory code of each layout row (-1 - row for rows without steps); a row may not hold two trajectories.
+    This makes the normalisation unit the trajectory in both storage layouts (docs/shapers.md §5.5)."""
+    n_rows = layout.shape[0]
+    lo = np.full(n_rows, np.iinfo(np.int64).max)
+    hi = np.full(n_rows, -1, dtype=np.int64)
+    np.minimum.at(lo, layout.step_row, traj_codes)
+    np.maximum.at(hi, layout.step_row, traj_codes)
+    has = hi >= 0
+    if (lo[has] != hi[has]).any():
+        bad = np.flatnonzero(has & (lo != hi))[:5].tolist()
+        raise ValueError(
+            f"layout rows {bad} hold steps of several trajectories; a row belongs to one trajectory"
+        )
+    return np.where(has, hi, -1 - np.arange(n_rows))

@@ -1,5 +1,5 @@
-"""StepOPSD's text side: step segmentation and target spans (spec §5.1), peer selection and the hindsight block
-(spec §5.6). Tokenizer-agnostic: a callback counts the tokens of a text prefix.
+"""StepOPSD's text side: step segmentation and target spans (docs/shapers.md §5.1), peer selection and the hindsight block
+(docs/shapers.md §5.6). Tokenizer-agnostic: a callback counts the tokens of a text prefix.
 
 Source: ``OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/main_ppo.py``: ``RewardManager``'s
 ``_find_invalid_feedback_spans``, ``_advance_past_invalid_feedback``, ``_find_next_observation_span``,
@@ -8,7 +8,7 @@ Source: ``OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/main_ppo.py``: ``
 included (an invalid turn before a valid action is merged into that step's clean span, feedback text and all; a
 turn without a valid action is never a step; token boundaries are approximated by re-tokenising prefixes).
 
-ALFWorld has no public StepOPSD code: the resolution is structural (spec §5.1, §8.25) — one step per generated turn
+ALFWorld has no public StepOPSD code: the resolution is structural (docs/shapers.md §5.1, §8.25) — one step per generated turn
 (one row per step), the action span is the row's ``<action>…</action>`` match with its tags, the clean span is the
 whole generated response. See :func:`structural_target_span`.
 
@@ -130,7 +130,7 @@ def _next_observation(
 
 
 def extract_response_steps(text: str) -> list[ResponseStep]:
-    """Segment a decoded Search-R1 multi-turn response into action-anchored steps (spec §5.1 steps 1–4).
+    """Segment a decoded Search-R1 multi-turn response into action-anchored steps (docs/shapers.md §5.1 steps 1–4).
 
     Actions are complete ``<search>``/``<answer>`` matches not starting inside an invalid-feedback span. Step k
     starts at the cursor (after whitespace and feedback spans) and its clean span ends at the first observation
@@ -182,7 +182,7 @@ def _cached(count_tokens: CountTokens, text: str) -> Callable[[int], int]:
 def char_span_to_token_span(
     text: str, char_start: int, char_end: int, count_tokens: CountTokens, n_valid: int
 ) -> tuple[int, int] | None:
-    """Approximate token range of ``text[char_start:char_end]`` by re-tokenising prefixes (spec §5.1 step 6):
+    """Approximate token range of ``text[char_start:char_end]`` by re-tokenising prefixes (docs/shapers.md §5.1 step 6):
     start = |tok(text[:start])|, last = |tok(text[:end])| − 1, both clamped into [0, n_valid − 1]. Returns the
     half-open ``(start, last + 1)``, or None when empty (last < start, or ``n_valid == 0``)."""
     if n_valid <= 0:
@@ -195,7 +195,7 @@ def char_span_to_token_span(
 def target_token_spans(
     text: str, mode: SpanMode, count_tokens: CountTokens, n_valid: int
 ) -> list[TargetSpan]:
-    """The StepOPSD target spans of one decoded response, in tokens (spec §5.1 step 5–6; ``RewardManager.__call__``).
+    """The StepOPSD target spans of one decoded response, in tokens (docs/shapers.md §5.1 step 5–6; ``RewardManager.__call__``).
 
     Args:
         text: the response decoded with ``skip_special_tokens=True`` (observations included, as generated).
@@ -244,7 +244,7 @@ def structural_target_span(
     tag: str = "action",
     which: Literal["first", "last"] = "first",
 ) -> tuple[int, int] | None:
-    """Target span of one *step row* (one generated turn; ALFWorld, spec §5.1 last paragraph).
+    """Target span of one *step row* (one generated turn; ALFWorld, docs/shapers.md §5.1 last paragraph).
 
     ``action_only`` (the paper's ALFWorld choice): the complete ``<tag>…</tag>`` match, tags included (the
     ``which`` match if there are several), mapped to tokens like :func:`char_span_to_token_span`; None when the

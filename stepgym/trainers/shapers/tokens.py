@@ -1,4 +1,4 @@
-"""Token layouts: which step owns each token, and the per-step → per-token broadcast (spec §0).
+"""Token layouts: which step owns each token, and the per-step → per-token broadcast (docs/shapers.md §0).
 
 The bug this module exists to prevent: frameworks that store a multi-turn trajectory as one token row have shipped
 code that broadcast a step's advantage over the whole row, or shifted by one turn, so observation tokens or the
@@ -144,9 +144,6 @@ class TokenLayout:
         return cls(token_step=token_step, n_steps=n, step_row=np.asarray(step_rows, dtype=np.int64))
 
 
-@register(
-    "broadcast", stage="token", summary="Per-step values onto their steps' response tokens; 0 elsewhere."
-)
 def broadcast_to_tokens(step_values: Any, layout: TokenLayout | Any) -> np.ndarray:
     """Put each step's value on that step's response tokens only; prompt, observation and padding tokens get 0.
 
@@ -164,6 +161,13 @@ def broadcast_to_tokens(step_values: Any, layout: TokenLayout | Any) -> np.ndarr
         )
     padded = np.append(v, 0.0)  # index -1 → the appended 0
     return padded[token_step]
+
+
+@register(
+    "broadcast", stage="broadcast", summary="Per-step values onto their steps' response tokens; 0 elsewhere."
+)
+def _broadcast_stage(batch: Any, config: Any, step_values: np.ndarray) -> np.ndarray:
+    return broadcast_to_tokens(step_values, batch.layout)
 
 
 def step_token_counts(layout: TokenLayout) -> np.ndarray:
