@@ -33,6 +33,7 @@ from pettingzoo import ParallelEnv
 
 from stepgym import schema
 from stepgym.labels import hindsight_block
+from stepgym.workers import EnvRecipe, Executor, InProcessExecutor, make_executor
 from stepgym.wrappers._recording import EpisodeRecorder, is_success
 
 __all__ = [
@@ -122,9 +123,18 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         success_fn: what counts as a success for peer hindsight (default :func:`is_success`).
         final_correctness: add StepOPSD's ``final_correctness:`` line to the hindsight blocks.
         render_mode: ``"ansi"`` makes :meth:`render` return every live rollout's text.
+        executor: where the G copies run (:mod:`stepgym.workers`): ``"inprocess"`` (default), ``"process"`` (a
+            local pool of ``num_workers`` processes) or ``"ray"``; or an :class:`~stepgym.workers.Executor`
+            shared by several groups, with ``slots`` naming this group's G copies in it. With ``"process"`` and
+            ``"ray"`` the env, its kwargs and the wrappers must pickle (no lambdas).
+        num_workers: worker processes / actors for ``"process"`` and ``"ray"``.
+        executor_kwargs: more arguments for the executor (``timeout``, ``num_cpus``, ``address``...).
+        slots: with a shared executor, the G slots that hold this group's copies.
 
     ``step(actions)`` takes an action for any subset of the live agents (usually all of them); only those step,
-    and the returned dicts hold exactly them. Acting for an agent that is not live is an error.
+    and the returned dicts hold exactly them. Acting for an agent that is not live is an error. ``step_async`` /
+    ``step_wait`` (and ``reset_async`` / ``reset_wait``) split a call in two, so that many groups sharing one
+    executor send one batched call per worker per turn. The results do not depend on the executor.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -144,6 +154,10 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         success_fn: Callable[[schema.Trajectory], bool] = is_success,
         final_correctness: bool = False,
         render_mode: str | None = None,
+        executor: str | Executor = "inprocess",
+        num_workers: int = 2,
+        executor_kwargs: Mapping[str, Any] | None = None,
+        slots: Sequence[int] | None = None,
     ):
         if not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
@@ -156,23 +170,32 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         self.task_option = task_option
         self.success_fn = success_fn
         self.final_correctness = bool(final_correctness)
-        kwargs = dict(env_kwargs or {})
-        self.envs: list[gym.Env] = []
-        for _ in range(group_size):
-            e = gym.make(env, **kwargs) if isinstance(env, str) else env(**kwargs)
-            for w in wrappers:
-                e = w(e)
-            self.envs.append(e)
+        if isinstance(executor, Executor):
+            self._slots = list(range(group_size)) if slots is None else [int(s) for s in slots]
+            if len(self._slots) != group_size:
+                raise ValueError(f"slots must name {group_size} env copies, got {len(self._slots)}")
+            self.executor, self._owns_executor = executor, False
+        else:
+            if slots is not None:
+                raise ValueError("slots= only applies to a shared Executor instance")
+            recipe = EnvRecipe(env, dict(env_kwargs or {}), tuple(wrappers))
+            self.executor = make_executor(
+                executor, recipe, group_size, num_workers=num_workers, **dict(executor_kwargs or {})
+            )
+            self._slots, self._owns_executor = list(range(group_size)), True
         self.possible_agents = [f"rollout_{i}" for i in range(group_size)]
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
         self.agents: list[str] = []
         # One space object per agent, returned every call (parallel_api_test checks identity).
-        self.observation_spaces = {a: self.envs[i].observation_space for a, i in self._index.items()}
-        self.action_spaces = {a: self.envs[i].action_space for a, i in self._index.items()}
+        spaces = self.executor.call("spaces", self._slots, [None] * group_size)
+        self.observation_spaces = {a: spaces[i][0] for a, i in self._index.items()}
+        self.action_spaces = {a: spaces[i][1] for a, i in self._index.items()}
         self._rng: np.random.Generator | None = None
         self._recorders = [EpisodeRecorder() for _ in range(group_size)]
         self._hindsight: list[str | None] | None = None
         self._last_seed: int | None = None
+        self._pending: tuple[str, int, Any] | None = None  # the call between *_async and *_wait
+        self._broken = False
 
     # -- spaces ----------------------------------------------------------------------------------------------
     def observation_space(self, agent: str) -> gym.Space:
@@ -181,12 +204,29 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
     def action_space(self, agent: str) -> gym.Space:
         return self.action_spaces[agent]
 
+    @property
+    def envs(self) -> list[gym.Env]:
+        """The env copies, when they live in this process (``executor="inprocess"``)."""
+        if not isinstance(self.executor, InProcessExecutor):
+            raise RuntimeError(
+                f"the env copies of this group live in {type(self.executor).__name__}'s workers, not here; use "
+                "get_wrapper_attr() / get_unwrapped_attr() to read from them"
+            )
+        local = self.executor.envs
+        return [local[s] for s in self._slots]
+
     # -- API -------------------------------------------------------------------------------------------------
     def reset(
         self,
         seed: int | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Queue the reset of every copy (sent with the next ``*_wait`` of any group on the executor)."""
+        self._check_idle()
         if seed is not None:
             self._rng = np.random.default_rng(seed)
             env_seed = int(seed)
@@ -196,10 +236,17 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             env_seed = int(self._rng.integers(0, 2**31 - 1))
         self._last_seed = env_seed
         opts = dict(options or {})
-        results = [e.reset(seed=env_seed, options=dict(opts)) for e in self.envs]
+        ticket = self.executor.submit("reset", self._slots, [(env_seed, dict(opts))] * self.group_size)
+        self._pending = ("reset", ticket, (env_seed, opts))
+
+    def reset_wait(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        kind, ticket, (env_seed, opts) = self._take_pending("reset")
+        self._broken = True  # until this reset has fully succeeded
+        results = self.executor.result(ticket)
         results = self._same_task(results, env_seed, opts)
         self.agents = list(self.possible_agents)
         self._hindsight = None
+        self._broken = False
         obs, infos = {}, {}
         for a, i in self._index.items():
             o, info = results[i]
@@ -214,9 +261,14 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         if all(t == tids[0] for t in tids):
             return results
         if self.task_option is not None and tids[0] is not None:
-            for i, t in enumerate(tids):
-                if t != tids[0]:
-                    results[i] = self.envs[i].reset(seed=seed, options={**opts, self.task_option: tids[0]})
+            redo = [i for i, t in enumerate(tids) if t != tids[0]]
+            again = self.executor.call(
+                "reset",
+                [self._slots[i] for i in redo],
+                [(seed, {**opts, self.task_option: tids[0]})] * len(redo),
+            )
+            for i, r in zip(redo, again, strict=True):
+                results[i] = r
             tids = [info.get(schema.TASK_ID) for _, info in results]
         if any(t != tids[0] for t in tids):
             raise RuntimeError(
@@ -229,19 +281,53 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         self,
         actions: Mapping[str, Any],
     ) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Mapping[str, Any]) -> None:
+        """Queue one step of the given live agents (sent with the next ``*_wait`` of any group on the executor)."""
+        self._check_idle()
+        if self._broken:
+            raise RuntimeError(
+                "this group's env copies were lost (worker restart or failed reset); reset() first"
+            )
         bad = [a for a in actions if a not in self.agents]
         if bad:
             raise ValueError(f"actions for agents that are not live: {bad} (live: {self.agents})")
+        acting = [x for x in self.agents if x in actions]
+        ticket = self.executor.submit(
+            "step", [self._slots[self._index[a]] for a in acting], [actions[a] for a in acting]
+        )
+        self._pending = ("step", ticket, (acting, [actions[a] for a in acting]))
+
+    def step_wait(
+        self,
+    ) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
+        _, ticket, (acting, acts) = self._take_pending("step")
+        try:
+            results = self.executor.result(ticket)
+        except Exception:
+            self._broken = True  # the episode cannot continue on copies that may be gone: reset first
+            raise
         obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
-        for a in [x for x in self.agents if x in actions]:
+        for a, act, (o, r, te, tr, info) in zip(acting, acts, results, strict=True):
             i = self._index[a]
-            o, r, te, tr, info = self.envs[i].step(actions[a])
-            self._recorders[i].add(actions[a], o, r, te, tr, info)
+            self._recorders[i].add(act, o, r, te, tr, info)
             obs[a], rew[a], term[a], trunc[a], infos[a] = o, float(r), bool(te), bool(tr), info
         self.agents = [a for a in self.agents if not (term.get(a) or trunc.get(a))]
         if not self.agents and self._hindsight is None:
             self._finish()
         return obs, rew, term, trunc, infos
+
+    def _check_idle(self) -> None:
+        if self._pending is not None:
+            raise RuntimeError(f"a {self._pending[0]}_async() is waiting for its {self._pending[0]}_wait()")
+
+    def _take_pending(self, kind: str) -> tuple[str, int, Any]:
+        if self._pending is None or self._pending[0] != kind:
+            raise RuntimeError(f"{kind}_wait() without a pending {kind}_async()")
+        pending, self._pending = self._pending, None
+        return pending
 
     def _finish(self) -> None:
         trajs = self.trajectories
@@ -285,12 +371,31 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         return list(self._hindsight)
 
     def env(self, agent: str) -> gym.Env:
-        """The (wrapped) env copy an agent acts in."""
+        """The (wrapped) env copy an agent acts in (in-process executor only)."""
         return self.envs[self._index[agent]]
+
+    def get_wrapper_attr(self, name: str, agents: Sequence[str] | None = None) -> dict[str, Any]:
+        """``env.get_wrapper_attr(name)`` of each agent's copy (default: the live agents), wherever it runs."""
+        return self.get_wrapper_attr_async(name, agents)()
+
+    def get_wrapper_attr_async(
+        self, name: str, agents: Sequence[str] | None = None
+    ) -> Callable[[], dict[str, Any]]:
+        """Queue :meth:`get_wrapper_attr`; the returned function waits for the answer (batched per worker)."""
+        agents = list(self.agents if agents is None else agents)
+        ticket = self.executor.submit(
+            "attr", [self._slots[self._index[a]] for a in agents], [name] * len(agents)
+        )
+        return lambda: dict(zip(agents, self.executor.result(ticket), strict=True))
+
+    def get_unwrapped_attr(self, name: str, default: Any = None) -> Any:
+        """An attribute of the first copy's unwrapped env (e.g. ``task_ids``; ``default`` if it has none),
+        wherever it runs."""
+        return self.executor.call("unwrapped_attr", self._slots[:1], [(name, default)])[0]
 
     def prompts(self) -> dict[str, str]:
         """The current prompt of every live agent, when the copies carry a ``TextInterfaceWrapper``."""
-        return {a: self.env(a).get_wrapper_attr("prompt") for a in self.agents}
+        return self.get_wrapper_attr("prompt")
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -303,5 +408,6 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         return "\n".join(parts)
 
     def close(self) -> None:
-        for e in self.envs:
-            e.close()
+        """Close the copies (and end the workers, when this group started them)."""
+        if self._owns_executor:
+            self.executor.close()

@@ -25,6 +25,7 @@ from stepgym import schema
 from stepgym.group import GroupEnv, is_success
 from stepgym.trainers.backends import GenerationRequest, RolloutBackend
 from stepgym.trainers.samples import PromptEncoder, StepRow
+from stepgym.workers import EnvRecipe, Executor, make_executor
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextFormat, TextInterfaceWrapper
 
@@ -105,6 +106,11 @@ class Collector:
         encoder: turns prompt text into token ids (chat template, truncation).
         backend: the rollout backend.
         anchor: ``"state_key"`` or ``"observation"`` (GiGPO's anchor state of each row).
+        executor: where the env copies run (:mod:`stepgym.workers`): ``"inprocess"`` (each group in this process,
+            the default), ``"process"`` or ``"ray"`` (all groups' copies sharded over ``num_workers`` workers of one
+            shared executor; each turn is one batched call per worker, overlapped across workers).
+        num_workers: worker processes / Ray actors.
+        executor_kwargs: more executor arguments (``timeout``, ``num_cpus``, ``address``).
     """
 
     def __init__(
@@ -118,6 +124,9 @@ class Collector:
         encoder: PromptEncoder,
         backend: RolloutBackend,
         anchor: str = "state_key",
+        executor: str = "inprocess",
+        num_workers: int = 2,
+        executor_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
@@ -127,7 +136,11 @@ class Collector:
         self.encoder = encoder
         self.backend = backend
         self.anchor = anchor
+        self.executor = executor
+        self.num_workers = int(num_workers)
+        self.executor_kwargs = dict(executor_kwargs or {})
         self._pool: list[GroupEnv] = []
+        self._shared: Executor | None = None
 
     def _wrappers(self) -> list[Callable[[Any], Any]]:
         return [
@@ -136,22 +149,43 @@ class Collector:
         ]
 
     def groups(self, n: int) -> list[GroupEnv]:
-        """``n`` GroupEnvs, created on first use and reused (ALFWorld caches parsed games per env)."""
-        while len(self._pool) < n:
-            self._pool.append(
+        """``n`` GroupEnvs, created on first use and reused (ALFWorld caches parsed games per env).
+
+        In-process, each group holds its own copies and the pool grows one group at a time. With workers, all
+        groups share one executor of ``n × G`` copies (contiguous slots per group, so a group stays on one worker
+        when it fits); asking for more groups than it holds rebuilds it."""
+        if self.executor == "inprocess":
+            while len(self._pool) < n:
+                self._pool.append(
+                    GroupEnv(
+                        self.env_id,
+                        group_size=self.group_size,
+                        env_kwargs=self.env_kwargs,
+                        wrappers=self._wrappers(),
+                    )
+                )
+            return self._pool[:n]
+        if len(self._pool) < n:
+            self.close()
+            g_size = self.group_size
+            recipe = EnvRecipe(self.env_id, self.env_kwargs, tuple(self._wrappers()))
+            self._shared = make_executor(
+                self.executor, recipe, n * g_size, num_workers=self.num_workers, **self.executor_kwargs
+            )
+            self._pool = [
                 GroupEnv(
                     self.env_id,
-                    group_size=self.group_size,
-                    env_kwargs=self.env_kwargs,
-                    wrappers=self._wrappers(),
+                    group_size=g_size,
+                    executor=self._shared,
+                    slots=range(k * g_size, (k + 1) * g_size),
                 )
-            )
+                for k in range(n)
+            ]
         return self._pool[:n]
 
     def task_ids(self) -> list[str]:
         """The env's tasks in its fixed order (``env.unwrapped.task_ids``)."""
-        env = self.groups(1)[0].envs[0]
-        ids = getattr(env.unwrapped, "task_ids", None)
+        ids = self.groups(1)[0].get_unwrapped_attr("task_ids")
         if ids is None:
             raise ValueError(f"{self.env_id!r} exposes no task_ids; tasks are drawn by seed instead")
         return list(ids)
@@ -159,6 +193,9 @@ class Collector:
     def close(self) -> None:
         for g in self._pool:
             g.close()
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
         self._pool = []
 
     def _anchor(self, info: dict[str, Any], obs: Any) -> Any:
@@ -180,16 +217,20 @@ class Collector:
         last_info: list[dict[str, dict[str, Any]]] = []
         last_obs: list[dict[str, Any]] = []
         for g, (tid, seed) in zip(groups, tasks, strict=True):
-            obs, infos = g.reset(seed=int(seed), options={"task_id": tid} if tid is not None else None)
+            g.reset_async(seed=int(seed), options={"task_id": tid} if tid is not None else None)
+        for g in groups:
+            obs, infos = g.reset_wait()
             last_obs.append(obs)
             last_info.append(infos)
         rows: list[StepRow] = []
         stats = {"gen_seconds": 0.0, "env_seconds": 0.0, "gen_tokens": 0.0, "prompt_tokens": 0.0}
         while any(g.agents for g in groups):
             live = [(gi, a) for gi, g in enumerate(groups) for a in g.agents]
+            waits = [g.get_wrapper_attr_async("prompt") for g in groups]  # one batched call per worker
+            group_prompts = [w() for w in waits]
             requests, prompts = [], []
             for gi, a in live:
-                prompt = groups[gi].env(a).get_wrapper_attr("prompt")
+                prompt = group_prompts[gi][a]
                 ids, cut = self.encoder.encode(prompt)
                 prompts.append((prompt, ids, cut))
                 requests.append(GenerationRequest(ids, prompt, last_info[gi][a]))
@@ -202,9 +243,14 @@ class Collector:
             by_group: dict[int, dict[str, int]] = {}
             for k, (gi, a) in enumerate(live):
                 by_group.setdefault(gi, {})[a] = k
+            for (
+                gi,
+                members,
+            ) in by_group.items():  # queue every group's step, then wait: workers run in parallel
+                groups[gi].step_async({a: gens[k].text for a, k in members.items()})
             for gi, members in by_group.items():
                 g = groups[gi]
-                _, rew, _, _, infos = g.step({a: gens[k].text for a, k in members.items()})
+                _, rew, _, _, infos = g.step_wait()
                 for a, k in members.items():
                     info = infos[a]
                     r_idx = g.possible_agents.index(a)

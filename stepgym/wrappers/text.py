@@ -36,6 +36,7 @@ what the model wrote.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -264,11 +265,15 @@ def _search_r1_feedback(reason: str) -> str:
     return SEARCH_R1_INVALID_FEEDBACK
 
 
+# Module-level parsers (not lambdas), so that a TextFormat pickles and can travel to env workers (stepgym.workers).
+_parse_react_lowercase = functools.partial(parse_react, lowercase=True)
+_parse_search_r1_lenient = functools.partial(parse_search_r1, strict=False)
+
 FORMATS: dict[str, TextFormat] = {
     "alfworld": TextFormat(
         "alfworld",
         ALFWORLD_TEMPLATE,
-        lambda t: parse_react(t, lowercase=True),
+        _parse_react_lowercase,
         _react_feedback,
         history_length=2,
     ),
@@ -278,7 +283,7 @@ FORMATS: dict[str, TextFormat] = {
     "qa-lenient": TextFormat(
         "qa-lenient",
         QA_TEMPLATE,
-        lambda t: parse_search_r1(t, strict=False),
+        _parse_search_r1_lenient,
         _search_r1_feedback,
         history_length=None,
     ),

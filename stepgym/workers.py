@@ -1,0 +1,544 @@
+"""Where env copies run: in this process, in a pool of local worker processes, or on Ray actors.
+
+A :class:`~stepgym.GroupEnv` (and the trainer's collector, which drives many groups in lockstep) does not care
+where its env copies live. An *executor* holds a fixed number of copies ("slots") and answers batched requests
+on them. Three executors share one interface:
+
+* :class:`InProcessExecutor` — the copies live in this process and step one after another (the default; no
+  overhead, no parallelism).
+* :class:`ProcessExecutor` — ``num_workers`` local processes (standard library ``multiprocessing``, ``spawn``
+  start method), each holding a contiguous shard of the slots.
+* :class:`RayExecutor` — the same shards on Ray actors (``pip install 'stepgym[ray]'``); ``address="auto"``
+  joins a running cluster (``ray start --head`` on one machine, ``ray start --address=...`` on the others).
+
+Design rules (the pattern of Ray-based agent-RL trainers, with their failure modes fixed):
+
+* **Only recipes cross process boundaries.** An :class:`EnvRecipe` (env id or importable factory, kwargs,
+  importable wrapper classes or ``functools.partial`` of them) is sent to each worker, which builds its copies
+  there. Envs, engines, browsers and LLM clients never leave their worker. A recipe that cannot be pickled (a
+  lambda, a local class) is refused when the executor is created, with the reason.
+* **One remote call per worker per turn.** Requests are queued (:meth:`Executor.submit`) and sent together on the
+  first :meth:`Executor.result`: every worker receives one message holding all of its pending operations, runs
+  them in order and answers once. Many groups on one worker therefore cost one round trip per turn, which keeps
+  fast envs (WebShop, ~0.4 ms a step) from drowning in call overhead.
+* **Results are plain data** (observations, floats, bools, info dicts), so what the driver records is identical
+  to what an in-process copy returns: trajectories and peer hindsight are byte-identical across executors for
+  the same seeds (tested on CreditToy and ALFWorld).
+* **Faults are loud and bounded.** Every call has a timeout. A worker that dies or does not answer in time is
+  killed, restarted with fresh copies of its slots, and the call raises :class:`EnvWorkerError` naming the
+  worker, its slots and the operation; the copies on it must be reset before they are stepped again (a group is
+  never silently continued on a fresh copy). An exception inside an env is re-raised in the driver as
+  :class:`EnvWorkerError` with the worker's traceback. :meth:`Executor.close` ends every process it started.
+* **Data paths reach workers.** Local workers inherit the environment; Ray actors get ``STEPGYM_*`` and
+  ``ALFWORLD_DATA`` through their runtime environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import pickle
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from stepgym.errors import StepGymError
+
+__all__ = [
+    "EnvRecipe",
+    "EnvWorkerError",
+    "Executor",
+    "InProcessExecutor",
+    "ProcessExecutor",
+    "RayExecutor",
+    "make_executor",
+]
+
+#: Seconds a worker may take to answer one batched call (a turn of every group it holds) before it is restarted.
+DEFAULT_TIMEOUT = 300.0
+#: Environment variables that carry data and cache locations to workers on other machines.
+_FORWARDED_ENV = ("STEPGYM_DATA", "STEPGYM_CACHE", "ALFWORLD_DATA", "XDG_CACHE_HOME", "STEPGYM_REQUIRE_DATA")
+
+
+class EnvWorkerError(StepGymError):
+    """An env worker died, timed out, or an env raised inside it. The worker's copies were rebuilt (fresh,
+    not reset); reset the groups that used them before stepping again."""
+
+
+@dataclass(frozen=True)
+class EnvRecipe:
+    """How to build one env copy anywhere: ``gym.make(env, **kwargs)`` (or ``env(**kwargs)`` for an importable
+    factory), then each wrapper in order (first = innermost). Everything must be picklable by reference
+    (module-level classes and functions, ``functools.partial`` of them), never a lambda."""
+
+    env: str | Callable[..., gym.Env]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    wrappers: tuple[Callable[[gym.Env], gym.Env], ...] = ()
+
+    def build(self) -> gym.Env:
+        e = (
+            gym.make(self.env, **dict(self.kwargs))
+            if isinstance(self.env, str)
+            else self.env(**dict(self.kwargs))
+        )
+        for w in self.wrappers:
+            e = w(e)
+        return e
+
+    def check_picklable(self) -> None:
+        """Raise ``ValueError`` naming the part of the recipe that cannot travel to another process."""
+        for what, obj in (
+            ("env", self.env),
+            ("env_kwargs", dict(self.kwargs)),
+            *(("wrapper", w) for w in self.wrappers),
+        ):
+            try:
+                pickle.dumps(obj)
+            except Exception as e:  # pickle raises several types (PicklingError, AttributeError, TypeError)
+                raise ValueError(
+                    f"the {what} {obj!r} cannot be sent to an env worker ({type(e).__name__}: {e}). Use a registered "
+                    "env id or a module-level factory, and module-level wrapper classes or functools.partial of "
+                    "them (no lambdas or local classes)."
+                ) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a worker does: a shard of env copies answering a batch of operations
+# ---------------------------------------------------------------------------------------------------------------
+class _Shard:
+    """The env copies of one worker, keyed by slot. Operations: ``reset`` (seed, options), ``step`` (action),
+    ``attr`` (a wrapper attribute, e.g. the text interface's ``prompt``), ``unwrapped_attr`` (e.g. ``task_ids``),
+    ``spaces`` (the observation and action spaces)."""
+
+    def __init__(self, recipe: EnvRecipe, slots: Sequence[int]):
+        self.envs = {s: recipe.build() for s in slots}
+
+    def run(
+        self, ops: Sequence[tuple[str, int, Any]], *, raise_errors: bool = False
+    ) -> list[tuple[bool, Any]]:
+        """Run the operations in order. An env's exception is returned as its traceback (a remote worker) or
+        raised as it is (``raise_errors``: in-process, where the caller should see the original exception)."""
+        out: list[tuple[bool, Any]] = []
+        for op, slot, arg in ops:
+            if raise_errors:
+                out.append((True, self._one(op, slot, arg)))
+                continue
+            try:
+                out.append((True, self._one(op, slot, arg)))
+            except Exception:  # reported to the driver, which raises EnvWorkerError with this traceback
+                out.append((False, traceback.format_exc()))
+        return out
+
+    def _one(self, op: str, slot: int, arg: Any) -> Any:
+        env = self.envs[slot]
+        if op == "reset":
+            seed, options = arg
+            return env.reset(seed=seed, options=options)
+        if op == "step":
+            return env.step(arg)
+        if op == "attr":
+            return env.get_wrapper_attr(arg)
+        if op == "unwrapped_attr":
+            name, default = arg
+            return getattr(env.unwrapped, name, default)
+        if op == "spaces":
+            return env.observation_space, env.action_space
+        raise ValueError(f"unknown operation {op!r}")
+
+    def close(self) -> None:
+        for e in self.envs.values():
+            # Best effort: one copy that fails to close must not keep the others open.
+            with contextlib.suppress(Exception):
+                e.close()
+
+
+def _worker_main(conn: Any, recipe: EnvRecipe, slots: list[int]) -> None:
+    """Body of a :class:`ProcessExecutor` worker: build the shard, then answer batches until told to stop."""
+    try:
+        shard = _Shard(recipe, slots)
+        conn.send(("ready", None))
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
+        return
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            if msg is None:
+                break
+            conn.send(("ok", shard.run(msg)))
+    finally:
+        shard.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The executors
+# ---------------------------------------------------------------------------------------------------------------
+class Executor:
+    """``n`` env copies (slots ``0..n-1``) built from one recipe, answering batched operations.
+
+    :meth:`submit` queues operations and returns a ticket; :meth:`result` sends everything queued (one message
+    per worker), waits, and returns the ticket's results in order. :meth:`call` does both.
+    """
+
+    n: int
+    recipe: EnvRecipe
+
+    def __init__(self, recipe: EnvRecipe, n: int):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"an executor needs at least one env copy, got {n!r}")
+        self.recipe, self.n = recipe, n
+        self._pending: list[tuple[int, list[tuple[str, int, Any]]]] = []
+        self._results: dict[int, list[Any]] = {}
+        self._errors: dict[int, EnvWorkerError] = {}
+        self._next_ticket = 0
+
+    # -- public --------------------------------------------------------------------------------------------
+    def submit(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> int:
+        if len(slots) != len(args):
+            raise ValueError("one argument per slot")
+        for s in slots:
+            if not 0 <= s < self.n:
+                raise ValueError(f"slot {s} out of range 0..{self.n - 1}")
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self._pending.append((ticket, [(op, s, a) for s, a in zip(slots, args, strict=True)]))
+        return ticket
+
+    def result(self, ticket: int) -> list[Any]:
+        if ticket not in self._results and ticket not in self._errors:
+            self._flush()
+        if ticket in self._errors:
+            raise self._errors.pop(ticket)
+        try:
+            return self._results.pop(ticket)
+        except KeyError:
+            raise ValueError(f"unknown or already collected ticket {ticket}") from None
+
+    def call(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> list[Any]:
+        return self.result(self.submit(op, slots, args))
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- shared machinery ----------------------------------------------------------------------------------
+    def _worker_of(self, slot: int) -> int:
+        raise NotImplementedError
+
+    def _run_batches(
+        self, batches: dict[int, list[tuple[str, int, Any]]]
+    ) -> dict[int, list[tuple[bool, Any]] | EnvWorkerError]:
+        """Send each worker its batch at once and collect every answer (or the error that replaced it)."""
+        raise NotImplementedError
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        batches: dict[int, list[tuple[str, int, Any]]] = {}
+        where: list[tuple[int, int, int]] = []  # (ticket, worker, index in that worker's batch)
+        for ticket, ops in pending:
+            for op in ops:
+                w = self._worker_of(op[1])
+                batches.setdefault(w, []).append(op)
+                where.append((ticket, w, len(batches[w]) - 1))
+        answers = self._run_batches(batches)
+        for ticket, _ in pending:
+            self._results[ticket] = []
+        for ticket, w, k in where:
+            if ticket in self._errors:
+                continue
+            ans = answers[w]
+            if isinstance(ans, EnvWorkerError):
+                self._errors[ticket] = ans
+                self._results.pop(ticket, None)
+                continue
+            ok, value = ans[k]
+            if not ok:
+                op, slot, _ = batches[w][k]
+                self._errors[ticket] = EnvWorkerError(
+                    f"{type(self).__name__}: the env in slot {slot} (worker {w}) raised during {op!r}:\n{value}"
+                )
+                self._results.pop(ticket, None)
+                continue
+            self._results[ticket].append(value)
+
+
+def _shards(n: int, workers: int) -> list[list[int]]:
+    """Contiguous, as-equal-as-possible shards of ``range(n)`` (a group's copies stay together when they fit)."""
+    workers = max(1, min(workers, n))
+    base, extra = divmod(n, workers)
+    out, start = [], 0
+    for w in range(workers):
+        size = base + (1 if w < extra else 0)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+class InProcessExecutor(Executor):
+    """Every copy in this process (the default). Operations run in submission order, one after another, when a
+    result is asked for; an exception raised by an env propagates unchanged (and the other queued operations of
+    that flush are dropped)."""
+
+    def __init__(self, recipe: EnvRecipe, n: int):
+        super().__init__(recipe, n)
+        self._shard = _Shard(recipe, range(n))
+
+    @property
+    def envs(self) -> list[gym.Env]:
+        """The local env objects (only this executor has them)."""
+        return [self._shard.envs[s] for s in range(self.n)]
+
+    def _worker_of(self, slot: int) -> int:
+        return 0
+
+    def _run_batches(self, batches):
+        # An env's exception propagates unchanged here, as it would without an executor.
+        return {w: self._shard.run(ops, raise_errors=True) for w, ops in batches.items()}
+
+    def close(self) -> None:
+        self._shard.close()
+
+
+class ProcessExecutor(Executor):
+    """Copies sharded over ``num_workers`` local processes (``spawn``: no inherited threads or locks).
+
+    Args:
+        recipe: how each copy is built (must pickle; checked here).
+        n: number of copies.
+        num_workers: worker processes (at most ``n``).
+        timeout: seconds one batched call may take per worker before the worker is restarted.
+        start_timeout: seconds a worker may take to build its copies.
+    """
+
+    def __init__(
+        self,
+        recipe: EnvRecipe,
+        n: int,
+        num_workers: int = 2,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        start_timeout: float = 600.0,
+    ):
+        super().__init__(recipe, n)
+        recipe.check_picklable()
+        self.timeout, self.start_timeout = float(timeout), float(start_timeout)
+        self._ctx = mp.get_context("spawn")
+        self._slots = _shards(n, num_workers)
+        self._owner = {s: w for w, ss in enumerate(self._slots) for s in ss}
+        self._procs: list[Any] = [None] * len(self._slots)
+        self._conns: list[Any] = [None] * len(self._slots)
+        try:
+            for w in range(len(self._slots)):
+                self._start(w)
+            for w in range(len(self._slots)):
+                self._await_ready(w)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._slots)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs if p is not None]
+
+    def _start(self, w: int) -> None:
+        parent, child = self._ctx.Pipe()
+        p = self._ctx.Process(
+            target=_worker_main,
+            args=(child, self.recipe, self._slots[w]),
+            name=f"stepgym-env-worker-{w}",
+            daemon=True,
+        )
+        p.start()
+        child.close()
+        self._procs[w], self._conns[w] = p, parent
+
+    def _await_ready(self, w: int) -> None:
+        conn = self._conns[w]
+        if not conn.poll(self.start_timeout):
+            self._kill(w)
+            raise EnvWorkerError(
+                f"env worker {w} did not build its {len(self._slots[w])} env copies within "
+                f"{self.start_timeout:.0f} s"
+            )
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError):
+            self._kill(w)
+            raise EnvWorkerError(f"env worker {w} died while building its env copies") from None
+        if kind != "ready":
+            self._kill(w)
+            raise EnvWorkerError(f"env worker {w} could not build its env copies:\n{payload}")
+
+    def _kill(self, w: int) -> None:
+        p, conn = self._procs[w], self._conns[w]
+        if conn is not None:
+            conn.close()
+        if p is not None and p.is_alive():
+            p.kill()
+        if p is not None:
+            p.join(10)
+        self._procs[w] = self._conns[w] = None
+
+    def _restart(self, w: int, why: str, ops: Sequence[tuple[str, int, Any]]) -> EnvWorkerError:
+        self._kill(w)
+        try:
+            self._start(w)
+            self._await_ready(w)
+            state = "it was restarted with fresh (un-reset) copies"
+        except EnvWorkerError as e:
+            state = f"restarting it failed too ({e})"
+        kinds = sorted({op for op, _, _ in ops})
+        return EnvWorkerError(
+            f"env worker {w} (slots {self._slots[w][0]}..{self._slots[w][-1]}) {why} during {kinds}; {state}. "
+            "Reset the groups that use these slots before stepping them again."
+        )
+
+    def _worker_of(self, slot: int) -> int:
+        return self._owner[slot]
+
+    def _run_batches(self, batches):
+        out: dict[int, Any] = {}
+        sent: list[int] = []
+        for w, ops in batches.items():
+            try:
+                self._conns[w].send(ops)
+                sent.append(w)
+            except (OSError, AttributeError):  # AttributeError: the connection is gone after a failed restart
+                out[w] = self._restart(w, "was dead", ops)
+        for w in sent:
+            conn = self._conns[w]
+            if not conn.poll(self.timeout):
+                out[w] = self._restart(w, f"did not answer within {self.timeout:.0f} s", batches[w])
+                continue
+            try:
+                _, payload = conn.recv()
+            except (EOFError, OSError):
+                out[w] = self._restart(w, "died", batches[w])
+                continue
+            out[w] = payload
+        return out
+
+    def close(self) -> None:
+        for conn in self._conns:
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+        for w, p in enumerate(self._procs):
+            if p is not None:
+                p.join(5)
+            self._kill(w)
+
+
+class RayExecutor(Executor):
+    """Copies sharded over Ray actors (``pip install 'stepgym[ray]'``).
+
+    Args:
+        recipe, n, num_workers, timeout: as :class:`ProcessExecutor`.
+        num_cpus: CPUs each actor reserves (fractions are fine: ``0.5`` packs two actors per core).
+        address: ``None`` starts (or reuses) a local Ray; ``"auto"`` joins the running cluster.
+        ray_init_kwargs: passed to ``ray.init`` when this executor starts Ray.
+    """
+
+    def __init__(
+        self,
+        recipe: EnvRecipe,
+        n: int,
+        num_workers: int = 2,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        num_cpus: float = 1.0,
+        address: str | None = None,
+        ray_init_kwargs: Mapping[str, Any] | None = None,
+    ):
+        super().__init__(recipe, n)
+        recipe.check_picklable()
+        from stepgym._deps import require
+
+        self._ray = require("ray", extra="ray")
+        self.timeout = float(timeout)
+        if not self._ray.is_initialized():
+            env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+            kwargs = {"include_dashboard": False, "log_to_driver": False, **dict(ray_init_kwargs or {})}
+            kwargs.setdefault("runtime_env", {"env_vars": env_vars})
+            self._ray.init(address=address, **kwargs)
+        self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
+        self._slots = _shards(n, num_workers)
+        self._owner = {s: w for w, ss in enumerate(self._slots) for s in ss}
+        self._actors = [self._actor_cls.remote(recipe, ss) for ss in self._slots]
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._slots)
+
+    def _worker_of(self, slot: int) -> int:
+        return self._owner[slot]
+
+    def _restart(self, w: int, why: str, ops) -> EnvWorkerError:
+        with contextlib.suppress(Exception):  # the actor may already be gone
+            self._ray.kill(self._actors[w], no_restart=True)
+        self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
+        kinds = sorted({op for op, _, _ in ops})
+        return EnvWorkerError(
+            f"Ray env worker {w} (slots {self._slots[w][0]}..{self._slots[w][-1]}) {why} during {kinds}; it was "
+            "restarted with fresh (un-reset) copies. Reset the groups that use these slots before stepping them again."
+        )
+
+    def _run_batches(self, batches):
+        ray = self._ray
+        refs = {w: self._actors[w].run.remote(ops) for w, ops in batches.items()}
+        out: dict[int, Any] = {}
+        for w, ref in refs.items():
+            try:
+                out[w] = ray.get(ref, timeout=self.timeout)
+            except ray.exceptions.GetTimeoutError:
+                out[w] = self._restart(w, f"did not answer within {self.timeout:.0f} s", batches[w])
+            except ray.exceptions.RayActorError:
+                out[w] = self._restart(w, "died", batches[w])
+        return out
+
+    def close(self) -> None:
+        for a in self._actors:
+            # Best effort: let each actor close its envs (browsers, servers), then end it; a dead one is skipped.
+            with contextlib.suppress(Exception):
+                self._ray.get(a.close.remote(), timeout=30)
+            with contextlib.suppress(Exception):
+                self._ray.kill(a, no_restart=True)
+        self._actors = []
+
+
+def make_executor(
+    kind: str | Executor,
+    recipe: EnvRecipe,
+    n: int,
+    *,
+    num_workers: int = 2,
+    **kwargs: Any,
+) -> Executor:
+    """An executor by name: ``"inprocess"`` (default), ``"process"`` or ``"ray"`` (an instance passes through)."""
+    if isinstance(kind, Executor):
+        return kind
+    if kind in (None, "inprocess"):
+        return InProcessExecutor(recipe, n)
+    if kind == "process":
+        return ProcessExecutor(recipe, n, num_workers, **kwargs)
+    if kind == "ray":
+        return RayExecutor(recipe, n, num_workers, **kwargs)
+    raise ValueError(f"unknown executor {kind!r}: use 'inprocess', 'process' or 'ray'")

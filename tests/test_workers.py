@@ -1,0 +1,297 @@
+"""Env executors (stepgym.workers): the same groups, byte for byte, wherever the env copies run; loud faults.
+
+In-process, a local process pool and Ray must give identical trajectories, infos and peer hindsight for the same
+seeds and actions (on CreditToy here, and on ALFWorld in the slow test); a killed or hung worker is restarted and
+the call fails naming it; a group is never stepped on a fresh copy without a reset; close() leaves no process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from _toy_env import ToyRoomEnv
+
+import stepgym  # noqa: F401  (registers the envs)
+from stepgym import schema
+from stepgym.group import GroupEnv
+from stepgym.workers import EnvRecipe, EnvWorkerError, InProcessExecutor, ProcessExecutor, make_executor
+from stepgym.wrappers.feedback import EnvFeedbackWrapper
+
+TOY_KWARGS = {"n_rooms": 3, "n_distractors": 1}
+
+
+def _play(group: GroupEnv, seed: int, n_groups: int = 2) -> str:
+    """Play ``n_groups`` groups with seeded random admissible-or-junk actions; return everything as one string.
+
+    ``repr`` (not pickle, whose bytes depend on which objects happen to be shared) keeps every value, type and
+    dict order, so equal strings mean byte-identical results."""
+    rng = np.random.default_rng(seed)
+    record = []
+    for k in range(n_groups):
+        obs, infos = group.reset(seed=seed + k)
+        while group.agents:
+            actions = {}
+            for a in group.agents:
+                adm = infos[a].get(schema.ADMISSIBLE_ACTIONS) or ["look"]
+                actions[a] = adm[int(rng.integers(len(adm)))] if rng.random() < 0.8 else "xyzzy"
+            obs, rew, term, trunc, new_infos = group.step(actions)
+            infos.update(new_infos)
+        record.append(
+            [
+                (t.task_id, t.initial_observation, t.initial_info, [tuple(vars(s).values()) for s in t.steps])
+                for t in group.trajectories
+            ]
+        )
+        record.append(group.peer_hindsight())
+    return repr(record)
+
+
+def _toy_group(executor, **kw) -> GroupEnv:
+    return GroupEnv(
+        "StepGym/CreditToy-v0",
+        group_size=4,
+        env_kwargs=TOY_KWARGS,
+        wrappers=[EnvFeedbackWrapper],
+        executor=executor,
+        **kw,
+    )
+
+
+def test_process_pool_is_byte_identical_to_in_process():
+    ref = _toy_group("inprocess")
+    try:
+        expected = _play(ref, seed=3)
+    finally:
+        ref.close()
+    pool = _toy_group("process", num_workers=2)
+    try:
+        assert _play(pool, seed=3) == expected
+        # and stays so when it is reused for the next groups
+        assert _play(pool, seed=3) == expected
+    finally:
+        pool.close()
+
+
+def test_shared_executor_sends_one_call_per_worker_per_turn():
+    recipe = EnvRecipe("StepGym/CreditToy-v0", TOY_KWARGS, (EnvFeedbackWrapper,))
+    calls: list[dict[int, int]] = []
+
+    class Counting(ProcessExecutor):
+        def _run_batches(self, batches):
+            calls.append({w: len(ops) for w, ops in batches.items()})
+            return super()._run_batches(batches)
+
+    ex = Counting(recipe, 8, num_workers=2)
+    try:
+        groups = [
+            GroupEnv("unused", group_size=4, executor=ex, slots=range(4 * k, 4 * k + 4)) for k in range(2)
+        ]
+        for k, g in enumerate(groups):
+            g.reset_async(seed=k)
+        for g in groups:
+            g.reset_wait()
+        calls.clear()
+        for g in groups:
+            g.step_async({a: "look" for a in g.agents})
+        for g in groups:
+            g.step_wait()
+        # two groups of four, one turn: one message per worker, each holding that worker's four steps
+        assert calls == [{0: 4, 1: 4}]
+    finally:
+        ex.close()
+
+
+def test_killed_worker_is_restarted_and_named_and_group_must_reset():
+    group = _toy_group("process", num_workers=2)
+    try:
+        group.reset(seed=0)
+        victim = group.executor.pids[1]
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.2)  # let the kernel reap it; the executor notices on its next call
+        with pytest.raises(EnvWorkerError, match=r"env worker 1 .*(died|dead).*restarted"):
+            group.step({a: "look" for a in group.agents})
+        assert victim not in group.executor.pids
+        with pytest.raises(RuntimeError, match="reset"):
+            group.step({a: "look" for a in group.agents})
+        # after a reset the group is whole again and plays exactly like a fresh in-process one
+        assert _play(group, seed=5) == _play(_toy_group("inprocess"), seed=5)
+    finally:
+        group.close()
+
+
+class _SlowOnWait(ToyRoomEnv):
+    """The toy env, with an action that hangs (to test the call timeout)."""
+
+    def step(self, action):
+        if action == "hang":
+            time.sleep(60)
+        return super().step(action)
+
+
+def test_hung_worker_times_out_and_is_restarted():
+    group = GroupEnv(
+        _SlowOnWait, group_size=2, executor="process", num_workers=1, executor_kwargs={"timeout": 3}
+    )
+    try:
+        group.reset(seed=0)
+        pid = group.executor.pids[0]
+        with pytest.raises(EnvWorkerError, match="did not answer within 3 s"):
+            group.step({"rollout_0": "hang", "rollout_1": "look"})
+        assert group.executor.pids and group.executor.pids[0] != pid
+        obs, _ = group.reset(seed=0)
+        assert set(obs) == {"rollout_0", "rollout_1"}
+    finally:
+        group.close()
+
+
+class _Exploding(ToyRoomEnv):
+    def step(self, action):
+        if action == "explode":
+            raise ZeroDivisionError("boom inside the env")
+        return super().step(action)
+
+
+def test_env_exception_is_reported_with_the_worker_traceback():
+    group = GroupEnv(_Exploding, group_size=2, executor="process", num_workers=1)
+    try:
+        group.reset(seed=0)
+        with pytest.raises(
+            EnvWorkerError, match=r"(?s)slot 0 \(worker 0\) raised during 'step'.*ZeroDivisionError"
+        ):
+            group.step({"rollout_0": "explode", "rollout_1": "look"})
+    finally:
+        group.close()
+    # in-process the original exception propagates unchanged
+    local = GroupEnv(_Exploding, group_size=2)
+    local.reset(seed=0)
+    with pytest.raises(ZeroDivisionError):
+        local.step({"rollout_0": "explode", "rollout_1": "look"})
+
+
+def test_unpicklable_recipe_is_refused_clearly():
+    with pytest.raises(ValueError, match="no lambdas"):
+        GroupEnv("StepGym/CreditToy-v0", group_size=2, wrappers=[lambda e: e], executor="process")
+    with pytest.raises(ValueError, match="unknown executor"):
+        make_executor("threads", EnvRecipe("StepGym/CreditToy-v0"), 2)
+
+
+def test_close_leaves_no_worker_process():
+    group = _toy_group("process", num_workers=2)
+    pids = list(group.executor.pids)
+    group.reset(seed=1)
+    group.close()
+    for pid in pids:
+        status = f"/proc/{pid}/status"
+        assert not os.path.exists(status) or "zombie" in open(status).read().lower()  # noqa: SIM115
+
+
+def test_remote_group_reads_wrapper_and_unwrapped_attributes():
+    group = _toy_group("process", num_workers=2)
+    local = _toy_group("inprocess")
+    try:
+        group.reset(seed=2)
+        local.reset(seed=2)
+        assert group.get_unwrapped_attr("task_ids") == local.envs[0].unwrapped.task_ids
+        assert group.get_unwrapped_attr("no_such_attribute", "fallback") == "fallback"
+        assert group.observation_space("rollout_0") is group.observation_space("rollout_0")
+        with pytest.raises(RuntimeError, match="live in ProcessExecutor"):
+            _ = group.envs
+    finally:
+        group.close()
+        local.close()
+    assert isinstance(local.executor, InProcessExecutor)
+
+
+def test_collector_gives_identical_rows_with_a_process_pool():
+    from stepgym.trainers.backends import ScriptedBackend
+    from stepgym.trainers.collector import Collector
+    from stepgym.trainers.models import train_tokenizer
+    from stepgym.trainers.samples import PromptEncoder
+    from stepgym.wrappers.text import get_format
+
+    tok = train_tokenizer(["go to the room and take the key", "look around <think>ok</think>"])
+    enc = PromptEncoder(tok, max_prompt_tokens=256)
+
+    def run(executor: str):
+        col = Collector(
+            "StepGym/CreditToy-v0",
+            TOY_KWARGS,
+            get_format("alfworld"),
+            history=1,
+            group_size=3,
+            encoder=enc,
+            backend=ScriptedBackend(tok, "noisy-expert:0.3", render=_render),
+            executor=executor,
+            num_workers=2,
+        )
+        try:
+            out = col.collect([(None, 11), (None, 12)], seed_rng=np.random.default_rng(0))
+            return repr(
+                (
+                    [(r.traj, r.t, r.prompt, r.response_text, r.reward, r.action, r.info) for r in out.rows],
+                    out.hindsight,
+                    out.task_ids,
+                )
+            ), col.task_ids()
+        finally:
+            col.close()
+
+    ref, ids = run("inprocess")
+    got, ids2 = run("process")
+    assert got == ref and ids == ids2
+
+
+def _render(action: str) -> str:
+    return f"<think>ok</think><action>{action}</action>"
+
+
+@pytest.mark.slow
+def test_ray_executor_is_byte_identical_and_restarts_dead_actors():
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        ref = _toy_group("inprocess")
+        expected = _play(ref, seed=7)
+        group = _toy_group("ray", num_workers=2, executor_kwargs={"num_cpus": 0.5, "timeout": 120})
+        try:
+            assert _play(group, seed=7) == expected
+            group.reset(seed=0)
+            ray.kill(group.executor._actors[0], no_restart=True)
+            with pytest.raises(EnvWorkerError, match=r"Ray env worker 0 .*died"):
+                group.step({a: "look" for a in group.agents})
+            assert _play(group, seed=7) == expected
+        finally:
+            group.close()
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+def test_alfworld_groups_identical_in_process_and_in_a_pool(data_dir):
+    kwargs = {"split": "valid_seen", "max_steps": 8}
+
+    def group(executor):
+        return GroupEnv(
+            "StepGym/ALFWorld-v0",
+            group_size=2,
+            env_kwargs=kwargs,
+            wrappers=[EnvFeedbackWrapper],
+            executor=executor,
+            num_workers=2,
+        )
+
+    ref = group("inprocess")
+    try:
+        expected = _play(ref, seed=1, n_groups=1)
+    finally:
+        ref.close()
+    pool = group("process")
+    try:
+        assert _play(pool, seed=1, n_groups=1) == expected
+    finally:
+        pool.close()
