@@ -36,6 +36,7 @@ from dataclasses import dataclass
 __all__ = [
     "INVALID_FEEDBACK",
     "ParsedTurn",
+    "cut_turn",
     "exact_match",
     "f1_score",
     "format_passage",
@@ -43,7 +44,6 @@ __all__ = [
     "make_prompt",
     "normalize_answer",
     "normalize_question",
-    "cut_turn",
     "parse_turn",
     "render_information",
 ]
