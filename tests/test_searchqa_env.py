@@ -12,6 +12,7 @@ import pytest
 import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
 from stepgym.envs.searchqa.protocol import INVALID_FEEDBACK
+from stepgym.envs.searchqa.retrievers import Retriever
 from stepgym.testing import FUZZ_ACTIONS, check_determinism, check_fuzz, check_text_env
 
 pytest.importorskip("bm25s")
@@ -111,6 +112,53 @@ def test_wrong_answer_scores_zero_with_partial_f1(make) -> None:
     _, r, term, _, info = env.step("<answer>Alan Dinehart</answer>")
     assert (r, term, info[schema.WON]) == (0.0, True, False)
     assert info[schema.F1] == pytest.approx(0.8) and info[schema.SUBGOAL_KEY] == "answered:wrong"
+
+
+class _Recording(Retriever):
+    """The env's real retriever, recording every query it is asked (to check what reaches the index)."""
+
+    def __init__(self, inner: Retriever):
+        self.inner, self.queries = inner, []
+
+    def search(self, queries, topk=3):
+        self.queries.extend(queries)
+        return self.inner.search(queries, topk)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_turns_are_read_as_written(make, strict: bool) -> None:
+    """Case-sensitive tags, invisible characters kept: scored and searched as Search-R1 sees the turn."""
+    env = make(strict_format=strict, expert=False).unwrapped  # the oracle searches too
+    env.retriever = recorder = _Recording(env.retriever)
+    cases = [
+        ("<ANSWER>mason alan dinehart</ANSWER>", None),  # not a tag upstream: an invalid turn
+        ("<ans\u200bwer>mason alan dinehart</ans\u200bwer>", None),
+        ("<answer>Mason Alan\u200b Dinehart</answer>", 0.0),  # a different string: EM 0, as upstream
+        ("<answer>Mason\x00 Alan Dinehart</answer>", 0.0),
+        ("<answer>\tMason   Alan\nDinehart\u00a0</answer>", 1.0),  # whitespace is whitespace to qa_em too
+    ]
+    for turn, reward in cases:
+        env.reset(options={"task_id": "nq/test_946"})
+        obs, r, term, _, info = env.step(turn)
+        if reward is None:
+            assert (obs, r, term, info[schema.FORMAT_VALID]) == (INVALID_FEEDBACK, 0.0, False, False), turn
+        else:
+            assert (r, term, info[schema.REWARD_INFO]["answer"]) == (reward, True, turn[8:-9].strip()), turn
+    env.reset(options={"task_id": "nq/test_946"})
+    query = "Tombstone\u200b Bat\x07 Masterson\n\nactor"
+    env.step(f"<search> {query} </search>")
+    assert recorder.queries == [query]
+    env.close()
+
+
+def test_lenient_turn_is_cut_like_search_r1(make) -> None:
+    env = make(strict_format=False).unwrapped
+    env.reset(options={"task_id": "nq/test_946"})
+    obs, r, term, _, info = env.step("x </answer> <answer>Mason Alan Dinehart</answer>")
+    assert (obs, r, term, info[schema.FORMAT_VALID]) == (INVALID_FEEDBACK, 0.0, False, False)
+    _, r, term, _, info = env.step("<answer></answer>")  # an empty answer is scored (0) upstream
+    assert (r, term, info[schema.PARSED_ACTION]) == (0.0, True, "answer: ")
+    env.close()
 
 
 def test_turn_budget_follows_search_r1(make) -> None:

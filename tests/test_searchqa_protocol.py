@@ -75,7 +75,6 @@ def test_f1_hand_cases(pred: str, golds: list[str], f1: float) -> None:
         ),
         ("<search> spaced query </search>", "search", "spaced query"),
         ("<think>done</think>\n<answer> Wilhelm Röntgen </answer>", "answer", "Wilhelm Röntgen"),
-        ("<SEARCH>upper</SEARCH>", "search", "upper"),
         ("<answer>x</answer> trailing text is never generated", "answer", "x"),
     ],
 )
@@ -98,6 +97,9 @@ def test_parse_valid_turns(text: str, kind: str, content: str) -> None:
         ("<search>unclosed", "not closed"),
         ("<search>a</answer>", "not closed"),
         ("a</search></search>", "closing"),
+        ("<SEARCH>upper</SEARCH>", "no <search>"),  # tags are case-sensitive, as in Search-R1
+        ("<ANSWER>gold</ANSWER>", "no <search>"),
+        ("<ans\u200bwer>gold</ans\u200bwer>", "no <search>"),  # an invisible character breaks the tag
     ],
 )
 def test_parse_invalid_turns(text: str, reason_part: str) -> None:
@@ -106,10 +108,19 @@ def test_parse_invalid_turns(text: str, reason_part: str) -> None:
     assert reason_part in turn.reason
 
 
-def test_lenient_parsing_is_search_r1s_first_block_rule() -> None:
+def test_lenient_parsing_is_search_r1s_rule() -> None:
     assert parse_turn("<search>a</search><answer>b</answer>", strict=False).content == "a"
     assert parse_turn("<answer>b</answer><search>a</search>", strict=False).kind == "answer"
-    assert parse_turn("<search></search>", strict=False).kind == "invalid"
+    # the turn is cut at its first </search> (else its first </answer>) before the first block is taken
+    assert parse_turn("x </answer> <answer>gold</answer>", strict=False).kind == "invalid"
+    assert parse_turn("<answer>gold</answer> <search>q</search>", strict=False).content == "gold"
+    assert parse_turn("<search>a</answer><search>b</search>", strict=False).content == "a</answer><search>b"
+    # an empty block is an empty query / answer upstream, not an invalid turn
+    assert (
+        parse_turn("<search></search>", strict=False).kind,
+        parse_turn("<answer> </answer>", strict=False).content,
+    ) == ("search", "")
+    assert parse_turn("<ANSWER>gold</ANSWER>", strict=False).kind == "invalid"
 
 
 def test_information_rendering_matches_search_r1() -> None:

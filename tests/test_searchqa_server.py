@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from stepgym.envs.searchqa.client import HTTPRetriever, wait_until_healthy
 from stepgym.envs.searchqa.evaluation import load_search_log
 from stepgym.envs.searchqa.factory import make_retriever
 from stepgym.envs.searchqa.retrievers import MAX_QUERIES, Hit, Retriever
-from stepgym.envs.searchqa.server import MAX_BODY_BYTES, start_server
+from stepgym.envs.searchqa.server import MAX_BODY_BYTES, MAX_RESULTS, start_server
 from stepgym.errors import ServiceUnavailableError
 
 pytest.importorskip("bm25s")
@@ -158,6 +159,116 @@ def test_bad_methods_paths_and_headers(server: Any) -> None:
     assert _raw(server, "GET", "/health")[0] == 200  # still serving after all that
 
 
+def _deep(n: int) -> bytes:
+    return b'{"queries": ' + b"[" * n + b"]" * n + b"}"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        pytest.param(_deep(100_000), "nested too deeply", id="nested-100k"),
+        pytest.param(
+            b'{"queries": ["q"], "topk": ' + b"9" * 5000 + b"}", "not valid JSON", id="topk-5000-digits"
+        ),
+        pytest.param(
+            b'{"queries": ["q"], "topk": ' + b"9" * 4000 + b"}", "topk must be between", id="topk-4000-digits"
+        ),
+        pytest.param(b'{"queries": ["q"], "topk": 1e999}', "topk must be an integer", id="topk-inf"),
+        pytest.param(b'{"queries": ["q"], "topk": NaN}', "topk must be an integer", id="topk-nan"),
+        pytest.param(b'{"queries": ["q"], "topk": [3]}', "topk must be an integer", id="topk-list"),
+        pytest.param(b'{"queries": ["q"], "topk": true}', "topk must be an integer", id="topk-bool"),
+        pytest.param(b'{"queries": [["q"]]}', "queries[0] must be a string", id="query-list"),
+        pytest.param(b'{"queries": {"q": 1}}', "list of strings", id="queries-object"),
+        pytest.param(b'{"queries": null}', "list of strings", id="queries-null"),
+        pytest.param(
+            b'{"queries": ["q"], "return_scores": ' + b"[" * 500 + b"]" * 500 + b"}",
+            "return_scores",
+            id="scores-deep",
+        ),
+        pytest.param(b'"just a string"', "JSON object", id="string-body"),
+        pytest.param(b"", "not valid JSON", id="empty-body"),
+        pytest.param(
+            b'{"queries": ["\\ud800"], "' + b"x" * 5000 + b'": 1}',
+            "unknown fields",
+            id="long-field-surrogate",
+        ),
+    ],
+)
+def test_malformed_bodies_get_a_400_with_a_json_error(server: Any, body: bytes, message: str) -> None:
+    status, out = _post(server, body)
+    assert status == 400 and message in out["error"] and len(out["error"]) < 1000
+    assert _raw(server, "GET", "/health")[0] == 200
+
+
+def test_bad_content_length_gets_a_400(server: Any) -> None:
+    for length in ("\u00b2", "-1", "1" * 40, "3 "):
+        status, out = _raw(server, "POST", "/retrieve", b"{}", {"Content-Length": length})
+        assert status == 400 and "Content-Length" in out["error"], length
+
+
+def test_work_per_request_is_bounded(bm25: Retriever) -> None:
+    srv = start_server(bm25, max_results=100)
+    try:
+        assert _post(srv, {"queries": ["q"] * 25, "topk": 4})[0] == 200
+        status, out = _post(srv, {"queries": ["q"] * 26, "topk": 4})
+        assert (
+            status == 413 and "26 queries x topk 4 = 104" in out["error"] and "limit is 100" in out["error"]
+        )
+        client = HTTPRetriever(srv.url, deadline=60)
+        with pytest.raises(ValueError, match=r"\(413\).*limit is 100 per request"):
+            client.search(["q"] * 26, 4)
+        assert [len(r) for r in client.search(["nobel prize"] * 10, 10)] == [10] * 10  # still usable
+    finally:
+        srv.stop()
+    assert MAX_RESULTS < 512 * 1000  # the default refuses the request that took 1.4 GB
+
+
+def test_client_reads_the_413_for_a_body_over_the_limit(bm25: Retriever) -> None:
+    """The server answers an oversized body without reading it; the client must see that answer, not a reset."""
+    srv = start_server(bm25, max_body_bytes=50_000)
+    try:
+        client = HTTPRetriever(srv.url, deadline=60)
+        with pytest.raises(ValueError, match=r"\(413\).*max_body_bytes"):
+            client.search(["word " * 800] * 1000, 1)  # ~4 MB of JSON
+        assert len(client.search(["nobel prize"], 1)[0]) == 1
+    finally:
+        srv.stop()
+
+
+def test_client_retries_busy_answers_but_never_a_refusal() -> None:
+    """429/503 mean "later": retried until the deadline. Any other 4xx is final: one request, a ValueError."""
+    script = {"/busy": [429, 503, 200], "/refuse": [400, 200]}
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.path)
+            status = script[self.path.removesuffix("/retrieve")].pop(0)
+            body = json.dumps({"result": [[]]} if status == 200 else {"error": f"status {status}"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        assert HTTPRetriever(f"{base}/busy", deadline=60).search(["q"]) == [[]]
+        with pytest.raises(ValueError, match=r"rejected the request \(400\): status 400"):
+            HTTPRetriever(f"{base}/refuse", deadline=60).search(["q"])
+        assert seen == ["/busy/retrieve"] * 3 + ["/refuse/retrieve"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 class _Broken(Retriever):
     backend = "broken"
 
@@ -213,7 +324,10 @@ def _with_guard(fn: Callable[[], Any], limit: float) -> Any:
 
 def _spawn_server(port: int = 0) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "stepgym.cli", "retriever", "serve", "--backend", "bm25", "--port", str(port)],
+        [
+            *(sys.executable, "-m", "stepgym.cli", "retriever", "serve", "--backend", "bm25"),
+            *("--port", str(port), "--max-results", "600"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -248,6 +362,10 @@ def test_killed_server_fails_clearly_then_recovers(data_dir: Path) -> None:
         _, info = env.reset(options={"task_index": 1})
         obs, *_ = env.step(f"<search>{info[schema.GOAL]}</search>")
         assert obs.startswith("\n\n<information>Doc 1")
+        with pytest.raises(
+            ValueError, match=r"\(413\).*201 queries x topk 3 = 603 passages; the limit is 600"
+        ):
+            HTTPRetriever(url).search(["q"] * 201, 3)  # `--max-results`, refused at once (no retries)
         proc.kill()
         proc.wait(timeout=30)
         t0 = time.monotonic()

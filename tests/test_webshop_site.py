@@ -6,6 +6,10 @@ import http.client
 import json
 import os
 import shutil
+import socket
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -173,3 +177,148 @@ def test_site_env_matches_text_env(ws: Path) -> None:
         site.close()
         text.close()
     assert site.driver is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A part that dies: a clear error, and nothing left behind
+# ---------------------------------------------------------------------------------------------------------------
+def _live_processes() -> dict[int, tuple[int, bytes]]:
+    """Every live process as pid -> (parent pid, command line), from /proc (zombies count as ended)."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] not in (b"Z", b"X"):
+            out[int(name)] = (int(fields[1]), cmdline)
+    return out
+
+
+def _env_processes(env) -> tuple[set[int], str]:
+    """chromedriver and everything below it, and the Chromium profile folder, as the test sees them."""
+    procs = _live_processes()
+    tree = {env.driver.service.process.pid}
+    while True:
+        more = {p for p, (parent, _) in procs.items() if parent in tree} - tree
+        if not more:
+            break
+        tree |= more
+    flags = [arg for p in tree for arg in procs[p][1].split(b"\0") if arg.startswith(b"--user-data-dir=")]
+    assert flags, "no Chromium under chromedriver"
+    return tree, flags[0].split(b"=", 1)[1].decode()
+
+
+def _assert_nothing_left(pids: set[int], profile: str) -> None:
+    alive = _live_processes()
+    assert not pids & alive.keys(), [alive[p][1][:80] for p in pids & alive.keys()]
+    assert not [p for p, (_, cmd) in alive.items() if profile.encode() in cmd]
+    assert not os.path.exists(profile)
+
+
+def _kill_server(env) -> None:
+    env.site.close()
+
+
+def _kill_chromium(env) -> None:
+    procs = _live_processes()
+    driver_pid = env.driver.service.process.pid
+    (browser,) = [
+        p for p, (parent, cmd) in procs.items() if parent == driver_pid and b"--user-data-dir" in cmd
+    ]
+    os.kill(browser, 9)
+
+
+def _kill_chromedriver(env) -> None:
+    os.kill(env.driver.service.process.pid, 9)
+
+
+@needs_browser
+@pytest.mark.browser
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("kill", "named"),
+    [
+        (_kill_server, r"local WebShop HTTP server \(at http://127\.0\.0\.1:\d+\) was stopped"),
+        (_kill_chromium, r"Chromium \(pid \d+\) exited"),
+        (_kill_chromedriver, r"chromedriver \(pid \d+\) exited \(killed by SIGKILL\)"),
+    ],
+    ids=["server", "chromium", "chromedriver"],
+)
+def test_dead_part_is_a_clear_error_and_close_leaves_nothing(ws: Path, kill, named: str) -> None:
+    from stepgym.errors import ServiceUnavailableError
+
+    env = gym.make("StepGym/WebShopSite-v0", split="all").unwrapped
+    try:
+        env.reset(options={"goal_index": 3})
+        env.step("search[shoes]")
+        pids, profile = _env_processes(env)
+        assert len(pids) >= 3 and os.path.isdir(profile)
+        kill(env)
+        with pytest.raises(ServiceUnavailableError, match=named + r".*Fix: call env\.close\(\)"):
+            env.step("click[next >]")
+        with pytest.raises(ServiceUnavailableError, match=named):
+            env.reset(options={"goal_index": 3})
+    finally:
+        env.close()
+    _assert_nothing_left(pids, profile)
+    env.close()  # a second close is harmless
+
+
+@needs_browser
+@pytest.mark.browser
+@pytest.mark.network
+def test_interpreter_exit_leaves_nothing(ws: Path) -> None:
+    """A program that never calls close() (here with chromedriver already dead) leaves no process or folder."""
+    code = (
+        "import os, gymnasium as gym, stepgym\n"
+        "env = gym.make('StepGym/WebShopSite-v0', split='all').unwrapped\n"
+        "env.reset(options={'goal_index': 3})\n"
+        "print(env.driver.service.process.pid, flush=True)\n"
+        "input()\n"
+        "os.kill(env.driver.service.process.pid, 9)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        driver_pid = int(proc.stdout.readline())
+        procs = _live_processes()
+        pids = {driver_pid} | {p for p, (parent, _) in procs.items() if parent == driver_pid}
+        (profile,) = {
+            arg.split(b"=", 1)[1].decode()
+            for p in pids
+            for arg in procs[p][1].split(b"\0")
+            if arg.startswith(b"--user-data-dir=")
+        }
+        proc.communicate("\n", timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    _assert_nothing_left(pids, profile)
+
+
+@pytest.mark.network
+def test_client_disconnecting_mid_response_is_no_traceback(ws: Path, capfd) -> None:
+    core = shared_core(ws, "synthetic", "bm25s")
+    with ShopSite(core) as site:
+        sid = site.new_session(core.goals[0])
+        host, port = site.base_url.removeprefix("http://").split(":")
+        for _ in range(20):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(f"GET /s/{sid}/results?q=shoes&p=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, not FIN
+            sock.close()
+        assert _request(site, "GET", "/healthz")[0] == 200  # still serving
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "ConnectionReset" not in err

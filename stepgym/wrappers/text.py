@@ -150,8 +150,8 @@ def parse_search_r1(text: Any, *, strict: bool = True) -> ParseResult:
     The returned ``action`` is the whole turn up to and including the closing tag (leading/trailing whitespace
     stripped): the Search-QA env reads the tags itself, and Search-R1 stops generating at the closing tag, so
     anything after it would never have been generated. Two action tags, none, an unclosed one or empty content are
-    invalid (the Search-QA env's rule). ``strict=False`` is Search-R1's own rule instead: the first complete tag
-    wins, whatever follows. ``think`` is the first ``<think>`` block, if any.
+    invalid (the Search-QA env's rule). ``strict=False`` is Search-R1's own rule instead: the turn is cut after its
+    first ``</search>`` (else its first ``</answer>``) and the first complete block of that wins. ``think`` is the first ``<think>`` block, if any.
     """
     if not isinstance(text, str):
         return _invalid(f"the reply must be text, got {type(text).__name__}")

@@ -86,7 +86,15 @@ def _serve(args: argparse.Namespace) -> int:
     from stepgym.envs.searchqa.server import RetrievalServer
 
     r = _make(args)
-    server = RetrievalServer(r, args.host, args.port, default_topk=args.topk, verbose=args.verbose)
+    server = RetrievalServer(
+        r,
+        args.host,
+        args.port,
+        default_topk=args.topk,
+        verbose=args.verbose,
+        max_results=args.max_results,
+        max_body_bytes=args.max_body_bytes,
+    )
     # The first line tells a parent process where we listen (port 0 picks a free one).
     print(f"serving {r.backend} retrieval on {server.url}/retrieve (health: {server.url}/health)", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -158,6 +166,8 @@ def _markdown(spec: str, recall: dict, agree: dict, ks: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from stepgym.envs.searchqa.server import MAX_BODY_BYTES, MAX_RESULTS
+
     parser = argparse.ArgumentParser(prog="stepgym retriever", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build (or check) a cached index")
@@ -168,6 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on the first line)")
     s.add_argument("--topk", type=int, default=3, help="default topk when a request omits it")
     s.add_argument("--verbose", action="store_true", help="log every request")
+    s.add_argument(
+        "--max-results",
+        type=int,
+        default=MAX_RESULTS,
+        help=f"refuse (413) a request asking for more than this many passages, queries x topk (default {MAX_RESULTS})",
+    )
+    s.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help=f"refuse (413) a request body larger than this (default {MAX_BODY_BYTES})",
+    )
     e = sub.add_parser("eval", help="recall@k per dataset and agreement with the logged Search-R1 retriever")
     e.add_argument(
         "--retrievers", default="bm25,dense:minilm", help="comma-separated backend[:encoder[:index]]"

@@ -1,10 +1,11 @@
 """A client of a Search-R1-style retrieval server (:mod:`stepgym.envs.searchqa.server` or Search-R1's own).
 
 Retry policy (never hang, fail clearly): every request has a *deadline* (``deadline`` seconds from the call). A
-connection that is refused, reset or times out, and a 502/503/504, are retried with exponential back-off (50 ms
-doubling to 1 s) until the deadline; each attempt's socket timeout is the smaller of ``timeout`` and the time left.
+connection that is refused, reset or times out, and a 408/429/502/503/504 (the server is busy or restarting),
+are retried with exponential back-off (50 ms doubling to 1 s) until the deadline; each attempt's socket timeout is the smaller of ``timeout`` and the time left.
 When the deadline passes the call raises :class:`~stepgym.errors.ServiceUnavailableError` naming the URL, the last
-error and the fix. A 4xx is the caller's fault and raises ``ValueError`` at once with the server's message; a 500
+error and the fix. Any other 4xx is the caller's fault (a malformed request, or one over a server limit such as
+``max_results``) and raises ``ValueError`` at once, without retrying, with the server's message; a 500
 (the server's retriever failed) raises ``ServiceUnavailableError`` at once. So a killed server costs at most
 ``deadline`` seconds, and a server restarted within it is picked up transparently.
 
@@ -27,7 +28,7 @@ from stepgym.errors import ServiceUnavailableError
 
 __all__ = ["HTTPRetriever", "wait_until_healthy"]
 
-_RETRYABLE_STATUS = (502, 503, 504)
+_RETRYABLE_STATUS = (408, 429, 502, 503, 504)
 
 
 class HTTPRetriever(Retriever):
@@ -107,7 +108,7 @@ class HTTPRetriever(Retriever):
                 if status < 400:
                     return _decode(data, url)
                 message = _error_message(data)
-                if 400 <= status < 500:
+                if 400 <= status < 500 and status not in _RETRYABLE_STATUS:
                     raise ValueError(f"retrieval server {url} rejected the request ({status}): {message}")
                 if status not in _RETRYABLE_STATUS:
                     raise ServiceUnavailableError(f"retrieval server {url} failed ({status}): {message}")

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepgym import schema
-from stepgym.envs.base import TextEnv, sanitize_action
+from stepgym.envs.base import TextEnv
 from stepgym.envs.searchqa.corpus import Corpus
 from stepgym.envs.searchqa.datasets import QARecord, load_questions, load_questions_file
 from stepgym.envs.searchqa.factory import is_url, make_retriever, resolve_corpus
@@ -55,11 +55,30 @@ from stepgym.envs.searchqa.protocol import (
 from stepgym.envs.searchqa.retrievers import MAX_QUERY_CHARS, Hit, Retriever
 from stepgym.errors import DataNotFoundError
 
-__all__ = ["MAX_TURN_CHARS", "SearchQAEnv"]
+__all__ = ["MAX_TURN_CHARS", "SearchQAEnv", "read_turn"]
 
 #: A Search-R1 turn is at most 500 tokens (~2-3k characters); longer text is junk, not a turn.
 MAX_TURN_CHARS = 20_000
 _EMPTY_INFORMATION = render_information([])
+
+
+def read_turn(action: Any) -> tuple[str, str]:
+    """``(turn, problem)``: the model's turn exactly as written (UTF-8 bytes decoded), or why it is unusable.
+
+    Nothing is removed or replaced: Search-R1 parses, scores and searches the decoded text as generated, so an
+    invisible character inside a tag or an answer changes the outcome here as it does upstream. The only guards
+    are the type and :data:`MAX_TURN_CHARS`, which no turn of Search-R1's 500-token generator reaches.
+    """
+    if isinstance(action, bytes):
+        try:
+            action = action.decode("utf-8")
+        except UnicodeDecodeError:
+            return "", "the turn is not valid UTF-8"
+    if not isinstance(action, str):
+        return "", f"the turn must be a string, got {type(action).__name__}"
+    if len(action) > MAX_TURN_CHARS:
+        return "", f"the turn is {len(action)} characters long (the limit is {MAX_TURN_CHARS})"
+    return action, ""
 
 
 class SearchQAEnv(TextEnv):
@@ -78,7 +97,8 @@ class SearchQAEnv(TextEnv):
         timeout, deadline: for a server URL, the per-attempt timeout and the per-search deadline (seconds).
         questions: use these rows (a list of :class:`QARecord`, or a ``.jsonl``/``.json``/``.parquet`` file)
             instead of ``dataset``/``split``.
-        strict_format: the issue's one-action-per-turn rule (default) or Search-R1's first-tag-wins rule.
+        strict_format: stepgym's one-action-per-turn rule (default) or, with ``False``, Search-R1's rule
+            exactly (cut at the first ``</search>``, else ``</answer>``; the first block wins).
         expert: compute ``EXPERT_ACTION`` (costs a few retrievals per step, cached within the episode).
     """
 
@@ -152,8 +172,9 @@ class SearchQAEnv(TextEnv):
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------------
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        # The base class caps actions at 1,000 characters (a command); a model turn with its reasoning is longer,
-        # so _step_action re-sanitises the raw turn with the turn limit.
+        # The base class sanitises actions as commands (control characters dropped, whitespace collapsed, 1,000
+        # characters); a Search-R1 turn is parsed, scored and searched exactly as written, so _step_action reads
+        # the raw turn instead (see read_turn).
         self._raw_action = action
         return super().step(action)
 
@@ -186,7 +207,7 @@ class SearchQAEnv(TextEnv):
 
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._task is not None
-        text, problem = sanitize_action(self._raw_action, MAX_TURN_CHARS)
+        text, problem = read_turn(self._raw_action)
         turn = (
             ParsedTurn("invalid", reason=problem) if problem else parse_turn(text, strict=self.strict_format)
         )

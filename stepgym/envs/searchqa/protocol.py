@@ -15,10 +15,14 @@ Facts reproduced from Search-R1 (Jin et al., 2025; ``search_r1/llm_agent/generat
   F1 is SQuAD's token F1 over the same normalisation, maximised over the gold answers (FlashRAG's ``F1_Score``,
   which also scores a yes/no/noanswer mismatch 0).
 
+Tags are matched case-sensitively, as Search-R1 does (``<ANSWER>x</ANSWER>`` is no action), and the turn is
+parsed exactly as written: no character is removed or replaced before parsing, scoring or searching.
+
 Deliberate difference (the issue's rule, shared with ``stepgym.wrappers.text.parse_search_r1``): Search-R1 takes
 the *first* ``<search>``/``<answer>`` block of a turn; here a turn with two action tags (two searches, or a search
 and an answer), an unclosed tag or an empty query/answer is invalid, with a precise reason in
-``info[schema.INVALID_REASON]``. ``strict=False`` restores Search-R1's first-block rule.
+``info[schema.INVALID_REASON]``. ``strict=False`` is Search-R1's rule exactly (:func:`cut_turn`, then the first
+block; an empty block is a valid empty query or answer there, as upstream).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 __all__ = [
     "INVALID_FEEDBACK",
     "ParsedTurn",
+    "cut_turn",
     "exact_match",
     "f1_score",
     "format_passage",
@@ -58,10 +63,11 @@ _PROMPT = (
     "example, <answer> Beijing </answer>. Question: {question}\n"
 )
 
-_OPEN = re.compile(r"<(search|answer)>", re.IGNORECASE)
-_CLOSE = re.compile(r"</(search|answer)>", re.IGNORECASE)
-_BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
-_THINK = re.compile(r"<think>(.*?)</think>", re.IGNORECASE | re.DOTALL)
+# Case-sensitive, as Search-R1's ``postprocess_predictions``.
+_OPEN = re.compile(r"<(search|answer)>")
+_CLOSE = re.compile(r"</(search|answer)>")
+_BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
 def normalize_question(question: str) -> str:
@@ -95,43 +101,79 @@ class ParsedTurn:
         return self.kind != "invalid"
 
 
+def cut_turn(text: str) -> str:
+    """What Search-R1 keeps of a generated turn: up to the first ``</search>``, else up to the first ``</answer>``.
+
+    Search-R1 stops generation at either closing tag and then cuts the decoded text the same way, so a turn that
+    closes a search anywhere is read only up to that tag, whatever it says before or after.
+    """
+    for tag in ("</search>", "</answer>"):
+        head, found, _ = text.partition(tag)
+        if found:
+            return head + tag
+    return text
+
+
 def parse_turn(text: str, *, strict: bool = True) -> ParsedTurn:
-    """Parse a Search-R1 model turn.
+    """Parse a Search-R1 model turn, exactly as written (tags are case-sensitive).
 
     ``strict=True`` (default): exactly one complete ``<search>…</search>`` or ``<answer>…</answer>`` with non-empty
     content; ``<think>`` optional; text after the closing tag is ignored (Search-R1 stops generating there).
-    ``strict=False``: Search-R1's rule, the first complete block wins (empty content is still invalid: it cannot be
-    searched or scored).
+    ``strict=False``: Search-R1's rule, :func:`cut_turn` and then the first complete block, whatever its content
+    (an empty query is searched and an empty answer scored, as upstream).
     """
+    if strict:
+        return _parse_strict(text)
+    cut = cut_turn(text)
+    m = _BLOCK.search(cut)
+    if m is None:
+        return ParsedTurn("invalid", reason=_lenient_reason(text, cut))
+    return _turn_from_match(text, m)
+
+
+def _lenient_reason(text: str, cut: str) -> str:
+    if not text.strip():
+        return "the turn is empty"
+    if not _OPEN.search(text) and not _CLOSE.search(text):
+        return "the turn has no <search>...</search> and no <answer>...</answer>"
+    if cut != text:
+        return f"the turn ends at its first {cut[cut.rindex('<') :]} and no block closes there"
+    return "the <search>/<answer> tag is not closed by its matching closing tag"
+
+
+def _turn_from_match(text: str, m: re.Match[str]) -> ParsedTurn:
+    tm = _THINK.search(text, 0, m.start())
+    return ParsedTurn(m.group(1), m.group(2).strip(), "", tm.group(1).strip() if tm else None, m.end())
+
+
+def _parse_strict(text: str) -> ParsedTurn:
     if not text or not text.strip():
         return ParsedTurn("invalid", reason="the turn is empty")
-    if strict:
-        n_open, n_close = len(_OPEN.findall(text)), len(_CLOSE.findall(text))
-        if n_open == 0 and n_close == 0:
-            return ParsedTurn(
-                "invalid", reason="the turn has no <search>...</search> and no <answer>...</answer>"
-            )
-        if n_open > 1 or n_close > 1:
-            kinds = sorted({m.lower() for m in _OPEN.findall(text)})
-            if len(kinds) == 2:
-                what = "both a <search> and an <answer>"
-            elif n_open > 1:
-                what = f"{n_open} <{kinds[0]}> tags"
-            else:
-                what = f"{n_close} closing </search>/</answer> tags"
-            return ParsedTurn(
-                "invalid", reason=f"the turn has {what}; exactly one search or one answer is allowed"
-            )
+    opens, n_close = _OPEN.findall(text), len(_CLOSE.findall(text))
+    if not opens and n_close == 0:
+        return ParsedTurn(
+            "invalid", reason="the turn has no <search>...</search> and no <answer>...</answer>"
+        )
+    if len(opens) > 1 or n_close > 1:
+        kinds = sorted(set(opens))
+        if len(kinds) == 2:
+            what = "both a <search> and an <answer>"
+        elif len(opens) > 1:
+            what = f"{len(opens)} <{kinds[0]}> tags"
+        else:
+            what = f"{n_close} closing </search>/</answer> tags"
+        return ParsedTurn(
+            "invalid", reason=f"the turn has {what}; exactly one search or one answer is allowed"
+        )
     m = _BLOCK.search(text)
     if m is None:
         return ParsedTurn(
             "invalid", reason="the <search>/<answer> tag is not closed by its matching closing tag"
         )
-    kind, content = m.group(1).lower(), m.group(2).strip()
-    if not content:
-        return ParsedTurn("invalid", reason=f"the <{kind}> tag is empty")
-    tm = _THINK.search(text, 0, m.start())
-    return ParsedTurn(kind, content, "", tm.group(1).strip() if tm else None, m.end())
+    turn = _turn_from_match(text, m)
+    if not turn.content:
+        return ParsedTurn("invalid", reason=f"the <{turn.kind}> tag is empty")
+    return turn
 
 
 def format_passage(index: int, contents: str) -> str:

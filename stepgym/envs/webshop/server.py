@@ -25,9 +25,13 @@ purchases made. Routes (``<sid>`` is a session id)::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
 import secrets
+import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -45,6 +49,7 @@ from stepgym.errors import ServiceUnavailableError
 
 __all__ = ["ShopSite", "state_from_url", "url_for_state"]
 
+_log = logging.getLogger(__name__)
 _ASIN = re.compile(r"^[A-Za-z0-9]{1,16}$")
 _SID = re.compile(r"^[a-f0-9]{1,64}$")
 MAX_PAGE = 100_000
@@ -170,6 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         try:
             self.site.handle(self, "GET", b"")
+        except ConnectionError:
+            raise  # the client went away: nobody to send a 500 to (the server logs one line)
         except Exception:  # never let a request kill the server thread; the env sees a 500
             self._send(
                 HTTPStatus.INTERNAL_SERVER_ERROR, "<!DOCTYPE html><html><body><h1>500</h1></body></html>"
@@ -188,10 +195,52 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         try:
             self.site.handle(self, "POST", body)
+        except ConnectionError:
+            raise
         except Exception:
             self._send(
                 HTTPStatus.INTERNAL_SERVER_ERROR, "<!DOCTYPE html><html><body><h1>500</h1></body></html>"
             )
+
+
+class _SiteHTTPServer(ThreadingHTTPServer):
+    """The threaded server, plus two things a site that is stopped mid-episode needs.
+
+    It keeps the open connections, so :meth:`close_connections` can end the keep-alive connections a browser
+    holds (otherwise their handler threads go on serving pages after ``shutdown``); and a client that disconnects
+    mid-request or mid-response is one debug line in the log, not a traceback on stderr.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._open_lock:
+            open_now = list(self._open)
+        for sock in open_now:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            _log.debug("WebShop site: client %s went away (%s)", client_address, type(exc).__name__)
+            return
+        super().handle_error(request, client_address)
 
 
 class ShopSite:
@@ -206,21 +255,32 @@ class ShopSite:
         self._sessions: dict[str, Goal] = {}
         self._purchases: dict[str, list[dict[str, Any]]] = {}
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _SiteHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._url = ""
 
     @property
     def base_url(self) -> str:
         if self._httpd is None:
             raise RuntimeError("the site is not running")
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._url
+
+    @property
+    def last_url(self) -> str:
+        """The base URL it serves or last served ('' before the first start)."""
+        return self._url
+
+    @property
+    def running(self) -> bool:
+        """Started, not closed, and its serving thread alive."""
+        return self._httpd is not None and self._thread is not None and self._thread.is_alive()
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def start(self, *, timeout: float = 10.0) -> ShopSite:
         handler = type("Handler", (_Handler,), {"site": self})
-        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _SiteHTTPServer((self.host, self.port), handler)
+        host, port = self._httpd.server_address[:2]
+        self._url = f"http://{host}:{port}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="webshop-site", daemon=True)
         self._thread.start()
         self.wait_healthy(timeout)
@@ -245,9 +305,12 @@ class ShopSite:
         )
 
     def close(self) -> None:
+        """Stop serving: the listening socket and every open connection are closed."""
         if self._httpd is not None:
-            self._httpd.shutdown()
+            if self._thread is not None and self._thread.is_alive():
+                self._httpd.shutdown()  # (waits for serve_forever, so only while it runs)
             self._httpd.server_close()
+            self._httpd.close_connections()
             self._httpd = None
         if self._thread is not None:
             self._thread.join(timeout=5)

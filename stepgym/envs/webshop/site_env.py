@@ -10,6 +10,12 @@ the later one, as upstream). Observations are WebShop's text mode of the browser
 after ``Buy Now``. The symbolic state for the annotations is decoded from the browser's URL (the site keeps the
 session state in its URLs), so annotations, clickables and rewards match the text env's (tests check this).
 
+A part that dies (the server stopped, Chromium or chromedriver killed) makes the next ``step``/``reset`` raise
+:class:`~stepgym.errors.ServiceUnavailableError` naming what died and what to do, and so does every call after it.
+``close()`` (and the interpreter's exit, through a finalizer) ends every process the env started, whatever state
+the driver is in: it asks chromedriver to quit, then kills what is left, found by the unique profile folder on
+Chromium's command lines and by process ancestry, and removes that folder.
+
 Like upstream's ``WebAgentSiteEnv`` this is slow (a page load per step) and meant for checking that what an agent
 learned in text mode transfers to a real page, not for RL at scale.
 """
@@ -20,7 +26,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import time
+import urllib.request
+import weakref
 from typing import Any
 
 from stepgym import schema
@@ -34,6 +44,11 @@ from stepgym.envs.webshop.server import ShopSite, state_from_url
 from stepgym.errors import ServiceUnavailableError
 
 __all__ = ["CHROMIUM_FLAGS", "WebShopSiteEnv"]
+
+_FIX = (
+    "Fix: call env.close() (it ends whatever is left of the browser and the server) and make a new env; if "
+    "Chromium keeps dying, check free memory and /dev/shm."
+)
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -71,6 +86,147 @@ document.querySelector('#search-form [data-key="search"]').click();
 """
 
 
+class _OffSite(Exception):
+    """The browser shows a page that is not the site's (Chrome's error page when the server is gone)."""
+
+
+def _proc_stat(pid: int) -> tuple[int, str, str] | None:
+    """``(parent pid, state letter, start time)`` of a live process, from ``/proc`` (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # a zombie has ended; only its exit status is left to collect
+        return None
+    return int(fields[1]), fields[0], fields[19]
+
+
+def _processes_of(roots: set[int], marker: str) -> set[int]:
+    """Live processes that are ``roots``, carry ``marker`` on their command line, or descend from either."""
+    parents: dict[int, int] = {}
+    found: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        stat = _proc_stat(pid)
+        if stat is None:
+            continue
+        parents[pid] = stat[0]
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.add(pid)
+        except OSError:
+            continue
+    found |= roots & parents.keys()
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= children
+        grew = bool(children)
+    return found
+
+
+class _Parts:
+    """What a :class:`WebShopSiteEnv` started (server, chromedriver, Chromium, profile folder) and how to end it.
+
+    It holds no reference to the env, so it can be the env's finalizer and run at interpreter exit.
+    """
+
+    def __init__(self, site: ShopSite) -> None:
+        self.site = site
+        self.driver: Any = None
+        self.chromedriver: Any = None  # its subprocess.Popen
+        self.browser: tuple[int, str] | None = None  # Chromium's main process: pid and start time
+        self.profile: str | None = None
+
+    def find_browser(self) -> None:
+        """Remember Chromium's main process: chromedriver's child that runs with our profile folder."""
+        if self.chromedriver is None or self.profile is None:
+            return
+        for pid in _processes_of(set(), f"--user-data-dir={self.profile}"):
+            stat = _proc_stat(pid)
+            if stat is not None and stat[0] == self.chromedriver.pid:
+                self.browser = (pid, stat[2])
+                return
+
+    def dead(self) -> list[str]:
+        """What has died, in words ('' parts alive)."""
+        out = []
+        if not self.site.running:
+            out.append(f"the local WebShop HTTP server (at {self.site.last_url or 'no address'}) was stopped")
+        else:
+            try:
+                with urllib.request.urlopen(f"{self.site.base_url}/healthz", timeout=5) as resp:
+                    resp.read()
+            except OSError as exc:
+                out.append(f"the local WebShop HTTP server at {self.site.base_url} does not answer ({exc})")
+        if self.chromedriver is not None and self.chromedriver.poll() is not None:
+            out.append(
+                f"chromedriver (pid {self.chromedriver.pid}) exited ({_exit_words(self.chromedriver.returncode)})"
+            )
+        if self.browser is not None:
+            stat = _proc_stat(self.browser[0])
+            if stat is None or stat[2] != self.browser[1]:
+                out.append(f"Chromium (pid {self.browser[0]}) exited")
+        return out
+
+    def close(self) -> None:
+        """End everything, whatever state it is in; never raises."""
+        driver, self.driver = self.driver, None
+        if driver is not None and self.chromedriver is not None and self.chromedriver.poll() is None:
+            with contextlib.suppress(
+                Exception
+            ):  # a dead browser makes quit fail; what is left is killed below
+                driver.quit()
+        # Only pids that are certainly still ours: an exited chromedriver is reaped by poll() and its pid may be
+        # reused; the browser's pid counts only with the start time it had.
+        roots = set()
+        if self.chromedriver is not None and self.chromedriver.poll() is None:
+            roots.add(self.chromedriver.pid)
+        if self.browser is not None and (_proc_stat(self.browser[0]) or (0, "", ""))[2] == self.browser[1]:
+            roots.add(self.browser[0])
+        marker = f"--user-data-dir={self.profile}" if self.profile else "\0never\0"
+        for _ in range(3):  # a dying browser may still fork a helper: look again until nothing is left
+            left = _processes_of(roots, marker) - {os.getpid()}
+            if not left:
+                break
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            _wait_gone(left)
+        if self.chromedriver is not None:
+            with contextlib.suppress(Exception):
+                self.chromedriver.wait(timeout=5)  # collect our child's exit status (no zombie)
+        self.site.close()
+        if self.profile is not None:
+            shutil.rmtree(self.profile, ignore_errors=True)
+            self.profile = None
+
+
+def _wait_gone(pids: set[int], timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and any(_proc_stat(p) is not None for p in pids):
+        time.sleep(0.02)
+
+
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    """``Type: first line of the message`` (selenium and urllib3 messages run to pages)."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    return f"{type(exc).__name__}: {text if len(text) <= limit else text[:limit] + '...'}"
+
+
+def _exit_words(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
 class WebShopSiteEnv(TextEnv):
     """The WebShop site in a real browser; same observations, annotations and reward as :class:`WebShopEnv`."""
 
@@ -105,9 +261,11 @@ class WebShopSiteEnv(TextEnv):
         self.goal: Goal | None = None
         self.state = ShopState()
         self.driver: Any = None
-        self._profile: str | None = None
+        self._broken = ""  # why the env cannot go on (a part died), once known
         self._html, self._url, self._has_search, self._keys, self._reward_json = "", "", False, [], None
         self.site = ShopSite(self.core)
+        self._parts = _Parts(self.site)
+        self._finalizer = weakref.finalize(self, self._parts.close)
         try:
             self.site.start(timeout=start_timeout)
             self.driver = self._start_browser(chromium, chromedriver, start_timeout)
@@ -131,21 +289,49 @@ class WebShopSiteEnv(TextEnv):
         from selenium.webdriver.chrome.options import Options
         from selenium.webdriver.chrome.service import Service
 
-        self._profile = tempfile.mkdtemp(prefix="stepgym-chromium-")
+        parts = self._parts
+        parts.profile = tempfile.mkdtemp(prefix="stepgym-chromium-")
         opts = Options()
         opts.binary_location = chromium
         for flag in CHROMIUM_FLAGS:
             opts.add_argument(flag)
-        opts.add_argument(f"--user-data-dir={self._profile}")
+        opts.add_argument(f"--user-data-dir={parts.profile}")
         opts.page_load_strategy = "normal"
+        service = Service(executable_path=chromedriver)
         try:
-            driver = self._webdriver.Chrome(service=Service(executable_path=chromedriver), options=opts)
+            driver = self._webdriver.Chrome(service=service, options=opts)
         except WebDriverException as exc:
+            parts.chromedriver = service.process
             raise ServiceUnavailableError(
                 f"could not start {chromium} through {chromedriver}: {exc.msg}"
             ) from exc
+        parts.driver, parts.chromedriver = driver, service.process
+        parts.find_browser()
         driver.set_page_load_timeout(timeout)
         return driver
+
+    @contextlib.contextmanager
+    def _browser_call(self, doing: str) -> Any:
+        """Turn a failure of the browser, the driver or the server into a :class:`ServiceUnavailableError`."""
+        if self._broken:
+            raise ServiceUnavailableError(self._broken)
+        if self.driver is None:
+            raise ServiceUnavailableError("the WebShop site env is closed. Fix: make a new env.")
+        from selenium.common.exceptions import WebDriverException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            yield
+        except (WebDriverException, HTTPError, OSError, _OffSite) as exc:
+            dead = self._parts.dead()
+            detail = _first_line(exc)
+            if not dead:
+                raise ServiceUnavailableError(
+                    f"the browser failed while {doing} ({detail}), with the server, chromedriver and Chromium "
+                    f"alive (a page slower than page_timeout={self.page_timeout:g} s?). {_FIX}"
+                ) from exc
+            self._broken = f"the WebShop site env cannot go on: {'; '.join(dead)} (noticed while {doing}: {detail}). {_FIX}"
+            raise ServiceUnavailableError(self._broken) from exc
 
     def _load(self, act: Any) -> None:
         """Run ``act()`` (a click or submit that navigates) and wait until the new page has loaded."""
@@ -162,6 +348,8 @@ class WebShopSiteEnv(TextEnv):
     def _snapshot(self) -> None:
         """Read the rendered page in one round trip: DOM, URL, search bar, clickables, purchase data."""
         html, url, has_search, keys, reward_json = self.driver.execute_script(_SNAPSHOT_JS)
+        if not url.startswith(f"{self.site.last_url}/s/"):
+            raise _OffSite(f"the browser shows {url[:100]!r}, not a page of the site")
         self._html, self._url = html, url
         self._has_search = bool(has_search)
         self._keys = list(
@@ -186,9 +374,10 @@ class WebShopSiteEnv(TextEnv):
             self.goal = self.core.goal_by_index(int(options["goal_index"]))
         else:
             self.goal = self.split_goals[int(self.np_random.integers(len(self.split_goals)))]
-        sid = self.site.new_session(self.goal)
-        self.driver.get(f"{self.site.base_url}/s/{sid}/")
-        obs, self.state, _ = self._observe()
+        with self._browser_call("resetting"):
+            sid = self.site.new_session(self.goal)
+            self.driver.get(f"{self.site.last_url}/s/{sid}/")
+            obs, self.state, _ = self._observe()
         return obs, self._info(obs, admissible=True, effective=False, problem="", won=False)
 
     def _info(
@@ -235,8 +424,9 @@ class WebShopSiteEnv(TextEnv):
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self.goal is not None
         before = self.state
-        why = problem or self._act(action)
-        obs, self.state, got = self._observe()
+        with self._browser_call(f"playing {action[:80]!r}"):
+            why = problem or self._act(action)
+            obs, self.state, got = self._observe()
         reward, breakdown = got if got is not None else (0.0, None)
         terminated = self.state.page == "done"
         won = terminated and reward == 1.0
@@ -253,14 +443,9 @@ class WebShopSiteEnv(TextEnv):
         return obs, reward, terminated, info
 
     def close(self) -> None:
-        driver, self.driver = self.driver, None
-        if driver is not None:
-            with contextlib.suppress(Exception):  # the browser may already be gone; closing must not raise
-                driver.quit()
-        site = getattr(self, "site", None)
-        if site is not None:
-            site.close()
-        if self._profile is not None:
-            shutil.rmtree(self._profile, ignore_errors=True)
-            self._profile = None
+        """End the browser tree, chromedriver and the server, and remove the profile folder (never raises)."""
+        self.driver = None
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()  # runs _Parts.close once; a second close() does nothing
         super().close()
