@@ -426,6 +426,28 @@ def _check_run(folder: Path, settings: _Settings) -> None:
     _atomic_write(path, json.dumps(want, indent=1).encode())
 
 
+class _Serialised:
+    """Runs an env's ``reset``/``step`` under a lock shared by all env copies of a run.
+
+    Not every engine is thread-safe (TextWorld's PDDL parser keeps global state), and env steps are CPU work that
+    the GIL serialises anyway; what overlaps is the waiting for the endpoint, which happens outside the lock.
+    """
+
+    def __init__(self, env: Any, lock: threading.Lock) -> None:
+        self.env, self.lock = env, lock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, **kwargs: Any) -> Any:
+        with self.lock:
+            return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        with self.lock:
+            return self.env.step(action)
+
+
 def _play(env: Any, agent: LLMAgent, *, seed: int, task_id: str) -> schema.Trajectory:
     from stepgym.rollout import play_episode
 
@@ -477,7 +499,13 @@ def evaluate_endpoint(
     created: list[Any] = []
     try:
         done = log.records
-        make = env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history))
+        env_lock = threading.Lock()
+        build = env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history))
+
+        def make() -> _Serialised:
+            with env_lock:
+                return _Serialised(build(), env_lock)
+
         pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
         first = make()
         created.append(first)
