@@ -141,14 +141,20 @@ class _PromptFromEnv:
     text interface's current prompt, while the recorded trajectory keeps the env's observations (as the trainer's
     collector records them)."""
 
-    def __init__(self, env: Any, agent: LLMAgent) -> None:
-        self.env, self.agent = env, agent
+    def __init__(self, env: Any, agent: LLMAgent, stop: threading.Event | None = None) -> None:
+        self.env, self.agent, self.stop = env, agent, stop
 
     def reset(self) -> None:
         self.agent.reset()
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
+        if self.stop is not None and self.stop.is_set():
+            raise _Cancelled
         return self.agent.act(self.env.get_wrapper_attr("prompt"), info)
+
+
+class _Cancelled(Exception):
+    """The run is stopping (an endpoint error or Ctrl-C elsewhere): this unfinished episode is dropped."""
 
 
 class EndpointBackend:
@@ -448,10 +454,12 @@ class _Serialised:
             return self.env.step(action)
 
 
-def _play(env: Any, agent: LLMAgent, *, seed: int, task_id: str) -> schema.Trajectory:
+def _play(
+    env: Any, agent: LLMAgent, *, seed: int, task_id: str, stop: threading.Event | None = None
+) -> schema.Trajectory:
     from stepgym.rollout import play_episode
 
-    return play_episode(env, _PromptFromEnv(env, agent), seed=seed, options={"task_id": task_id})
+    return play_episode(env, _PromptFromEnv(env, agent, stop), seed=seed, options={"task_id": task_id})
 
 
 def evaluate_endpoint(
@@ -566,7 +574,8 @@ def _run_tasks(
     progress: bool,
 ) -> Exception | None:
     """Play ``todo`` with ``concurrency`` workers, appending each finished episode; returns the endpoint error
-    that stopped the run (later tasks are not started, running ones finish or fail), if any."""
+    that stopped the run, if any. On an error or Ctrl-C no task starts any more and running episodes are dropped
+    at their next turn (they are played again on resume)."""
     stop = threading.Event()
     lock = threading.Lock()
 
@@ -583,8 +592,10 @@ def _run_tasks(
             base = None if sampling.seed is None else sampling.seed + 1000 * index
             agent = LLMAgent(client, sampling, system=system, seed=base)
             t0 = time.perf_counter()
-            traj = _play(env, agent, seed=seed, task_id=tid)
+            traj = _play(env, agent, seed=seed, task_id=tid, stop=stop)
             return episode_record(index, traj, usage=agent.usage, seconds=time.perf_counter() - t0)
+        except _Cancelled:
+            return None
         except BaseException:
             stop.set()  # here, not in the collecting loop: no worker may start another task meanwhile
             raise

@@ -11,9 +11,14 @@ in bounded retries and a resumable run with every task recorded exactly once.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -550,3 +555,49 @@ def test_eval_help_describes_evaluation(capsys) -> None:
         main(["eval", "--model", "x", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "OpenAI-compatible" in text and "--concurrency" in text and "continues where it stopped" in text
+
+
+def test_evaluator_process_killed_then_resumed(serve, tmp_path: Path) -> None:
+    """``stepgym eval`` is SIGKILLed while episodes are in flight and lines are being appended; the same
+    evaluation resumed in process completes with every task recorded exactly once."""
+
+    def slow_reply(prompt: str) -> str:
+        time.sleep(0.05)
+        return scripted_reply(prompt)
+
+    server = serve(slow_reply)
+    out = tmp_path / "run"
+    env = {**os.environ, "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "sk-test"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "stepgym.cli",
+        "eval",
+        "--model",
+        MODEL,
+        "--env",
+        CREDIT[0],
+        "--split",
+        "valid",
+    ]
+    cmd += ["--limit", "10", "--concurrency", "2", "--no-progress", "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            path = out / EPISODES
+            if path.exists() and path.read_bytes().count(b"\n") >= 2:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    first = assert_each_task_once_partial(out)
+    assert 2 <= len(first) < 10
+    with client_for(server, timeout=30.0) as client:
+        s = evaluate_endpoint(client, CREDIT[0], out_dir=out, split="valid", limit=10, concurrency=2)
+    assert s["episodes_resumed"] == len(first) and s["complete"] and s["success"] == 1.0
+    assert_each_task_once(out, 10)
