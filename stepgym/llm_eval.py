@@ -489,7 +489,8 @@ def evaluate_endpoint(
     ``out_dir/summary.json`` and is returned. Running it again on the same folder resumes (see the module
     docstring). When the endpoint fails for good, the finished episodes stay recorded and the error
     (:class:`~stepgym.llm_client.LLMUnavailableError` or :class:`~stepgym.llm_client.LLMConfigError`) is raised
-    with a note on how to resume.
+    with a note on how to resume. ``env_factory`` replaces :func:`make_text_env` for an env that needs building by
+    hand; it must return the text-interface env (``env_id`` then only names the run).
     """
     t_start = time.perf_counter()
     sampling = sampling or Sampling()

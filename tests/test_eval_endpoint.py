@@ -601,3 +601,13 @@ def test_evaluator_process_killed_then_resumed(serve, tmp_path: Path) -> None:
         s = evaluate_endpoint(client, CREDIT[0], out_dir=out, split="valid", limit=10, concurrency=2)
     assert s["episodes_resumed"] == len(first) and s["complete"] and s["success"] == 1.0
     assert_each_task_once(out, 10)
+
+
+def test_endpoint_modules_import_light() -> None:
+    """Neither the endpoint evaluation nor the hints module pulls torch; httpx loads only when a client is built."""
+    code = (
+        "import sys, stepgym.llm_eval, stepgym.wrappers.hints, stepgym.rollout; "
+        "print([m for m in ('torch', 'transformers', 'httpx') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
