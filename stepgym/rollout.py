@@ -122,13 +122,31 @@ def _parse_kv(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _llm_requested(argv: list[str] | None) -> bool:
+    """``--agent llm`` is played by :mod:`stepgym.llm_eval` (concurrent, resumable, its own options)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return any(
+        a == "--agent=llm" or (a == "--agent" and i + 1 < len(args) and args[i + 1] == "llm")
+        for i, a in enumerate(args)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    if _llm_requested(argv):
+        from stepgym.llm_eval import main as llm_main
+
+        return llm_main(argv, prog="stepgym rollout")
     ap = argparse.ArgumentParser(
         prog="stepgym rollout", description="Run an agent on a stepgym env and print success per task type."
     )
     ap.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
     ap.add_argument("--split", default="valid_seen", help="the split to evaluate (whole split, fixed order)")
-    ap.add_argument("--agent", default="expert", choices=["expert", "random", "noisy"])
+    ap.add_argument(
+        "--agent",
+        default="expert",
+        choices=["expert", "random", "noisy", "llm"],
+        help="llm: a model behind an OpenAI-compatible endpoint (`stepgym rollout --agent llm --help`)",
+    )
     ap.add_argument(
         "--error-rate", type=float, default=0.2, help="noisy expert: probability of a random action"
     )

@@ -238,6 +238,10 @@ def make_backend(kind: str, **kwargs: Any) -> RolloutBackend:
         from stepgym.trainers.vllm_backend import VLLMBackend
 
         return VLLMBackend(**kwargs)
+    if kind == "openai":  # an OpenAI-compatible endpoint, for evaluation (stepgym.llm_eval)
+        from stepgym.llm_eval import EndpointBackend
+
+        return EndpointBackend(**kwargs)
     raise ValueError(f"unknown rollout backend {kind!r}; expected one of {BACKENDS}")
 
 

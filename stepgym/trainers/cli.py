@@ -48,6 +48,8 @@ def parse_config(argv: Sequence[str], prog: str = "stepgym train") -> Any:
         f"{prog}: GRPO with step-level shapers. Preset: {preset or '(defaults)'}. Use --list-presets to see them; "
         "--shaper-module MODULE_OR_FILE imports shapers you registered yourself."
     )
+    if prog == "stepgym eval":
+        desc = _EVAL_DESCRIPTION.format(preset=preset or "(defaults)")
     return tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
 
 
@@ -95,9 +97,29 @@ def _print_eval(ev: dict[str, Any]) -> None:
     print("  within budget: " + ", ".join(f"{b} steps {v:.3f}" for b, v in ev["within"].items()))
 
 
+_EVAL_DESCRIPTION = (
+    "stepgym eval: evaluate a policy on the fixed evaluation splits (every task, in the env's fixed order, greedy by "
+    "default) and print success per task type, success within interaction budgets and the valid-action ratio; "
+    "the results go to <run.output_dir>-eval/eval.json. The model is the preset's (Preset: {preset}; "
+    "--list-presets) or a trained checkpoint (--checkpoint DIR). To evaluate a model served behind an "
+    "OpenAI-compatible endpoint instead, pass --model NAME (and --base-url URL or $OPENAI_BASE_URL); "
+    "`stepgym eval --model NAME --help` lists those options."
+)
+
+
+def _endpoint_requested(argv: Sequence[str]) -> bool:
+    """``--model`` / ``--base-url`` select the endpoint evaluation (tyro's own flags are ``--model.name`` ...)."""
+    return any(a.split("=", 1)[0] in ("--model", "--base-url") for a in argv)
+
+
 def eval_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``stepgym eval``: ``--checkpoint DIR`` (a checkpoint folder or a run's output dir)."""
+    """Entry point of ``stepgym eval``: ``--checkpoint DIR`` (a checkpoint folder or a run's output dir), or an
+    OpenAI-compatible endpoint with ``--model NAME`` (:mod:`stepgym.llm_eval`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _endpoint_requested(argv):
+        from stepgym.llm_eval import main as endpoint_main
+
+        return endpoint_main(argv, prog="stepgym eval")
     _, _, ns = _split_preset(argv, "stepgym eval")
     if ns.list_presets:
         return _list_presets()

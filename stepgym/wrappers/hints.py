@@ -12,10 +12,10 @@ The pieces:
   the state whose info is ``trajectory.infos()[t]``) and a hint per error step.
 * :class:`Analyzer` — the protocol: ``analyze(trajectory) -> Analysis``.
 * :class:`OracleAnalyzer` — deterministic, offline, the default. It reads the ground truth the envs put in info.
-* :class:`LLMAnalyzer` — any OpenAI-compatible ``/chat/completions`` endpoint, over stdlib ``urllib``: strict JSON
-  reply parsing, retries with exponential backoff, timeouts, a cache keyed by the prompt (i.e. by the trajectory's
-  content), and a clear :class:`AnalyzerError` or an explicit fallback analyzer when the server is down or keeps
-  replying garbage.
+* :class:`LLMAnalyzer` — any OpenAI-compatible ``/chat/completions`` endpoint, through the shared
+  :class:`stepgym.llm_client.ChatClient` (retries with exponential backoff, timeouts): strict JSON reply parsing,
+  a cache keyed by the prompt (i.e. by the trajectory's content), and a clear :class:`AnalyzerError` or an
+  explicit fallback analyzer when the server is down or keeps replying garbage.
 * :class:`HintWrapper` — puts ``schema.ERROR_STEPS`` and ``schema.HINTS`` into the final info of an episode.
 * Pure functions over recorded trajectories (:func:`analyze_trajectory`, :func:`annotate_trajectory`,
   :func:`analyze_many`, :func:`ahead_privileged_text`), so any trainer can compute hints offline.
@@ -39,17 +39,15 @@ else, for an invalid action, the first admissible actions of the state.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import http.client
 import json
 import os
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,7 +56,7 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 
 from stepgym import schema
-from stepgym.errors import ServiceUnavailableError, StepGymError
+from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
 from stepgym.wrappers._recording import EpisodeRecorder, is_success
 from stepgym.wrappers.text import action_text
 
@@ -81,11 +79,11 @@ __all__ = [
 ]
 
 
-class AnalyzerError(ServiceUnavailableError):
+class AnalyzerError(LLMUnavailableError):
     """The LLM analyzer got no usable answer (server down, timeouts, 5xx, garbage) after its retries."""
 
 
-class AnalyzerConfigError(StepGymError, ValueError):
+class AnalyzerConfigError(LLMConfigError):
     """The LLM analyzer is misconfigured (no base URL or model, or the server refused the request: 4xx)."""
 
 
@@ -310,14 +308,11 @@ def parse_analysis_reply(content: Any, n_steps: int, *, max_errors: int | None =
     return Analysis(tuple(steps), {t: hints[t] for t in steps}, "llm")
 
 
-class _Retriable(Exception):
-    """One attempt failed in a way that a retry can fix."""
-
-
 class LLMAnalyzer:
     """An analyzer backed by any OpenAI-compatible chat-completions server (vLLM, llama.cpp, OpenAI, …).
 
-    Settings, each from the argument, else the environment variable, else the default:
+    The HTTP side is :class:`stepgym.llm_client.ChatClient` (extra ``stepgym[llm]``), shared with the evaluation
+    backend. Settings, each from the argument, else the environment variable, else the default:
 
     ============== ============================================= =====================================
     argument       environment variable                          default
@@ -365,27 +360,18 @@ class LLMAnalyzer:
         max_obs_chars: int = 600,
         sleep: Callable[[float], None] = time.sleep,
     ):
-        base_url = base_url or os.environ.get("STEPGYM_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
-        model = model or os.environ.get("STEPGYM_LLM_MODEL")
-        if not base_url:
-            raise AnalyzerConfigError(
-                "LLMAnalyzer needs the server's base URL: pass base_url='http://host:port/v1' or set "
-                "STEPGYM_LLM_BASE_URL"
+        with _analyzer_errors():
+            self.client = ChatClient(
+                base_url,
+                model,
+                api_key,
+                timeout=timeout,
+                max_retries=max_retries,
+                backoff=backoff,
+                max_backoff=max_backoff,
+                sleep=sleep,
             )
-        if not model:
-            raise AnalyzerConfigError(
-                "LLMAnalyzer needs a model name: pass model=... or set STEPGYM_LLM_MODEL"
-            )
-        if max_retries < 0 or timeout <= 0:
-            raise ValueError("max_retries must be >= 0 and timeout > 0")
-        base_url = base_url.rstrip("/")
-        self.url = base_url if base_url.endswith("/chat/completions") else base_url + "/chat/completions"
-        self.model = model
-        self.api_key = api_key or os.environ.get("STEPGYM_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
+        self.url, self.model, self.api_key = self.client.url, self.client.model, self.client.api_key
         self.temperature = float(temperature)
         self.max_tokens = int(max_tokens)
         self.max_errors = max_errors
@@ -394,10 +380,19 @@ class LLMAnalyzer:
         self.cache_enabled = bool(cache)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.max_obs_chars = int(max_obs_chars)
-        self._sleep = sleep
         self._cache: dict[str, Analysis] = {}
         self._lock = threading.Lock()
-        self.stats = {"requests": 0, "retries": 0, "cache_hits": 0, "fallbacks": 0}
+        self._own = {"cache_hits": 0, "fallbacks": 0}
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Requests and retries (from the client), cache hits and fallbacks."""
+        c = self.client.stats
+        return {"requests": c["requests"], "retries": c["retries"], **self._own}
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self.client.close()
 
     # -- prompt and cache ------------------------------------------------------------------------------------
     def messages(self, trajectory: schema.Trajectory) -> list[dict[str, str]]:
@@ -442,75 +437,21 @@ class LLMAnalyzer:
         tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, self.cache_dir / f"{key}.json")
 
-    # -- HTTP ------------------------------------------------------------------------------------------------
-    def _request(self, messages: list[dict[str, str]]) -> Any:
-        """One POST; returns the reply content. Raises _Retriable (with a retry-after hint) or AnalyzerConfigError."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }
-        if self.json_mode:
-            body["response_format"] = {"type": "json_object"}
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(
-            self.url, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
-        )
-        with self._lock:
-            self.stats["requests"] += 1
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = _clip(exc.read().decode("utf-8", "replace"), 200) if exc.fp else ""
-            if exc.code == 429 or exc.code >= 500:
-                raise _Retriable(f"HTTP {exc.code} {detail}", _retry_after(exc.headers)) from None
-            raise AnalyzerConfigError(
-                f"the LLM server at {self.url} refused the request with HTTP {exc.code}: {detail} "
-                "(check the base URL, the model name and the API key: STEPGYM_LLM_BASE_URL, STEPGYM_LLM_MODEL, "
-                "STEPGYM_LLM_API_KEY)"
-            ) from None
-        except TimeoutError as exc:
-            raise _Retriable(f"no answer within {self.timeout:g} s ({exc})", None) from None
-        except urllib.error.URLError as exc:
-            raise _Retriable(f"cannot connect ({exc.reason})", None) from None
-        except (http.client.HTTPException, ConnectionError, OSError) as exc:
-            raise _Retriable(f"connection failed ({type(exc).__name__}: {exc})", None) from None
-        try:
-            payload = json.loads(raw.decode("utf-8"))
-            content = payload["choices"][0]["message"]["content"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            raise _Retriable(
-                f"the body is not a chat completion ({type(exc).__name__}): {_clip(raw[:300], 200)!r}", None
-            ) from None
-        return content
-
+    # -- the request -----------------------------------------------------------------------------------------
     def _query(self, trajectory: schema.Trajectory, messages: list[dict[str, str]]) -> Analysis:
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            wait: float | None = None
+        n_steps = len(trajectory.steps)
+
+        def parse(reply: ChatReply) -> Analysis:
             try:
-                content = self._request(messages)
-                return parse_analysis_reply(content, len(trajectory.steps), max_errors=self.max_errors)
-            except _Retriable as exc:
-                last, wait = str(exc.args[0]), exc.args[1]
-            except AnalyzerConfigError:
-                raise
-            except ValueError as exc:  # the reply parsed as a completion but not as an analysis
-                last = f"malformed analysis: {exc}"
-            if attempt < self.max_retries:
-                with self._lock:
-                    self.stats["retries"] += 1
-                delay = min(self.max_backoff, self.backoff * 2**attempt)
-                self._sleep(min(self.max_backoff, wait) if wait is not None else delay)
-        raise AnalyzerError(
-            f"the LLM analyzer at {self.url} (model {self.model!r}) gave no usable answer after "
-            f"{self.max_retries + 1} attempt(s); last error: {last}. Check that the server is up and serves this "
-            "model, raise timeout/max_retries, or pass fallback=OracleAnalyzer()."
-        )
+                return parse_analysis_reply(reply.content, n_steps, max_errors=self.max_errors)
+            except ValueError as exc:  # the reply parsed as a completion but not as an analysis: retried
+                raise ValueError(f"malformed analysis: {exc}") from None
+
+        params: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.json_mode:
+            params["response_format"] = {"type": "json_object"}
+        with _analyzer_errors():
+            return self.client.chat(messages, parse=parse, **params)
 
     def analyze(self, trajectory: schema.Trajectory) -> Analysis:
         if not trajectory.steps:
@@ -521,7 +462,7 @@ class LLMAnalyzer:
             hit = self._cache_get(key)
             if hit is not None:
                 with self._lock:
-                    self.stats["cache_hits"] += 1
+                    self._own["cache_hits"] += 1
                 return replace(hit, source="llm-cache")
         try:
             result = self._query(trajectory, messages)
@@ -529,7 +470,7 @@ class LLMAnalyzer:
             if self.fallback is None:
                 raise
             with self._lock:
-                self.stats["fallbacks"] += 1
+                self._own["fallbacks"] += 1
             warnings.warn(f"{exc} Using the fallback analyzer.", RuntimeWarning, stacklevel=2)
             fb = self.fallback.analyze(trajectory)
             return replace(fb, source=f"fallback:{fb.source or type(self.fallback).__name__}")
@@ -538,12 +479,20 @@ class LLMAnalyzer:
         return result
 
 
-def _retry_after(headers: Any) -> float | None:
+@contextlib.contextmanager
+def _analyzer_errors() -> Iterator[None]:
+    """The client's errors as the analyzer's own classes (same message, plus the analyzer's fix)."""
     try:
-        value = headers.get("Retry-After") if headers is not None else None
-        return max(0.0, float(value)) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+        yield
+    except LLMConfigError as exc:
+        raise AnalyzerConfigError(f"LLMAnalyzer: {exc}") from None
+    except LLMUnavailableError as exc:
+        raise AnalyzerError(
+            f"the LLM analyzer: {exc}. Check that the server is up and serves this model, raise "
+            "timeout/max_retries, or pass fallback=OracleAnalyzer().",
+            attempts=exc.attempts,
+            last_error=exc.last_error,
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
