@@ -156,6 +156,9 @@ class GRPOTrainer:
         (self.out / "config.json").write_text(
             json.dumps(config.to_dict(), indent=1, default=str), encoding="utf-8"
         )
+        from stepgym.recording.trainer import TrainerRecorder  # episodes.jsonl.gz for `stepgym view`
+
+        self.recorder = TrainerRecorder.create(self)
 
     # -- construction ---------------------------------------------------------------------------------------
     def _resume_path(self) -> Path | None:
@@ -501,6 +504,8 @@ class GRPOTrainer:
             }
         )
         self._write_credit(ro, shaping)
+        if self.recorder is not None:
+            self.recorder.record(self.iteration, ro, batch, shaping, labels)
         self.last = (ro, shaping)
         return m
 
