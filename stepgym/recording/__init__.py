@@ -305,7 +305,7 @@ class GroupRecorder:
         return self.record_trajectories(
             group_env.trajectories,
             iteration=iteration,
-            successes=group_env.successes,
+            successes=group_env.successes(),
             hindsight=group_env.peer_hindsight(),
             advantages=advantages,
         )
