@@ -137,7 +137,7 @@ def test_damaged_and_foreign_files(tmp_path: Path) -> None:
 def test_group_recorder_successes_first_with_hindsight(tmp_path: Path) -> None:
     record_hostile_group(tmp_path)
     run = load_run(tmp_path)
-    assert run.meta["methods"] == ["toy-expert"] and run.meta["shapers"] == []
+    assert run.meta["methods"] == ["toy-expert"] and run.meta["shapers"] == ["toy"]
     (summary,) = run.index
     assert summary["wins"] == 1 and summary["size"] == 2
     eps = run.groups[summary["id"]]["episodes"]

@@ -77,6 +77,9 @@ def _load_file(fi: int, path: Path, groups: dict[str, dict[str, Any]], meta: dic
             grp["episodes"].append(ep)
         elif kind == "step" and key in episodes:
             episodes[key]["steps"].append(rec)
+            for name in rec.get("adv") or ():
+                if name not in meta["shapers"]:  # a recorder whose header lists no shapers (GroupRecorder)
+                    meta["shapers"].append(name)
 
 
 def _summary(grp: dict[str, Any]) -> dict[str, Any]:
