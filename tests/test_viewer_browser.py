@@ -99,9 +99,10 @@ def test_page_loads_and_filters_work(driver: Any, url: str, run: Any) -> None:
     d = driver
     open_page(d, url)
     m = run.meta
-    assert f"{m['n_groups']} groups · {m['n_episodes']} episodes · {m['n_steps']} steps" in d.find_element(
-        By.ID, "runinfo"
-    ).text
+    assert (
+        f"{m['n_groups']} groups · {m['n_episodes']} episodes · {m['n_steps']} steps"
+        in d.find_element(By.ID, "runinfo").text
+    )
     assert listed(d) == [s["id"] for s in run.index]
     choose(d, "f-method", "toy-expert")
     assert listed(d) == [s["id"] for s in run.index if s["method"] == "toy-expert"]
@@ -117,7 +118,9 @@ def test_page_loads_and_filters_work(driver: Any, url: str, run: Any) -> None:
     choose(d, "f-iteration", "")
     target = run.index[-1]["task_id"]
     d.find_element(By.ID, "search").send_keys(target)
-    assert listed(d) == [s["id"] for s in run.index if target in f"{s['task_id']} {s['goal']} {s['task_type']}"]
+    assert listed(d) == [
+        s["id"] for s in run.index if target in f"{s['task_id']} {s['goal']} {s['task_type']}"
+    ]
 
 
 def test_group_and_episode_show_the_recorded_numbers(driver: Any, url: str, run: Any) -> None:
@@ -127,7 +130,9 @@ def test_group_and_episode_show_the_recorded_numbers(driver: Any, url: str, run:
     open_page(d, url)
     d.find_element(By.CSS_SELECTOR, f'#groups button[data-gid="{s["id"]}"]').click()
     wait(d, lambda drv: drv.find_elements(By.ID, "group-grid"))
-    heads = [b.get_attribute("data-rollout") for b in d.find_elements(By.CSS_SELECTOR, "#group-grid th button")]
+    heads = [
+        b.get_attribute("data-rollout") for b in d.find_elements(By.CSS_SELECTOR, "#group-grid th button")
+    ]
     assert heads == [str(e["rollout"]) for e in grp["episodes"]]
     wins = [e["won"] for e in grp["episodes"]]
     assert wins == sorted(wins, reverse=True) and any(wins) and not all(wins)  # successes first
@@ -155,10 +160,15 @@ def test_group_and_episode_show_the_recorded_numbers(driver: Any, url: str, run:
                 shown = card.find_element(By.CSS_SELECTOR, f'[data-testid="adv-step"][data-shaper="{name}"]')
                 assert float(shown.get_attribute("data-value")) == rec["step"]
                 assert shown.text == f"{rec['step']:.4f}"
-                spans = card.find_elements(By.CSS_SELECTOR, f'[data-testid="heat"][data-shaper="{name}"] span')
+                spans = card.find_elements(
+                    By.CSS_SELECTOR, f'[data-testid="heat"][data-shaper="{name}"] span'
+                )
                 assert [float(x.get_attribute("data-value")) for x in spans] == rec["tokens"]
                 assert "".join(x.get_attribute("textContent") for x in spans) == "".join(st["tokens"])
-            flags = {f.get_attribute("data-flag"): f.text for f in card.find_elements(By.CSS_SELECTOR, "[data-flag]")}
+            flags = {
+                f.get_attribute("data-flag"): f.text
+                for f in card.find_elements(By.CSS_SELECTOR, "[data-flag]")
+            }
             assert flags["format_valid"].endswith("✓" if st["format_valid"] else "✗")
     d.find_element(By.ID, "back").click()
     wait(d, lambda drv: drv.find_elements(By.ID, "group-grid"))
@@ -198,3 +208,35 @@ def test_export_opens_offline(driver: Any, run: Any, tmp_path: Path) -> None:
     assert float(shown.get_attribute("data-value")) == first["adv"]["toy"]["step"]
     # nothing was fetched: the file carries everything (and its policy forbids connections)
     assert d.execute_script("return performance.getEntriesByType('resource').length") == 0
+
+
+def test_a_large_run_is_paginated_and_lazy(driver: Any, tmp_path: Path) -> None:
+    """12,000 steps (synthetic episodes, only the size matters here): the list shows 50 groups a page and no step
+    is sent to the page before its group is opened."""
+    from stepgym import schema
+    from stepgym.recording import GroupRecorder
+
+    rec = GroupRecorder(tmp_path, meta={"method": "synthetic"})
+    for g in range(250):
+        trajs = []
+        for r in range(4):
+            info = {schema.TASK_ID: f"task-{g}", schema.TASK_TYPE: f"type-{g % 3}"}
+            steps = [schema.Step(f"obs {t}", f"act {t}", 0.0, "o", t == 11, False, {}) for t in range(12)]
+            trajs.append(schema.Trajectory(f"task-{g}", "start", info, steps))
+        adv = {"grpo": [[0.01 * t for t in range(12)] for _ in range(4)]}
+        rec.record_trajectories(
+            trajs, iteration=1 + g // 50, successes=[r == 0 for r in range(4)], advantages=adv
+        )
+    run = load_run(tmp_path)
+    assert run.meta["n_steps"] == 12_000
+    with ViewerServer(run) as srv:
+        open_page(driver, srv.url)
+        assert len(listed(driver)) == 50
+        assert driver.find_element(By.ID, "page").text == "page 1 / 5"
+        driver.find_element(By.ID, "next").click()
+        assert listed(driver) == [s["id"] for s in run.index[50:100]]
+        assert not driver.find_elements(By.CSS_SELECTOR, "td[data-cell]")
+        fetched = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+        assert not [u for u in fetched if "api/group" in u]  # nothing but the index so far
+        driver.find_element(By.CSS_SELECTOR, "#groups button").click()
+        wait(driver, lambda drv: len(drv.find_elements(By.CSS_SELECTOR, "td[data-cell]")) == 48)
