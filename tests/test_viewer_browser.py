@@ -219,7 +219,7 @@ def test_a_large_run_is_paginated_and_lazy(driver: Any, tmp_path: Path) -> None:
     rec = GroupRecorder(tmp_path, meta={"method": "synthetic"})
     for g in range(250):
         trajs = []
-        for r in range(4):
+        for _ in range(4):
             info = {schema.TASK_ID: f"task-{g}", schema.TASK_TYPE: f"type-{g % 3}"}
             steps = [schema.Step(f"obs {t}", f"act {t}", 0.0, "o", t == 11, False, {}) for t in range(12)]
             trajs.append(schema.Trajectory(f"task-{g}", "start", info, steps))
