@@ -61,6 +61,9 @@ def shoot(run_dir: Path, png: Path, width: int, height: int) -> None:
     from stepgym.envs.webshop.site_env import CHROMIUM_FLAGS
 
     run = load_run(run_dir)
+    m = run.meta
+    size = sum(Path(src["file"]).stat().st_size for src in m["sources"])
+    print(f"recording: {m['n_groups']} groups, {m['n_steps']} steps, {size} bytes compressed")
     gid, rollout = pick(run)
     profile = tempfile.mkdtemp(prefix="stepgym-shot-")
     opts = Options()
