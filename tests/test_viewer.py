@@ -15,6 +15,7 @@ import pytest
 from _viewer_runs import EVIL, record_hostile_group
 
 from stepgym.errors import CorruptDataError, DataNotFoundError, FormatVersionError
+from stepgym.labels import future_drift
 from stepgym.recording import FILE_NAME, EpisodeWriter, RecordConfig, read_records
 from stepgym.viewer import ViewerServer, export_html, load_run
 
@@ -59,6 +60,9 @@ def test_trainer_records_the_advantages_it_trained_with(tmp_path: Path) -> None:
         assert all(k.startswith("stepgym/") for k in s["info"])
     episodes = [r for r in read_records(path) if r["kind"] == "episode"]
     assert [e["won"] for e in episodes] == ro.successes
+    for e in episodes:  # Future-Drift of the trainer's PA labels, episode by episode
+        mine = [s for s in steps if (s["group"], s["rollout"]) == (e["group"], e["rollout"])]
+        assert [s["future_drift"] for s in mine] == future_drift([s["pa"] for s in mine]).tolist()
 
 
 def test_trainer_sampling_and_off_switch(tmp_path: Path) -> None:

@@ -165,6 +165,13 @@ def test_group_and_episode_show_the_recorded_numbers(driver: Any, url: str, run:
                 )
                 assert [float(x.get_attribute("data-value")) for x in spans] == rec["tokens"]
                 assert "".join(x.get_attribute("textContent") for x in spans) == "".join(st["tokens"])
+            kv = {
+                x.get_attribute("data-key"): x.text
+                for x in card.find_elements(By.CSS_SELECTOR, "dd[data-key]")
+            }
+            assert kv["state_key"] == st["state_key"] and kv["subgoal_key"] == st["subgoal_key"]
+            labels = f"{str(st['rea']).lower()} / {str(st['pa']).lower()} / {st['future_drift']:g}"
+            assert kv["Rea / PA / Future-Drift"] == labels
             flags = {
                 f.get_attribute("data-flag"): f.text
                 for f in card.find_elements(By.CSS_SELECTOR, "[data-flag]")

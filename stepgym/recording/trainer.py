@@ -8,8 +8,9 @@ here, so recording never changes training: it reads the batch, draws its group s
 
 Per recorded step: the model's text as tokens (one string per generated token, decoded one by one so the viewer
 can colour each), the configured shaper's per-step value (``ShapedAdvantages.step_advantages``, before token
-reweighting) and per-token values (the advantages the loss used), the same for each comparison shaper, and the
-ARG labels (Rea/PA) and AHEAD hints the trainer computed.
+reweighting) and per-token values (the advantages the loss used), the same for each comparison shaper, the ARG
+labels (Rea/PA) the trainer computed with Future-Drift from them (``stepgym.labels.future_drift``), and AHEAD's
+hints.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from stepgym.labels import future_drift
 from stepgym.recording import FILE_NAME, EpisodeWriter, RecordConfig, trajectory_records
 
 __all__ = ["TrainerRecorder"]
@@ -96,12 +98,12 @@ class TrainerRecorder:
             traj = ro.trajectories[tr]
             rows = [index[(tr, t)] for t in range(len(traj.steps))]
             adv = {name: [_adv(sh, i, int(mask[i].sum())) for i in rows] for name, sh in shaped.items()}
+            drift = future_drift([bool(pa[i]) for i in rows]) if pa is not None else None
             extra = []
-            for i in rows:
-                r = ro.rows[i]
-                e: dict[str, Any] = {"tokens": self._token_texts(r.response_ids)}
-                if rea is not None:
-                    e["rea"], e["pa"] = bool(rea[i]), bool(pa[i])
+            for t, i in enumerate(rows):
+                e: dict[str, Any] = {"tokens": self._token_texts(ro.rows[i].response_ids)}
+                if rea is not None and pa is not None and drift is not None:
+                    e.update(rea=bool(rea[i]), pa=bool(pa[i]), future_drift=float(drift[t]))
                 extra.append(e)
             an = analyses[pos] if analyses is not None else None
             records += trajectory_records(
