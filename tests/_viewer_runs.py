@@ -10,6 +10,8 @@ from _toy_env import ToyRoomEnv
 from stepgym import schema
 from stepgym.group import GroupEnv
 from stepgym.recording import GroupRecorder
+from stepgym.wrappers.arg import ARGWrapper
+from stepgym.wrappers.hints import HintWrapper
 
 EVIL = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><b>bold</b> & "quotes"'
 
@@ -22,8 +24,11 @@ class HostileToyEnv(ToyRoomEnv):
 
 
 def record_hostile_group(folder: Path) -> Path:
-    """One group of 2: rollout 0 acts randomly-but-badly (fails), rollout 1 follows the expert (succeeds)."""
-    group = GroupEnv(lambda **kw: HostileToyEnv(max_steps=6, **kw), group_size=2)
+    """One group of 2: rollout 0 only looks around (fails), rollout 1 follows the expert (succeeds); ARG labels
+    (against an empty graph) and the oracle's hints are in the infos, as an ARGWrapper and a HintWrapper put them."""
+    group = GroupEnv(
+        lambda **kw: HostileToyEnv(max_steps=6, **kw), group_size=2, wrappers=[ARGWrapper, HintWrapper]
+    )
     obs, infos = group.reset(seed=0, options={"task_id": "toy/key-in-cellar"})
     while group.agents:
         actions = {}

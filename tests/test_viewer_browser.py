@@ -181,7 +181,14 @@ def test_group_and_episode_show_the_recorded_numbers(driver: Any, url: str, run:
     wait(d, lambda drv: drv.find_elements(By.ID, "group-grid"))
 
 
-def _assert_inert(d: Any) -> None:
+def _assert_inert(d: Any, episode: dict) -> None:
+    """The failed hostile episode: its markup is text, nothing ran; its hints sit at its error steps."""
+    hints = [x.get_attribute("textContent") for x in d.find_elements(By.CSS_SELECTOR, '[data-testid="hint"]')]
+    assert episode["error_steps"] and hints == [
+        f"hint: {episode['hints'][str(t)]}" for t in episode["error_steps"]
+    ]
+    err = [int(x.get_attribute("data-t")) for x in d.find_elements(By.CSS_SELECTOR, "section.step.err")]
+    assert err == episode["error_steps"]
     obs = d.find_elements(By.CSS_SELECTOR, '[data-testid="observation"]')
     assert obs and all(EVIL in o.get_attribute("textContent") for o in obs)
     assert EVIL in d.find_element(By.ID, "hindsight").get_attribute("textContent")
@@ -196,7 +203,7 @@ def test_hostile_observation_renders_as_text(driver: Any, url: str, run: Any) ->
     toy = group_of(run, "toy-expert", mixed=True)
     open_page(d, f"{url}#group={toy['id']}&rollout=0")
     wait(d, lambda drv: drv.find_elements(By.ID, "episode"))
-    _assert_inert(d)
+    _assert_inert(d, run.groups[toy["id"]]["episodes"][1])
 
 
 def test_export_opens_offline(driver: Any, run: Any, tmp_path: Path) -> None:
@@ -209,8 +216,9 @@ def test_export_opens_offline(driver: Any, run: Any, tmp_path: Path) -> None:
     wait(d, lambda drv: drv.find_elements(By.ID, "group-grid"))
     d.find_element(By.CSS_SELECTOR, '#group-grid th button[data-rollout="0"]').click()
     wait(d, lambda drv: drv.find_elements(By.ID, "episode"))
-    _assert_inert(d)
-    first = run.groups[toy["id"]]["episodes"][1]["steps"][0]  # rollout 0 sorts after the success
+    failed = run.groups[toy["id"]]["episodes"][1]  # rollout 0 sorts after the success
+    _assert_inert(d, failed)
+    first = failed["steps"][0]
     shown = d.find_element(By.CSS_SELECTOR, '[data-testid="adv-step"][data-t="0"]')
     assert float(shown.get_attribute("data-value")) == first["adv"]["toy"]["step"]
     # nothing was fetched: the file carries everything (and its policy forbids connections)
