@@ -19,6 +19,7 @@ trainer's hook lives in :mod:`stepgym.recording.trainer`.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -208,7 +209,8 @@ class EpisodeWriter:
         self.budget_bytes = int(budget_bytes)
         self.full = False
         if self.path.is_file() and self.path.stat().st_size > 0:
-            first = next(read_records(self.path), None)
+            with contextlib.closing(read_records(self.path)) as records:
+                first = next(records, None)
             if first is None or first.get("format") != FORMAT:
                 raise FormatVersionError(f"{self.path} exists and is not a {FORMAT} file; move it away first")
             self.full = self._over_budget()
