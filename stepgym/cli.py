@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "stepgym.envs.webshop.cli:main",
         "WebShop: build search indexes, compare backends, serve the site",
     ),
+    "view": ("stepgym.viewer.cli:main", "browse recorded episodes and their advantages in the browser"),
 }
 
 

@@ -158,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         "--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON values)"
     )
     ap.add_argument("--out", default=None, help="write one JSON line per episode here")
+    ap.add_argument(
+        "--record",
+        default=None,
+        metavar="DIR",
+        help="record the episodes for `stepgym view` (DIR/episodes.jsonl.gz)",
+    )
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
@@ -171,12 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     env = gym.make(args.env, **kwargs)
     agent = make_agent(args.agent, seed=args.seed, error_rate=args.error_rate)
     sink = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115 - closed below
+    recorder = None
+    if args.record:
+        from stepgym.recording import GroupRecorder
+
+        recorder = GroupRecorder(
+            args.record, meta={"source": "rollout", "method": args.agent, "env_id": args.env}
+        )
     try:
 
-        def write(ep: dict[str, Any], _traj: Trajectory) -> None:
+        def write(ep: dict[str, Any], traj: Trajectory) -> None:
             if sink is not None:
                 sink.write(json.dumps(ep) + "\n")
                 sink.flush()
+            if recorder is not None:
+                recorder.record_trajectories([traj])
 
         result = evaluate(env, agent, limit=args.limit, progress=not args.no_progress, on_episode=write)
     finally:

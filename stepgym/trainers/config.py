@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from stepgym.recording import RecordConfig
 from stepgym.trainers.shapers.compose import ShapeConfig
 
 __all__ = [
@@ -298,6 +299,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
 
     def __post_init__(self) -> None:
         if self.rollout.group_size < 1 or self.rollout.n_tasks < 1:

@@ -157,6 +157,9 @@ class GRPOTrainer:
         (self.out / "config.json").write_text(
             json.dumps(config.to_dict(), indent=1, default=str), encoding="utf-8"
         )
+        from stepgym.recording.trainer import TrainerRecorder  # episodes.jsonl.gz for `stepgym view`
+
+        self.recorder = TrainerRecorder.create(self)
 
     # -- construction ---------------------------------------------------------------------------------------
     def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
@@ -302,6 +305,8 @@ class GRPOTrainer:
             }
         )
         self._write_credit(ro, shaping)
+        if self.recorder is not None:
+            self.recorder.record(self.iteration, ro, batch, shaping, labels)
         self.last = (ro, shaping)
         return m
 

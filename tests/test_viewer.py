@@ -1,0 +1,226 @@
+"""Episode recordings and the viewer's server side: the trainer records exactly the advantages it trained with,
+sampling and the size budget hold, damaged or foreign files give clear errors, `stepgym rollout --record` and
+GroupRecorder write what the viewer reads, the server is loopback-only, and the export cannot carry markup."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _viewer_runs import EVIL, record_hostile_group
+
+from stepgym.errors import CorruptDataError, DataNotFoundError, FormatVersionError
+from stepgym.labels import future_drift
+from stepgym.recording import FILE_NAME, EpisodeWriter, RecordConfig, read_records
+from stepgym.viewer import ViewerServer, export_html, load_run
+
+
+def _steps(path: Path) -> list[dict]:
+    return [r for r in read_records(path) if r["kind"] == "step"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The trainer's hook
+# ---------------------------------------------------------------------------------------------------------------
+def test_trainer_records_the_advantages_it_trained_with(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from test_trainer_core import scripted, tiny_config
+
+    from stepgym.trainers.grpo import GRPOTrainer
+    from stepgym.trainers.shapers import ShapeConfig
+
+    cfg = scripted(tiny_config(tmp_path / "run", ShapeConfig.from_preset("proas-grpo")), "noisy-expert:0.3")
+    tr = GRPOTrainer(cfg)
+    tr.step()
+    ro, shaping = tr.last
+    tr.close()
+    path = tmp_path / "run" / FILE_NAME
+    head = next(read_records(path))
+    assert head["format"] == "stepgym-episodes" and head["source"] == "train"
+    assert head["shapers"] == ["ProAS(GRPO)", "grpo-alfworld", "gigpo-alfworld"]
+    steps = _steps(path)
+    assert len(steps) == len(ro.rows)
+    index = {(r.traj, r.t): i for i, r in enumerate(ro.rows)}
+    for s in steps:
+        i = index[(s["group"] * ro.group_size + s["rollout"], s["t"])]
+        row = ro.rows[i]
+        mine = s["adv"]["ProAS(GRPO)"]
+        assert mine["step"] == round(float(shaping.shaped.step_advantages[i]), 6)
+        assert mine["tokens"] == np.round(shaping.row_advantages(i), 6).tolist()
+        # plain GRPO with the same penalty is what the trainer reports as its reference
+        assert s["adv"]["grpo-alfworld"]["step"] == round(float(shaping.grpo_steps[i]), 6)
+        assert len(s["tokens"]) == len(row.response_ids) == len(mine["tokens"])
+        assert s["raw_output"] == row.response_text and s["action"] == row.action
+        assert s["format_valid"] == row.format_valid and isinstance(s["rea"], bool)
+        assert all(k.startswith("stepgym/") for k in s["info"])
+    episodes = [r for r in read_records(path) if r["kind"] == "episode"]
+    assert [e["won"] for e in episodes] == ro.successes
+    for e in episodes:  # Future-Drift of the trainer's PA labels, episode by episode
+        mine = [s for s in steps if (s["group"], s["rollout"]) == (e["group"], e["rollout"])]
+        assert [s["future_drift"] for s in mine] == future_drift([s["pa"] for s in mine]).tolist()
+
+
+def test_trainer_sampling_and_off_switch(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from test_trainer_core import scripted, tiny_config
+
+    from stepgym.trainers.grpo import GRPOTrainer
+
+    cfg = scripted(tiny_config(tmp_path / "s"), "noisy-expert:0.3")
+    cfg = replace(cfg, record=RecordConfig(every=2, groups=1, compare=()))
+    tr = GRPOTrainer(cfg)
+    for _ in range(3):
+        tr.step()
+    tr.close()
+    eps = [r for r in read_records(tmp_path / "s" / FILE_NAME) if r["kind"] == "episode"]
+    assert sorted({e["iteration"] for e in eps}) == [1, 3]  # every 2nd iteration
+    assert all(len({e["group"] for e in eps if e["iteration"] == it}) == 1 for it in (1, 3))  # one group each
+    assert len(eps) == 2 * cfg.rollout.group_size
+    off = replace(
+        cfg, run=replace(cfg.run, output_dir=str(tmp_path / "off")), record=RecordConfig(enabled=False)
+    )
+    tr = GRPOTrainer(off)
+    tr.step()
+    tr.close()
+    assert not (tmp_path / "off" / FILE_NAME).exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The file format: budget, damaged tails, foreign files
+# ---------------------------------------------------------------------------------------------------------------
+def test_budget_stops_recording_with_a_note(tmp_path: Path) -> None:
+    w = EpisodeWriter(tmp_path / FILE_NAME, {"source": "test"}, budget_bytes=200)
+    rng = np.random.default_rng(0)
+    big = [{"kind": "step", "text": rng.bytes(400).hex()}]
+    assert w.write(big) is True
+    assert w.write(big) is False  # over budget: refused
+    recs = list(read_records(tmp_path / FILE_NAME))
+    assert [r["kind"] for r in recs] == ["run", "step", "note"]
+    assert "budget" in recs[-1]["message"]
+    assert EpisodeWriter(tmp_path / FILE_NAME, {}, budget_bytes=200).full  # a resumed run stays stopped
+
+
+def test_damaged_and_foreign_files(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    w = EpisodeWriter(path, {"source": "test"}, budget_bytes=10**6)
+    w.write([{"kind": "note", "message": "one"}])
+    good = path.read_bytes()
+    w.write([{"kind": "note", "message": "two"}])
+    full = path.read_bytes()
+    path.write_bytes(full[: len(good) + 12])  # a run killed while writing its last member
+    assert [r.get("message") for r in read_records(path)] == [None, "one"]
+    (tmp_path / "x.jsonl.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(CorruptDataError):
+        list(read_records(tmp_path / "x.jsonl.gz"))
+    foreign = tmp_path / "f" / FILE_NAME
+    foreign.parent.mkdir()
+    with gzip.open(foreign, "wt") as f:
+        f.write(json.dumps({"kind": "run", "format": "something-else"}) + "\n")
+    with pytest.raises(FormatVersionError):
+        EpisodeWriter(foreign, {}, budget_bytes=10**6)
+    with pytest.raises(FormatVersionError):
+        load_run(foreign)
+    newer = tmp_path / "n" / FILE_NAME
+    newer.parent.mkdir()
+    with gzip.open(newer, "wt") as f:
+        f.write(json.dumps({"kind": "run", "format": "stepgym-episodes", "version": 99}) + "\n")
+    with pytest.raises(FormatVersionError, match="newer"):
+        load_run(newer)
+    with pytest.raises(DataNotFoundError):
+        load_run(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GroupRecorder and `stepgym rollout --record`
+# ---------------------------------------------------------------------------------------------------------------
+def test_group_recorder_successes_first_with_hindsight(tmp_path: Path) -> None:
+    record_hostile_group(tmp_path)
+    run = load_run(tmp_path)
+    assert run.meta["methods"] == ["toy-expert"] and run.meta["shapers"] == ["toy"]
+    (summary,) = run.index
+    assert summary["wins"] == 1 and summary["size"] == 2
+    eps = run.groups[summary["id"]]["episodes"]
+    assert [(e["rollout"], e["won"]) for e in eps] == [(1, True), (0, False)]  # successes first
+    assert eps[0]["peer_hindsight"] is None and EVIL in eps[1]["peer_hindsight"]
+    assert [s["adv"]["toy"]["step"] for s in eps[1]["steps"]] == [float(-1 - t) for t in range(6)]
+    assert eps[0]["steps"][-1]["info"]["stepgym/won"] is True
+
+
+def test_rollout_cli_records_every_episode(tmp_path: Path) -> None:
+    from stepgym.cli import main
+
+    out = tmp_path / "eps.jsonl"
+    argv = [
+        "rollout",
+        "--env",
+        "StepGym/CreditToy-v0",
+        "--split",
+        "valid",
+        "--agent",
+        "noisy",
+        "--limit",
+        "4",
+    ]
+    assert main([*argv, "--no-progress", "--out", str(out), "--record", str(tmp_path / "rec")]) == 0
+    played = [json.loads(line) for line in out.read_text().splitlines()]
+    run = load_run(tmp_path / "rec")
+    got = [run.groups[s["id"]]["episodes"][0] for s in run.index]
+    assert [(e["task_id"], e["won"], len(e["steps"])) for e in got] == [
+        (p["task_id"], p["won"], p["steps"]) for p in played
+    ]
+    assert run.meta["methods"] == ["noisy"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Server and export
+# ---------------------------------------------------------------------------------------------------------------
+def _get(port: int, path: str, host: str) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.putrequest("GET", path, skip_host=True)
+    conn.putheader("Host", host)
+    conn.endheaders()
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, dict(resp.getheaders()), body
+
+
+def test_server_is_loopback_only_and_checks_host(tmp_path: Path) -> None:
+    record_hostile_group(tmp_path)
+    run = load_run(tmp_path)
+    with ViewerServer(run) as srv:
+        host, port = srv.httpd.server_address[:2]
+        assert host == "127.0.0.1" and srv.url == f"http://127.0.0.1:{port}/"
+        ok = f"127.0.0.1:{port}"
+        status, headers, body = _get(port, "/", ok)
+        assert status == 200 and "script-src 'nonce-" in headers["Content-Security-Policy"]
+        assert b"window.__pwned" not in body  # the page itself carries no data
+        status, _, body = _get(port, "/api/index", ok)
+        assert status == 200 and json.loads(body) == run.index
+        gid = run.index[0]["id"]
+        status, _, body = _get(port, f"/api/group?id={gid}", ok)
+        assert json.loads(body)["episodes"][0]["steps"][0]["observation"].count(EVIL) == 1
+        assert _get(port, "/api/group?id=nope", ok)[0] == 404
+        assert _get(port, "/etc/passwd", ok)[0] == 404
+        assert _get(port, "/api/index", f"evil.example:{port}")[0] == 403  # DNS rebinding
+
+
+def test_export_embeds_data_without_markup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stepgym.cli import main
+
+    record_hostile_group(tmp_path / "run")
+    out = tmp_path / "out.html"
+    assert main(["view", str(tmp_path / "run"), "--export", str(out)]) == 0
+    assert "1 groups, 2 episodes, 11 steps" in capsys.readouterr().out
+    html = out.read_text(encoding="utf-8")
+    assert "<script>window.__pwned" not in html and "<img src=x" not in html
+    assert "connect-src 'none'" in html
+    start = html.index('id="stepgym-data">') + len('id="stepgym-data">')
+    bundle = json.loads(html[start : html.index("</script>", start)])
+    assert bundle == json.loads(json.dumps(load_run(tmp_path / "run").as_bundle()))
+    assert export_html(load_run(tmp_path / "run"), out) == out
