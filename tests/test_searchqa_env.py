@@ -71,7 +71,7 @@ FORMAT_CASES = [
 
 
 def test_format_fuzz_is_answered_never_raised(make) -> None:
-    env = make(max_turns=100)
+    env = make(max_turns=100, strict_format=True)  # the stricter option refuses every one of these
     for a, obs, info in check_fuzz(env, seed=0, actions=[*FUZZ_ACTIONS, *FORMAT_CASES, None, 3, b"\xff"]):
         assert obs == INVALID_FEEDBACK, f"{a!r:.60} got {obs[:80]!r}"
         assert info[schema.FORMAT_VALID] is False and info[schema.ADMISSIBLE] is False

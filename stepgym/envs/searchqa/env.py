@@ -97,8 +97,9 @@ class SearchQAEnv(TextEnv):
         timeout, deadline: for a server URL, the per-attempt timeout and the per-search deadline (seconds).
         questions: use these rows (a list of :class:`QARecord`, or a ``.jsonl``/``.json``/``.parquet`` file)
             instead of ``dataset``/``split``.
-        strict_format: stepgym's one-action-per-turn rule (default) or, with ``False``, Search-R1's rule
-            exactly (cut at the first ``</search>``, else ``</answer>``; the first block wins).
+        strict_format: ``False`` (default) is Search-R1's rule exactly (cut at the first ``</search>``, else
+            ``</answer>``; the first block wins); ``True`` is stepgym's stricter one-action-per-turn rule (a turn
+            with two action tags, none, or an unclosed one is invalid; see docs/searchqa.md).
         expert: compute ``EXPERT_ACTION`` (costs a few retrievals per step, cached within the episode).
     """
 
@@ -118,7 +119,7 @@ class SearchQAEnv(TextEnv):
         timeout: float = 10.0,
         deadline: float = 30.0,
         questions: Sequence[QARecord] | str | os.PathLike[str] | None = None,
-        strict_format: bool = True,
+        strict_format: bool = False,
         expert: bool = True,
         render_mode: str | None = None,
     ):
