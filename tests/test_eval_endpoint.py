@@ -302,7 +302,10 @@ def test_endpoint_matches_in_process(name: str, serve, tmp_path: Path, request) 
         assert 0 < summary["format_valid_ratio"] < 1.0
         assert all(r["steps"][2]["format_valid"] is False for r in records)
     if name == "searchqa":
-        assert all(len(r["steps"]) == r["n_steps"] == 2 for r in records) and summary["format_valid_ratio"] == 1.0
+        assert (
+            all(len(r["steps"]) == r["n_steps"] == 2 for r in records)
+            and summary["format_valid_ratio"] == 1.0
+        )
 
 
 def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
