@@ -384,7 +384,6 @@ def evaluate_endpoint(
     )
     if check_model:
         client.check_model()
-    _check_run(folder, settings)
     header = {"source": "eval", "method": client.model, "env_id": env_id, "split": split}
     try:
         writer = EpisodeWriter(folder / FILE_NAME, header, exclusive=True)
@@ -394,7 +393,14 @@ def evaluate_endpoint(
         ) from None
     created: list[Any] = []
     try:
-        done = {e["task_id"] for e in read_recording(writer.path).episodes}
+        recorded = read_recording(writer.path)
+        if recorded.header.get("source") != "eval":
+            raise EvalRunError(
+                f"{writer.path} holds a recording of another kind ({recorded.header.get('source')!r}, not an "
+                "evaluation); choose another --out"
+            )
+        _check_run(folder, settings)
+        done = {e["task_id"] for e in recorded.episodes}
         env_lock = threading.Lock()
         build = env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history))
 

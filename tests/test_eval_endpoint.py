@@ -33,7 +33,7 @@ from stepgym import schema
 from stepgym.errors import CorruptDataError
 from stepgym.llm_client import ChatClient, LLMConfigError, LLMUnavailableError
 from stepgym.llm_eval import EndpointBackend, EvalRunError, Sampling, evaluate_endpoint
-from stepgym.recording import FILE_NAME, episode_trajectory, read_recording, read_records
+from stepgym.recording import FILE_NAME, EpisodeWriter, episode_trajectory, read_recording, read_records
 from stepgym.trainers.backends import GenerationRequest, ScriptedBackend, make_backend
 from stepgym.trainers.collector import Collector
 from stepgym.trainers.evaluate import summarise
@@ -508,6 +508,12 @@ def test_resume_refuses_other_settings(serve, tmp_path: Path) -> None:
         credit_eval(client, tmp_path, limit=2)
         with pytest.raises(EvalRunError, match="sampling"):
             credit_eval(client, tmp_path, limit=2, sampling=Sampling(temperature=0.7))
+        # a folder holding another kind of recording (a training run's) is not mistaken for finished episodes
+        train = tmp_path / "train"
+        EpisodeWriter(train / FILE_NAME, {"source": "train"}).close()
+        with pytest.raises(EvalRunError, match="another kind"):
+            credit_eval(client, train, limit=2)
+        assert not (train / "run.json").exists() and written(train) == []
 
 
 def test_unreachable_endpoint_and_unknown_model(serve, tmp_path: Path) -> None:

@@ -379,14 +379,14 @@ def _repair(path: Path, fd: int) -> None:
                 pass
         except _Damaged:
             pass
-    raw = path.read_bytes()
     if good > 0:
         with contextlib.closing(read_records(path)) as records:
             _check_header(path, next(records, None))
-    elif not raw.startswith(_MAGIC):
-        _check_header(path, None)  # not gzip at all: somebody else's file
-    if good == len(raw):
+    if good == os.fstat(fd).st_size:
         return
+    raw = path.read_bytes()  # only when something is wrong
+    if good == 0 and not raw.startswith(_MAGIC):
+        _check_header(path, None)  # not gzip at all: somebody else's file
     later = raw.find(_MAGIC, good + 1)
     while later != -1:
         if _intact_member_at(raw, later):
