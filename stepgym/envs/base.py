@@ -80,6 +80,10 @@ class TextEnv(gym.Env[str, str]):
         """Apply a sanitised action. ``problem`` is non-empty when sanitising already found it unusable."""
         raise NotImplementedError
 
+    def _clean_action(self, action: Any) -> tuple[str, str]:
+        """``(text, problem)`` for a raw action: :func:`sanitize_action` unless an env reads actions as its upstream."""
+        return sanitize_action(action)
+
     # -- Gymnasium API --------------------------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -98,7 +102,7 @@ class TextEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._done:
             raise RuntimeError("step() called on a finished episode: call reset() first")
-        clean, problem = sanitize_action(action)
+        clean, problem = self._clean_action(action)
         obs, reward, terminated, info = self._step_action(clean, problem)
         self._steps += 1
         truncated = (not terminated) and self._steps >= self.max_steps
