@@ -7,13 +7,14 @@ selenium are imported only by the component that needs them.
 
 from __future__ import annotations
 
-from stepgym import schema
+from stepgym import _moved, schema
 from stepgym.envs import ENV_IDS, register_envs
 
 __version__ = "0.1.0"
 __all__ = ["ENV_IDS", "__version__", "register_envs", "schema"]
 
 register_envs()
+_moved.install()  # old import paths of moved modules (stepgym.downloads, ...) keep working for one release
 
 
 # Lazy exports (PEP 562): ``stepgym.GroupEnv`` imports pettingzoo only when first used, keeping ``import stepgym`` fast.

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from stepgym.data import cache_dir
-from stepgym.download import extract_zip, fetch
+from stepgym.fetch import extract_zip, fetch
 from stepgym.errors import DataNotFoundError
 
 __all__ = ["ARCHIVES", "OFFICIAL_BASE_URL", "download"]

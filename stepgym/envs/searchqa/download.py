@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from stepgym.data import cache_dir, file_sha256
-from stepgym.download import fetch
+from stepgym.fetch import fetch
 from stepgym.envs.searchqa.corpus import Corpus
 from stepgym.envs.searchqa.datasets import _jsonl, _parquet
 from stepgym.errors import CorruptDataError

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from stepgym.data import cache_dir
-from stepgym.download import fetch
+from stepgym.fetch import fetch
 from stepgym.envs.webshop.catalogue import document_contents, load_catalogue
 
 __all__ = ["DRIVE_IDS", "HUMAN_GOALS_URL", "convert_to_documents", "download", "main"]

@@ -1,7 +1,7 @@
-"""The ``stepgym`` command line.
+"""The ``stepgym`` command line: one module per subcommand in this package, each with its own parser.
 
-Each subcommand lives next to the code it drives and owns its own ``argparse`` parser; this module only
-dispatches, importing the subcommand's module when it is called (so ``stepgym download`` never imports torch).
+This module only dispatches, importing the subcommand's module when it is called (so ``stepgym download`` never
+imports torch). ``python -m stepgym.cli`` is the same as the ``stepgym`` console script.
 """
 
 from __future__ import annotations
@@ -12,25 +12,25 @@ import sys
 # name -> (module:function taking argv, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "rollout": (
-        "stepgym.rollout:main",
+        "stepgym.cli.rollout:main",
         "run an agent (expert, random, noisy expert, llm) on an env and split; success per task type",
     ),
-    "download": ("stepgym.downloads:main", "fetch a benchmark's official data into the user cache"),
-    "arg": ("stepgym.wrappers.arg_cli:main", "build, inspect and label with ProAS Agentic Reference Graphs"),
+    "download": ("stepgym.cli.download:main", "fetch a benchmark's official data into the user cache"),
+    "arg": ("stepgym.cli.arg:main", "build, inspect and label with ProAS Agentic Reference Graphs"),
     "train": (
-        "stepgym.trainers.cli:train_main",
+        "stepgym.cli.train:train_main",
         "GRPO training with a step-level shaper (GRPO, GiGPO, ProAS, AHEAD, StepOPSD)",
     ),
     "eval": (
-        "stepgym.trainers.cli:eval_main",
+        "stepgym.cli.train:eval_main",
         "evaluate a model on fixed splits (success per task type and per budget)",
     ),
     "retriever": (
-        "stepgym.envs.searchqa.cli:main",
+        "stepgym.cli.searchqa:main",
         "Search-QA retrieval: build indexes, serve over HTTP, evaluate recall",
     ),
     "webshop": (
-        "stepgym.envs.webshop.cli:main",
+        "stepgym.cli.webshop:main",
         "WebShop: build search indexes, compare backends, serve the site",
     ),
 }
@@ -60,7 +60,3 @@ def main(argv: list[str] | None = None) -> int:
     func = getattr(importlib.import_module(module_name), func_name)
     result = func(rest)
     return int(result or 0)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
