@@ -2,12 +2,37 @@
 
 This module only dispatches, importing the subcommand's module when it is called (so ``stepgym download`` never
 imports torch). ``python -m stepgym.cli`` is the same as the ``stepgym`` console script.
+
+An expected failure (:data:`EXPECTED_ERRORS`: stepgym's own errors, whose messages name the fix, a missing extra,
+an unknown env id, a file or a server that is not there) prints one message to stderr and exits with status 1;
+its traceback is for developers, shown with ``stepgym --debug ...`` or ``STEPGYM_DEBUG=1``. Anything else is a
+bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
+import urllib.error
+
+from gymnasium.error import DependencyNotInstalled, UnregisteredEnv
+
+from stepgym.errors import StepGymError
+
+#: What a user can cause and fix without reading stepgym's code.
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
+    StepGymError,
+    DependencyNotInstalled,
+    UnregisteredEnv,
+    urllib.error.URLError,
+    ConnectionError,
+    TimeoutError,
+    FileNotFoundError,
+    PermissionError,
+)
+DEBUG_ENV_VAR = "STEPGYM_DEBUG"
 
 # name -> (module:function taking argv, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -39,11 +64,30 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def _usage() -> str:
     width = max(map(len, SUBCOMMANDS))
     rows = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in SUBCOMMANDS.items())
-    return f"usage: stepgym <command> [options]\n\ncommands:\n{rows}\n\n`stepgym <command> --help` for a command's options."
+    return (
+        f"usage: stepgym [--debug] <command> [options]\n\ncommands:\n{rows}\n\n"
+        "`stepgym <command> --help` for a command's options; --debug (or STEPGYM_DEBUG=1) shows tracebacks."
+    )
+
+
+def _pop_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """Remove ``--debug`` (anywhere before a ``--``) from ``argv``; whether it or ``$STEPGYM_DEBUG`` asks for it."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    rest = [a for a in argv[:end] if a != "--debug"] + argv[end:]
+    env = os.environ.get(DEBUG_ENV_VAR, "").strip().lower() not in ("", "0", "false", "no")
+    return rest, env or len(rest) != len(argv)
+
+
+def _report(prog: str, exc: BaseException) -> None:
+    message = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, OSError) and not isinstance(exc, StepGymError) and exc.filename:
+        message = f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"(rerun with `stepgym --debug ...` or {DEBUG_ENV_VAR}=1 for the traceback)", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, debug = _pop_debug(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -57,6 +101,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepgym: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, func_name = SUBCOMMANDS[name][0].split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
-    result = func(rest)
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        result = func(rest)
+    except EXPECTED_ERRORS as exc:
+        if debug:
+            traceback.print_exc()
+        _report(f"stepgym {name}", exc)
+        return 1
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print(f"stepgym {name}: interrupted", file=sys.stderr)
+        return 130
     return int(result or 0)
