@@ -39,7 +39,6 @@ __all__ = [
     "GroupEnv",
     "first_success_peers",
     "hindsight_block",
-    "is_success",
     "peer_hindsight",
     "render_trajectory_text",
 ]
@@ -125,6 +124,21 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     ``step(actions)`` takes an action for any subset of the live agents (usually all of them); only those step,
     and the returned dicts hold exactly them. Acting for an agent that is not live is an error.
+
+    Example::
+
+        >>> from stepgym import GroupEnv
+        >>> group = GroupEnv("StepGym/CreditToy-v0", group_size=2)
+        >>> observations, infos = group.reset(seed=0)
+        >>> sorted(observations)
+        ['rollout_0', 'rollout_1']
+        >>> observations, rewards, terminations, truncations, infos = group.step(
+        ...     {agent: "wait" for agent in group.agents}
+        ... )
+        >>> rewards
+        {'rollout_0': 0.0, 'rollout_1': 0.0}
+        >>> group.env_of("rollout_1").unwrapped.max_steps
+        10
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -284,13 +298,24 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             raise RuntimeError("peer hindsight exists only once every rollout of the group has finished")
         return list(self._hindsight)
 
-    def env(self, agent: str) -> gym.Env:
-        """The (wrapped) env copy an agent acts in."""
+    def env_of(self, agent: str) -> gym.Env:
+        """The (wrapped) env copy ``agent`` acts in (``self.envs`` holds them all, in rollout order)."""
         return self.envs[self._index[agent]]
+
+    def env(self, agent: str) -> gym.Env:
+        """Deprecated name of :meth:`env_of` (PettingZoo users read ``.env`` as the wrapped env, not a method)."""
+        import warnings
+
+        warnings.warn(
+            "GroupEnv.env(agent) is renamed GroupEnv.env_of(agent); the old name goes away in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.env_of(agent)
 
     def prompts(self) -> dict[str, str]:
         """The current prompt of every live agent, when the copies carry a ``TextInterfaceWrapper``."""
-        return {a: self.env(a).get_wrapper_attr("prompt") for a in self.agents}
+        return {a: self.env_of(a).get_wrapper_attr("prompt") for a in self.agents}
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

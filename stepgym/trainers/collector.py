@@ -189,7 +189,7 @@ class Collector:
             live = [(gi, a) for gi, g in enumerate(groups) for a in g.agents]
             requests, prompts = [], []
             for gi, a in live:
-                prompt = groups[gi].env(a).get_wrapper_attr("prompt")
+                prompt = groups[gi].env_of(a).get_wrapper_attr("prompt")
                 ids, cut = self.encoder.encode(prompt)
                 prompts.append((prompt, ids, cut))
                 requests.append(GenerationRequest(ids, prompt, last_info[gi][a]))

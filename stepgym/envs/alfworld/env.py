@@ -45,6 +45,21 @@ class ALFWorldEnv(TextEnv):
         game_cache_size: how many translated games to keep for instant re-reset.
         lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
             default reads them exactly as raw TextWorld does.
+
+    Example (needs the ALFWorld data, ``stepgym download alfworld``)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> env = gym.make("StepGym/ALFWorld-v0", split="valid_seen")
+        >>> obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
+        >>> info[schema.EXPERT_ACTION]
+        'look'
+        >>> obs, reward, terminated, truncated, info = env.step("look")
+        >>> info[schema.ADMISSIBLE], info[schema.EFFECTIVE]
+        (True, False)
+        >>> env.step("fly to the moon")[0]
+        'Nothing happens.'
     """
 
     def __init__(
