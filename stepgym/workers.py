@@ -313,7 +313,33 @@ class InProcessExecutor(Executor):
         self._shard.close()
 
 
-class ProcessExecutor(Executor):
+class _ShardedExecutor(Executor):
+    """An executor whose slots are split into contiguous shards, one per remote worker."""
+
+    def __init__(self, recipe: EnvRecipe, n: int, num_workers: int):
+        super().__init__(recipe, n)
+        recipe.check_picklable()
+        self._slots = _shards(n, num_workers)
+        self._owner = {s: w for w, ss in enumerate(self._slots) for s in ss}
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._slots)
+
+    def _worker_of(self, slot: int) -> int:
+        return self._owner[slot]
+
+    def _lost(self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], state: str) -> EnvWorkerError:
+        kinds = sorted({op for op, _, _ in ops})
+        return EnvWorkerError(
+            f"{self._label} {w} (slots {self._slots[w][0]}..{self._slots[w][-1]}) {why} during {kinds}; {state}. "
+            "Reset the groups that use these slots before stepping them again."
+        )
+
+    _label = "env worker"
+
+
+class ProcessExecutor(_ShardedExecutor):
     """Copies sharded over ``num_workers`` local processes (``spawn``: no inherited threads or locks).
 
     Args:
@@ -333,12 +359,9 @@ class ProcessExecutor(Executor):
         timeout: float = DEFAULT_TIMEOUT,
         start_timeout: float = 600.0,
     ):
-        super().__init__(recipe, n)
-        recipe.check_picklable()
+        super().__init__(recipe, n, num_workers)
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
         self._ctx = mp.get_context("spawn")
-        self._slots = _shards(n, num_workers)
-        self._owner = {s: w for w, ss in enumerate(self._slots) for s in ss}
         self._procs: list[Any] = [None] * len(self._slots)
         self._conns: list[Any] = [None] * len(self._slots)
         try:
@@ -349,10 +372,6 @@ class ProcessExecutor(Executor):
         except BaseException:
             self.close()
             raise
-
-    @property
-    def num_workers(self) -> int:
-        return len(self._slots)
 
     @property
     def pids(self) -> list[int]:
@@ -405,14 +424,7 @@ class ProcessExecutor(Executor):
             state = "it was restarted with fresh (un-reset) copies"
         except EnvWorkerError as e:
             state = f"restarting it failed too ({e})"
-        kinds = sorted({op for op, _, _ in ops})
-        return EnvWorkerError(
-            f"env worker {w} (slots {self._slots[w][0]}..{self._slots[w][-1]}) {why} during {kinds}; {state}. "
-            "Reset the groups that use these slots before stepping them again."
-        )
-
-    def _worker_of(self, slot: int) -> int:
-        return self._owner[slot]
+        return self._lost(w, why, ops, state)
 
     def _run_batches(self, batches):
         out: dict[int, Any] = {}
@@ -447,7 +459,7 @@ class ProcessExecutor(Executor):
             self._kill(w)
 
 
-class RayExecutor(Executor):
+class RayExecutor(_ShardedExecutor):
     """Copies sharded over Ray actors (``pip install 'stepgym[ray]'``).
 
     Args:
@@ -468,8 +480,7 @@ class RayExecutor(Executor):
         address: str | None = None,
         ray_init_kwargs: Mapping[str, Any] | None = None,
     ):
-        super().__init__(recipe, n)
-        recipe.check_picklable()
+        super().__init__(recipe, n, num_workers)
         from stepgym._deps import require
 
         self._ray = require("ray", extra="ray")
@@ -480,26 +491,15 @@ class RayExecutor(Executor):
             kwargs.setdefault("runtime_env", {"env_vars": env_vars})
             self._ray.init(address=address, **kwargs)
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
-        self._slots = _shards(n, num_workers)
-        self._owner = {s: w for w, ss in enumerate(self._slots) for s in ss}
         self._actors = [self._actor_cls.remote(recipe, ss) for ss in self._slots]
 
-    @property
-    def num_workers(self) -> int:
-        return len(self._slots)
-
-    def _worker_of(self, slot: int) -> int:
-        return self._owner[slot]
+    _label = "Ray env worker"
 
     def _restart(self, w: int, why: str, ops) -> EnvWorkerError:
         with contextlib.suppress(Exception):  # the actor may already be gone
             self._ray.kill(self._actors[w], no_restart=True)
         self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
-        kinds = sorted({op for op, _, _ in ops})
-        return EnvWorkerError(
-            f"Ray env worker {w} (slots {self._slots[w][0]}..{self._slots[w][-1]}) {why} during {kinds}; it was "
-            "restarted with fresh (un-reset) copies. Reset the groups that use these slots before stepping them again."
-        )
+        return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies")
 
     def _run_batches(self, batches):
         ray = self._ray

@@ -171,7 +171,7 @@ def test_download_from_a_dead_server_fails_clearly(tmp_path):
 
 
 def test_corrupt_archive_is_reported(tmp_path):
-    from stepgym.download import extract_zip
+    from stepgym.fetch import extract_zip
 
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"not a zip")

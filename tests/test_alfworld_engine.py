@@ -51,3 +51,49 @@ def test_same_observations_commands_and_wins_as_raw_textworld():
                     break
         raw.close()
     assert compared > 100
+
+
+def _variants(cmd: str) -> list[str]:
+    """Ways a model can garble a command: invisible and control characters, padding, case, inner spaces."""
+    return [
+        cmd + "\x00",
+        "\u200b" + cmd,
+        cmd + " " * 1500,
+        "  " + cmd + "\t\n",
+        "\u3000" + cmd + "\xa0",
+        cmd.upper(),
+        cmd.replace(" ", "  "),
+        cmd + "\x1b[0m",
+        "",
+        "x" * 10_000,
+        cmd,
+    ]
+
+
+def test_garbled_commands_are_played_as_raw_textworld_plays_them():
+    """By default every string is read as raw TextWorld reads it (stripped, then matched exactly)."""
+    env = gym.make("StepGym/ALFWorld-v0", split="valid_unseen", expert=False, max_steps=90)
+    rng = np.random.default_rng(1)
+    played = rejected = 0
+    for game in env.unwrapped.games[::45]:
+        raw = _raw_env(game.game_file)
+        _, raw_info = raw.reset()
+        env.reset(options={"task_id": game.task_id})
+        for _ in range(6):
+            cmds = raw_info["admissible_commands"]
+            for action in _variants(cmds[int(rng.integers(len(cmds)))]):
+                before = raw_info["admissible_commands"]
+                raw_obs, _, raw_done, raw_info = raw.step(action)
+                obs, _, terminated, _, info = env.step(action)
+                assert obs == raw_obs, repr(action[:40])
+                assert info[schema.ADMISSIBLE_ACTIONS] == raw_info["admissible_commands"]
+                assert info[schema.ADMISSIBLE] == (action.strip() in before)
+                assert terminated == bool(raw_done)
+                played += info[schema.ADMISSIBLE]
+                rejected += not info[schema.ADMISSIBLE]
+                if raw_done:
+                    break
+            if raw_done:
+                break
+        raw.close()
+    assert played > 10 and rejected > 10

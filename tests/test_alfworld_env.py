@@ -132,11 +132,19 @@ def test_fuzzed_actions_never_raise(env):
     assert obs == NOTHING_HAPPENS and "must be a string" in info[schema.INVALID_REASON]
 
 
-def test_commands_are_matched_case_and_space_insensitively(env):
+def test_lenient_commands_match_case_and_space_insensitively(env):
     _, info = env.reset(seed=4)
     target = next(a for a in info[schema.ADMISSIBLE_ACTIONS] if a.startswith("go to"))
-    obs, _, _, _, info = env.step("  " + target.upper().replace(" ", "   ") + " ")
+    garbled = "\u200b " + target.upper().replace(" ", "   ") + "\x00 "
+    obs, _, _, _, info = env.step(garbled)
+    assert obs == NOTHING_HAPPENS and info[schema.ADMISSIBLE] is False  # upstream's reading, the default
+    lenient = gym.make(ENV_ID, split="valid_seen", lenient_commands=True)
+    lenient.reset(seed=4)
+    obs, _, _, _, info = lenient.step(garbled)
     assert info[schema.ADMISSIBLE] is True and obs.startswith("You arrive")
+    _, _, _, _, info = lenient.step("look" + " " * 1500)  # over the 1,000-character limit
+    assert info[schema.ADMISSIBLE] is False and "characters long" in info[schema.INVALID_REASON]
+    lenient.close()
 
 
 def test_truncation_at_the_step_limit():
@@ -218,3 +226,35 @@ def test_render_ansi_returns_the_last_observation():
     e = gym.make(ENV_ID, split="valid_seen", render_mode="ansi")
     obs, _ = e.reset(seed=0)
     assert e.render() == obs
+
+
+def _expert_trace(env, seed: int, task_id: str, n: int = 30):
+    """Expert actions and oracle hints over a fixed mix of random admissible and repeated commands."""
+    from stepgym.wrappers.hints import OracleAnalyzer
+
+    rng = np.random.default_rng(5)
+    obs, info = env.reset(seed=seed, options={"task_id": task_id})
+    traj = schema.Trajectory(task_id=task_id, initial_observation=obs, initial_info=info)
+    for t in range(n):
+        admissible = info[schema.ADMISSIBLE_ACTIONS]
+        # repeating "look" makes the expert draw from its RNG (its repetition guard), so does a random walk
+        action = "look" if t % 4 == 1 else admissible[int(rng.integers(len(admissible)))]
+        nxt, reward, term, trunc, info = env.step(action)
+        traj.steps.append(schema.Step(obs, action, reward, nxt, term, trunc, info))
+        obs = nxt
+        if term or trunc:
+            break
+    experts = [traj.initial_info[schema.EXPERT_ACTION]] + [s.info[schema.EXPERT_ACTION] for s in traj.steps]
+    return experts, OracleAnalyzer().analyze(traj).hints
+
+
+def test_expert_is_a_function_of_the_seed_of_each_reset():
+    """A used env reset with seed 7 gives the same expert actions and oracle hints as a fresh env on seed 7."""
+    used, fresh = gym.make(ENV_ID, split="valid_unseen"), gym.make(ENV_ID, split="valid_unseen")
+    task_ids = used.unwrapped.task_ids[::45]
+    for task_id in task_ids:
+        _expert_trace(used, 123, task_id, n=8)
+    for task_id in task_ids:
+        assert _expert_trace(used, 7, task_id) == _expert_trace(fresh, 7, task_id), task_id
+    used.close()
+    fresh.close()

@@ -218,7 +218,7 @@ def test_metrics_logger_resume_drops_redone_iterations(tmp_path: Path) -> None:
 
 def test_presets_build_and_cli_overrides() -> None:
     pytest.importorskip("tyro")
-    from stepgym.trainers.cli import parse_config
+    from stepgym.cli.train import parse_config
     from stepgym.trainers.presets import PRESETS
 
     assert {"alfworld-cpu", "alfworld-gigpo", "alfworld-ahead", "alfworld-stepopsd", "credit-grpo"} <= set(

@@ -25,7 +25,8 @@ def register_envs() -> None:
     """Register every stepgym env with Gymnasium (idempotent).
 
     The step limit is enforced inside each env (it is part of the task, and ``truncated`` must be exact for the
-    papers' protocol), so Gymnasium's ``TimeLimit`` is not added on top.
+    papers' protocol), so Gymnasium's ``TimeLimit`` is not added on top; ``env.spec.max_episode_steps`` still
+    reports that limit (see :attr:`stepgym.envs.base.TextEnv.spec`).
     """
     for env_id, entry_point in _ENTRY_POINTS.items():
         if env_id in gymnasium.registry:

@@ -8,11 +8,13 @@ shares. It never raises on a bad action: the env's own ``_step_action`` answers 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from typing import Any, ClassVar
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 
 from stepgym import schema
 from stepgym.spaces import UnicodeText
@@ -47,9 +49,44 @@ def sanitize_action(action: Any, max_chars: int = MAX_ACTION_CHARS) -> tuple[str
 
 
 class TextEnv(gym.Env[str, str]):
-    """Base class of stepgym's text envs (observation and action are ``str``)."""
+    """Base class of stepgym's text envs (observation and action are ``str``).
+
+    Example (a one-step task; the base class cleans the action and counts the steps)::
+
+        >>> from stepgym.envs.base import TextEnv
+        >>> class Echo(TextEnv):
+        ...     def _reset_task(self, options):
+        ...         return "say hello", {}
+        ...
+        ...     def _step_action(self, action, problem):
+        ...         won = action == "hello"
+        ...         return ("well done" if won else "try again"), float(won), won, {}
+        >>> env = Echo(max_steps=3)
+        >>> env.reset(seed=0)[0]
+        'say hello'
+        >>> env.step("  hello ")[:4]
+        ('well done', 1.0, True, False)
+    """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    _spec: EnvSpec | None = None
+
+    @property
+    def spec(self) -> EnvSpec | None:  # type: ignore[override]
+        """Gymnasium's ``EnvSpec``; ``max_episode_steps`` reports the step limit this env enforces itself.
+
+        The ids are registered without a ``TimeLimit`` (the env's own limit is exact: ``truncated`` is never set on
+        the step that terminates), and ``gym.make`` hands the env a spec without a limit; this fills in
+        ``max_steps`` so that ``env.spec.max_episode_steps`` reads as Gymnasium users expect. To build another
+        copy from a spec, use ``gym.make(spec.id, **spec.kwargs)`` (``gym.make(spec)`` would add a ``TimeLimit``).
+        """
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        if value is not None and value.max_episode_steps is None:
+            value = dataclasses.replace(value, max_episode_steps=self.max_steps)
+        self._spec = value
 
     def __init__(
         self, *, max_steps: int, render_mode: str | None = None, max_observation_chars: int = 1_000_000
@@ -80,6 +117,10 @@ class TextEnv(gym.Env[str, str]):
         """Apply a sanitised action. ``problem`` is non-empty when sanitising already found it unusable."""
         raise NotImplementedError
 
+    def _clean_action(self, action: Any) -> tuple[str, str]:
+        """``(text, problem)`` for a raw action: :func:`sanitize_action` unless an env reads actions as its upstream."""
+        return sanitize_action(action)
+
     # -- Gymnasium API --------------------------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -98,7 +139,7 @@ class TextEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._done:
             raise RuntimeError("step() called on a finished episode: call reset() first")
-        clean, problem = sanitize_action(action)
+        clean, problem = self._clean_action(action)
         obs, reward, terminated, info = self._step_action(clean, problem)
         self._steps += 1
         truncated = (not terminated) and self._steps >= self.max_steps

@@ -58,6 +58,20 @@ def _list_words(items: list[str]) -> str:
 class CreditToyEnv(TextEnv):
     """The credit-assignment toy (see the module docstring).
 
+    Example (the expert's action, in every info, wins)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> env = gym.make("StepGym/CreditToy-v0")
+        >>> obs, info = env.reset(seed=0)
+        >>> while True:
+        ...     obs, reward, terminated, truncated, info = env.step(info[schema.EXPERT_ACTION])
+        ...     if terminated or truncated:
+        ...         break
+        >>> reward, terminated, info[schema.WON]
+        (1.0, True, True)
+
     Args:
         split: ``"train"`` or ``"valid"`` (disjoint task indices).
         n_tasks: how many tasks the split holds (``task_ids`` in fixed order).

@@ -1,12 +1,17 @@
 """Annotation wrappers for any Gymnasium text env, and the LLM text interface.
 
-Exports load lazily (PEP 562 ``__getattr__``): ``import stepgym.wrappers`` imports nothing, and
-``stepgym.wrappers.HintWrapper`` imports only :mod:`stepgym.wrappers.hints`.
+This package exports the wrappers; the functions and classes around each one live in its module:
 
-* :mod:`~stepgym.wrappers.feedback` — ``EnvFeedbackWrapper``: feedback text, format-valid / admissible / effective.
-* :mod:`~stepgym.wrappers.text` — ``TextInterfaceWrapper``, ``render_prompt``, ``parse_action``: the LLM interface.
-* :mod:`~stepgym.wrappers.hints` — ``OracleAnalyzer``, ``LLMAnalyzer``, ``HintWrapper``: AHEAD's corrective hints.
+* :mod:`~stepgym.wrappers.feedback` — ``EnvFeedbackWrapper``: feedback text, format-valid / admissible / effective
+  (``fill_feedback_flags`` does the same on recorded steps).
+* :mod:`~stepgym.wrappers.text` — ``TextInterfaceWrapper``: the LLM interface (``render_prompt``,
+  ``parse_action``, the formats).
+* :mod:`~stepgym.wrappers.hints` — ``HintWrapper``: AHEAD's corrective hints (``OracleAnalyzer``, ``LLMAnalyzer``).
 * :mod:`~stepgym.wrappers.arg` — ``ARGWrapper``: ProAS's Agentic Reference Graph labels.
+
+Exports load lazily (PEP 562 ``__getattr__``): ``import stepgym.wrappers`` imports nothing, and
+``stepgym.wrappers.HintWrapper`` imports only :mod:`stepgym.wrappers.hints`. The non-wrapper names this package
+used to export still work for one release, with a ``DeprecationWarning`` naming their module.
 """
 
 from __future__ import annotations
@@ -16,8 +21,13 @@ from typing import Any
 
 _EXPORTS = {
     "EnvFeedbackWrapper": "stepgym.wrappers.feedback",
-    "fill_feedback_flags": "stepgym.wrappers.feedback",
     "TextInterfaceWrapper": "stepgym.wrappers.text",
+    "HintWrapper": "stepgym.wrappers.hints",
+    "ARGWrapper": "stepgym.wrappers.arg",
+}
+# Deprecated aliases: name -> the module that defines it.
+_MOVED = {
+    "fill_feedback_flags": "stepgym.wrappers.feedback",
     "TextFormat": "stepgym.wrappers.text",
     "PromptTemplate": "stepgym.wrappers.text",
     "ParseResult": "stepgym.wrappers.text",
@@ -31,12 +41,10 @@ _EXPORTS = {
     "AnalyzerConfigError": "stepgym.wrappers.hints",
     "OracleAnalyzer": "stepgym.wrappers.hints",
     "LLMAnalyzer": "stepgym.wrappers.hints",
-    "HintWrapper": "stepgym.wrappers.hints",
     "analyze_trajectory": "stepgym.wrappers.hints",
     "analyze_many": "stepgym.wrappers.hints",
     "annotate_trajectory": "stepgym.wrappers.hints",
     "ahead_privileged_text": "stepgym.wrappers.hints",
-    "ARGWrapper": "stepgym.wrappers.arg",
     "AgenticReferenceGraph": "stepgym.wrappers.arg",
     "label_trajectory": "stepgym.wrappers.arg",
 }
@@ -45,6 +53,10 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from stepgym._moved import moved
+
+        return moved(f"stepgym.wrappers.{name}", _MOVED[name], name)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'stepgym.wrappers' has no attribute {name!r}")

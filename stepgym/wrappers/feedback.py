@@ -93,6 +93,18 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     inside, it sees the parsed action; outside, it judges ``PARSED_ACTION`` and keeps the flags the text interface
     set. (Outside a text interface with ``prompt_as_observation=True`` the observation fallback would compare
     prompts: put it inside then.)
+
+    Example::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> from stepgym.wrappers import EnvFeedbackWrapper
+        >>> env = EnvFeedbackWrapper(gym.make("StepGym/CreditToy-v0"))
+        >>> _ = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step("dance")
+        >>> info[schema.FORMAT_VALID], info[schema.ADMISSIBLE], info[schema.FEEDBACK]
+        (True, False, 'Nothing happens.')
     """
 
     def __init__(self, env: gym.Env):

@@ -573,6 +573,21 @@ class HintWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     is the episode recorded so far, :attr:`analysis` the last analysis.
 
     Place it outside the wrappers whose info it should read (text interface, env feedback, ARG labels).
+
+    Example (waiting until the step limit fails the task; the oracle names the expert's move instead)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> from stepgym.wrappers import HintWrapper
+        >>> env = HintWrapper(gym.make("StepGym/CreditToy-v0", max_steps=2))
+        >>> _ = env.reset(seed=0)
+        >>> _ = env.step("wait")
+        >>> obs, reward, terminated, truncated, info = env.step("wait")
+        >>> truncated, info[schema.ERROR_STEPS]
+        (True, [0, 1])
+        >>> info[schema.HINTS]["0"]  # keys are strings, as in JSON
+        "'wait' is not what the task needs now; do 'go forward' first."
     """
 
     def __init__(

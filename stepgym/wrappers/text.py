@@ -455,6 +455,21 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
         history_length: K, the steps shown in the prompt (default: the format's, 2 for ALFWorld/WebShop).
         noop_action: what the env receives for an unparsable reply.
         prompt_as_observation: return the rendered prompt instead of the env's observation.
+
+    Example::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> from stepgym.wrappers import TextInterfaceWrapper
+        >>> env = TextInterfaceWrapper(gym.make("StepGym/CreditToy-v0"), fmt="alfworld")
+        >>> _ = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step("<think>No hurry.</think><action>Wait</action>")
+        >>> info[schema.FORMAT_VALID], info[schema.PARSED_ACTION]
+        (True, 'wait')
+        >>> obs, reward, terminated, truncated, info = env.step("just wait")
+        >>> info[schema.FORMAT_VALID], info[schema.PARSED_ACTION]
+        (False, None)
     """
 
     def __init__(

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 
 from stepgym.data import cache_dir
-from stepgym.download import extract_zip, fetch
 from stepgym.errors import DataNotFoundError
+from stepgym.fetch import extract_zip, fetch
 
 __all__ = ["ARCHIVES", "OFFICIAL_BASE_URL", "download"]
 

@@ -8,10 +8,12 @@ Beyond ALFWorld's own behaviour, every ``info`` carries the schema's keys (``ste
 goal, admissible commands, won, the textual feedback, whether the action was admissible and effective, the
 symbolic state keys (from the engine's facts), and the expert's next command.
 
-Commands are matched after collapsing whitespace and, if the exact text is not admissible, case-insensitively
-("Go to Desk 1" plays "go to desk 1"); anything else is answered with ALFWorld's own "Nothing happens." and
-``admissible=False``. The engine is only stepped with admissible commands, so junk text can never reach
-TextWorld's parser.
+Commands are read as raw TextWorld reads them: surrounding whitespace is stripped (``str.strip``) and the rest
+must equal an admissible command exactly; anything else is answered with ALFWorld's own "Nothing happens." and
+``admissible=False``. ``lenient_commands=True`` opts into stepgym's shared action cleaning instead (control and
+invisible characters removed, inner whitespace collapsed, actions over 1,000 characters refused, a case-insensitive
+match: "Go to  Desk 1" plays "go to desk 1"). The engine is only stepped with admissible commands (TextWorld
+answers the others without changing the world), so junk text can never reach TextWorld's parser.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from stepgym.envs.alfworld.engine import AlfredEngine
 from stepgym.envs.alfworld.expert import RobustExpert
 from stepgym.envs.alfworld.games import GameRecord, list_games, resolve_root
 from stepgym.envs.alfworld.state import TaskTargets, state_key, subgoal_key, world_facts
-from stepgym.envs.base import TextEnv
+from stepgym.envs.base import TextEnv, sanitize_action
 
 __all__ = ["NOTHING_HAPPENS", "ALFWorldEnv"]
 
@@ -41,6 +43,23 @@ class ALFWorldEnv(TextEnv):
         data_root: the ALFWorld data folder; default from ``$STEPGYM_DATA``/``$ALFWORLD_DATA``/the user cache.
         expert: compute ``stepgym/expert_action`` every step (the handcoded expert; costs ~1 ms a step).
         game_cache_size: how many translated games to keep for instant re-reset.
+        lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
+            default reads them exactly as raw TextWorld does.
+
+    Example (needs the ALFWorld data, ``stepgym download alfworld``)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> env = gym.make("StepGym/ALFWorld-v0", split="valid_seen")
+        >>> obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
+        >>> info[schema.EXPERT_ACTION]
+        'look'
+        >>> obs, reward, terminated, truncated, info = env.step("look")
+        >>> info[schema.ADMISSIBLE], info[schema.EFFECTIVE]
+        (True, False)
+        >>> env.step("fly to the moon")[0]
+        'Nothing happens.'
     """
 
     def __init__(
@@ -52,6 +71,7 @@ class ALFWorldEnv(TextEnv):
         expert: bool = True,
         game_cache_size: int = 16,
         render_mode: str | None = None,
+        lenient_commands: bool = False,
     ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         root = resolve_root(data_root)
@@ -62,6 +82,7 @@ class ALFWorldEnv(TextEnv):
         self._by_id = {g.task_id: g for g in self.games}
         self._engine = AlfredEngine(cache_size=game_cache_size)
         self._use_expert = expert
+        self.lenient_commands = bool(lenient_commands)
         self._expert: RobustExpert | None = None
         self._game: GameRecord | None = None
         self._targets: TaskTargets | None = None
@@ -106,8 +127,9 @@ class ALFWorldEnv(TextEnv):
         expert_action = None
         if self._use_expert:
             if self._expert is None:
-                self._expert = RobustExpert(self.np_random)
-            expert_action = self._expert.observe_reset(game.game_file, self._state)
+                self._expert = RobustExpert()
+            # the generator of *this* reset: reset(seed=s) replaces env.np_random, and the expert must follow
+            expert_action = self._expert.observe_reset(game.game_file, self._state, self.np_random)
         info = self._info(
             feedback="", admissible=True, effective=False, expert_action=expert_action, reason=""
         )
@@ -130,7 +152,8 @@ class ALFWorldEnv(TextEnv):
         before = self._state_key
         command = "" if problem else self._match_command(action)
         if not command:
-            reason = problem or f"{action!r} is not an admissible command here"
+            shown = action if len(action) <= 80 else action[:80] + "..."
+            reason = problem or f"{shown!r} is not an admissible command here"
             # The engine is not stepped: the world is unchanged, and so is the expert's next move.
             prev_expert = self._last_expert
             info = self._info(
@@ -151,11 +174,18 @@ class ALFWorldEnv(TextEnv):
         info[schema.EFFECTIVE] = info[schema.STATE_KEY] != before
         return obs, (1.0 if won else 0.0), won, info
 
+    def _clean_action(self, action: Any) -> tuple[str, str]:
+        if self.lenient_commands:
+            return sanitize_action(action)
+        if not isinstance(action, str):
+            return "", f"the action must be a string, got {type(action).__name__}"
+        return action.strip(), ""  # TextWorld's PddlEnv.step: command.strip(), then an exact match
+
     def _match_command(self, action: str) -> str:
         admissible = self._state["admissible_commands"]
         if action in admissible:
             return action
-        lowered = action.lower()
+        lowered = action.lower() if self.lenient_commands else ""
         return lowered if lowered in admissible else ""
 
     # -- info -----------------------------------------------------------------------------------------------

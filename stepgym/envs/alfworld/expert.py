@@ -6,7 +6,8 @@ engine's facts and proposes the next command. Two upstream problems are handled 
 * **Randomness.** It draws from the *global* ``random`` module (``random.choice`` among candidate objects, and a
   random admissible command when it would repeat itself). To make the expert a function of the env's seed without
   seeding the user's global RNG, each call runs with the global ``random`` state swapped for a private one (drawn
-  from the env's ``np_random``) and restored afterwards, under a lock.
+  from the env's ``np_random`` of the current episode, which ``reset(seed=...)`` replaces) and restored
+  afterwards, under a lock.
 * **Crashes.** It raises ``IndexError`` (``Cannot choose from an empty sequence``) after some invalid commands,
   and ``HandCodedAgentFailed``/``Timeout`` in dead ends. The env never sees these. **Fallback:** after a crash, a
   fresh expert is built, primed with the game's intro text and the current observation, and asked again (it then
@@ -60,11 +61,11 @@ class _PrivateGlobalRandom:
 class RobustExpert:
     """Wraps one ``HandCodedTWAgent`` per episode; ``observe_reset`` then ``next_action`` after every step."""
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self) -> None:
         from alfworld.agents.expert.handcoded_expert_tw import HandCodedTWAgent
 
         self._agent_cls = HandCodedTWAgent
-        self._rng = rng
+        self._rng: np.random.Generator | None = None
         self._agent: Any = None
         self._game_file: str = ""
         self._intro = ""
@@ -77,10 +78,15 @@ class RobustExpert:
         return agent
 
     def _seed(self) -> int:
+        assert self._rng is not None, "observe_reset() starts an episode"
         return int(self._rng.integers(0, 2**31 - 1))
 
-    def observe_reset(self, game_file: Path, state: Any) -> str | None:
-        """Start an episode; returns the expert's first command (always ``look`` upstream, as its first subgoal)."""
+    def observe_reset(self, game_file: Path, state: Any, rng: np.random.Generator) -> str | None:
+        """Start an episode drawing from ``rng`` (the env's generator of this reset); returns the first command.
+
+        The first command is always ``look`` upstream (its first subgoal).
+        """
+        self._rng = rng
         self._game_file = str(game_file)
         self._intro = state["feedback"]
         with _PrivateGlobalRandom(self._seed()):

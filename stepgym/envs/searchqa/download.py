@@ -26,10 +26,10 @@ import os
 from pathlib import Path
 
 from stepgym.data import cache_dir, file_sha256
-from stepgym.download import fetch
 from stepgym.envs.searchqa.corpus import Corpus
 from stepgym.envs.searchqa.datasets import _jsonl, _parquet
 from stepgym.errors import CorruptDataError
+from stepgym.fetch import fetch
 
 __all__ = ["DEFAULT_BASE_URL", "FILES", "download"]
 

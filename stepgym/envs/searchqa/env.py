@@ -101,6 +101,21 @@ class SearchQAEnv(TextEnv):
             ``</answer>``; the first block wins); ``True`` is stepgym's stricter one-action-per-turn rule (a turn
             with two action tags, none, or an unclosed one is invalid; see docs/searchqa.md).
         expert: compute ``EXPERT_ACTION`` (costs a few retrievals per step, cached within the episode).
+
+    Example (needs the Search-QA data, ``stepgym download searchqa``)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> env = gym.make("StepGym/SearchQA-v0", split="test")
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step("<think>Look it up.</think><search>Mehboob Khan</search>")
+        >>> "<information>" in obs, reward, terminated
+        (True, 0.0, False)
+        >>> reply = f"<think>Found it.</think>{info[schema.EXPERT_ACTION]}"
+        >>> reward, terminated = env.step(reply)[1:3]
+        >>> reward, terminated
+        (1.0, True)
     """
 
     def __init__(

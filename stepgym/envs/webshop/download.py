@@ -31,8 +31,8 @@ import tempfile
 from pathlib import Path
 
 from stepgym.data import cache_dir
-from stepgym.download import fetch
 from stepgym.envs.webshop.catalogue import document_contents, load_catalogue
+from stepgym.fetch import fetch
 
 __all__ = ["DRIVE_IDS", "HUMAN_GOALS_URL", "convert_to_documents", "download", "main"]
 

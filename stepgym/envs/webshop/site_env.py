@@ -228,7 +228,20 @@ def _exit_words(code: int | None) -> str:
 
 
 class WebShopSiteEnv(TextEnv):
-    """The WebShop site in a real browser; same observations, annotations and reward as :class:`WebShopEnv`."""
+    """The WebShop site in a real browser; same observations, annotations and reward as :class:`WebShopEnv`.
+
+    Example (needs the WebShop data and Chromium with chromedriver)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> env = gym.make("StepGym/WebShopSite-v0", split="test")
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(info[schema.EXPERT_ACTION])
+        >>> info[schema.ADMISSIBLE], reward
+        (True, 0.0)
+        >>> env.close()  # ends the browser
+    """
 
     def __init__(
         self,

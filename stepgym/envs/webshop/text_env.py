@@ -28,7 +28,21 @@ __all__ = ["WebShopEnv"]
 
 
 class WebShopEnv(TextEnv):
-    """WebShop in text mode, with step annotations (see :mod:`stepgym.envs.webshop.core`)."""
+    """WebShop in text mode, with step annotations (see :mod:`stepgym.envs.webshop.core`).
+
+    Example (needs the WebShop data, ``stepgym download webshop``)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> env = gym.make("StepGym/WebShop-v0", split="test")
+        >>> obs, info = env.reset(seed=0)
+        >>> info[schema.EXPERT_ACTION].startswith("search[")
+        True
+        >>> obs, reward, terminated, truncated, info = env.step(info[schema.EXPERT_ACTION])
+        >>> info[schema.ADMISSIBLE], reward
+        (True, 0.0)
+    """
 
     def __init__(
         self,

@@ -1,0 +1,118 @@
+"""The ``stepgym`` command line: one module per subcommand in this package, each with its own parser.
+
+This module only dispatches, importing the subcommand's module when it is called (so ``stepgym download`` never
+imports torch). ``python -m stepgym.cli`` is the same as the ``stepgym`` console script.
+
+An expected failure (:data:`EXPECTED_ERRORS`: stepgym's own errors, whose messages name the fix, a missing extra,
+an unknown env id, a file or a server that is not there) prints one message to stderr and exits with status 1;
+its traceback is for developers, shown with ``stepgym --debug ...`` or ``STEPGYM_DEBUG=1``. Anything else is a
+bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+import urllib.error
+
+from gymnasium.error import DependencyNotInstalled, UnregisteredEnv
+
+from stepgym.errors import StepGymError
+
+#: What a user can cause and fix without reading stepgym's code.
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
+    StepGymError,
+    DependencyNotInstalled,
+    UnregisteredEnv,
+    urllib.error.URLError,
+    ConnectionError,
+    TimeoutError,
+    FileNotFoundError,
+    PermissionError,
+)
+DEBUG_ENV_VAR = "STEPGYM_DEBUG"
+
+# name -> (module:function taking argv, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "rollout": (
+        "stepgym.cli.rollout:main",
+        "run an agent (expert, random, noisy expert, llm) on an env and split; success per task type",
+    ),
+    "download": ("stepgym.cli.download:main", "fetch a benchmark's official data into the user cache"),
+    "arg": ("stepgym.cli.arg:main", "build, inspect and label with ProAS Agentic Reference Graphs"),
+    "train": (
+        "stepgym.cli.train:train_main",
+        "GRPO training with a step-level shaper (GRPO, GiGPO, ProAS, AHEAD, StepOPSD)",
+    ),
+    "eval": (
+        "stepgym.cli.train:eval_main",
+        "evaluate a model on fixed splits (success per task type and per budget)",
+    ),
+    "retriever": (
+        "stepgym.cli.searchqa:main",
+        "Search-QA retrieval: build indexes, serve over HTTP, evaluate recall",
+    ),
+    "webshop": (
+        "stepgym.cli.webshop:main",
+        "WebShop: build search indexes, compare backends, serve the site",
+    ),
+    "view": ("stepgym.viewer.cli:main", "browse recorded episodes and their advantages in the browser"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    rows = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in SUBCOMMANDS.items())
+    return (
+        f"usage: stepgym [--debug] <command> [options]\n\ncommands:\n{rows}\n\n"
+        "`stepgym <command> --help` for a command's options; --debug (or STEPGYM_DEBUG=1) shows tracebacks."
+    )
+
+
+def _pop_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """Remove ``--debug`` (anywhere before a ``--``) from ``argv``; whether it or ``$STEPGYM_DEBUG`` asks for it."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    rest = [a for a in argv[:end] if a != "--debug"] + argv[end:]
+    env = os.environ.get(DEBUG_ENV_VAR, "").strip().lower() not in ("", "0", "false", "no")
+    return rest, env or len(rest) != len(argv)
+
+
+def _report(prog: str, exc: BaseException) -> None:
+    message = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, OSError) and not isinstance(exc, StepGymError) and exc.filename:
+        message = f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"(rerun with `stepgym --debug ...` or {DEBUG_ENV_VAR}=1 for the traceback)", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, debug = _pop_debug(list(sys.argv[1:] if argv is None else argv))
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from stepgym import __version__
+
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"stepgym: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, func_name = SUBCOMMANDS[name][0].split(":")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        result = func(rest)
+    except EXPECTED_ERRORS as exc:
+        if debug:
+            traceback.print_exc()
+        _report(f"stepgym {name}", exc)
+        return 1
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print(f"stepgym {name}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
