@@ -606,7 +606,7 @@ def _print_summary(s: Mapping[str, Any], out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
     """Entry point of ``stepgym eval --model ...`` and ``stepgym rollout --agent llm``."""
-    from stepgym.rollout import _parse_kv
+    from stepgym.cli.rollout import _parse_kv
 
     args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
     kwargs = _parse_kv(args.env_kwarg)
