@@ -14,11 +14,13 @@ score obtained here and one obtained in the trainer (``stepgym eval --preset ...
   wall time.
 
 Many episodes are in flight at once (``concurrency`` threads, each with its own env copy; the server batches the
-requests), bounded so a small server is not flooded. Every finished episode is appended to ``episodes.jsonl``
-(one line, flushed and fsynced) with its full trajectory and all step annotations; an interrupted run (Ctrl-C, the
-server dying, a crash) is resumed by running the same command again: finished tasks are read back and skipped,
-an unfinished line at the end of the file is dropped, and the task list is the env's fixed order, so no episode
-is lost or counted twice. ``run.json`` records what was evaluated; resuming with different settings is refused.
+requests), bounded so a small server is not flooded. Every finished episode is recorded in ``episodes.jsonl.gz``,
+the :mod:`stepgym.recording` format that ``stepgym view`` reads, with every step's text and annotations, uncut;
+the recording module's writer is also what makes the run resumable (one fsynced member per episode, an OS lock per
+file, a torn last member dropped, each episode read back once). An interrupted run (Ctrl-C, the server dying, a
+crash) is resumed by running the same command again: finished tasks are read back and skipped, and the task list
+is the env's fixed order, so no episode is lost or counted twice. ``run.json`` records what was evaluated;
+resuming with different settings is refused.
 
 Pieces usable from Python: :class:`LLMAgent` (a :class:`stepgym.agents.Agent` that asks the endpoint),
 :class:`EndpointBackend` (a trainer rollout backend, ``make_backend("openai", ...)``), :func:`make_text_env`,
@@ -30,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import queue
 import sys
@@ -45,6 +46,14 @@ from typing import Any
 from stepgym import schema
 from stepgym.errors import StepGymError
 from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
+from stepgym.recording import (
+    FILE_NAME,
+    EpisodeWriter,
+    RecordingLockedError,
+    episode_trajectory,
+    read_recording,
+    trajectory_records,
+)
 
 __all__ = [
     "EndpointBackend",
@@ -52,12 +61,10 @@ __all__ = [
     "LLMAgent",
     "Sampling",
     "evaluate_endpoint",
-    "load_episodes",
     "main",
     "make_text_env",
 ]
 
-EPISODES = "episodes.jsonl"
 RUN = "run.json"
 SUMMARY = "summary.json"
 
@@ -224,109 +231,15 @@ def make_text_env(
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Episode records (JSONL)
-# ---------------------------------------------------------------------------------------------------------------
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, set | frozenset):
-        return sorted((_jsonable(v) for v in x), key=str)
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if x is None or isinstance(x, str | int | float | bool):
-        return x
-    item = getattr(x, "item", None)  # numpy scalars
-    return item() if callable(item) else str(x)
-
-
-def _step_record(s: schema.Step) -> dict[str, Any]:
-    return {
-        "observation": s.observation,
-        "action": s.action,
-        "reward": s.reward,
-        "next_observation": s.next_observation,
-        "terminated": s.terminated,
-        "truncated": s.truncated,
-        "info": _jsonable(s.info),
-    }
-
-
-def episode_record(index: int, traj: schema.Trajectory, **extra: Any) -> dict[str, Any]:
-    """One JSONL line: the task, the outcome, ``extra`` (usage, seconds, ...) and the whole trajectory."""
-    from stepgym.group import is_success
-
-    return {
-        "index": index,
-        "task_id": traj.task_id,
-        "task_type": str(traj.initial_info.get(schema.TASK_TYPE, "")),
-        "success": bool(is_success(traj)),
-        "steps": len(traj.steps),
-        "reward": traj.total_reward,
-        **extra,
-        "trajectory": {
-            "initial_observation": traj.initial_observation,
-            "initial_info": _jsonable(traj.initial_info),
-            "steps": [_step_record(s) for s in traj.steps],
-        },
-    }
-
-
-def trajectory_of(record: Mapping[str, Any]) -> schema.Trajectory:
-    """The :class:`~stepgym.schema.Trajectory` stored in an episode record."""
-    t = record["trajectory"]
-    steps = [
-        schema.Step(
-            s["observation"],
-            s["action"],
-            float(s["reward"]),
-            s["next_observation"],
-            bool(s["terminated"]),
-            bool(s["truncated"]),
-            dict(s["info"]),
-        )
-        for s in t["steps"]
-    ]
-    return schema.Trajectory(record["task_id"], t["initial_observation"], dict(t["initial_info"]), steps)
-
-
-def load_episodes(path: str | os.PathLike[str], *, repair: bool = False) -> list[dict[str, Any]]:
-    """The episode records of ``episodes.jsonl``, each task once (the first record wins).
-
-    A last line without its newline, or one that is not JSON, is what an interrupted write leaves: it is
-    skipped, and with ``repair`` the file is rewritten without it (atomically), so appending can continue.
-    A damaged line anywhere else is corruption and raises :class:`~stepgym.errors.CorruptDataError`.
-    """
-    from stepgym.errors import CorruptDataError
-
-    p = Path(path)
-    if not p.exists():
-        return []
-    raw = p.read_bytes()
-    lines = raw.split(b"\n")
-    complete, tail = (
-        lines[:-1],
-        lines[-1],
-    )  # tail: bytes after the last newline ('' when the file ends in one)
-    records, seen, torn = [], set(), bool(tail.strip())
-    for n, line in enumerate(complete):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(complete) - 1 and not tail.strip():
-                torn = True
-                continue
-            raise CorruptDataError(f"{p}: line {n + 1} is not JSON; the file is damaged") from None
-        if rec["task_id"] not in seen:
-            seen.add(rec["task_id"])
-            records.append(rec)
-    if torn and repair:
-        _atomic_write(p, b"".join(json.dumps(r).encode() + b"\n" for r in records))
-    return records
+def episode_records(
+    index: int, traj: schema.Trajectory, usage: Mapping[str, int], seconds: float
+) -> list[dict[str, Any]]:
+    """The recording of one evaluated episode: task ``index`` (the position in the split's fixed order) is its
+    ``group``; every text is kept whole so :func:`~stepgym.recording.episode_trajectory` gives it back exactly."""
+    extra = {"usage": dict(usage), "seconds": seconds}
+    return trajectory_records(
+        traj, iteration=0, group=index, rollout=0, episode_extra=extra, max_text_chars=0
+    )
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -338,49 +251,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-class _EpisodeLog:
-    """Appends records to ``episodes.jsonl`` (one write per line, flushed and fsynced); one writer per folder,
-    enforced with an OS lock that is released when the process dies. ``records`` are those already there."""
-
-    def __init__(self, folder: Path) -> None:
-        import fcntl
-
-        folder.mkdir(parents=True, exist_ok=True)
-        self._lockf = open(folder / ".lock", "w")  # noqa: SIM115 - held for the log's lifetime
-        try:
-            fcntl.flock(self._lockf, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._lockf.close()
-            raise EvalRunError(
-                f"another evaluation is writing to {folder}; wait for it or use another --out"
-            ) from None
-        self.path = folder / EPISODES
-        try:  # read back (and repair) before opening for append: a repair replaces the file
-            self.records = load_episodes(self.path, repair=True)
-        except BaseException:
-            self._lockf.close()
-            raise
-        self._f = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        self._f.write(json.dumps(record).encode() + b"\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
-
-    def close(self) -> None:
-        self._f.close()
-        self._lockf.close()
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------------------------
-def summarise_records(records: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
-    """The trainer's summary (:func:`stepgym.trainers.evaluate.summarise`) plus each validity flag's ratio over
-    all steps, token usage and the summed episode time."""
+def summarise_records(episodes: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
+    """The trainer's summary (:func:`stepgym.trainers.evaluate.summarise`) of recorded episodes
+    (:func:`stepgym.recording.read_recording`) plus each validity flag's ratio over all steps, token usage and the
+    summed episode time."""
     from stepgym.trainers.evaluate import summarise
 
-    trajs = [trajectory_of(r) for r in records]
+    trajs = [episode_trajectory(e) for e in episodes]
     out = summarise(trajs, budgets)
     steps = [s.info for t in trajs for s in t.steps]
     for key, name in (
@@ -391,11 +271,11 @@ def summarise_records(records: Sequence[Mapping[str, Any]], budgets: Sequence[in
         vals = [bool(i[key]) for i in steps if key in i]
         out[name] = sum(vals) / len(vals) if vals else 0.0
     usage: dict[str, int] = {}
-    for r in records:
-        for k, v in (r.get("usage") or {}).items():
+    for e in episodes:
+        for k, v in (e.get("usage") or {}).items():
             usage[k] = usage.get(k, 0) + int(v)
     out["usage"] = usage
-    out["episode_seconds"] = float(sum(r.get("seconds", 0.0) for r in records))
+    out["episode_seconds"] = float(sum(e.get("seconds") or 0.0 for e in episodes))
     return out
 
 
@@ -484,9 +364,10 @@ def evaluate_endpoint(
     """Evaluate the endpoint's model on every task of ``env_id``'s ``split`` (its first ``limit`` if set).
 
     Tasks are played in the env's fixed ``task_ids`` order, each reset with ``seed`` (as the trainer's evaluation
-    does), ``concurrency`` at a time. Records go to ``out_dir/episodes.jsonl`` as episodes finish; the summary (see
-    :func:`summarise_records`, plus ``wall_seconds`` of this call, ``episodes_resumed`` and ``complete``) to
-    ``out_dir/summary.json`` and is returned. Running it again on the same folder resumes (see the module
+    does), ``concurrency`` at a time. Episodes are recorded in ``out_dir/episodes.jsonl.gz`` as they finish
+    (``stepgym view out_dir`` shows them); the summary of the recorded episodes (see :func:`summarise_records`,
+    plus ``wall_seconds`` of this call, ``episodes_resumed`` and ``complete``) goes to ``out_dir/summary.json``
+    and is returned. Running it again on the same folder resumes (see the module
     docstring). When the endpoint fails for good, the finished episodes stay recorded and the error
     (:class:`~stepgym.llm_client.LLMUnavailableError` or :class:`~stepgym.llm_client.LLMConfigError`) is raised
     with a note on how to resume. ``env_factory`` replaces :func:`make_text_env` for an env that needs building by
@@ -503,11 +384,23 @@ def evaluate_endpoint(
     )
     if check_model:
         client.check_model()
-    _check_run(folder, settings)
-    log = _EpisodeLog(folder)
+    header = {"source": "eval", "method": client.model, "env_id": env_id, "split": split}
+    try:
+        writer = EpisodeWriter(folder / FILE_NAME, header, exclusive=True)
+    except RecordingLockedError:
+        raise EvalRunError(
+            f"another evaluation is writing to {folder}; wait for it or use another --out"
+        ) from None
     created: list[Any] = []
     try:
-        done = log.records
+        recorded = read_recording(writer.path)
+        if recorded.header.get("source") != "eval":
+            raise EvalRunError(
+                f"{writer.path} holds a recording of another kind ({recorded.header.get('source')!r}, not an "
+                "evaluation); choose another --out"
+            )
+        _check_run(folder, settings)
+        done = {e["task_id"] for e in recorded.episodes}
         env_lock = threading.Lock()
         build = env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history))
 
@@ -522,34 +415,33 @@ def evaluate_endpoint(
         ids = list(first.unwrapped.task_ids)
         if limit > 0:
             ids = ids[:limit]
-        finished = {r["task_id"] for r in done}
-        todo = [(i, tid) for i, tid in enumerate(ids) if tid not in finished]
-        wanted = set(ids)
-        records = [r for r in done if r["task_id"] in wanted]
-        resumed = len(records)
+        todo = [(i, tid) for i, tid in enumerate(ids) if tid not in done]
+        resumed = len(ids) - len(todo)
         error = _run_tasks(
-            client, todo, log, records, make, pool, created, sampling, system, seed, concurrency, progress
+            client, todo, writer, make, pool, created, sampling, system, seed, concurrency, progress
         )
     finally:
-        log.close()
+        writer.close()
         for env in created:
             with contextlib.suppress(Exception):
                 env.close()
-    records.sort(key=lambda r: r["index"])
-    summary = summarise_records(records, budgets)
+    wanted = set(ids)  # the summary is of what is on disk, i.e. what `stepgym view` shows
+    episodes = [e for e in read_recording(writer.path).episodes if e["task_id"] in wanted]
+    episodes.sort(key=lambda e: e["group"])
+    summary = summarise_records(episodes, budgets)
     summary.update(
         env=env_id,
         split=split,
         model=client.model,
         n_planned=len(ids),
-        complete=len(records) == len(ids),
+        complete=len(episodes) == len(ids),
         episodes_resumed=resumed,
         wall_seconds=time.perf_counter() - t_start,
     )
     _atomic_write(folder / SUMMARY, json.dumps(summary, indent=1).encode())
     if error is not None:
         note = (
-            f" {len(records)} of {len(ids)} episodes are recorded in {folder / EPISODES}; run the same evaluation "
+            f" {len(episodes)} of {len(ids)} episodes are recorded in {writer.path}; run the same evaluation "
             "again to continue where it stopped."
         )
         if isinstance(error, LLMUnavailableError):
@@ -563,8 +455,7 @@ def evaluate_endpoint(
 def _run_tasks(
     client: ChatClient,
     todo: Sequence[tuple[int, str]],
-    log: _EpisodeLog,
-    records: list[dict[str, Any]],
+    writer: EpisodeWriter,
     make: Callable[[], Any],
     pool: queue.SimpleQueue[Any],
     created: list[Any],
@@ -574,13 +465,13 @@ def _run_tasks(
     concurrency: int,
     progress: bool,
 ) -> Exception | None:
-    """Play ``todo`` with ``concurrency`` workers, appending each finished episode; returns the endpoint error
+    """Play ``todo`` with ``concurrency`` workers, recording each finished episode; returns the endpoint error
     that stopped the run, if any. On an error or Ctrl-C no task starts any more and running episodes are dropped
     at their next turn (they are played again on resume)."""
     stop = threading.Event()
     lock = threading.Lock()
 
-    def one(index: int, tid: str) -> dict[str, Any] | None:
+    def one(index: int, tid: str) -> list[dict[str, Any]] | None:
         if stop.is_set():
             return None
         try:
@@ -594,7 +485,7 @@ def _run_tasks(
             agent = LLMAgent(client, sampling, system=system, seed=base)
             t0 = time.perf_counter()
             traj = _play(env, agent, seed=seed, task_id=tid, stop=stop)
-            return episode_record(index, traj, usage=agent.usage, seconds=time.perf_counter() - t0)
+            return episode_records(index, traj, agent.usage, time.perf_counter() - t0)
         except _Cancelled:
             return None
         except BaseException:
@@ -620,8 +511,7 @@ def _run_tasks(
                     error = error or exc
                     continue
                 if rec is not None:
-                    log.append(rec)
-                    records.append(rec)
+                    writer.write(rec)
                     if bar is not None:
                         bar.update(1)
         except BaseException:
@@ -653,7 +543,8 @@ def build_parser(prog: str = "stepgym eval") -> argparse.ArgumentParser:
             "llama.cpp, a hosted API) on every task of an env split, with the training text interface (same "
             "prompts, history window, action parsing and validity flags as `stepgym train`). Prints success per "
             "task type and within interaction budgets, the valid-action ratios, token usage and wall time; writes "
-            "every episode to OUT/episodes.jsonl and the summary to OUT/summary.json. Interrupted? Run the same "
+            "every episode to OUT/episodes.jsonl.gz (`stepgym view OUT` shows them) and the summary to "
+            "OUT/summary.json. Interrupted? Run the same "
             "command again: it continues where it stopped. Settings not given as flags come from OPENAI_BASE_URL "
             "(or STEPGYM_LLM_BASE_URL), OPENAI_API_KEY (or STEPGYM_LLM_API_KEY) and STEPGYM_LLM_MODEL."
         ),
@@ -707,31 +598,15 @@ def build_parser(prog: str = "stepgym eval") -> argparse.ArgumentParser:
 
 
 def _print_summary(s: Mapping[str, Any], out: Path) -> None:
-    print(
-        f"{s['model']} on {s['env']} ({s['split'] or 'no split'}): success {s['success']:.3f} over "
-        f"{s['n_tasks']} of {s['n_planned']} tasks{'' if s['complete'] else ' (incomplete)'}"
-    )
-    width = max([len(t) for t in s["per_type"]] + [9])
-    for tt, row in s["per_type"].items():
-        print(f"  {tt.ljust(width)}  {row['success']:.3f}  ({row['n']} tasks)")
-    print("  within budget: " + ", ".join(f"{b} steps {v:.3f}" for b, v in s["within"].items()))
-    print(
-        f"  valid-action ratio {s['valid_action_ratio']:.3f} (format-valid {s['format_valid_ratio']:.3f}, "
-        f"admissible {s['admissible_ratio']:.3f}, effective {s['effective_ratio']:.3f}); mean steps "
-        f"{s['mean_steps']:.1f}"
-    )
-    u = s["usage"]
-    print(
-        f"  tokens: {u.get('prompt_tokens', 0)} prompt, {u.get('completion_tokens', 0)} completion in "
-        f"{u.get('requests', 0)} requests; wall {s['wall_seconds']:.1f} s "
-        f"({s['episodes_resumed']} episodes resumed)"
-    )
-    print(f"written: {out / EPISODES}, {out / SUMMARY}")
+    from stepgym.trainers.evaluate import format_summary
+
+    print(format_summary(s, f"{s['model']} on {s['env']} ({s['split'] or 'no split'})"))
+    print(f"written: {out / FILE_NAME} (`stepgym view {out}` shows the episodes), {out / SUMMARY}")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
     """Entry point of ``stepgym eval --model ...`` and ``stepgym rollout --agent llm``."""
-    from stepgym.rollout import _parse_kv
+    from stepgym.cli.rollout import _parse_kv
 
     args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
     kwargs = _parse_kv(args.env_kwarg)

@@ -5,7 +5,8 @@ the model behind it is either a scripted policy that reads the prompt text (a st
 cannot run here) or the project's HF backend with the tiny in-process model. Every endpoint evaluation is compared
 with the trainer's in-process collector driven by the same policy: same replies, same trajectories, same summary.
 Failure injection (429, 500, slow answers, dropped connections, garbage bodies, a server killed mid-run) must end
-in bounded retries and a resumable run with every task recorded exactly once.
+in bounded retries and a resumable run with every task recorded exactly once. The episodes are read back through
+the recording module (the format ``stepgym view`` reads), so these checks are of what a user gets.
 """
 
 from __future__ import annotations
@@ -29,16 +30,10 @@ import numpy as np
 import pytest
 
 from stepgym import schema
+from stepgym.errors import CorruptDataError
 from stepgym.llm_client import ChatClient, LLMConfigError, LLMUnavailableError
-from stepgym.llm_eval import (
-    EPISODES,
-    EndpointBackend,
-    EvalRunError,
-    Sampling,
-    evaluate_endpoint,
-    load_episodes,
-    trajectory_of,
-)
+from stepgym.llm_eval import EndpointBackend, EvalRunError, Sampling, evaluate_endpoint
+from stepgym.recording import FILE_NAME, EpisodeWriter, episode_trajectory, read_recording, read_records
 from stepgym.trainers.backends import GenerationRequest, ScriptedBackend, make_backend
 from stepgym.trainers.collector import Collector
 from stepgym.trainers.evaluate import summarise
@@ -220,10 +215,16 @@ class ByteTokenizer:
         return {"input_ids": list(text.encode())}
 
 
-def in_process(env_id: str, kwargs: dict[str, Any], ids: list[str], seed: int = 0) -> list[schema.Trajectory]:
+def in_process(
+    env_id: str,
+    kwargs: dict[str, Any],
+    ids: list[str],
+    seed: int = 0,
+    policy: Callable[[str], str] = scripted_reply,
+) -> list[schema.Trajectory]:
     """The trainer's collector on the same env, with the scripted policy answering in process."""
     tok = ByteTokenizer()
-    backend = ScriptedBackend(tok, policy=lambda req, rng: scripted_reply(req.prompt))
+    backend = ScriptedBackend(tok, policy=lambda req, rng: policy(req.prompt))
     fmt = resolve_format(env_id)
     col = Collector(
         env_id,
@@ -241,13 +242,18 @@ def in_process(env_id: str, kwargs: dict[str, Any], ids: list[str], seed: int = 
     return ro.trajectories
 
 
+def episodes(out: Path) -> list[dict[str, Any]]:
+    """The recorded episodes of an evaluation folder, each once, in the split's order."""
+    return sorted(read_recording(out / FILE_NAME).episodes, key=lambda e: e["group"])
+
+
 FLAGS = (schema.FORMAT_VALID, schema.ADMISSIBLE, schema.EFFECTIVE, schema.PARSED_ACTION, schema.RAW_OUTPUT)
 
 
 def assert_same_episodes(records: list[dict[str, Any]], trajs: list[schema.Trajectory]) -> None:
     assert [r["task_id"] for r in records] == [t.task_id for t in trajs]
     for rec, t in zip(records, trajs, strict=True):
-        mine = trajectory_of(rec)
+        mine = episode_trajectory(rec)
         assert mine.initial_observation == t.initial_observation
         assert [s.action for s in mine.steps] == [s.action for s in t.steps]
         assert [s.next_observation for s in mine.steps] == [s.next_observation for s in t.steps]
@@ -280,7 +286,7 @@ def test_endpoint_matches_in_process(name: str, serve, tmp_path: Path, request) 
         summary = evaluate_endpoint(
             client, env_id, out_dir=tmp_path, env_kwargs=kwargs, limit=n, concurrency=2
         )
-    records = sorted(load_episodes(tmp_path / EPISODES), key=lambda r: r["index"])
+    records = episodes(tmp_path)
     trajs = in_process(env_id, kwargs, [r["task_id"] for r in records])
     assert len(records) == n and summary["complete"] and summary["episodes_resumed"] == 0
     assert_same_episodes(records, trajs)
@@ -294,9 +300,12 @@ def test_endpoint_matches_in_process(name: str, serve, tmp_path: Path, request) 
         assert summary["success"] == 1.0 and summary["format_valid_ratio"] == 1.0
     if name == "alfworld":  # the tagless 3rd reply is recorded as format-invalid, and costs its step
         assert 0 < summary["format_valid_ratio"] < 1.0
-        assert all(r["trajectory"]["steps"][2]["info"][schema.FORMAT_VALID] is False for r in records)
+        assert all(r["steps"][2]["format_valid"] is False for r in records)
     if name == "searchqa":
-        assert all(r["steps"] == 2 for r in records) and summary["format_valid_ratio"] == 1.0
+        assert (
+            all(len(r["steps"]) == r["n_steps"] == 2 for r in records)
+            and summary["format_valid_ratio"] == 1.0
+        )
 
 
 def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
@@ -361,7 +370,7 @@ def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
             )
     finally:
         trainer.close()
-    records = sorted(load_episodes(tmp_path / "eval" / EPISODES), key=lambda r: r["index"])
+    records = episodes(tmp_path / "eval")
     assert_same_episodes(records, trajs)
     reference = summarise(trajs, (10, 20, 30, 40, 50))
     assert {k: summary[k] for k in SUMMARY_KEYS} == {k: reference[k] for k in SUMMARY_KEYS}
@@ -405,10 +414,15 @@ def credit_eval(client: ChatClient, out: Path, **kw: Any) -> dict[str, Any]:
     return evaluate_endpoint(client, CREDIT[0], out_dir=out, env_kwargs=CREDIT[1], **kw)
 
 
+def written(out: Path) -> list[int]:
+    """The task index of every ``episode`` record in the file, duplicates included (none may be)."""
+    path = out / FILE_NAME
+    return [r["group"] for r in read_records(path) if r["kind"] == "episode"] if path.exists() else []
+
+
 def assert_each_task_once(out: Path, n: int) -> list[dict[str, Any]]:
-    lines = [json.loads(x) for x in (out / EPISODES).read_text().splitlines()]
-    assert sorted(r["index"] for r in lines) == list(range(n))  # every task, none twice
-    return lines
+    assert sorted(written(out)) == list(range(n))  # every task, none twice
+    return read_recording(out / FILE_NAME).episodes
 
 
 def test_transient_faults_are_retried_and_change_nothing(serve, tmp_path: Path) -> None:
@@ -434,7 +448,7 @@ def test_persistent_errors_give_bounded_retries_and_no_partial_episodes(serve, t
     assert "run the same evaluation again" in str(err.value)
     # at most the episodes in flight each made their 3 attempts; nothing later was started
     assert 3 <= server.posts <= 2 * 3
-    assert (tmp_path / EPISODES).read_text() == ""
+    assert written(tmp_path) == []
     server.always = ""
     with client_for(server) as client:
         s = credit_eval(client, tmp_path, concurrency=2)
@@ -470,23 +484,22 @@ def test_server_killed_mid_run_then_resumed(serve, tmp_path: Path) -> None:
 
 
 def assert_each_task_once_partial(out: Path) -> list[dict[str, Any]]:
-    lines = [json.loads(x) for x in (out / EPISODES).read_text().splitlines()]
-    assert len({r["index"] for r in lines}) == len(lines)
-    return lines
+    groups = written(out)
+    assert len(set(groups)) == len(groups)
+    return read_recording(out / FILE_NAME).episodes
 
 
-def test_torn_last_line_is_dropped_and_the_run_continues(serve, tmp_path: Path) -> None:
+def test_torn_last_record_is_dropped_and_the_run_continues(serve, tmp_path: Path) -> None:
     server = serve(scripted_reply)
+    path = tmp_path / FILE_NAME
     with client_for(server) as client:
-        credit_eval(client, tmp_path, limit=3)
-        text = (tmp_path / EPISODES).read_text()
-        lines = text.splitlines()
-        # the third episode was being written when the process died: half a line, no newline
-        (tmp_path / EPISODES).write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])
-        assert len(load_episodes(tmp_path / EPISODES)) == 2
+        credit_eval(client, tmp_path, limit=3, concurrency=1)
+        # the third episode was being written when the process died: its gzip member is cut short
+        path.write_bytes(path.read_bytes()[:-25])
+        assert [e["group"] for e in read_recording(path).episodes] == [0, 1]
         s = credit_eval(client, tmp_path, limit=5)
     assert s["episodes_resumed"] == 2 and s["n_tasks"] == 5
-    assert_each_task_once(tmp_path, 5)
+    assert_each_task_once(tmp_path, 5)  # the torn member is gone from the file, not just skipped
 
 
 def test_resume_refuses_other_settings(serve, tmp_path: Path) -> None:
@@ -495,6 +508,12 @@ def test_resume_refuses_other_settings(serve, tmp_path: Path) -> None:
         credit_eval(client, tmp_path, limit=2)
         with pytest.raises(EvalRunError, match="sampling"):
             credit_eval(client, tmp_path, limit=2, sampling=Sampling(temperature=0.7))
+        # a folder holding another kind of recording (a training run's) is not mistaken for finished episodes
+        train = tmp_path / "train"
+        EpisodeWriter(train / FILE_NAME, {"source": "train"}).close()
+        with pytest.raises(EvalRunError, match="another kind"):
+            credit_eval(client, train, limit=2)
+        assert not (train / "run.json").exists() and written(train) == []
 
 
 def test_unreachable_endpoint_and_unknown_model(serve, tmp_path: Path) -> None:
@@ -516,7 +535,7 @@ def test_unreachable_endpoint_and_unknown_model(serve, tmp_path: Path) -> None:
         with pytest.raises(LLMConfigError, match=r"HTTP 404.*does not exist"):
             credit_eval(client, tmp_path, check_model=False)
     assert 1 <= server.posts <= 3  # the episodes already started, one request each, never retried
-    assert not (tmp_path / EPISODES).exists() or (tmp_path / EPISODES).read_text() == ""
+    assert written(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -535,9 +554,9 @@ def test_cli_eval_and_rollout(serve, tmp_path: Path, capsys, monkeypatch) -> Non
     assert "within budget:" in out and "tokens:" in out and "valid-action ratio 1.000" in out
     assert main(["rollout", "--agent", "llm", "--model", MODEL, *common, "--out", str(tmp_path / "b")]) == 0
     assert "success 1.000 over 3 of 3 tasks" in capsys.readouterr().out
-    a = [r["trajectory"] for r in load_episodes(tmp_path / "a" / EPISODES)]
-    b = [r["trajectory"] for r in load_episodes(tmp_path / "b" / EPISODES)]
-    assert sorted(map(json.dumps, a)) == sorted(map(json.dumps, b))
+    a = [e["steps"] for e in episodes(tmp_path / "a")]
+    b = [e["steps"] for e in episodes(tmp_path / "b")]
+    assert a == b and len(a) == 3
     # unknown model: a clear message and exit code 1, nothing written
     assert main(["eval", "--model", "nope", *common, "--out", str(tmp_path / "c")]) == 1
     assert "does not serve model 'nope'" in capsys.readouterr().err
@@ -582,11 +601,17 @@ def test_evaluator_process_killed_then_resumed(serve, tmp_path: Path) -> None:
     ]
     cmd += ["--limit", "10", "--concurrency", "2", "--no-progress", "--out", str(out)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def recorded() -> int:
+        try:
+            return len(written(out))
+        except CorruptDataError:  # the header member is still being written
+            return 0
+
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            path = out / EPISODES
-            if path.exists() and path.read_bytes().count(b"\n") >= 2:
+            if recorded() >= 2:
                 break
             time.sleep(0.02)
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""

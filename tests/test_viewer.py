@@ -1,6 +1,7 @@
 """Episode recordings and the viewer's server side: the trainer records exactly the advantages it trained with,
-sampling and the size budget hold, damaged or foreign files give clear errors, `stepgym rollout --record` and
-GroupRecorder write what the viewer reads, the server is loopback-only, and the export cannot carry markup."""
+sampling and the size budget hold, damaged or foreign files give clear errors, a reopened file loses only a torn
+last member and each episode is read once, `stepgym rollout --record`, GroupRecorder and an endpoint evaluation
+write what the viewer reads, the server is loopback-only, and the export cannot carry markup."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from _viewer_runs import EVIL, record_hostile_group
 
 from stepgym.errors import CorruptDataError, DataNotFoundError, FormatVersionError
 from stepgym.labels import future_drift
-from stepgym.recording import FILE_NAME, EpisodeWriter, RecordConfig, read_records
+from stepgym.recording import (
+    FILE_NAME,
+    EpisodeWriter,
+    RecordConfig,
+    RecordingLockedError,
+    read_recording,
+    read_records,
+)
 from stepgym.viewer import ViewerServer, export_html, load_run
 
 
@@ -135,6 +143,54 @@ def test_damaged_and_foreign_files(tmp_path: Path) -> None:
         load_run(tmp_path / "empty")
 
 
+def _notes(path: Path) -> list[str | None]:
+    return [r.get("message") for r in read_records(path)]
+
+
+def test_reopened_writer_cuts_a_torn_tail_and_refuses_earlier_damage(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    w = EpisodeWriter(path, {"source": "test"})
+    sizes = []
+    for msg in ("one", "two", "three"):
+        w.write([{"kind": "note", "message": msg}])
+        sizes.append(path.stat().st_size)
+    intact = path.read_bytes()
+    path.write_bytes(intact[: sizes[2] - 9])  # killed while writing "three"
+    EpisodeWriter(path, {"source": "resumed"}).write([{"kind": "note", "message": "four"}])
+    assert path.read_bytes()[: sizes[1]] == intact[: sizes[1]]  # the good part is untouched
+    assert _notes(path) == [None, "one", "two", "four"]  # no second header: the file was not new
+    # damage before the last member is not a torn write: refused, and the file is left alone
+    damaged = bytearray(intact)
+    damaged[sizes[0] + 12] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(CorruptDataError, match="damaged"):
+        EpisodeWriter(path, {"source": "test"})
+    assert path.read_bytes() == bytes(damaged)
+    # a file that is not gzip at all is somebody else's
+    other = tmp_path / "o" / FILE_NAME
+    other.parent.mkdir()
+    other.write_text("hello\n")
+    with pytest.raises(FormatVersionError):
+        EpisodeWriter(other, {})
+    assert other.read_text() == "hello\n"
+
+
+def test_exclusive_writer_and_each_episode_read_once(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    with EpisodeWriter(path, {"source": "test"}, exclusive=True) as w:
+        with pytest.raises(RecordingLockedError):
+            EpisodeWriter(path, {}, exclusive=True)
+        key = {"iteration": 0, "group": 3, "rollout": 0}
+        w.write([{"kind": "episode", **key, "won": True, "steps": 1}, {"kind": "step", **key, "t": 0}])
+        # the same episode recorded again (a run resumed from an older checkpoint): the first one counts
+        w.write([{"kind": "episode", **key, "won": False, "steps": 2}, {"kind": "step", **key, "t": 0}])
+    EpisodeWriter(path, {}, exclusive=True).close()  # the lock went with the first writer
+    (ep,) = read_recording(path).episodes
+    assert ep["won"] is True and ep["n_steps"] == 1 and [s["t"] for s in ep["steps"]] == [0]
+    (summary,) = load_run(path).index
+    assert summary["size"] == 1 and summary["wins"] == 1
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # GroupRecorder and `stepgym rollout --record`
 # ---------------------------------------------------------------------------------------------------------------
@@ -174,6 +230,54 @@ def test_rollout_cli_records_every_episode(tmp_path: Path) -> None:
         (p["task_id"], p["won"], p["steps"]) for p in played
     ]
     assert run.meta["methods"] == ["noisy"]
+
+
+def test_endpoint_evaluation_opens_in_the_viewer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An endpoint evaluation (real HTTP server on 127.0.0.1, scripted replies) writes a recording that the
+    viewer's loader opens, one group per task in the split's order, with the numbers the evaluation played:
+    compared with the trainer's in-process collector answering from the same policy."""
+    from test_eval_endpoint import MODEL, ChatServer, client_for, in_process, scripted_reply
+
+    from stepgym import schema
+    from stepgym.cli import main
+    from stepgym.llm_eval import evaluate_endpoint
+
+    def skip_a_key_in_room_1(prompt: str) -> str:  # loses the tasks whose key lies in room 1: mixed outcomes
+        if "Now: Room 1 of" in prompt and "'take key'" in prompt:
+            return "<action>go forward</action>"
+        return scripted_reply(prompt)
+
+    env_id, kwargs, n = "StepGym/CreditToy-v0", {"split": "valid"}, 6
+    server = ChatServer(skip_a_key_in_room_1).start()
+    try:
+        with client_for(server, timeout=30.0) as client:
+            summary = evaluate_endpoint(
+                client, env_id, out_dir=tmp_path, env_kwargs=kwargs, limit=n, concurrency=3
+            )
+    finally:
+        server.stop()
+    run = load_run(tmp_path)
+    assert run.meta["methods"] == [MODEL] and run.meta["n_groups"] == run.meta["n_episodes"] == n
+    assert [s["group"] for s in run.index] == list(range(n))
+    assert sum(s["wins"] for s in run.index) / n == summary["success"] and 0 < summary["success"] < 1
+    assert run.meta["n_steps"] == pytest.approx(summary["mean_steps"] * n)
+    want = in_process(env_id, kwargs, [s["task_id"] for s in run.index], policy=skip_a_key_in_room_1)
+    for s, traj in zip(run.index, want, strict=True):
+        (ep,) = run.groups[s["id"]]["episodes"]
+        assert (ep["task_id"], ep["won"], ep["reward"]) == (traj.task_id, traj.won, traj.total_reward)
+        assert s["wins"] == int(traj.won) and s["steps"] == len(traj.steps)
+        assert [st["observation"] for st in ep["steps"]] == [x.observation for x in traj.steps]
+        assert [st["reward"] for st in ep["steps"]] == [x.reward for x in traj.steps]
+        for field, key in (
+            ("raw_output", schema.RAW_OUTPUT),
+            ("action", schema.PARSED_ACTION),
+            ("format_valid", schema.FORMAT_VALID),
+            ("admissible", schema.ADMISSIBLE),
+            ("effective", schema.EFFECTIVE),
+        ):
+            assert [st[field] for st in ep["steps"]] == [x.info[key] for x in traj.steps], field
+    assert main(["view", str(tmp_path), "--export", str(tmp_path / "view.html")]) == 0
+    assert f"{n} groups, {n} episodes, {run.meta['n_steps']} steps" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -86,17 +86,6 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _print_eval(ev: dict[str, Any]) -> None:
-    print(
-        f"\n{ev['split']}: success {ev['success']:.3f} over {ev['n_tasks']} tasks "
-        f"(valid-action ratio {ev['valid_action_ratio']:.3f}, mean steps {ev['mean_steps']:.1f})"
-    )
-    width = max([len(t) for t in ev["per_type"]] + [9])
-    for tt, row in ev["per_type"].items():
-        print(f"  {tt.ljust(width)}  {row['success']:.3f}  ({row['n']} tasks)")
-    print("  within budget: " + ", ".join(f"{b} steps {v:.3f}" for b, v in ev["within"].items()))
-
-
 _EVAL_DESCRIPTION = (
     "stepgym eval: evaluate a policy on the fixed evaluation splits (every task, in the env's fixed order, greedy by "
     "default) and print success per task type, success within interaction budgets and the valid-action ratio; "
@@ -141,8 +130,10 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         results = trainer.evaluate()
     finally:
         trainer.close()
+    from stepgym.trainers.evaluate import format_summary
+
     for ev in results:
-        _print_eval(ev)
+        print("\n" + format_summary(ev, ev["split"]))
     out = trainer.out / "eval.json"
     out.write_text(json.dumps(results, indent=1), encoding="utf-8")
     print(f"\nwritten: {out}")

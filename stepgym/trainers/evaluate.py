@@ -8,7 +8,7 @@ episodes through the same collector as training (one group of size 1 per task), 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from stepgym import schema
 from stepgym.group import is_success
 from stepgym.trainers.collector import Collector
 
-__all__ = ["eval_metrics", "evaluate", "summarise"]
+__all__ = ["eval_metrics", "evaluate", "format_summary", "summarise"]
 
 
 def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int]) -> dict[str, Any]:
@@ -46,6 +46,35 @@ def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int])
         "valid_action_ratio": valid / total if total else 0.0,
         "mean_steps": float(steps_a.mean()) if n else 0.0,
     }
+
+
+def format_summary(summary: Mapping[str, Any], title: str) -> str:
+    """The console report of an evaluation summary, for both forms of ``stepgym eval`` (a checkpoint in process,
+    an endpoint through :mod:`stepgym.llm_eval`): :func:`summarise`'s numbers, and those an endpoint evaluation
+    adds when present (``n_planned`` / ``complete``, each validity flag's ratio, token usage and wall time)."""
+    s = summary
+    n = f"{s['n_tasks']} of {s['n_planned']}" if "n_planned" in s else str(s["n_tasks"])
+    partial = "" if s.get("complete", True) else " (incomplete)"
+    lines = [f"{title}: success {s['success']:.3f} over {n} tasks{partial}"]
+    width = max([len(t) for t in s["per_type"]] + [9])
+    for tt, row in s["per_type"].items():
+        lines.append(f"  {tt.ljust(width)}  {row['success']:.3f}  ({row['n']} tasks)")
+    lines.append("  within budget: " + ", ".join(f"{b} steps {v:.3f}" for b, v in s["within"].items()))
+    valid = f"  valid-action ratio {s['valid_action_ratio']:.3f}"
+    if "format_valid_ratio" in s:
+        valid += (
+            f" (format-valid {s['format_valid_ratio']:.3f}, admissible {s['admissible_ratio']:.3f}, "
+            f"effective {s['effective_ratio']:.3f})"
+        )
+    lines.append(f"{valid}; mean steps {s['mean_steps']:.1f}")
+    if "usage" in s:
+        u = s["usage"]
+        lines.append(
+            f"  tokens: {u.get('prompt_tokens', 0)} prompt, {u.get('completion_tokens', 0)} completion in "
+            f"{u.get('requests', 0)} requests; wall {s.get('wall_seconds', 0.0):.1f} s "
+            f"({s.get('episodes_resumed', 0)} episodes resumed)"
+        )
+    return "\n".join(lines)
 
 
 def evaluate(

@@ -1,7 +1,8 @@
 """A recording as the viewer needs it: a small index of groups (loaded at once) and each group's episodes (loaded
 on demand), so a run of tens of thousands of steps opens instantly and the browser only ever holds one group.
 
-Groups are keyed ``"<file>:<iteration>:<group>"``; several recordings (a folder of runs) load side by side and
+Reading (header check, each episode once) is :func:`stepgym.recording.read_recording`'s. Groups are keyed
+``"<file>:<iteration>:<group>"``; several recordings (a folder of runs) load side by side and
 the ``method`` of each group comes from its file's ``run`` header, which is what the viewer's method filter uses.
 """
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stepgym.errors import DataNotFoundError, FormatVersionError
-from stepgym.recording import FORMAT, VERSION, find_recordings, read_records
+from stepgym.errors import DataNotFoundError
+from stepgym.recording import find_recordings, read_recording
 
 __all__ = ["RunData", "load_run"]
 
@@ -31,53 +32,32 @@ class RunData:
         return {"meta": self.meta, "index": self.index, "groups": self.groups}
 
 
-def _header(path: Path, rec: dict[str, Any] | None) -> dict[str, Any]:
-    if rec is None or rec.get("kind") != "run" or rec.get("format") != FORMAT:
-        raise FormatVersionError(f"{path} is not a {FORMAT} recording (no run header)")
-    if int(rec.get("version", 0)) > VERSION:
-        raise FormatVersionError(
-            f"{path} was written in format version {rec['version']} by a newer stepgym; this one reads <= {VERSION}"
-        )
-    return rec
-
-
 def _load_file(fi: int, path: Path, groups: dict[str, dict[str, Any]], meta: dict[str, Any]) -> None:
-    records = read_records(path)
-    head = _header(path, next(records, None))
+    rec = read_recording(path)
+    head = rec.header
     method = str(head.get("method") or head.get("source") or path.parent.name)
     for name in head.get("shapers") or []:
         if name not in meta["shapers"]:
             meta["shapers"].append(name)
     meta["sources"].append({"file": str(path), "method": method, "source": head.get("source", "")})
-    episodes: dict[tuple[int, int, int], dict[str, Any]] = {}
-    for rec in records:
-        kind = rec.get("kind")
-        if kind == "note":
-            meta["notes"].append(f"{path.parent.name}: {rec.get('message', '')}")
-            continue
-        if kind == "run":  # a resumed run appends a second header
-            continue
-        key = (int(rec.get("iteration", 0)), int(rec.get("group", 0)), int(rec.get("rollout", 0)))
-        if kind == "episode":
-            gid = f"{fi}:{key[0]}:{key[1]}"
-            grp = groups.get(gid)
-            if grp is None:
-                grp = groups[gid] = {
-                    "id": gid,
-                    "iteration": key[0],
-                    "group": key[1],
-                    "task_id": rec.get("task_id", ""),
-                    "task_type": rec.get("task_type", ""),
-                    "goal": rec.get("goal", ""),
-                    "method": method,
-                    "episodes": [],
-                }
-            ep = {**rec, "steps": [], "n_steps": rec.get("steps", 0)}
-            episodes[key] = ep
-            grp["episodes"].append(ep)
-        elif kind == "step" and key in episodes:
-            episodes[key]["steps"].append(rec)
-            for name in rec.get("adv") or ():
+    meta["notes"] += [f"{path.parent.name}: {note}" for note in rec.notes]
+    for ep in rec.episodes:
+        gid = f"{fi}:{ep.get('iteration', 0)}:{ep.get('group', 0)}"
+        grp = groups.get(gid)
+        if grp is None:
+            grp = groups[gid] = {
+                "id": gid,
+                "iteration": int(ep.get("iteration", 0)),
+                "group": int(ep.get("group", 0)),
+                "task_id": ep.get("task_id", ""),
+                "task_type": ep.get("task_type", ""),
+                "goal": ep.get("goal", ""),
+                "method": method,
+                "episodes": [],
+            }
+        grp["episodes"].append(ep)
+        for step in ep["steps"]:
+            for name in step.get("adv") or ():
                 if name not in meta["shapers"]:  # a recorder whose header lists no shapers (GroupRecorder)
                     meta["shapers"].append(name)
 
@@ -105,7 +85,8 @@ def load_run(path: str | os.PathLike[str]) -> RunData:
     if not files:
         raise DataNotFoundError(
             f"no episodes.jsonl.gz in {path} (nor one level below). Record one with `stepgym train` (on by "
-            "default), `stepgym rollout --record DIR` or stepgym.recording.GroupRecorder."
+            "default), `stepgym eval --model NAME` (an endpoint evaluation), `stepgym rollout --record DIR` or "
+            "stepgym.recording.GroupRecorder."
         )
     meta: dict[str, Any] = {"shapers": [], "sources": [], "notes": []}
     groups: dict[str, dict[str, Any]] = {}
