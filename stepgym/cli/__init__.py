@@ -58,7 +58,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "stepgym.cli.webshop:main",
         "WebShop: build search indexes, compare backends, serve the site",
     ),
-    "view": ("stepgym.viewer.cli:main", "browse recorded episodes and their advantages in the browser"),
+    "view": ("stepgym.cli.view:main", "browse recorded episodes and their advantages in the browser"),
 }
 
 
