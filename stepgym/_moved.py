@@ -27,7 +27,6 @@ MOVED_MODULES: dict[str, str] = {
     "stepgym.wrappers.arg_cli": "stepgym.cli.arg",
     "stepgym.envs.searchqa.cli": "stepgym.cli.searchqa",
     "stepgym.envs.webshop.cli": "stepgym.cli.webshop",
-    "stepgym.viewer.cli": "stepgym.cli.view",
 }
 
 
