@@ -80,7 +80,7 @@ def _opsd_loss() -> LossConfig:
 
 
 def _alfworld_cpu() -> TrainConfig:
-    # Sized for ~10-15 minutes on 2 CPU cores (13 min measured on a shared machine: docs/trainer.md): SmolLM2-135M reads ~400-token prompts at
+    # Sized for ~10-15 minutes on 2 idle CPU cores (13 min measured at load 2-3, 38 min at load 11: docs/trainer.md): SmolLM2-135M reads ~400-token prompts at
     # ~10 ms per trained token on such a CPU, so the batch is 2 tasks × 2 rollouts of at most 5 turns, LoRA.
     # One torch thread: on a shared 2-core machine two threads were 5x slower (generate 4×40 tokens: 96-112 s vs
     # 19 s, measured); on an idle machine pass --run.threads 2.
