@@ -1,6 +1,7 @@
 """Corrective hints (AHEAD): which steps of a failed episode were critical errors, and what to do instead.
 
-AHEAD (papers/000) gives its teacher two kinds of privileged information: the environment's feedback on every step,
+AHEAD ("Adaptive Hindsight with Environment-Augmented Distillation for Agentic RL", Jin et al. 2026; docs/shapers.md
+§4) gives its teacher two kinds of privileged information: the environment's feedback on every step,
 and, on the *error steps of failed trajectories only*, a short corrective hint from an analyzer ("go to
 diningtable 1 first"). Its ablation shows that applying hints to successful episodes hurts (−failure-only), and
 that marking several error steps per trajectory helps (−multi-step); stepgym follows both (``shapers.md`` §8
