@@ -7,6 +7,9 @@ Exports load lazily (PEP 562 ``__getattr__``): ``import stepgym.wrappers`` impor
 * :mod:`~stepgym.wrappers.text` — ``TextInterfaceWrapper``, ``render_prompt``, ``parse_action``: the LLM interface.
 * :mod:`~stepgym.wrappers.hints` — ``OracleAnalyzer``, ``LLMAnalyzer``, ``HintWrapper``: AHEAD's corrective hints.
 * :mod:`~stepgym.wrappers.arg` — ``ARGWrapper``: ProAS's Agentic Reference Graph labels.
+
+``AgenticReferenceGraph`` and ``label_trajectory`` are not wrappers: they live in :mod:`stepgym.reference_graph`
+(``stepgym.AgenticReferenceGraph``); the names here still work, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -37,14 +40,26 @@ _EXPORTS = {
     "annotate_trajectory": "stepgym.wrappers.hints",
     "ahead_privileged_text": "stepgym.wrappers.hints",
     "ARGWrapper": "stepgym.wrappers.arg",
-    "AgenticReferenceGraph": "stepgym.wrappers.arg",
-    "label_trajectory": "stepgym.wrappers.arg",
+}
+# Deprecated aliases: name -> the module that defines it now.
+_MOVED = {
+    "AgenticReferenceGraph": "stepgym.reference_graph",
+    "label_trajectory": "stepgym.reference_graph",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import warnings
+
+        warnings.warn(
+            f"stepgym.wrappers.{name} moved to {_MOVED[name]}.{name}; the old name goes away in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'stepgym.wrappers' has no attribute {name!r}")
@@ -54,4 +69,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_MOVED))
