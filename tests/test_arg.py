@@ -390,3 +390,24 @@ def test_the_custom_env_example_in_the_docs_runs(tmp_path, monkeypatch):
     assert "success_fn" in code and "ARGWrapper" in code and "add_trajectory" in code
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "docs/arg.md", "exec"), {"__name__": "docs_arg_example"})
+
+
+def test_old_names_of_the_graph_still_work_with_a_deprecation_warning():
+    import importlib
+
+    import stepgym.wrappers
+    import stepgym.wrappers.arg
+    from stepgym import reference_graph
+
+    assert stepgym.AgenticReferenceGraph is stepgym.ARG is reference_graph.AgenticReferenceGraph
+    for module in (stepgym.wrappers, stepgym.wrappers.arg):
+        with pytest.warns(DeprecationWarning, match="stepgym.reference_graph"):
+            assert module.AgenticReferenceGraph is AgenticReferenceGraph
+        with pytest.warns(DeprecationWarning):
+            assert module.label_trajectory is label_trajectory
+    sys.modules.pop("stepgym.trainers.arg", None)
+    with pytest.warns(DeprecationWarning, match="arg_labeler"):
+        shim = importlib.import_module("stepgym.trainers.arg")
+    from stepgym.trainers.arg_labeler import ArgLabeler
+
+    assert shim.ArgLabeler is ArgLabeler
