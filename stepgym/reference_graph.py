@@ -12,9 +12,9 @@ ProAS (*Progress-Aware Step Shaping*, docs/shapers.md §3) labels each step of a
 
 What is read from a step (:func:`step_edge`, :func:`trajectory_path`):
 
-* **State**: what ``state_key(info)`` returns, turned into a string by :func:`state_id` (strings as they are;
-  numbers, tuples, lists, sets and dicts of them in one canonical text form, so a saved graph means the same in
-  every process). ALFWorld's default key is ``stepgym/subgoal_key``, else ``stepgym/state_key``.
+* **State**: what ``state_key(info)`` returns, turned into a string by :func:`state_id` (strings as they are,
+  anything else as ``str()`` writes it, with sets and dicts sorted so a saved graph means the same in every
+  process). ALFWorld's default key is ``stepgym/subgoal_key``, else ``stepgym/state_key``.
 * **Action**: the parsed action when a text interface recorded one (the raw reply around it differs from rollout
   to rollout), else the action itself, normalised by :func:`stepgym.text_utils.normalize_action`.
 * **Rejected**: the env marked the step inadmissible, or the reply did not parse (``FORMAT_VALID`` False, or a
@@ -46,7 +46,6 @@ killed save left behind. Loading a truncated, foreign or future-version file rai
 from __future__ import annotations
 
 import json
-import numbers
 import os
 import re
 import secrets
@@ -91,40 +90,44 @@ SuccessFn = Callable[[Trajectory], bool]
 # ---------------------------------------------------------------------------------------------------------------
 # What the graph reads from a step: state, action, rejection, success
 # ---------------------------------------------------------------------------------------------------------------
+def _text(value: Any, text: Callable[[Any], str]) -> str:
+    cls = type(value)
+    if cls.__repr__ is object.__repr__ and cls.__str__ is object.__str__:
+        raise TypeError(
+            f"an ARG state key of type {cls.__name__} has no text form of its own (its repr is a memory address, "
+            "different in every process): return a str, a number, or a tuple/list/set/dict of those from state_key"
+        )
+    return text(value)
+
+
 def _canonical(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    if isinstance(value, str | bytes):
-        return repr(value)
-    if isinstance(value, numbers.Integral):
-        return repr(int(value))
-    if isinstance(value, numbers.Real):
-        return repr(float(value))
+    """``repr``-style text of a value inside a state key, with sets and dicts sorted."""
     if isinstance(value, tuple):
         items = [_canonical(v) for v in value]
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     if isinstance(value, list):
         return "[" + ", ".join(_canonical(v) for v in value) + "]"
     if isinstance(value, set | frozenset):
-        return (
-            "frozenset({" + ", ".join(sorted(_canonical(v) for v in value)) + "})" if value else "frozenset()"
-        )
+        return "{" + ", ".join(sorted(_canonical(v) for v in value)) + "}" if value else "set()"
     if isinstance(value, dict):
         return "{" + ", ".join(sorted(f"{_canonical(k)}: {_canonical(v)}" for k, v in value.items())) + "}"
-    raise TypeError(
-        f"an ARG state key must be a str, a number, or a tuple/list/set/dict of those; got {type(value).__name__} "
-        "(return something with a stable text form from state_key)"
-    )
+    return _text(value, repr)
 
 
 def state_id(key: Any) -> str:
-    """The graph's name for a state key: a string as it is; anything else in one canonical text form.
+    """The graph's name for a state key (the one conversion rule, used on every path).
 
-    Numbers, ``None``, and tuples/lists/sets/dicts of them are written like ``repr`` (``("a", 1)`` ->
-    ``"('a', 1)"``), with sets and dicts sorted so the text does not depend on hash order (a graph saved by one
-    process labels the same in another). Other types raise ``TypeError``: their text form is not guaranteed stable.
+    A string is itself. A tuple, list, set or dict gets the text ``str()`` gives it, except that sets and dicts
+    are sorted, so the text does not depend on hash order and a graph saved by one process labels the same in
+    another (``("a", 1)`` -> ``"('a', 1)"``, ``{"b", "a"}`` -> ``"{'a', 'b'}"``). Anything else is ``str(key)``
+    (numbers, enums, ...). A type with no text form of its own (its ``repr`` is a memory address) raises
+    ``TypeError``.
     """
-    return key if isinstance(key, str) else _canonical(key)
+    if isinstance(key, str):
+        return key
+    if isinstance(key, tuple | list | set | frozenset | dict):
+        return _canonical(key)
+    return _text(key, str)
 
 
 def default_state_key(info: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ import stepgym  # noqa: F401
 from stepgym import schema
 from stepgym.envs.base import TextEnv
 from stepgym.errors import CorruptDataError, FormatVersionError
-from stepgym.reference_graph import FORMAT_VERSION, AgenticReferenceGraph, label_trajectory
+from stepgym.reference_graph import FORMAT_VERSION, AgenticReferenceGraph, label_trajectory, state_id
 from stepgym.schema import Step, Trajectory
 from stepgym.wrappers.arg import ARGWrapper
 
@@ -300,7 +300,18 @@ def test_tuple_state_keys_label_the_same_online_and_offline():
     online = [s.info[schema.ARG_REASONABLE] for s in traj.steps]
     assert online == [True, True]
     assert label_trajectory(arg, traj).reasonable == online
-    assert traj.steps[-1].info[schema.ARG_STATE] == arg.state_key(traj.steps[-1].info)
+    assert traj.steps[-1].info[schema.ARG_STATE] == arg.state_key(traj.steps[-1].info) == "('a', 'b')"
+
+
+def test_state_ids_are_str_with_sets_and_dicts_sorted_and_refuse_address_reprs():
+    assert state_id("s") == "s" and state_id(3) == "3" and state_id(("a", 1)) == str(("a", 1))
+    words = [f"w{i}" for i in range(20)]
+    assert state_id((frozenset(words), {"k": set(words[::-1])})) == state_id(
+        (frozenset(reversed(words)), {"k": set(words)})
+    )
+    assert state_id({"b", "a"}) == "{'a', 'b'}"
+    with pytest.raises(TypeError, match="memory address"):
+        AgenticReferenceGraph(state_key=lambda info: (object(),)).state_key({})
 
 
 def test_a_gymnasium_style_success_seeds_and_grows_the_graph():
