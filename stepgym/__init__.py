@@ -27,6 +27,8 @@ _moved.install()  # old import paths of moved modules (stepgym.downloads, ...) k
 
 # Lazy exports (PEP 562): ``stepgym.GroupEnv`` imports pettingzoo only when first used, keeping ``import stepgym`` fast.
 _LAZY = {
+    "AgenticReferenceGraph": ("stepgym.reference_graph", "AgenticReferenceGraph"),
+    "ARG": ("stepgym.reference_graph", "ARG"),
     "GroupEnv": ("stepgym.group", "GroupEnv"),
     "peer_hindsight": ("stepgym.group", "peer_hindsight"),
     "wrappers": ("stepgym.wrappers", None),

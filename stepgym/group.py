@@ -18,8 +18,9 @@ Peer hindsight (StepOPSD, ``shapers.md`` §5.6 and §8 items 22–23): when the 
 *failed* rollout of a group that has at least one success gets the **first successful peer in rollout order**,
 rendered as the teacher's hindsight block; successes, all-success and all-failure groups get ``None`` explicitly.
 It lands in ``schema.PEER_HINDSIGHT`` of every rollout's last recorded info (and of the info returned by the step
-that finished the group), and :meth:`GroupEnv.peer_hindsight` returns it; :func:`peer_hindsight` computes the same
-from recorded trajectories, for other trainers.
+that finished the group), and :meth:`GroupEnv.peer_hindsight` returns it. The rule and the text are
+:mod:`stepgym.hindsight`'s (``peer_hindsight`` computes the same from recorded trajectories, for other trainers;
+it is re-exported here with ``render_trajectory_text`` and ``hindsight_block``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from stepgym import schema
-from stepgym.labels import hindsight_block
+from stepgym.hindsight import first_success_peers, hindsight_block, peer_hindsight, render_trajectory_text
 from stepgym.workers import EnvRecipe, Executor, InProcessExecutor, make_executor
 from stepgym.wrappers._recording import EpisodeRecorder, is_success
 
@@ -46,63 +47,6 @@ __all__ = [
 
 EnvFactory = Callable[..., gym.Env]
 WrapperFn = Callable[[gym.Env], gym.Env]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Peer hindsight: pure functions over recorded trajectories
-# ---------------------------------------------------------------------------------------------------------------
-def render_trajectory_text(trajectory: schema.Trajectory) -> str:
-    """A trajectory as "the decoded multi-turn response, observations included" (§5.6).
-
-    Each step is the model's turn followed, on the next line, by the env's answer. The turn is the raw reply
-    (``schema.RAW_OUTPUT``) when a text interface recorded one — in the one-row-per-step layout that *is* the
-    decoded response — else the action in TextWorld's transcript style (``"> go to desk 1"``), so actions and
-    observations stay distinguishable. The prompt (first observation) is not part of a response and is left out;
-    trailing whitespace is stripped.
-    """
-    parts: list[str] = []
-    for s in trajectory.steps:
-        raw = s.info.get(schema.RAW_OUTPUT)
-        turn = raw.strip() if isinstance(raw, str) else f"> {s.action}"
-        obs = s.next_observation.strip() if isinstance(s.next_observation, str) else repr(s.next_observation)
-        parts.append(f"{turn}\n{obs}" if obs else turn)
-    return "\n".join(parts).rstrip()
-
-
-def first_success_peers(successes: Sequence[bool]) -> list[int | None]:
-    """For each member, the index of its peer: the first successful member (rollout order) for a failed member of
-    a mixed group, ``None`` for successes and for all-success / all-failure groups."""
-    first = next((i for i, ok in enumerate(successes) if ok), None)
-    if first is None or all(successes):
-        return [None] * len(successes)
-    return [None if ok else first for ok in successes]
-
-
-def peer_hindsight(
-    trajectories: Sequence[schema.Trajectory],
-    *,
-    success_fn: Callable[[schema.Trajectory], bool] = is_success,
-    render: Callable[[schema.Trajectory], str] = render_trajectory_text,
-    final_correctness: bool = False,
-) -> list[str | None]:
-    """Peer hindsight for one group of recorded trajectories (the G rollouts of one task, in rollout order).
-
-    Returns one entry per trajectory: the hindsight block (:func:`hindsight_block`) holding the first successful
-    peer's rendered trajectory for each failed member of a mixed group, ``None`` for everyone else.
-    ``final_correctness=True`` adds the ``final_correctness: incorrect`` line to the blocks that are given.
-    """
-    ok = [bool(success_fn(t)) for t in trajectories]
-    out: list[str | None] = []
-    for peer in first_success_peers(ok):
-        if peer is None:
-            out.append(None)
-        else:
-            out.append(
-                hindsight_block(
-                    render(trajectories[peer]), final_correctness="incorrect" if final_correctness else None
-                )
-            )
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

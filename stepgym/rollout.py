@@ -16,7 +16,8 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.agents import Agent
-from stepgym.schema import Step, Trajectory
+from stepgym.schema import Trajectory
+from stepgym.wrappers._recording import EpisodeRecorder
 
 __all__ = ["EvalResult", "evaluate", "play_episode"]
 
@@ -29,17 +30,21 @@ def play_episode(
     options: dict[str, Any] | None = None,
     max_steps: int | None = None,
 ) -> Trajectory:
-    """Reset ``env``, let ``agent`` act until the episode ends, and return the recorded :class:`Trajectory`."""
+    """Reset ``env``, let ``agent`` act until the episode ends, and return the recorded :class:`Trajectory`.
+
+    An agent may return ``None`` to stop before the episode ends (a replay that ran out of actions); the
+    trajectory is then returned unfinished. ``max_steps`` stops the recording the same way.
+    """
     obs, info = env.reset(seed=seed, options=options)
     agent.reset()
-    traj = Trajectory(task_id=str(info.get(schema.TASK_ID, "")), initial_observation=obs, initial_info=info)
-    t = 0
-    while max_steps is None or t < max_steps:
+    recorder = EpisodeRecorder()
+    traj = recorder.start(obs, info)
+    while max_steps is None or len(traj.steps) < max_steps:
         action = agent.act(obs, info)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        traj.steps.append(Step(obs, action, float(reward), next_obs, bool(terminated), bool(truncated), info))
-        obs = next_obs
-        t += 1
+        if action is None:
+            break
+        obs, reward, terminated, truncated, info = env.step(action)
+        recorder.add(action, obs, reward, terminated, truncated, info)
         if terminated or truncated:
             break
     return traj

@@ -16,8 +16,9 @@ Value conventions (Gymnasium's vector envs take an info value's dtype from the f
 ``float``, flags Python ``bool``, ids ``str``; lists hold plain Python values; everything is deterministic given
 the seed and the actions (no timestamps, no object ids).
 
-The :class:`Step` and :class:`Trajectory` records are what offline labelers (``stepgym.wrappers.arg.label_trajectory``,
-the hint analyzers, peer hindsight) and the trainer consume; :func:`record_episode` turns a played episode into one.
+The :class:`Step` and :class:`Trajectory` records are what offline labelers (``stepgym.reference_graph.label_trajectory``,
+the hint analyzers, peer hindsight) and the trainer consume; :func:`stepgym.rollout.play_episode` turns a played
+episode into one.
 """
 
 from __future__ import annotations

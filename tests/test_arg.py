@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -14,8 +21,9 @@ import stepgym  # noqa: F401
 from stepgym import schema
 from stepgym.envs.base import TextEnv
 from stepgym.errors import CorruptDataError, FormatVersionError
+from stepgym.reference_graph import FORMAT_VERSION, AgenticReferenceGraph, label_trajectory, state_id
 from stepgym.schema import Step, Trajectory
-from stepgym.wrappers.arg import FORMAT_VERSION, AgenticReferenceGraph, ARGWrapper, label_trajectory
+from stepgym.wrappers.arg import ARGWrapper
 
 
 class Pantry(TextEnv):
@@ -60,7 +68,7 @@ class Pantry(TextEnv):
 
 def play(env: gym.Env, actions: list[str]) -> Trajectory:
     obs, info = env.reset(seed=0)
-    traj = Trajectory(str(info[schema.TASK_ID]), obs, info)
+    traj = Trajectory(str(info.get(schema.TASK_ID, "")), obs, info)
     for a in actions:
         nxt, r, term, trunc, info = env.step(a)
         traj.steps.append(Step(obs, a, r, nxt, term, trunc, info))
@@ -246,3 +254,171 @@ def test_edges_use_the_parsed_action_behind_a_text_interface():
         [f"<think>hmm</think> <action>{a}</action>" for a in SALT_FIRST],
     )
     assert label_trajectory(arg, other_words).reasonable == [True, True, True]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A user's own env (issue: tuple state keys, Gymnasium-style success, rejected steps, file permissions)
+# ---------------------------------------------------------------------------------------------------------------
+class Switches(gym.Env):
+    """A user's own env, written without stepgym: flip switches a and b on (any order), then press go.
+
+    No stepgym info keys: the state is a tuple in ``info["my/state"]``, success is Gymnasium's convention (reward
+    1.0 with ``terminated=True``), and ``info["ok"]`` is False for a rejected action ("jam" is rejected but
+    jams switch a on anyway, an env quirk)."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Text(100)
+        self.action_space = gym.spaces.Text(100)
+        self.on: set[str] = set()
+
+    def _info(self, ok: bool = True) -> dict[str, Any]:
+        return {"my/state": tuple(sorted(self.on)), "ok": ok}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.on = set()
+        return "Two switches and a button.", self._info()
+
+    def step(self, action):
+        ok = action in ("flip a", "flip b", "go")
+        if action == "jam":
+            self.on.add("a")
+        elif action.startswith("flip "):
+            self.on ^= {action[5:]}
+        won = action == "go" and self.on == {"a", "b"}
+        return "Click.", float(won), won, False, self._info(ok)
+
+
+def my_state(info: dict[str, Any]) -> tuple:
+    return info["my/state"]
+
+
+def test_tuple_state_keys_label_the_same_online_and_offline():
+    arg = AgenticReferenceGraph(state_key=my_state)
+    arg.add_path("", [(), ("a",), ("a", "b"), ("a", "b")], ["flip a", "flip b", "go"], won=True)
+    traj = play(ARGWrapper(Switches(), graph=arg), ["flip a", "flip b"])
+    online = [s.info[schema.ARG_REASONABLE] for s in traj.steps]
+    assert online == [True, True]
+    assert label_trajectory(arg, traj).reasonable == online
+    assert traj.steps[-1].info[schema.ARG_STATE] == arg.state_key(traj.steps[-1].info) == "('a', 'b')"
+
+
+def test_state_ids_are_str_with_sets_and_dicts_sorted_and_refuse_address_reprs():
+    assert state_id("s") == "s" and state_id(3) == "3" and state_id(("a", 1)) == str(("a", 1))
+    words = [f"w{i}" for i in range(20)]
+    assert state_id((frozenset(words), {"k": set(words[::-1])})) == state_id(
+        (frozenset(reversed(words)), {"k": set(words)})
+    )
+    assert state_id({"b", "a"}) == "{'a', 'b'}"
+    with pytest.raises(TypeError, match="memory address"):
+        AgenticReferenceGraph(state_key=lambda info: (object(),)).state_key({})
+
+
+def test_a_gymnasium_style_success_seeds_and_grows_the_graph():
+    arg = AgenticReferenceGraph(state_key=my_state)
+    assert arg.add_trajectory(play(Switches(), ["flip a", "flip b", "go"])) == 2  # "go" is a self-loop class
+    env = ARGWrapper(Switches(), graph=arg, grow=True)
+    play(env, ["flip b", "flip a", "go"])
+    assert arg.stats()["trajectories"] == 2
+    assert env.get_wrapper_attr("grown") == 1 and env.get_wrapper_attr("episodes") == 1
+    with pytest.raises(ValueError, match="did not succeed"):
+        AgenticReferenceGraph(state_key=my_state, success_fn=lambda t: False).add_trajectory(
+            play(Switches(), ["flip a", "flip b", "go"])
+        )
+
+
+def test_growth_that_never_happens_is_counted_and_warned_about():
+    arg = AgenticReferenceGraph(state_key=my_state)
+    env = ARGWrapper(Switches(), graph=arg, grow=True, success_fn=lambda t: False, warn_after=3)
+    for _ in range(2):
+        play(env, ["flip a", "flip b", "go"])
+    with pytest.warns(RuntimeWarning, match="success_fn"):
+        play(env, ["flip a", "flip b", "go"])
+    assert env.get_wrapper_attr("episodes") == 3 and env.get_wrapper_attr("grown") == 0
+    assert arg.stats()["trajectories"] == 0
+
+
+def test_rejected_steps_add_no_edges():
+    arg = AgenticReferenceGraph()
+    arg.add_path("t", ["s0", "s1", "s2"], ["jam", "go in"], won=True, errors=[True, False])
+    assert set(arg.graph("t").edges) == {("s1", "s2")}
+    arg = AgenticReferenceGraph(state_key=my_state)
+    traj = play(Switches(), ["jam", "flip b", "go"])
+    for s in traj.steps:
+        s.info[schema.ADMISSIBLE] = s.info["ok"]
+    arg.add_trajectory(traj)
+    assert set(arg.graph("").edges) == {("('a',)", "('a', 'b')")}
+
+
+def test_saved_graphs_get_normal_permissions(tmp_path):
+    arg = AgenticReferenceGraph()
+    arg.add_path("t", ["a", "b"], ["x"], won=True)
+    old = os.umask(0o022)
+    try:
+        path = arg.save(tmp_path / "arg.json")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    path.chmod(0o640)
+    arg.save(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # rewriting keeps the file's mode, like open(path, "w")
+
+
+_KILLED_SAVE = """
+import json, os, signal, sys
+from stepgym.reference_graph import AgenticReferenceGraph
+arg = AgenticReferenceGraph()
+arg.add_path("t", ["a", "b"], ["x"], won=True)
+def killed(obj, f, **kw):
+    f.write('{"format": "stepgym-a')
+    f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+json.dump = killed
+arg.save(sys.argv[1])
+"""
+
+
+def test_a_save_cleans_the_temporaries_a_killed_save_left(tmp_path):
+    run = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(tmp_path / "arg.json")], check=False)
+    assert run.returncode == -signal.SIGKILL
+    stale = [p.name for p in tmp_path.iterdir()]
+    assert len(stale) == 1 and stale[0].startswith(".arg.json.") and stale[0].endswith(".tmp")
+    live = tmp_path / f".arg.json.{os.getpid()}.0123abcd.tmp"  # a save in progress in a live process
+    live.write_text("{")
+    other = tmp_path / ".other.json.1.0123abcd.tmp"  # another graph's temporary: not this save's business
+    other.write_text("{")
+    arg = AgenticReferenceGraph()
+    arg.add_path("t", ["a", "b"], ["x"], won=True)
+    arg.save(tmp_path / "arg.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["arg.json", live.name, other.name])
+    assert AgenticReferenceGraph.load(tmp_path / "arg.json") == arg
+
+
+def test_the_custom_env_example_in_the_docs_runs(tmp_path, monkeypatch):
+    text = (Path(__file__).resolve().parents[1] / "docs" / "arg.md").read_text(encoding="utf-8")
+    section = text.split("## Your own env", 1)[1].split("\n## ", 1)[0]
+    code = "\n".join(re.findall(r"```python\n(.*?)```", section, flags=re.S))
+    assert "success_fn" in code and "ARGWrapper" in code and "add_trajectory" in code
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "docs/arg.md", "exec"), {"__name__": "docs_arg_example"})
+
+
+def test_old_names_of_the_graph_still_work_with_a_deprecation_warning():
+    import importlib
+
+    import stepgym.wrappers
+    import stepgym.wrappers.arg
+    from stepgym import reference_graph
+
+    assert stepgym.AgenticReferenceGraph is stepgym.ARG is reference_graph.AgenticReferenceGraph
+    for module in (stepgym.wrappers, stepgym.wrappers.arg):
+        with pytest.warns(DeprecationWarning, match="stepgym.reference_graph"):
+            assert module.AgenticReferenceGraph is AgenticReferenceGraph
+        with pytest.warns(DeprecationWarning):
+            assert module.label_trajectory is label_trajectory
+    sys.modules.pop("stepgym.trainers.arg", None)
+    with pytest.warns(DeprecationWarning, match="arg_labeler"):
+        shim = importlib.import_module("stepgym.trainers.arg")
+    from stepgym.trainers.arg_labeler import ArgLabeler
+
+    assert shim.ArgLabeler is ArgLabeler

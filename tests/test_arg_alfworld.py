@@ -9,8 +9,9 @@ import pytest
 
 import stepgym  # noqa: F401
 from stepgym import schema
+from stepgym.reference_graph import AgenticReferenceGraph, label_trajectory
 from stepgym.rollout import play_episode
-from stepgym.wrappers.arg import AgenticReferenceGraph, ARGWrapper, label_trajectory
+from stepgym.wrappers.arg import ARGWrapper
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("data_dir")]
 

@@ -21,6 +21,7 @@ from stepgym.group import (
     peer_hindsight,
     render_trajectory_text,
 )
+from stepgym.hindsight import NO_PEER, first_correct_peers
 from stepgym.testing import assert_same_infos
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper
@@ -69,12 +70,17 @@ class Script:
 # ---------------------------------------------------------------------------------------------------------------
 # Pure peer-hindsight functions
 # ---------------------------------------------------------------------------------------------------------------
-def test_first_success_peers() -> None:
-    assert first_success_peers([False, True, False, True]) == [1, None, 1, None]
-    assert first_success_peers([True, False]) == [None, 0]
-    assert first_success_peers([True, True]) == [None, None]
-    assert first_success_peers([False, False]) == [None, None]
-    assert first_success_peers([]) == []
+def test_first_success_peers_is_a_deprecated_form_of_the_one_rule() -> None:
+    with pytest.warns(DeprecationWarning, match="first_correct_peers"):
+        assert first_success_peers([False, True, False, True]) == [1, None, 1, None]
+    cases = [[False, True, False, True], [True, False], [True, True], [False, False], []]
+    for ok in cases:
+        peers = first_correct_peers(ok, [0] * len(ok)).tolist()
+        with pytest.warns(DeprecationWarning):
+            assert first_success_peers(ok) == [None if p == NO_PEER else p for p in peers]
+    assert first_correct_peers([True, False], [0, 0]).tolist() == [NO_PEER, 0]
+    assert first_correct_peers([True, True], [0, 0]).tolist() == [NO_PEER, NO_PEER]
+    assert first_correct_peers([False, False], [0, 0]).tolist() == [NO_PEER, NO_PEER]
 
 
 def test_hindsight_block_text() -> None:
@@ -90,17 +96,18 @@ def test_hindsight_block_text() -> None:
         hindsight_block("x", final_correctness="maybe")
 
 
-def test_block_and_peer_choice_agree_with_the_shapers() -> None:
-    """The shapers package implements the same §5.6 block over decoded texts; both must give identical text."""
-    shapers = pytest.importorskip("stepgym.trainers.shapers.stepopsd_text")
-    for text in ("a\nb  \n", "<think>x</think><action>look</action>\nNothing happens."):
-        assert shapers.hindsight_block(text) == hindsight_block(text)
-        assert shapers.hindsight_block(text, final_correctness="incorrect") == hindsight_block(
-            text, final_correctness="incorrect"
-        )
-    ok = [False, True, False, True, False]
-    mine = [-1 if p is None else p for p in first_success_peers(ok)]
-    assert list(shapers.first_correct_peers(ok, [0] * len(ok))) == mine
+def test_block_and_peer_choice_are_the_shapers_own() -> None:
+    """GroupEnv and the shapers use one §5.6 rule and one block text (stepgym.hindsight), not two copies."""
+    from stepgym import hindsight
+    from stepgym.trainers.shapers import stepopsd_text
+
+    for name in ("first_correct_peers", "hindsight_block", "hindsight_blocks"):
+        assert getattr(stepopsd_text, name) is getattr(hindsight, name)
+    assert hindsight_block is hindsight.hindsight_block and peer_hindsight is hindsight.peer_hindsight
+    trajs = [_toy_traj(["look"]), _toy_traj(expert_actions(TASKS[0])), _toy_traj(["look"])]
+    texts = [render_trajectory_text(t) for t in trajs]
+    blocks = hindsight.hindsight_blocks(texts, [False, True, False], [0, 0, 0])
+    assert peer_hindsight(trajs) == [b or None for b in blocks]
 
 
 def _toy_traj(

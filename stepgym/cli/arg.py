@@ -19,8 +19,8 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.agents import make_agent
+from stepgym.reference_graph import AgenticReferenceGraph
 from stepgym.rollout import play_episode
-from stepgym.wrappers.arg import AgenticReferenceGraph
 
 
 def _make_env(args: argparse.Namespace) -> gym.Env:

@@ -5,7 +5,7 @@ One iteration (:meth:`GRPOTrainer.step`)::
     collect      N tasks × G rollouts through GroupEnv, one row per model turn       (collector.Collector)
     old log-probs  θ_old on every row's response tokens                              (teacher.Scorer)
     rescore      AHEAD / StepOPSD teacher contexts, batched                          (teacher)
-    label        ProAS: ARG labels against the graph as it stands                    (arg.ArgLabeler)
+    label        ProAS: ARG labels against the graph as it stands                    (arg_labeler.ArgLabeler)
     shape        the shapers' §0 pipeline → per-token advantages                      (advantages → shapers)
     update       clipped policy loss (+KL), gradient accumulation, AdamW             (actor.Actor → losses)
     after        stale-teacher refresh, ARG growth with verified successes, weight sync to the backend
@@ -192,7 +192,7 @@ class GRPOTrainer:
     def _build_arg(self) -> Any:
         if not self.cfg.shaper.proas:
             return None
-        from stepgym.trainers.arg import ArgLabeler
+        from stepgym.trainers.arg_labeler import ArgLabeler
 
         return ArgLabeler(
             self.cfg.env.id,

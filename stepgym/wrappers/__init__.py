@@ -11,7 +11,8 @@ This package exports the wrappers; the functions and classes around each one liv
 
 Exports load lazily (PEP 562 ``__getattr__``): ``import stepgym.wrappers`` imports nothing, and
 ``stepgym.wrappers.HintWrapper`` imports only :mod:`stepgym.wrappers.hints`. The non-wrapper names this package
-used to export still work for one release, with a ``DeprecationWarning`` naming their module.
+used to export still work for one release, with a ``DeprecationWarning`` naming their module
+(``AgenticReferenceGraph`` and ``label_trajectory`` now live in :mod:`stepgym.reference_graph`).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ _MOVED = {
     "analyze_many": "stepgym.wrappers.hints",
     "annotate_trajectory": "stepgym.wrappers.hints",
     "ahead_privileged_text": "stepgym.wrappers.hints",
-    "AgenticReferenceGraph": "stepgym.wrappers.arg",
-    "label_trajectory": "stepgym.wrappers.arg",
+    "AgenticReferenceGraph": "stepgym.reference_graph",
+    "label_trajectory": "stepgym.reference_graph",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -66,4 +67,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_MOVED))

@@ -1,5 +1,10 @@
-"""Record episodes as :class:`stepgym.schema.Trajectory` (used by GroupEnv and HintWrapper), and what counts as a
-success for the failure-only hints and the peer hindsight."""
+"""Record episodes as :class:`stepgym.schema.Trajectory`, and what counts as a success for the failure-only hints
+and the peer hindsight.
+
+:class:`EpisodeRecorder` is the one way stepgym turns ``reset``/``step`` results into a trajectory: GroupEnv,
+HintWrapper and ARGWrapper record through it, and so does :func:`stepgym.rollout.play_episode`, which every
+agent-driven recording (evaluation, the reference graph's ``seed_from_*``, the trainer's ARG seeding) goes through.
+"""
 
 from __future__ import annotations
 

@@ -41,12 +41,9 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.envs.base import sanitize_action
+from stepgym.text_utils import normalize_action
 
 __all__ = ["EnvFeedbackWrapper", "fill_feedback_flags"]
-
-
-def _norm(action: str) -> str:
-    return " ".join(action.split()).lower()
 
 
 def fill_feedback_flags(
@@ -72,7 +69,9 @@ def fill_feedback_flags(
         if info[schema.FORMAT_VALID] is False:
             info[schema.ADMISSIBLE] = False
         elif isinstance(adm, list | tuple) and isinstance(action, str):
-            info[schema.ADMISSIBLE] = _norm(action) in {_norm(a) for a in adm if isinstance(a, str)}
+            info[schema.ADMISSIBLE] = normalize_action(action) in {
+                normalize_action(a) for a in adm if isinstance(a, str)
+            }
         elif isinstance(info.get(schema.INVALID_REASON), str):
             info[schema.ADMISSIBLE] = info[schema.INVALID_REASON] == ""
     if schema.EFFECTIVE not in info:

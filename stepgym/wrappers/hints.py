@@ -58,6 +58,7 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
+from stepgym.text_utils import normalize_action
 from stepgym.wrappers._recording import EpisodeRecorder, is_success
 from stepgym.wrappers.text import action_text
 
@@ -123,13 +124,9 @@ class Analyzer(Protocol):
 # ---------------------------------------------------------------------------------------------------------------
 # The oracle
 # ---------------------------------------------------------------------------------------------------------------
-def _norm(a: str) -> str:
-    return " ".join(a.split()).lower()
-
-
 def same_action(action: str, expert: str) -> bool:
     """The oracle's action comparison: equal after collapsing whitespace and case; two WebShop searches match."""
-    a, e = _norm(action), _norm(expert)
+    a, e = normalize_action(action), normalize_action(expert)
     return a == e or (a.startswith("search[") and e.startswith("search["))
 
 

@@ -44,6 +44,7 @@ from stepgym.envs.webshop.catalogue import Catalogue
 from stepgym.envs.webshop.goals import Goal
 from stepgym.envs.webshop.reward import MATCH_THRESHOLD, compute_reward, normalize_color, token_set_ratio
 from stepgym.envs.webshop.search import SEARCH_RETURN_N, SearchBackend
+from stepgym.text_utils import normalize_action
 
 __all__ = [
     "BACK_TO_SEARCH",
@@ -73,7 +74,7 @@ _ASCII_SPACES = frozenset(" \n\t\x0c\r")
 def click_key(text: str) -> str:
     """The key ``click[...]`` matches for a clickable with this text: lowercased, white space collapsed (the
     env's action sanitiser collapses white space, so a value holding a no-break space must still be clickable)."""
-    return " ".join(text.split()).lower()
+    return normalize_action(text)
 
 
 def _not_clickable(key: str) -> str:

@@ -1,5 +1,6 @@
-"""StepOPSD's text side: step segmentation and target spans (docs/shapers.md §5.1), peer selection and the hindsight block
-(docs/shapers.md §5.6). Tokenizer-agnostic: a callback counts the tokens of a text prefix.
+"""StepOPSD's text side: step segmentation and target spans (docs/shapers.md §5.1). Tokenizer-agnostic: a callback counts the
+tokens of a text prefix. Peer selection and the hindsight block (docs/shapers.md §5.6) are :mod:`stepgym.hindsight`'s
+(``first_correct_peers``, ``hindsight_block``, ``hindsight_blocks``; re-exported here), shared with ``GroupEnv``.
 
 Source: ``OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/main_ppo.py``: ``RewardManager``'s
 ``_find_invalid_feedback_spans``, ``_advance_past_invalid_feedback``, ``_find_next_observation_span``,
@@ -11,21 +12,16 @@ turn without a valid action is never a step; token boundaries are approximated b
 ALFWorld has no public StepOPSD code: the resolution is structural (docs/shapers.md §5.1, §8.25) — one step per generated turn
 (one row per step), the action span is the row's ``<action>…</action>`` match with its tags, the clean span is the
 whole generated response. See :func:`structural_target_span`.
-
-"First correct peer" is resolved to rollout order (the code takes batch order after ``_balance_batch``; §8.23).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-import numpy as np
-
-from stepgym.labels import hindsight_block
-from stepgym.trainers.shapers._common import Groups, as_bool_array, check_same_length
+from stepgym.hindsight import first_correct_peers, hindsight_block, hindsight_blocks
 
 __all__ = [
     "ACTION_PATTERN",
@@ -262,42 +258,3 @@ def structural_target_span(
         return None
     m = matches[0] if which == "first" else matches[-1]
     return char_span_to_token_span(response_text, m.start(), m.end(), count_tokens, n_valid)
-
-
-def first_correct_peers(correct: Any, group_ids: Any) -> np.ndarray:
-    """Peer of each trajectory for hindsight (spec §5.6): in every group with 0 < #correct < n, each *incorrect*
-    member gets the index of the group's **first** correct member (rollout order); everyone else gets -1.
-
-    ``correct`` (N,) bool (Search-QA: score == 1.0; ALFWorld: won); ``group_ids`` (N,). Returns (N,) int64.
-    """
-    ok = as_bool_array(correct, "correct")
-    check_same_length(len(ok), group_ids=group_ids)
-    peers = np.full(len(ok), -1, dtype=np.int64)
-    if len(ok) == 0:
-        return peers
-    g = Groups(group_ids)
-    n_ok = np.bincount(g.codes, weights=ok, minlength=g.n_groups)
-    mixed = (n_ok > 0) & (n_ok < g.counts)
-    first = np.full(g.n_groups, -1, dtype=np.int64)
-    idx = np.flatnonzero(ok)
-    codes_ok, first_pos = np.unique(g.codes[idx], return_index=True)
-    first[codes_ok] = idx[first_pos]
-    sel = ~ok & mixed[g.codes]
-    peers[sel] = first[g.codes[sel]]
-    return peers
-
-
-def hindsight_blocks(
-    texts: Sequence[str], correct: Any, group_ids: Any, *, include_final_correctness: bool = False
-) -> list[str]:
-    """Hindsight block of every trajectory of a batch, the paper's configuration by default (first correct peer
-    for the incorrect members of mixed groups, no correctness line). ``texts`` (N,) decoded multi-turn responses."""
-    check_same_length(len(texts), correct=correct, group_ids=group_ids)
-    ok = as_bool_array(correct, "correct")
-    peers = first_correct_peers(ok, group_ids)
-    return [
-        hindsight_block(
-            texts[p] if p >= 0 else None, final_correctness=bool(ok[i]) if include_final_correctness else None
-        )
-        for i, p in enumerate(peers.tolist())
-    ]
