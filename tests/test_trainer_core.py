@@ -281,7 +281,7 @@ def test_crash_during_save_keeps_previous_checkpoint(tmp_path: Path) -> None:
     assert again.iteration == 1
     for n, p in params(again.model).items():
         assert torch.equal(p, saved[n]), n
-    from stepgym.wrappers.arg import AgenticReferenceGraph
+    from stepgym.reference_graph import AgenticReferenceGraph
 
     assert again.arg is not None
     assert again.arg.graph == AgenticReferenceGraph.load(first / "arg" / "graph.json")

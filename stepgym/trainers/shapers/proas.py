@@ -2,7 +2,7 @@
 
 Paper: "ProAS: A Progress-Aware Advantage Shaping Framework for Multi-Turn Agentic Reinforcement Learning"
 (no arXiv id known; docs/shapers.md "Sources"), Eq. 7. No public code exists; the labels Rea_t and PA_t come from the Agentic Reference
-Graph (``stepgym.wrappers``), Future-Drift from :func:`stepgym.labels.future_drift` (one definition, shared with the
+Graph (``stepgym.reference_graph``), Future-Drift from :func:`stepgym.labels.future_drift` (one definition, shared with the
 wrappers).
 
 Eq. 7, per trajectory i with base advantage A_i:
