@@ -169,6 +169,7 @@ class GRPOTrainer:
             encoder=self.encoder,
             backend=self.backend,
             anchor=self.cfg.env.anchor,
+            **self.cfg.rollout.executor_options(),
         )
 
     def _build_teachers(self) -> None:
