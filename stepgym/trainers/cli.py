@@ -74,6 +74,8 @@ def train_main(argv: Sequence[str] | None = None) -> int:
         result = trainer.train()
     finally:
         trainer.close()
+    if not trainer.dist.is_main:  # torchrun: rank 0 reports
+        return 0
     print(f"done: {result['iterations']} iterations; output in {cfg.run.output_dir}")
     if result.get("report"):
         print(f"report: {result['report']}")
