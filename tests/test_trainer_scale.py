@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -25,6 +26,7 @@ from stepgym.trainers.config import (  # noqa: E402
     TrainConfig,
     WarmupConfig,
 )
+from stepgym.trainers.distributed import group_shard  # noqa: E402
 from stepgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from stepgym.trainers.shapers import ShapeConfig  # noqa: E402
 
@@ -85,6 +87,38 @@ def test_process_executor_iteration_equals_inprocess(tmp_path: Path) -> None:
     assert m_a["rollout/mixed_groups"] > 0  # the batch carries a learning signal
     for name in p_a:
         assert torch.equal(p_a[name], p_b[name]), name
+
+
+def test_group_seeded_requests_make_a_group_independent_of_its_batch(tmp_path: Path) -> None:
+    """With per-group generators, a group's rollouts do not depend on which other groups share the backend
+    calls: what lets W ranks with N/W groups each replay one rank with N groups."""
+    tr = GRPOTrainer(tiny_config(tmp_path / "seeds"))
+    try:
+        ids = tr.train_task_ids
+        tasks = [(ids[0], 11), (ids[1], 12), (ids[2], 13)]
+
+        def play(which: list[int], call_seed: int) -> str:
+            ro = tr.collector.collect(
+                [tasks[i] for i in which],
+                seed_rng=np.random.default_rng(call_seed),
+                group_rngs=[np.random.default_rng([7, i]) for i in which],
+            )
+            return repr([t.steps for t in ro.trajectories])
+
+        whole = play([0, 1, 2], 0)
+        parts = play([0], 1)[:-1] + ", " + play([1, 2], 2)[1:]
+        assert parts == whole
+    finally:
+        tr.close()
+
+
+def test_group_shards_are_whole_contiguous_and_cover_the_batch() -> None:
+    for n, world in [(4, 2), (5, 2), (7, 3), (3, 3)]:
+        shares = [group_shard(n, r, world) for r in range(world)]
+        assert [g for sh in shares for g in sh] == list(range(n))
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    with pytest.raises(ValueError, match="whole group"):
+        group_shard(1, 0, 2)
 
 
 # ---------------------------------------------------------------------------------------------------------------
