@@ -5,8 +5,8 @@ Measured in one run (the numbers quoted in README/docs come from here):
 * **ALFWorld groups through the collector** (``stepgym.trainers.collector.Collector``) with the scripted backend
   (a fake policy named as such: uniformly random admissible actions, so the envs dominate the iteration), with the
   in-process executor, a local process pool and Ray actors (``--workers`` each): env steps/s, seconds per
-  iteration, and the ratios to in-process. The same tasks and seeds for every executor (the trajectories are
-  identical by construction; the rows are counted to show it).
+  iteration (resets included), and the ratios to in-process. The same tasks and seeds for every executor (the
+  trajectories are identical by construction; the rows are counted to show it), in interleaved rounds.
 * **Per-call overhead on WebShop** (``StepGym/WebShop-v0``, text mode, ~1 ms a step): the round trip of one batched
   call that asks every copy for its prompt (one message per worker), and of one batched ``step`` turn, per executor.
 * **CPU per env step**: CPU-milliseconds and wall-milliseconds per step of one ALFWorld and one WebShop copy stepped
@@ -63,60 +63,57 @@ def _executor_kwargs(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"num_cpus": args.ray_cpus, "address": args.ray_address or None}
 
 
-def bench_collector(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def _collector(kind: str, args: argparse.Namespace) -> Collector:
     fmt = get_format("alfworld")
     tok = CharTokenizer()
-    kwargs = {"split": "train", "max_steps": args.max_steps}
-    tasks_rng = np.random.default_rng(0)
-    out: dict[str, dict[str, float]] = {}
-    task_batches: list[list[tuple[str, int]]] | None = None
-    for kind in EXECUTORS:
-        col = Collector(
-            "StepGym/ALFWorld-v0",
-            kwargs,
-            fmt,
-            history=2,
-            group_size=args.group_size,
-            encoder=PromptEncoder(tok, max_prompt_tokens=100_000),
-            backend=ScriptedBackend(tok, "random", render=reply_renderer(fmt)),
-            executor=kind,
-            num_workers=args.workers,
-            executor_kwargs=_executor_kwargs(kind, args),
-        )
-        try:
+    return Collector(
+        "StepGym/ALFWorld-v0",
+        {"split": "train", "max_steps": args.max_steps},
+        fmt,
+        history=2,
+        group_size=args.group_size,
+        encoder=PromptEncoder(tok, max_prompt_tokens=100_000),
+        backend=ScriptedBackend(tok, "random", render=reply_renderer(fmt)),
+        executor=kind,
+        num_workers=args.workers,
+        executor_kwargs=_executor_kwargs(kind, args),
+    )
+
+
+def bench_collector(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Every executor plays the same batches; the timed rounds interleave the executors (in-process, pool, Ray,
+    in-process, ...) so that a shared machine's changing load falls on all of them alike."""
+    cols = {kind: _collector(kind, args) for kind in EXECUTORS}
+    out: dict[str, dict[str, float]] = {
+        k: {"steps": 0, "seconds": 0.0, "env_seconds": 0.0} for k in EXECUTORS
+    }
+    try:
+        ids = cols["inprocess"].task_ids()
+        rng = np.random.default_rng(0)
+        batches = [
+            [(ids[int(i)], int(rng.integers(2**31 - 1))) for i in rng.choice(len(ids), args.groups)]
+            for _ in range(args.iterations + 1)
+        ]
+        for kind, col in cols.items():  # warm-up: workers up, games parsed
             t0 = time.perf_counter()
-            ids = col.task_ids()
-            if task_batches is None:
-                task_batches = [
-                    [
-                        (ids[int(i)], int(tasks_rng.integers(2**31 - 1)))
-                        for i in tasks_rng.choice(len(ids), args.groups)
-                    ]
-                    for _ in range(args.iterations + 1)
-                ]
-            col.collect(
-                task_batches[0], seed_rng=np.random.default_rng(0)
-            )  # warm-up: workers up, games parsed
-            t_start = time.perf_counter() - t0
-            steps, secs, env_secs = 0, 0.0, 0.0
-            for batch in task_batches[1:]:
+            col.collect(batches[0], seed_rng=np.random.default_rng(0))
+            out[kind]["startup_s"] = time.perf_counter() - t0
+        for batch in batches[1:]:
+            for kind, col in cols.items():
                 t1 = time.perf_counter()
                 ro = col.collect(batch, seed_rng=np.random.default_rng(1))
-                secs += time.perf_counter() - t1
-                steps += len(ro.rows)
-                env_secs += ro.stats["env_seconds"]
-        finally:
+                out[kind]["seconds"] += time.perf_counter() - t1
+                out[kind]["steps"] += len(ro.rows)
+                out[kind]["env_seconds"] += ro.stats["env_seconds"]
+    finally:
+        for col in cols.values():
             col.close()
-        out[kind] = {
-            "startup_s": t_start,
-            "steps": steps,
-            "iteration_s": secs / args.iterations,
-            "steps_per_s": steps / secs,
-            "env_share": env_secs / secs,
-        }
+    for kind, r in out.items():
+        r["iteration_s"] = r["seconds"] / args.iterations
+        r["steps_per_s"] = r["steps"] / r["seconds"]
         print(
-            f"  {kind:9s} {steps:5d} steps  {out[kind]['steps_per_s']:7.1f} steps/s  "
-            f"{out[kind]['iteration_s']:6.2f} s/iteration  (start-up + warm-up {t_start:.1f} s)",
+            f"  {kind:9s} {int(r['steps']):5d} steps  {r['steps_per_s']:7.1f} steps/s  "
+            f"{r['iteration_s']:6.2f} s/iteration  (first collection, with start-up: {r['startup_s']:.1f} s)",
             flush=True,
         )
     return out
