@@ -88,6 +88,8 @@ class GRPOTrainer:
         self.evals: list[dict[str, Any]] = []
         resume_from = resume_path(config.run.resume, self.ckpt_dir)
         state = read_state(resume_from) if resume_from is not None else None
+        if not self.dist.is_main:  # rank 0 first: a download or conversion cache is filled once, not raced
+            self.dist.barrier()
         lm = build_policy(
             config,
             resume_from,
@@ -96,6 +98,8 @@ class GRPOTrainer:
             weights_dtype=self.weights_dtype,
             device=self.device,
         )
+        if self.dist.is_main:
+            self.dist.barrier()
         self.model, self.tokenizer, self.model_source = lm.model, lm.tokenizer, lm.source
         tok = self.tokenizer
         self.dist.check_same("tokenizer vocabulary", tok.get_vocab())
