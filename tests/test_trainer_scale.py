@@ -136,6 +136,9 @@ TRAIN_ARGS = [
     "--env.eval-splits",
     "--optim.lr", "1e-3",
     "--optim.mini-batches", "2",
+    "--shaper.base", "gigpo",
+    "--shaper.proas",
+    "--shaper.invalid-penalty", "0.1",
     "--run.iterations", "2",
     "--run.save-every", "1",
     "--run.threads", "1",
@@ -176,6 +179,10 @@ def test_two_gloo_ranks_equal_one_rank_and_resume_exactly(tmp_path: Path) -> Non
         for k in a:
             assert b[k] == pytest.approx(a[k], rel=1e-6, abs=1e-6), k
     assert m1[0]["rollout/mixed_groups"] > 0 and m1[0]["actor/optimizer_steps"] == 2
+    assert m1[-1]["arg/added_trajectories"] > 0  # ProAS graphs grew (from all ranks' groups on every rank)
+    assert (one / "checkpoints/step_000002/arg/graph.json").read_bytes() == (
+        two / "checkpoints/step_000002/arg/graph.json"
+    ).read_bytes()
     w0, w1, w2 = _weights(one, 1), _weights(one, 2), _weights(two, 2)
     moved = max(float((w1[k] - w0[k]).abs().max()) for k in w1)
     diff = max(float((w1[k] - w2[k]).abs().max()) for k in w1)

@@ -333,6 +333,12 @@ class GRPOTrainer:
         m.update(actor_stats)
         if self.arg is not None:
             m.update(self.arg.metrics())
+            if self.dist.active:  # the label ratios over all ranks' rows
+                rea, prog = labels
+                s_r, s_p, n = self.dist.sum_floats(
+                    [float(rea.sum()), float(prog.sum()), rea.size], self.device
+                )
+                m.update({"arg/reasonable_ratio": s_r / max(n, 1.0), "arg/progress_ratio": s_p / max(n, 1.0)})
         n_train_tok = sum(len(r.prompt_ids) + len(r.response_ids) for r in full.rows)
         m.update(
             {
