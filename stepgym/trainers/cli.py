@@ -118,9 +118,11 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         cfg = replace(cfg, run=replace(cfg.run, output_dir=cfg.run.output_dir + "-eval", tensorboard=False))
     trainer = GRPOTrainer(cfg)
     try:
-        results = trainer.evaluate()
+        results = trainer.evaluate() if trainer.dist.is_main else []  # torchrun: rank 0 evaluates
     finally:
         trainer.close()
+    if not trainer.dist.is_main:
+        return 0
     for ev in results:
         _print_eval(ev)
     out = trainer.out / "eval.json"
