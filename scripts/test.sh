@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export STEPGYM_DATA="${STEPGYM_DATA:-$(cd .. && pwd)/shared/data}"
 export STEPGYM_REQUIRE_DATA=1 STEPGYM_NO_SKIPS=1  # missing data or a skipped test (but GPU ones) fails
+export RAY_USAGE_STATS_ENABLED=0  # Ray (env executor tests) sends no usage statistics from CI
 rc=0
 "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider --durations=15 "$@" || rc=$?
 # The whole suite (no pytest arguments) also runs the vLLM backend on CPU, in a virtualenv of its own.

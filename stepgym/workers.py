@@ -489,6 +489,7 @@ class RayExecutor(_ShardedExecutor):
             env_vars = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
             kwargs = {"include_dashboard": False, "log_to_driver": False, **dict(ray_init_kwargs or {})}
             kwargs.setdefault("runtime_env", {"env_vars": env_vars})
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report unless the user opts in
             self._ray.init(address=address, **kwargs)
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
         self._actors = [self._actor_cls.remote(recipe, ss) for ss in self._slots]

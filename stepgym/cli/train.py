@@ -76,6 +76,8 @@ def train_main(argv: Sequence[str] | None = None) -> int:
         result = trainer.train()
     finally:
         trainer.close()
+    if not trainer.dist.is_main:  # torchrun: rank 0 reports
+        return 0
     print(f"done: {result['iterations']} iterations; output in {cfg.run.output_dir}")
     if result.get("report"):
         print(f"report: {result['report']}")
@@ -127,9 +129,11 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         cfg = replace(cfg, run=replace(cfg.run, output_dir=cfg.run.output_dir + "-eval", tensorboard=False))
     trainer = GRPOTrainer(cfg)
     try:
-        results = trainer.evaluate()
+        results = trainer.evaluate() if trainer.dist.is_main else []  # torchrun: rank 0 evaluates
     finally:
         trainer.close()
+    if not trainer.dist.is_main:
+        return 0
     from stepgym.trainers.evaluate import format_summary
 
     for ev in results:

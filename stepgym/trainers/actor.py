@@ -12,6 +12,12 @@ The per-token loss and its aggregation are :mod:`stepgym.trainers.losses` (verl'
 * an optional KL term to a reference policy, verl's ``low_var_kl`` (k3) estimator clamped to ±10, and an optional
   entropy bonus, aggregated the same way;
 * bf16 autocast on GPU, gradient-norm clipping, a linear warm-up of the learning rate;
+* data-parallel (``dist``, :mod:`stepgym.trainers.distributed`): the mini-batches are cut from the **global**
+  batch (every rank draws the same permutation of all ranks' rows and keeps the rows it holds), each normaliser is
+  summed over the ranks before any row is weighted, and the ranks' gradients are summed before clipping. The
+  weights of all rows of a mini-batch then add up to one across the ranks, so the summed gradient is the one a
+  single process computes on the whole batch (exact for token-mean, seq-mean-token-mean and seq-mean-token-sum;
+  seq-mean-token-sum-norm divides by the padded width of each micro-batch and is batch-layout dependent anyway);
 * with one mini-batch and one epoch the policy being updated *is* θ_old, so the trainer may pass no old
   log-probs and the update uses its own forward pass, detached (ρ = 1 exactly; the same gradient as with a
   separately computed θ_old pass, one forward pass cheaper). With several optimizer steps per batch the old
@@ -28,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from stepgym.trainers.config import LossConfig, OptimConfig
+from stepgym.trainers.distributed import DistContext
 from stepgym.trainers.losses import agg_loss, policy_loss
 from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
 
@@ -91,7 +98,9 @@ class Actor:
         optim: OptimConfig,
         pad_id: int,
         autocast_dtype: Any = None,
+        dist: DistContext | None = None,
     ) -> None:
+        self.dist = dist or DistContext()
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -114,17 +123,20 @@ class Actor:
 
     def update(self, rows: Sequence[UpdateRow], rng: np.random.Generator) -> dict[str, float]:
         """``epochs`` × ``mini_batches`` optimizer steps over ``rows``; returns averaged statistics."""
-        if not rows:
-            return {}
         cfg = self.optim_cfg
+        counts = self.dist.all_gather_object(len(rows))
+        if not sum(counts):
+            return {}
+        offset = sum(counts[: self.dist.rank])
+        mine = range(offset, offset + len(rows))  # this rank's rows, as indices of the global batch
         totals: dict[str, float] = {}
         n_steps = 0
         for _ in range(cfg.epochs):
-            perm = rng.permutation(len(rows))
+            perm = rng.permutation(sum(counts))
             for part in np.array_split(perm, cfg.mini_batches):
                 if len(part) == 0:
                     continue
-                stats = self._optimizer_step([rows[i] for i in part])
+                stats = self._optimizer_step([rows[i - offset] for i in part if i in mine])
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
                 n_steps += 1
@@ -139,7 +151,7 @@ class Actor:
         device = next(self.model.parameters()).device
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        norm = max(_normaliser(rows, lc.agg), 1.0)
+        norm = max(self.dist.sum_floats([_normaliser(rows, lc.agg)], device)[0], 1.0)
         acc: dict[str, float] = {
             "actor/pg_loss": 0.0,
             "actor/kl": 0.0,
@@ -185,9 +197,14 @@ class Actor:
             n_tok += k
             for name in ("clipfrac", "ppo_kl", "dual_clipfrac"):
                 acc[f"actor/{name}"] += st[name] * k
+        keys = list(acc)
+        *summed, n_tok_all = self.dist.sum_floats([acc[k] for k in keys] + [float(n_tok)], device)
+        acc = dict(zip(keys, summed, strict=True))
+        n_tok = int(n_tok_all)
         for name in ("clipfrac", "ppo_kl", "dual_clipfrac"):
             acc[f"actor/{name}"] /= max(n_tok, 1)
         params = [p for p in self.model.parameters() if p.requires_grad]
+        self.dist.sum_gradients(params)
         if self.optim_cfg.grad_clip > 0:
             gn = torch.nn.utils.clip_grad_norm_(params, self.optim_cfg.grad_clip)
         else:

@@ -84,7 +84,10 @@ class ArgLabeler:
         return r, p
 
     def grow(self, ro: Rollouts) -> int:
-        """Add the batch's verified successes; returns how many were added."""
+        """Add the batch's verified successes; returns how many were added. The batch's tasks are seeded first (a
+        no-op after :meth:`label`; a data-parallel rank grows from all ranks' groups, not only those it labelled)."""
+        for tid in ro.task_ids:
+            self._seed_task(tid)
         added = 0
         for traj in ro.trajectories:
             if self.graph.success_fn(traj):

@@ -216,7 +216,8 @@ class ScriptedBackend:
         rng = np.random.default_rng(seed)
         out = []
         for req in requests:
-            text = self.render(self.policy(req, rng))
+            r = rng if req.seed is None else np.random.default_rng(req.seed)
+            text = self.render(self.policy(req, r))
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             if self.eos is not None:
                 ids.append(int(self.eos))

@@ -210,8 +210,15 @@ class Collector:
         seed_rng: np.random.Generator,
         greedy: bool = False,
         progress: Any = None,
+        group_rngs: Sequence[np.random.Generator] | None = None,
     ) -> Rollouts:
-        """Play one group per ``(task_id, seed)`` to the end; ``seed_rng`` draws the backend's sampling seeds."""
+        """Play one group per ``(task_id, seed)`` to the end; ``seed_rng`` draws the backend's sampling seeds.
+
+        ``group_rngs`` (one generator per group) also gives every request of a group its own seed, drawn in agent
+        order each turn, so that a group's replies do not depend on the other groups of the call (data-parallel
+        runs split a batch's groups over ranks; :mod:`stepgym.trainers.distributed`)."""
+        if group_rngs is not None and len(group_rngs) != len(tasks):
+            raise ValueError(f"{len(group_rngs)} group generators for {len(tasks)} groups")
         groups = self.groups(len(tasks))
         g_size = self.group_size
         last_info: list[dict[str, dict[str, Any]]] = []
@@ -233,7 +240,8 @@ class Collector:
                 prompt = group_prompts[gi][a]
                 ids, cut = self.encoder.encode(prompt)
                 prompts.append((prompt, ids, cut))
-                requests.append(GenerationRequest(ids, prompt, last_info[gi][a]))
+                req_seed = None if group_rngs is None else int(group_rngs[gi].integers(2**63 - 1))
+                requests.append(GenerationRequest(ids, prompt, last_info[gi][a], seed=req_seed))
             t0 = time.perf_counter()
             gens = self.backend.generate(requests, seed=int(seed_rng.integers(2**31 - 1)), greedy=greedy)
             t1 = time.perf_counter()

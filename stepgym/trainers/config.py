@@ -140,6 +140,29 @@ class RolloutConfig:
     """Dynamic sampling: most collections per iteration (the last one keeps everything)."""
     vllm_gpu_memory_utilization: float = 0.4
     """vLLM backend: share of GPU memory for its KV cache and weights."""
+    env_executor: Literal["inprocess", "process", "ray"] = "inprocess"
+    """Where the env copies run (``stepgym.workers``): in this process one after another ('inprocess'), sharded over
+    ``env_workers`` local processes ('process', standard library), or over Ray actors ('ray', the ``ray`` extra).
+    Trajectories are identical whichever runs them (docs/trainer.md, "Scale-out")."""
+    env_workers: int = 2
+    """Worker processes / Ray actors holding the env copies (process and ray executors)."""
+    env_timeout: float = 0.0
+    """Seconds one batched env call may take per worker before the worker is restarted and the call fails (0: the
+    executor's default)."""
+    ray_address: str = ""
+    """Ray executor: '' starts (or reuses) a local Ray; 'auto' joins the cluster started with ``ray start``."""
+    env_cpus_per_worker: float = 1.0
+    """Ray executor: CPUs each env actor reserves (fractions pack several actors on a core)."""
+
+    def executor_options(self) -> dict[str, Any]:
+        """The :class:`~stepgym.trainers.collector.Collector`'s executor arguments for this config."""
+        kw: dict[str, Any] = {}
+        if self.env_timeout > 0:
+            kw["timeout"] = self.env_timeout
+        if self.env_executor == "ray":
+            kw["num_cpus"] = self.env_cpus_per_worker
+            kw["address"] = self.ray_address or None
+        return {"executor": self.env_executor, "num_workers": self.env_workers, "executor_kwargs": kw}
 
 
 @dataclass(frozen=True)
@@ -306,6 +329,8 @@ class TrainConfig:
             raise ValueError("rollout.group_size and rollout.n_tasks must be >= 1")
         if self.optim.mini_batches < 1 or self.optim.epochs < 1:
             raise ValueError("optim.mini_batches and optim.epochs must be >= 1")
+        if self.rollout.env_workers < 1:
+            raise ValueError("rollout.env_workers must be >= 1")
 
     @property
     def method(self) -> str:

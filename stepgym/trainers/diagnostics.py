@@ -23,7 +23,7 @@ import numpy as np
 from stepgym.trainers.advantages import ShapingResult, advantage_stats, step_means
 from stepgym.trainers.collector import Rollouts
 
-__all__ = ["credit_payload", "gap_stats", "rollout_metrics", "shaping_metrics"]
+__all__ = ["credit_payload", "gap_stats", "rollout_metrics", "shaping_arrays", "shaping_metrics"]
 
 
 def rollout_metrics(ro: Rollouts) -> dict[str, float]:
@@ -51,14 +51,31 @@ def method_slug(method: str) -> str:
     return method.lower().replace("(", "_").replace(")", "").replace(".", "")
 
 
-def shaping_metrics(sh: ShapingResult, method: str) -> dict[str, float]:
+def shaping_arrays(sh: ShapingResult) -> dict[str, Any]:
+    """What :func:`shaping_metrics` summarises, as flat arrays (data-parallel ranks send these to be pooled)."""
+    return {
+        "steps": step_means(sh.token_advantages, sh.response_mask),
+        "grpo": np.asarray(sh.grpo_steps),
+        "tokens": sh.token_advantages[sh.response_mask],
+        "gigpo": None if sh.shaped.gigpo is None else np.asarray(sh.shaped.gigpo.step),
+        "lam": float(sh.shaped.lam),
+    }
+
+
+def shaping_metrics(sh: ShapingResult | list[dict[str, Any]], method: str) -> dict[str, float]:
+    """Advantage statistics of one shaped batch, or of the pooled :func:`shaping_arrays` of several parts."""
+    parts = [shaping_arrays(sh)] if isinstance(sh, ShapingResult) else sh
     name = method_slug(method)
-    out = advantage_stats(step_means(sh.token_advantages, sh.response_mask), f"adv/{name}")
-    out.update(advantage_stats(sh.grpo_steps, "adv/grpo_reference"))
-    out.update(advantage_stats(sh.token_advantages[sh.response_mask], f"adv/{name}_tokens"))
-    if sh.shaped.gigpo is not None:
-        out.update(advantage_stats(sh.shaped.gigpo.step, "adv/gigpo_step_term"))
-    out["adv/lambda"] = float(sh.shaped.lam)
+
+    def pooled(key: str) -> np.ndarray:
+        return np.concatenate([p[key] for p in parts])
+
+    out = advantage_stats(pooled("steps"), f"adv/{name}")
+    out.update(advantage_stats(pooled("grpo"), "adv/grpo_reference"))
+    out.update(advantage_stats(pooled("tokens"), f"adv/{name}_tokens"))
+    if parts[0]["gigpo"] is not None:
+        out.update(advantage_stats(pooled("gigpo"), "adv/gigpo_step_term"))
+    out["adv/lambda"] = parts[0]["lam"]
     return out
 
 

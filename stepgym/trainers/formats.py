@@ -10,9 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stepgym.wrappers.text import ENV_FAMILIES, FORMATS, PromptTemplate, TextFormat, get_format, parse_react
+from stepgym.wrappers.text import (
+    ENV_FAMILIES,
+    FORMATS,
+    ParseResult,
+    PromptTemplate,
+    TextFormat,
+    get_format,
+    parse_react,
+)
 
 __all__ = ["CREDIT_FORMAT", "reply_renderer", "resolve_format"]
+
+
+def _credit_parse(text: str) -> ParseResult:
+    """The toy's parser: ALFWorld's strict one without the ``<think>`` block (module-level, so the format pickles
+    and travels to env workers)."""
+    return parse_react(text, require_think=False)
 
 
 def _credit_feedback(reason: str) -> str:
@@ -32,7 +46,7 @@ CREDIT_TEMPLATE = PromptTemplate(
 CREDIT_FORMAT = TextFormat(
     "credit",
     CREDIT_TEMPLATE,
-    lambda t: parse_react(t, require_think=False),
+    _credit_parse,
     _credit_feedback,
     history_length=2,
 )

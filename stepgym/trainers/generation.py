@@ -17,11 +17,16 @@ __all__ = ["Generation", "GenerationRequest", "RolloutBackend"]
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """What the backend is asked to continue: the prompt's token ids (and text), and the env info of the state."""
+    """What the backend is asked to continue: the prompt's token ids (and text), and the env info of the state.
+
+    ``seed``, when set, is this request's own sampling seed (drawn per group, so the reply does not depend on which
+    other requests share the call: data-parallel runs rely on it). A backend that samples a whole batch at once
+    (HF, vLLM) uses the call's ``seed`` instead; the scripted backend honours it."""
 
     prompt_ids: Sequence[int]
     prompt: str = ""
     info: Mapping[str, Any] | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

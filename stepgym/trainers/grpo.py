@@ -21,6 +21,10 @@ Departures from verl-agent worth knowing: the loss aggregation is exact over the
 :mod:`stepgym.trainers.actor`); old log-probs are recomputed by the trainer (never taken from the rollout engine),
 so the ratio starts at 1 whichever backend sampled; one "update" in the schedules is one iteration (one batch),
 however many optimizer steps ``optim.mini_batches`` splits it into.
+
+Under ``torchrun`` the same controller runs on every rank (:mod:`stepgym.trainers.distributed`): each rank collects,
+scores and shapes its share of whole groups, the actor sums the ranks' gradients with globally normalised weights,
+the rollouts are gathered for the metrics and the ARG, and only rank 0 evaluates and writes anything.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from stepgym.trainers.backends import backend_from_config
 from stepgym.trainers.checkpoint import load_trainer, read_state, resume_path, save_trainer
 from stepgym.trainers.collector import Collector, Rollouts
 from stepgym.trainers.config import TrainConfig
-from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shaping_metrics
+from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shaping_arrays, shaping_metrics
+from stepgym.trainers.distributed import context_from_env, group_shard
 from stepgym.trainers.evaluate import eval_metrics, evaluate
 from stepgym.trainers.formats import resolve_format
 from stepgym.trainers.metrics import MetricsLogger
@@ -67,7 +72,14 @@ class GRPOTrainer:
             torch.set_num_threads(config.run.threads)
         self.out = Path(config.run.output_dir)
         self.ckpt_dir = self.out / "checkpoints"
+        self.dist = context_from_env(config.model.device)
+        if self.dist.active and config.rollout.dynamic_sampling:
+            raise ValueError("rollout.dynamic_sampling is not supported under torchrun (data-parallel) yet")
+        if self.dist.active:
+            group_shard(config.rollout.n_tasks, self.dist.rank, self.dist.world)  # every rank gets a group
         self.device = resolve_device(config.model.device)
+        if self.dist.active and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
         self.weights_dtype, self.autocast = precision(config.model.precision, self.device)
         self.rng = np.random.default_rng(config.run.seed)
         self.fmt = resolve_format(config.env.id, config.env.text_format)
@@ -76,6 +88,8 @@ class GRPOTrainer:
         self.evals: list[dict[str, Any]] = []
         resume_from = resume_path(config.run.resume, self.ckpt_dir)
         state = read_state(resume_from) if resume_from is not None else None
+        if not self.dist.is_main:  # rank 0 first: a download or conversion cache is filled once, not raced
+            self.dist.barrier()
         lm = build_policy(
             config,
             resume_from,
@@ -84,8 +98,12 @@ class GRPOTrainer:
             weights_dtype=self.weights_dtype,
             device=self.device,
         )
+        if self.dist.is_main:
+            self.dist.barrier()
         self.model, self.tokenizer, self.model_source = lm.model, lm.tokenizer, lm.source
         tok = self.tokenizer
+        self.dist.check_same("tokenizer vocabulary", tok.get_vocab())
+        self.dist.broadcast_model(self.model)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.encoder = PromptEncoder(
             tok, max_prompt_tokens=config.rollout.max_prompt_tokens, system=config.model.system_prompt
@@ -116,6 +134,7 @@ class GRPOTrainer:
             optim=o,
             pad_id=self.pad_id,
             autocast_dtype=self.autocast,
+            dist=self.dist,
         )
         self.scorer = Scorer(
             self.pad_id, microbatch_tokens=config.teacher.microbatch_tokens, autocast_dtype=self.autocast
@@ -145,21 +164,25 @@ class GRPOTrainer:
                 micro_batch_tokens=o.micro_batch_tokens,
                 progress=config.run.progress,
             )
+            self.dist.broadcast_model(self.model)
             if self.stale is not None:
                 self.stale.load_from(self.model)
             if self.reference is not None:
                 self.reference.load_from(self.model)
-        self.metrics = MetricsLogger(
-            self.out,
-            tensorboard=config.run.tensorboard,
-            resume_from=self.iteration if state is not None else None,
-        )
-        (self.out / "config.json").write_text(
-            json.dumps(config.to_dict(), indent=1, default=str), encoding="utf-8"
-        )
+        self.metrics: Any = _NoMetrics()
+        if self.dist.is_main:
+            self.metrics = MetricsLogger(
+                self.out,
+                tensorboard=config.run.tensorboard,
+                resume_from=self.iteration if state is not None else None,
+            )
+            (self.out / "config.json").write_text(
+                json.dumps(config.to_dict(), indent=1, default=str), encoding="utf-8"
+            )
         from stepgym.recording.trainer import TrainerRecorder  # episodes.jsonl.gz for `stepgym view`
 
-        self.recorder = TrainerRecorder.create(self)
+        # Rank 0 records its share of each batch (under torchrun the other ranks' groups are not gathered).
+        self.recorder = TrainerRecorder.create(self) if self.dist.is_main else None
 
     # -- construction ---------------------------------------------------------------------------------------
     def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
@@ -172,6 +195,7 @@ class GRPOTrainer:
             encoder=self.encoder,
             backend=self.backend,
             anchor=self.cfg.env.anchor,
+            **self.cfg.rollout.executor_options(),
         )
 
     def _build_teachers(self) -> None:
@@ -210,11 +234,13 @@ class GRPOTrainer:
         """One batch of groups (with DAPO dynamic sampling when configured)."""
         rc = self.cfg.rollout
         bar = None
-        if self.cfg.run.progress:
+        if self.cfg.run.progress and self.dist.is_main:
             from tqdm.auto import tqdm
 
             bar = tqdm(desc=f"rollout it {self.iteration + 1}", unit="turn", leave=False)
         try:
+            if self.dist.active:
+                return self._collect_share(rc.n_tasks, bar)
             if not rc.dynamic_sampling:
                 return self.collector.collect(self._sample_tasks(rc.n_tasks), seed_rng=self.rng, progress=bar)
             parts: list[Rollouts] = []
@@ -234,6 +260,25 @@ class GRPOTrainer:
         finally:
             if bar is not None:
                 bar.close()
+
+    def _collect_share(self, n_tasks: int, bar: Any) -> Rollouts:
+        """Data-parallel: every rank draws the same global batch and plays its contiguous share of whole groups,
+        with per-group request seeds keyed by one draw of the shared generator (so W ranks replay 1 rank)."""
+        tasks = self._sample_tasks(n_tasks)
+        base = int(self.rng.integers(2**31 - 1))
+        share = group_shard(len(tasks), self.dist.rank, self.dist.world)
+        return self.collector.collect(
+            [tasks[i] for i in share],
+            seed_rng=np.random.default_rng([base, self.dist.rank, 1]),
+            group_rngs=self.dist.group_rngs(base, share),
+            progress=bar,
+        )
+
+    def _pooled(self, ro: Rollouts) -> Rollouts:
+        """All ranks' rollouts as one batch, in rank order (the global batch; ``ro`` itself when single)."""
+        if not self.dist.active:
+            return ro
+        return Rollouts.concat(self.dist.all_gather_object(ro))
 
     def rescore(self, ro: Rollouts, old: list[np.ndarray]) -> dict[str, Any]:
         """Teacher gaps for AHEAD / StepOPSD (``{}`` when the shaper needs none): :class:`TeacherRescorer`."""
@@ -282,16 +327,23 @@ class GRPOTrainer:
         if self.stale is not None:
             self.stale.maybe_refresh(self.model, self.iteration)
         self.backend.sync_weights(self.model)
+        full = self._pooled(ro)
         if self.arg is not None:
-            self.arg.grow(ro)
+            self.arg.grow(full)
         t_end = time.perf_counter()
-        m = rollout_metrics(ro)
-        m.update(shaping_metrics(shaping, self.cfg.method))
+        m = rollout_metrics(full)
+        m.update(shaping_metrics(self.dist.all_gather_object(shaping_arrays(shaping)), self.cfg.method))
         m.update(teacher.get("metrics", {}))
         m.update(actor_stats)
         if self.arg is not None:
             m.update(self.arg.metrics())
-        n_train_tok = sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
+            if self.dist.active:  # the label ratios over all ranks' rows
+                rea, prog = labels
+                s_r, s_p, n = self.dist.sum_floats(
+                    [float(rea.sum()), float(prog.sum()), rea.size], self.device
+                )
+                m.update({"arg/reasonable_ratio": s_r / max(n, 1.0), "arg/progress_ratio": s_p / max(n, 1.0)})
+        n_train_tok = sum(len(r.prompt_ids) + len(r.response_ids) for r in full.rows)
         m.update(
             {
                 "time/iteration_s": t_end - t_start,
@@ -299,7 +351,7 @@ class GRPOTrainer:
                 "time/old_logp_s": t_old - t_roll,
                 "time/shape_s": t_shape,
                 "time/update_s": t_upd,
-                "perf/rollout_tokens_per_s": ro.stats["gen_tokens"] / max(ro.stats["gen_seconds"], 1e-9),
+                "perf/rollout_tokens_per_s": full.stats["gen_tokens"] / max(full.stats["gen_seconds"], 1e-9),
                 "perf/train_tokens_per_s": n_train_tok * cfg.optim.epochs / max(t_upd, 1e-9),
                 "perf/teacher_share": m.get("time/teacher_s", 0.0) / max(t_end - t_start, 1e-9),
             }
@@ -326,7 +378,7 @@ class GRPOTrainer:
 
     def _write_credit(self, ro: Rollouts, sh: ShapingResult) -> None:
         k = self.cfg.run.credit_trajectories
-        if k > 0:
+        if k > 0 and self.dist.is_main:  # data-parallel: rank 0's groups
             payload = credit_payload(ro, sh, k, iteration=self.iteration, method=self.cfg.method)
             (self.out / "credit.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
 
@@ -363,20 +415,21 @@ class GRPOTrainer:
     def train(self) -> dict[str, Any]:
         """Run the configured iterations (from where a resumed run stopped), evaluate, checkpoint, report."""
         rc, ec = self.cfg.run, self.cfg.eval
+        main = self.dist.is_main
         bar = None
-        if rc.progress:
+        if rc.progress and main:
             from tqdm.auto import tqdm
 
             bar = tqdm(
                 total=rc.iterations, initial=self.iteration, desc=f"{self.cfg.method} train", unit="it"
             )
         try:
-            if ec.at_start and self.iteration == 0:
+            if ec.at_start and self.iteration == 0 and main:
                 self.metrics.log(0, self.eval_metrics(self.evaluate()))
             while self.iteration < rc.iterations:
                 m = self.step()
                 last = self.iteration == rc.iterations
-                if (ec.every and self.iteration % ec.every == 0) or last:
+                if ((ec.every and self.iteration % ec.every == 0) or last) and main:
                     m.update(self.eval_metrics(self.evaluate()))
                 self.metrics.log(self.iteration, m)
                 if (rc.save_every and self.iteration % rc.save_every == 0) or last:
@@ -391,7 +444,7 @@ class GRPOTrainer:
                 bar.close()
             self.metrics.close()
         report = None
-        if rc.report:
+        if rc.report and main:
             from stepgym.trainers.report import write_report
 
             report = write_report(
@@ -404,8 +457,11 @@ class GRPOTrainer:
         return {"iterations": self.iteration, "evals": self.evals, "report": report}
 
     # -- checkpoints ----------------------------------------------------------------------------------------
-    def save(self, extra_parts: dict[str, Any] | None = None) -> Path:
-        """Write a checkpoint of the current state (atomically; see :func:`stepgym.trainers.checkpoint.save_trainer`)."""
+    def save(self, extra_parts: dict[str, Any] | None = None) -> Path | None:
+        """Write a checkpoint of the current state (atomically; see :func:`stepgym.trainers.checkpoint.save_trainer`).
+        Data-parallel: rank 0 writes (every rank holds the same state) and the others return None."""
+        if not self.dist.is_main:
+            return None
         return save_trainer(self, extra_parts)
 
     def close(self) -> None:
@@ -414,3 +470,14 @@ class GRPOTrainer:
             c.close()
         with contextlib.suppress(Exception):
             self.metrics.close()
+        self.dist.close()
+
+
+class _NoMetrics:
+    """The metrics sink of a rank other than 0 (rank 0 alone writes metrics.jsonl and TensorBoard)."""
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
