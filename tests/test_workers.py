@@ -261,7 +261,16 @@ def test_ray_executor_is_byte_identical_and_restarts_dead_actors():
         try:
             assert _play(group, seed=7) == expected
             group.reset(seed=0)
-            ray.kill(group.executor._actors[0], no_restart=True)
+            victim = group.executor._actors[0]
+            ray.kill(victim, no_restart=True)
+            # ray.kill is asynchronous: wait (bounded) until the actor is really gone before stepping
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    ray.get(victim.run.remote([]), timeout=10)
+                except ray.exceptions.RayActorError:
+                    break
+                time.sleep(0.2)
             with pytest.raises(EnvWorkerError, match=r"Ray env worker 0 .*died"):
                 group.step({a: "look" for a in group.agents})
             assert _play(group, seed=7) == expected
