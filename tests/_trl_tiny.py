@@ -40,7 +40,8 @@ _TAGS = [
 
 def _train(corpus: list[str], vocab: int) -> Any:
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # No word splitting: merges may span words, so the chat boilerplate becomes a few tokens (short rows).
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(
         vocab_size=vocab,

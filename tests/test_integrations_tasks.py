@@ -55,8 +55,13 @@ def test_episode_annotations_flatten_every_step_without_guessing() -> None:
     assert bad["format_valid"] is None and bad["arg_reasonable"] is None  # not annotated: None, never guessed
 
 
-def test_missing_trl_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "trl", None)  # makes `import trl` fail
-    monkeypatch.delitem(sys.modules, "stepgym.integrations.trl", raising=False)
-    with pytest.raises(DependencyNotInstalled, match=r"pip install 'stepgym\[trl\]'"):
-        importlib.import_module("stepgym.integrations.trl")
+@pytest.mark.parametrize(
+    ("package", "module", "extra"), [("trl", "trl", "trl"), ("skyrl_gym", "skyrl", "skyrl")]
+)
+def test_a_missing_trainer_names_the_pip_command(
+    monkeypatch: pytest.MonkeyPatch, package: str, module: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, package, None)  # makes `import <package>` fail
+    monkeypatch.delitem(sys.modules, f"stepgym.integrations.{module}", raising=False)
+    with pytest.raises(DependencyNotInstalled, match=rf"pip install 'stepgym\[{extra}\]'"):
+        importlib.import_module(f"stepgym.integrations.{module}")

@@ -8,6 +8,9 @@ Each trainer has its own module, imported only when asked for, behind its own ex
   :class:`stepgym.GroupEnv`), and :class:`~stepgym.integrations.trl.StepGRPOTrainer`, which replaces TRL's one
   advantage per sequence with stepgym's per-token advantages.
 
+* :mod:`stepgym.integrations.skyrl` (``pip install 'stepgym[skyrl]'``): stepgym envs as SkyRL-gym 0.4 text envs
+  (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata.
+
 Trainer-neutral pieces live here and import no trainer:
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
