@@ -233,7 +233,7 @@ def test_group_rollout_trains_groups_with_env_tokens_masked(react_agent, tmp_pat
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[episode_return, _format_steps],
-        args=_config(tmp_path, max_completion_length=200),
+        args=_config(tmp_path, max_completion_length=320),
         train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
         processing_class=tok,
         rollout_func=record,
@@ -298,7 +298,7 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
     trainer = Recording(
         model=model,
         reward_funcs=[episode_return],
-        args=_config(tmp_path, max_completion_length=200, max_steps=1),
+        args=_config(tmp_path, max_completion_length=320),
         train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
         processing_class=tok,
         rollout_func=rollout,
@@ -306,22 +306,24 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
     )
     trainer.rollout_func = record
     trainer.train()
-    (out,) = outputs
-    (got,) = optimised
-    length = got["completion_ids"].shape[1]
-    want = _independent_advantages(out, length, cfg)
-    # TRL shuffles the rows before the loss: match each optimised row to its completion by its tokens
-    rows = {tuple(ids): b for b, ids in enumerate(out["completion_ids"])}
-    adv = got["advantages"].numpy()
-    assert adv.shape == want.shape  # (B, L): one advantage per token, not per sequence
-    for r, ids in enumerate(got["completion_ids"].tolist()):
-        n = int(got["completion_mask"][r].sum())
-        b = rows[tuple(ids[:n])]
-        np.testing.assert_allclose(adv[r], want[b].astype(np.float32), rtol=0, atol=1e-6)
-    steps = [len(recs) for recs in out["stepgym_steps"]]
-    assert max(steps) > 1 and np.abs(want).sum() > 0  # multi-step rows with non-zero credit
-    env_tokens = np.asarray([m + [1] * (length - len(m)) for m in out["env_mask"]]) == 0
-    assert (want[env_tokens] == 0).all()  # env tokens carry no advantage
+    assert len(outputs) == len(optimised) == 2  # one generation and one loss per step
+    credit = 0.0
+    for out, got in zip(outputs, optimised, strict=True):
+        length = got["completion_ids"].shape[1]
+        want = _independent_advantages(out, length, cfg)
+        # TRL shuffles the rows before the loss: match each optimised row to its completion by its tokens
+        rows = {tuple(ids): b for b, ids in enumerate(out["completion_ids"])}
+        adv = got["advantages"].numpy()
+        assert adv.shape == want.shape  # (B, L): one advantage per token, not per sequence
+        for r, ids in enumerate(got["completion_ids"].tolist()):
+            n = int(got["completion_mask"][r].sum())
+            b = rows[tuple(ids[:n])]
+            np.testing.assert_allclose(adv[r], want[b].astype(np.float32), rtol=0, atol=1e-6)
+        env_tokens = np.asarray([m + [1] * (length - len(m)) for m in out["env_mask"]]) == 0
+        assert (want[env_tokens] == 0).all()  # env tokens carry no advantage
+        assert max(len(recs) for recs in out["stepgym_steps"]) > 1  # multi-step rows
+        credit += float(np.abs(want).sum())
+    assert credit > 0  # some group's steps differed
     assert any(r != 0 for r in _losses(trainer))
     assert _changed(before, model) > 0
 
@@ -331,7 +333,7 @@ def test_step_trainer_refuses_batches_it_cannot_shape(react_agent, tmp_path: Pat
     kw = dict(
         model=model,
         reward_funcs=[episode_return],
-        args=_config(tmp_path, max_completion_length=200),
+        args=_config(tmp_path, max_completion_length=320),
         train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
         processing_class=tok,
     )
@@ -342,43 +344,43 @@ def test_step_trainer_refuses_batches_it_cannot_shape(react_agent, tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_smollm2_trains_through_environment_factory(tmp_path: Path) -> None:
-    """The real instruct model: SmolLM2's own template cannot render tool calls, the adapter installs one."""
+def test_smollm2_through_both_hooks(tmp_path: Path) -> None:
+    """The real instruct model. Its own template cannot render tool calls: the adapter installs one and TRL accepts
+    the tool env. Then a real GRPO step over GroupEnv groups: every reply is an env step (an invalid one when it
+    has no well-formed action), and the weights move whenever the rewards differ."""
+    from trl.chat_template_utils import supports_tool_calling
+
     from stepgym.trainers.models import load_model
 
     loaded = load_model("smollm2-135m-instruct")
     tok, model = loaded.tokenizer, loaded.model
     tok.padding_side = "left"
+    own = tok.chat_template
+    assert not supports_tool_calling(tok)
     use_tool_chat_template(tok)
-    Env = environment_factory(ENV_ID, ENV_KWARGS)
-    seen: list[Any] = []
+    data = task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM)
+    common = dict(model=model, reward_funcs=[episode_return], train_dataset=data, processing_class=tok)
+    GRPOTrainer(**common, args=_config(tmp_path), environment_factory=environment_factory(ENV_ID, ENV_KWARGS))
+    tok.chat_template = own  # the rollout below uses SmolLM2's own ChatML template, and no tool-call parser
+    tok.response_template = tok.response_schema = None
+    outputs: list[dict[str, Any]] = []
+    rollout = GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=48)
 
-    def annotated(completions, environments, **_):
-        eps = [e.annotations for e in environments]
-        seen.extend(eps)
-        return [_admissible_steps(ep) for ep in eps]
+    def record(prompts, trainer):
+        outputs.append(rollout(prompts, trainer))
+        return outputs[-1]
 
     before = _params(model)
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[annotated],
-        args=_config(
-            tmp_path,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_steps=1,
-            learning_rate=1e-5,
-            max_completion_length=96,
-            max_tool_calling_iterations=2,
-        ),
-        train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
-        processing_class=tok,
-        environment_factory=Env,
+    args = _config(
+        tmp_path, per_device_train_batch_size=2, num_generations=2, max_steps=1, learning_rate=1e-5
     )
+    args.max_completion_length = 400
+    trainer = GRPOTrainer(**{**common, "reward_funcs": [_format_steps]}, args=args, rollout_func=record)
     trainer.train()
-    assert len(seen) == 4 and all(ep["task_id"] for ep in seen)
-    assert sum(ep["n_steps"] for ep in seen) > 0  # the instruct model called the tool
-    assert _changed(before, model) > 0 or len({_admissible_steps(ep) for ep in seen}) == 1
+    (out,) = outputs
+    assert all(ep["n_steps"] >= 1 for ep in out["stepgym_episode"])  # SmolLM2's replies stepped the env
+    rewards = _format_steps(None, out["stepgym_steps"])
+    assert (_changed(before, model) > 0) == (len(set(rewards)) > 1)
 
 
 def test_factory_plays_a_real_alfworld_task(data_dir: Path) -> None:
