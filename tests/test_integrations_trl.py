@@ -4,7 +4,6 @@ per-token step credit, each through real GRPO steps of a tiny in-process model (
 from __future__ import annotations
 
 import inspect
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, noisy_expert, tiny_chat_model  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
