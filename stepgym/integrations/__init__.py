@@ -1,0 +1,50 @@
+"""Adapters that plug stepgym's envs and step-level credit into RL trainers people already run.
+
+Each trainer has its own module, imported only when asked for, behind its own extra; a missing trainer raises
+``gymnasium.error.DependencyNotInstalled`` naming the pip command:
+
+* :mod:`stepgym.integrations.trl` (``pip install 'stepgym[trl]'``): TRL's ``GRPOTrainer`` through
+  ``environment_factory`` (the env's action as a tool) or ``rollout_func`` (multi-turn groups over
+  :class:`stepgym.GroupEnv`), and :class:`~stepgym.integrations.trl.StepGRPOTrainer`, which replaces TRL's one
+  advantage per sequence with stepgym's per-token advantages.
+
+* :mod:`stepgym.integrations.skyrl` (``pip install 'stepgym[skyrl]'``): stepgym envs as SkyRL-gym 0.4 text envs
+  (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata.
+
+Trainer-neutral pieces live here and import no trainer:
+
+* :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
+  so every trainer trains and evaluates on the same tasks;
+* :mod:`stepgym.integrations.annotations` flattens stepgym's step annotations (``stepgym.schema``) into plain
+  values a trainer's reward or metadata hook can carry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "task_ids": "stepgym.integrations.tasks",
+    "task_rows": "stepgym.integrations.tasks",
+    "task_dataset": "stepgym.integrations.tasks",
+    "task_id_of_prompt": "stepgym.integrations.tasks",
+    "step_annotations": "stepgym.integrations.annotations",
+    "episode_annotations": "stepgym.integrations.annotations",
+    "STEP_FIELDS": "stepgym.integrations.annotations",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stepgym.integrations' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

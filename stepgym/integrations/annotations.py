@@ -1,0 +1,85 @@
+"""stepgym's step annotations as plain values for another trainer's reward and metadata hooks.
+
+A trainer outside stepgym sees one completion and one scalar; the info dicts that say *why* a step was good or bad
+(format-valid / admissible / effective, the true state key, ARG labels, won) would be lost on the way. These two
+functions flatten them, keyed by short stable names (:data:`STEP_FIELDS`), so every adapter passes the same record
+and a user's reward function reads ``steps[t]["admissible"]`` whatever the trainer. A value the env or its wrappers
+did not annotate is ``None`` (never guessed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from stepgym import schema
+
+__all__ = ["STEP_FIELDS", "episode_annotations", "step_annotations"]
+
+#: The fields of a per-step record, in order.
+STEP_FIELDS: tuple[str, ...] = (
+    "reward",
+    "action",
+    "format_valid",
+    "admissible",
+    "effective",
+    "state_key",
+    "next_state_key",
+    "won",
+    "arg_reasonable",
+    "arg_progress",
+)
+
+_FLAGS = {
+    "format_valid": schema.FORMAT_VALID,
+    "admissible": schema.ADMISSIBLE,
+    "effective": schema.EFFECTIVE,
+    "arg_reasonable": schema.ARG_REASONABLE,
+    "arg_progress": schema.ARG_PROGRESS,
+}
+
+
+def _flag(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _key(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def step_annotations(
+    before: Mapping[str, Any], action: Any, reward: float, after: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The record of one step: ``before`` is the info the action was chosen from, ``after`` the step's info.
+
+    ``action`` is the parsed env command when a text interface recorded one (``None`` for an unparsable reply),
+    else the action as sent; ``state_key`` is the state the action was taken in, ``next_state_key`` the one it led
+    to (GiGPO's anchor states and the ARG's vertices).
+    """
+    parsed = after.get(schema.PARSED_ACTION, action)  # None when a text interface found no action
+    rec: dict[str, Any] = {
+        "reward": float(reward),
+        "action": None if parsed is None else str(parsed),
+        "state_key": _key(before.get(schema.STATE_KEY)),
+        "next_state_key": _key(after.get(schema.STATE_KEY)),
+        "won": bool(after.get(schema.WON, False)),
+    }
+    rec.update({name: _flag(after.get(key)) for name, key in _FLAGS.items()})
+    return {name: rec[name] for name in STEP_FIELDS}
+
+
+def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
+    """The record of a (possibly unfinished) episode: task id, outcome, return and one record per step."""
+    infos = trajectory.infos()
+    steps = [step_annotations(infos[t], s.action, s.reward, s.info) for t, s in enumerate(trajectory.steps)]
+    last = infos[-1]
+    return {
+        "task_id": trajectory.task_id,
+        "won": trajectory.won,
+        "return": trajectory.total_reward,
+        "n_steps": len(steps),
+        "terminated": bool(trajectory.steps and trajectory.steps[-1].terminated),
+        "truncated": bool(trajectory.steps and trajectory.steps[-1].truncated),
+        "arg_labels": last.get(schema.ARG_LABELS),
+        "steps": steps,
+    }

@@ -1,0 +1,587 @@
+"""stepgym inside TRL's ``GRPOTrainer`` (TRL 1.16): two ways in, and step-level credit on top.
+
+* :func:`environment_factory` — the class TRL instantiates per rollout (``GRPOTrainer(environment_factory=...)``).
+  TRL turns every public method of that class into a tool, so the class has exactly three public methods:
+  ``reset(**row)`` (reads ``task_id`` from the dataset row), one typed, documented tool that takes the env's action
+  (``act(action: str) -> str`` by default) and ``get_reward()`` (the episode return). TRL's tool loop needs a chat
+  template that renders tool calls; SmolLM2's does not, so :func:`use_tool_chat_template` installs one of the
+  templates TRL ships (ChatML-based Qwen2.5 by default) when the tokenizer's own cannot.
+* :class:`GroupRollout` — a ``rollout_func``: TRL hands it the batch's prompts with each prompt repeated G times in
+  a row; each block of G is one :class:`stepgym.GroupEnv` group on one task. Each rollout is one growing chat (the
+  text interface's prompt as the user turn, the model's reply as the assistant turn), stored as one token row whose
+  env tokens are masked out of the loss (``env_mask``). It returns per-step annotations
+  (:mod:`stepgym.integrations.annotations`) with each step's token span, which reach TRL's reward functions as the
+  ``stepgym_steps`` / ``stepgym_episode`` keyword arguments.
+* :class:`StepGRPOTrainer` — a ``GRPOTrainer`` whose advantages are per token: the rollout's steps go through
+  :func:`stepgym.trainers.shapers.shape_advantages` (GRPO, Dr.GRPO, GiGPO, ProAS; AHEAD and StepOPSD given a
+  teacher-gap hook) instead of TRL's one advantage per sequence. It needs :class:`GroupRollout`, which knows which
+  tokens belong to which env step; TRL's own tool loop (``environment_factory``) keeps no such record.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from stepgym import _deps, schema
+from stepgym.group import GroupEnv
+from stepgym.integrations.annotations import episode_annotations
+from stepgym.integrations.tasks import task_id_of_prompt
+from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.wrappers.feedback import EnvFeedbackWrapper
+from stepgym.wrappers.text import TextInterfaceWrapper, family_of
+
+_deps.require("trl", "trl", what="the TRL integration")
+torch = _deps.require("torch", "trl")
+
+from trl import GRPOTrainer  # noqa: E402
+from trl.chat_template_utils import supports_tool_calling  # noqa: E402
+from trl.models import unwrap_model_for_generation  # noqa: E402
+
+__all__ = [
+    "GroupRollout",
+    "StepGRPOTrainer",
+    "StepGymToolEnv",
+    "environment_factory",
+    "episode_return",
+    "step_batch_from_rollouts",
+    "use_tool_chat_template",
+]
+
+EnvFactory = Callable[..., gym.Env]
+WrapperFn = Callable[[gym.Env], gym.Env]
+
+
+def _maker(env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None) -> Callable[[], gym.Env]:
+    kwargs = dict(env_kwargs or {})
+    if isinstance(env, str):
+        return functools.partial(gym.make, env, **kwargs)
+    return functools.partial(env, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chat templates
+# ---------------------------------------------------------------------------------------------------------------
+def use_tool_chat_template(tokenizer: Any, template: str = "qwen2_5") -> Any:
+    """Make ``tokenizer`` able to render tool calls, as TRL's ``environment_factory`` requires.
+
+    A tokenizer whose template already passes TRL's ``supports_tool_calling`` check is returned unchanged.
+    Otherwise its ``chat_template`` is replaced by ``template``, one of the templates TRL ships
+    (``trl/chat_templates/<template>.jinja``); TRL recognises it and adds the matching response parser. The
+    default, Qwen2.5's, is ChatML (``<|im_start|>`` / ``<|im_end|>``), the format SmolLM2 was trained on; its
+    end-of-turn token must be the tokenizer's EOS so generation stops after a turn.
+    """
+    if supports_tool_calling(tokenizer):
+        return tokenizer
+    path = importlib.resources.files("trl") / "chat_templates" / f"{template}.jinja"
+    if not path.is_file():
+        raise ValueError(f"TRL ships no chat template named {template!r} (looked for {path})")
+    tokenizer.chat_template = path.read_text()
+    if not supports_tool_calling(
+        tokenizer
+    ):  # pragma: no cover - a shipped template that fails TRL's own check
+        raise ValueError(f"TRL's {template!r} template does not render tool calls with this tokenizer")
+    return tokenizer
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# environment_factory
+# ---------------------------------------------------------------------------------------------------------------
+def _observation_text(obs: Any, info: Mapping[str, Any], *, goal: bool) -> str:
+    """What the model reads after reset (with the goal) or after an action: the observation and the actions."""
+    parts = []
+    task = info.get(schema.GOAL)
+    if goal and isinstance(task, str) and task and task not in str(obs):
+        parts.append(f"Your task is to: {task}")
+    parts.append(str(obs))
+    actions = [a for a in info.get(schema.ADMISSIBLE_ACTIONS) or [] if a != "help"]
+    if actions:
+        parts.append("Admissible actions: " + ", ".join(f"'{a}'" for a in actions) + ".")
+    return "\n".join(parts)
+
+
+class StepGymToolEnv:
+    """Base of the classes :func:`environment_factory` builds (TRL makes one instance per concurrent rollout).
+
+    Only ``reset``, ``get_reward`` and the action tool are public methods (TRL exposes every public method as a
+    tool); the recorded episode is read through the :attr:`trajectory` and :attr:`annotations` properties.
+    """
+
+    _make: Callable[[], gym.Env]
+
+    def __init__(self) -> None:
+        self._env = self._make()
+        self._trajectory: schema.Trajectory | None = None
+        self._info: dict[str, Any] = {}
+        self._done = True
+
+    def reset(self, task_id: str | None = None, seed: int | None = None, **row: Any) -> str:
+        """Start the episode of the dataset row's task; returns the first observation (TRL appends it to the
+        prompt). ``row`` holds the row's other columns (TRL passes them all)."""
+        options = {"task_id": task_id} if task_id is not None else None
+        obs, info = self._env.reset(seed=seed, options=options)
+        self._trajectory = schema.Trajectory(str(info.get(schema.TASK_ID, task_id or "")), str(obs), info)
+        self._info = info
+        self._done = False
+        return _observation_text(obs, info, goal=True)
+
+    def _act(self, action: str) -> str:
+        if self._trajectory is None:
+            raise RuntimeError("reset() must be called before the first action")
+        if self._done:
+            return "The episode is over; no further actions are taken."
+        obs, reward, terminated, truncated, info = self._env.step(action)
+        prev = (
+            self._trajectory.steps[-1].next_observation
+            if self._trajectory.steps
+            else self._trajectory.initial_observation
+        )
+        self._trajectory.steps.append(
+            schema.Step(prev, action, float(reward), str(obs), bool(terminated), bool(truncated), info)
+        )
+        self._info = info
+        self._done = bool(terminated or truncated)
+        text = _observation_text(obs, info, goal=False)
+        if self._done:
+            text += "\nThe episode is over: " + (
+                "you won." if info.get(schema.WON) else "the task was not solved."
+            )
+        return text
+
+    def get_reward(self) -> float:
+        """The episode return so far (the sum of the env's rewards)."""
+        return 0.0 if self._trajectory is None else self._trajectory.total_reward
+
+    @property
+    def trajectory(self) -> schema.Trajectory | None:
+        """The current episode as a :class:`stepgym.schema.Trajectory` (``None`` before the first reset)."""
+        return self._trajectory
+
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """The current episode's :func:`~stepgym.integrations.annotations.episode_annotations` record."""
+        return None if self._trajectory is None else episode_annotations(self._trajectory)
+
+    @property
+    def env(self) -> gym.Env:
+        """The wrapped stepgym env."""
+        return self._env
+
+
+_DEFAULT_ACTION_DOC = (
+    "One command for the environment, written exactly as one of the admissible actions listed."
+)
+
+
+def environment_factory(
+    env: str | EnvFactory,
+    env_kwargs: Mapping[str, Any] | None = None,
+    *,
+    wrappers: Sequence[WrapperFn] = (),
+    tool_name: str = "act",
+    tool_description: str = "Take one action in the environment and read what happens.",
+    action_description: str = _DEFAULT_ACTION_DOC,
+) -> type[StepGymToolEnv]:
+    """The class to pass as ``GRPOTrainer(environment_factory=...)`` for a stepgym env.
+
+    Args:
+        env: a registered env id or a factory ``f(**env_kwargs) -> gym.Env``.
+        env_kwargs: keyword arguments for the env (``split=``, ``max_steps=`` ...).
+        wrappers: applied after :class:`~stepgym.wrappers.feedback.EnvFeedbackWrapper` (first = innermost), e.g.
+            ``[functools.partial(ARGWrapper, graph=graph)]``.
+        tool_name: the tool's name as the model sees it (a Python identifier; not ``reset`` / ``get_reward``).
+        tool_description / action_description: the tool's docstring, from which TRL builds its JSON schema.
+
+    Each instance owns one env; ``reset(task_id=..., **row)`` starts the row's task and returns the first
+    observation with the goal and the admissible actions; the tool steps the env with its ``action`` argument and
+    returns the next observation (after the episode has ended it answers without stepping, so a model that keeps
+    calling cannot move a finished env); ``get_reward()`` is the episode return.
+    """
+    if not tool_name.isidentifier() or tool_name.startswith("_") or tool_name in ("reset", "get_reward"):
+        raise ValueError(
+            f"tool_name must be a public identifier other than reset/get_reward, got {tool_name!r}"
+        )
+    make = _maker(env, env_kwargs)
+    wrap = list(wrappers)
+
+    def build() -> gym.Env:
+        e: gym.Env = EnvFeedbackWrapper(make())
+        for w in wrap:
+            e = w(e)
+        return e
+
+    def tool(self, action: str) -> str:  # no annotation on self: TRL builds the schema from the hints
+        return self._act(action)
+
+    tool.__name__ = tool.__qualname__ = tool_name
+    tool.__doc__ = (
+        f"{tool_description}\n\nArgs:\n    action: {action_description}\n\n"
+        "Returns:\n    The environment's answer: the new observation and the admissible actions.\n"
+    )
+    name = env if isinstance(env, str) else getattr(env, "__name__", "Env")
+    cls_name = "StepGym_" + "".join(ch if ch.isalnum() else "_" for ch in str(name))
+    return type(cls_name, (StepGymToolEnv,), {tool_name: tool, "_make": staticmethod(build)})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rollout_func over GroupEnv
+# ---------------------------------------------------------------------------------------------------------------
+def _template_ids(tokenizer: Any, messages: list[dict[str, Any]], *, generation_prompt: bool) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=False
+    )
+    return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+
+def user_turn_ids(tokenizer: Any, content: str) -> list[int]:
+    """The tokens the chat template puts after a finished assistant turn (ending in EOS) for a new user message
+    ``content``, up to and including the next assistant header."""
+    base = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    prefix = _template_ids(tokenizer, base, generation_prompt=False)
+    full = _template_ids(tokenizer, [*base, {"role": "user", "content": content}], generation_prompt=True)
+    eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
+    if eos:
+        prefix = prefix[: eos[-1] + 1]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the chat template is not prefix-preserving: a new user turn changes earlier tokens")
+    return full[len(prefix) :]
+
+
+class _Rollout:
+    """One rollout's token row while it is being played."""
+
+    def __init__(self, block: int, agent: str, prompt_ids: list[int]) -> None:
+        self.block, self.agent = block, agent
+        self.prompt_ids = prompt_ids
+        self.completion: list[int] = []
+        self.mask: list[int] = []
+        self.spans: list[tuple[int, int]] = []
+        self.live = True
+
+    def add(self, ids: Sequence[int], trained: bool) -> None:
+        self.completion.extend(int(i) for i in ids)
+        self.mask.extend([1 if trained else 0] * len(ids))
+
+
+class GroupRollout:
+    """A ``rollout_func`` for TRL's ``GRPOTrainer``: multi-turn GRPO groups over :class:`stepgym.GroupEnv`.
+
+    Args:
+        env: a registered env id or a factory ``f(**env_kwargs) -> gym.Env``.
+        env_kwargs: keyword arguments for every env copy.
+        wrappers: applied outside the text interface (first = innermost), e.g. ``ARGWrapper`` for ProAS labels.
+        fmt: the text format (``"alfworld"``, ``"webshop"``, ``"qa"``); default: the env's registered one.
+        history_length: steps of history inside each user turn's prompt (default 0: the chat itself is the
+            history).
+        max_turn_tokens: the most tokens one reply may have.
+        seed: seeds the groups' env seeds.
+
+    Called as ``rollout(prompts, trainer)``: the prompts come from
+    :func:`stepgym.integrations.task_dataset` (they carry the task id), repeated G times in a row by TRL. Each
+    block of G is reset on its task; every rollout is a chat ``[system?, user: prompt_0, assistant: reply_0, user:
+    prompt_1, ...]`` generated with the trainer's model and sampling settings and stepped through the env's
+    :class:`~stepgym.wrappers.text.TextInterfaceWrapper` (an unparsable reply is an invalid step, as in the bundled
+    trainer). A rollout stops when its episode ends or when one more turn would pass ``max_completion_length``.
+
+    Returns TRL's keys (``prompt_ids``, ``completion_ids``, ``logprobs`` = ``None``, ``env_mask``: 1 on the
+    model's reply tokens, 0 on the env's) plus, per completion, ``stepgym_episode`` (the episode record) and
+    ``stepgym_steps`` (one record per step with its reply's token span ``start``/``stop`` in completion
+    coordinates and the ``group`` index), which TRL passes to reward functions as keyword arguments.
+    """
+
+    def __init__(
+        self,
+        env: str | EnvFactory,
+        env_kwargs: Mapping[str, Any] | None = None,
+        *,
+        wrappers: Sequence[WrapperFn] = (),
+        fmt: str | None = None,
+        history_length: int | None = 0,
+        max_turn_tokens: int = 128,
+        seed: int = 0,
+    ) -> None:
+        if max_turn_tokens < 1:
+            raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
+        self._make = _maker(env, env_kwargs)
+        probe = self._make()
+        try:
+            name = fmt if fmt is not None else family_of(probe)
+        finally:
+            probe.close()
+        if name is None:
+            raise ValueError(
+                f"no text format is registered for {env!r}: pass fmt='alfworld', 'webshop' or 'qa'"
+            )
+        self._wrappers: list[WrapperFn] = [
+            EnvFeedbackWrapper,
+            functools.partial(TextInterfaceWrapper, fmt=name, history_length=history_length),
+            *wrappers,
+        ]
+        self.max_turn_tokens = int(max_turn_tokens)
+        self._rng = np.random.default_rng(seed)
+        self._pool: dict[int, list[GroupEnv]] = {}
+
+    def _groups(self, n: int, group_size: int) -> list[GroupEnv]:
+        pool = self._pool.setdefault(group_size, [])
+        while len(pool) < n:
+            pool.append(GroupEnv(lambda: self._make(), group_size, wrappers=self._wrappers))
+        return pool[:n]
+
+    def close(self) -> None:
+        for pool in self._pool.values():
+            for g in pool:
+                g.close()
+        self._pool.clear()
+
+    # -- generation --------------------------------------------------------------------------------------------
+    def _generate(self, trainer: Any, rows: list[list[int]]) -> list[list[int]]:
+        tok = trainer.processing_class
+        pad = tok.pad_token_id
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        device = trainer.accelerator.device
+        config = trainer.generation_config.__class__.from_dict(trainer.generation_config.to_dict())
+        config.max_new_tokens = self.max_turn_tokens
+        config.max_length = None
+        with (
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+        ):
+            out = model.generate(
+                input_ids=ids.to(device), attention_mask=attn.to(device), generation_config=config
+            )
+        eos = set(trainer.eos_token_ids)
+        replies = []
+        for row in out[:, width:].tolist():
+            cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            replies.append(row[:cut])
+        return replies
+
+    # -- the rollout ---------------------------------------------------------------------------------------------
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        g = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+        if len(prompts) % g:
+            raise ValueError(
+                f"{len(prompts)} prompts do not split into groups of {g} (TRL's num_generations)"
+            )
+        tasks = [task_id_of_prompt(p) for p in prompts]
+        blocks = [tasks[i : i + g] for i in range(0, len(tasks), g)]
+        for b, block in enumerate(blocks):
+            if len(set(block)) != 1:
+                raise ValueError(
+                    f"block {b} mixes tasks {sorted(set(block))}: TRL must hand each prompt {g} times in a row "
+                    "(its RepeatSampler does; keep shuffle/sampler settings that preserve it)"
+                )
+        tok = trainer.processing_class
+        max_len = int(trainer.max_completion_length or 0) or 10**9
+        if self.max_turn_tokens > max_len:
+            raise ValueError(
+                f"max_turn_tokens={self.max_turn_tokens} exceeds max_completion_length={max_len}"
+            )
+        groups = self._groups(len(blocks), g)
+        rollouts: list[_Rollout] = []
+        for b, (group, block) in enumerate(zip(groups, blocks, strict=False)):
+            group.reset(seed=int(self._rng.integers(2**31 - 1)), options={"task_id": block[0]})
+            system = [
+                {"role": "system", "content": m["content"]}
+                for m in prompts[b * g]
+                if isinstance(m, Mapping) and m.get("role") == "system"
+            ]
+            for agent, text in group.prompts().items():
+                messages = [*system, {"role": "user", "content": text}]
+                rollouts.append(_Rollout(b, agent, _template_ids(tok, messages, generation_prompt=True)))
+        while True:
+            live = [r for r in rollouts if r.live]
+            if not live:
+                break
+            replies = self._generate(trainer, [r.prompt_ids + r.completion for r in live])
+            actions: dict[int, dict[str, str]] = {}
+            for r, reply in zip(live, replies, strict=True):
+                start = len(r.completion)
+                r.add(reply, trained=True)
+                r.spans.append((start, len(r.completion)))
+                text = tok.decode(reply, skip_special_tokens=True)
+                actions.setdefault(r.block, {})[r.agent] = text
+            for b, acts in actions.items():
+                _, _, term, trunc, _ = groups[b].step(acts)
+                for r in live:
+                    if r.block != b:
+                        continue
+                    if term[r.agent] or trunc[r.agent]:
+                        r.live = False
+                        continue
+                    self._next_turn(r, groups[b], tok, max_len)
+        return self._outputs(rollouts, groups)
+
+    def _next_turn(self, r: _Rollout, group: GroupEnv, tok: Any, max_len: int) -> None:
+        closing = [] if r.completion and r.completion[-1] == tok.eos_token_id else [tok.eos_token_id]
+        turn = closing + user_turn_ids(tok, group.env(r.agent).get_wrapper_attr("prompt"))
+        if len(r.completion) + len(turn) + self.max_turn_tokens > max_len:
+            r.live = False  # no room for another turn: the episode is cut here, unfinished
+            return
+        r.add(turn, trained=False)
+
+    def _outputs(self, rollouts: list[_Rollout], groups: list[GroupEnv]) -> dict[str, Any]:
+        episodes, steps = [], []
+        for r in rollouts:
+            group = groups[r.block]
+            traj = group.trajectories[group.possible_agents.index(r.agent)]
+            ep = episode_annotations(traj)
+            ep["group"] = r.block
+            recs = ep.pop("steps")
+            for rec, (s, e) in zip(recs, r.spans, strict=True):
+                rec.update(start=s, stop=e, group=r.block)
+            episodes.append(ep)
+            steps.append(recs)
+        return {
+            "prompt_ids": [r.prompt_ids for r in rollouts],
+            "completion_ids": [r.completion for r in rollouts],
+            "logprobs": None,
+            "env_mask": [r.mask for r in rollouts],
+            "stepgym_episode": episodes,
+            "stepgym_steps": steps,
+        }
+
+
+def episode_return(completions: list[Any], stepgym_episode: list[dict[str, Any]] | None = None, **_: Any):
+    """A TRL reward function: the env's episode return of each :class:`GroupRollout` completion."""
+    if stepgym_episode is None:
+        raise ValueError(
+            "episode_return needs GroupRollout's stepgym_episode (use it with rollout_func=GroupRollout)"
+        )
+    return [float(ep["return"]) for ep in stepgym_episode]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Step-level credit
+# ---------------------------------------------------------------------------------------------------------------
+def step_batch_from_rollouts(
+    steps: Sequence[Sequence[Mapping[str, Any]]],
+    *,
+    length: int,
+    reward_scale: float = 10.0,
+    invalid_rule: str = "format_or_inadmissible",
+) -> StepBatch:
+    """The shapers' :class:`StepBatch` for a batch of :class:`GroupRollout` completions.
+
+    ``steps[b]`` is completion b's ``stepgym_steps`` (its rows in step order); one token row per completion,
+    ``length`` its padded completion length. Group = the step records' ``group``; trajectory = the completion;
+    reward = env reward × ``reward_scale``; valid = format-valid (``invalid_rule="format"``) or format-valid and
+    admissible (default, as the bundled trainer); GiGPO's anchor = the state the action was taken in; ProAS labels
+    from ``ARGWrapper`` when every step has them.
+    """
+    if invalid_rule not in ("format", "format_or_inadmissible"):
+        raise ValueError(f"invalid_rule must be 'format' or 'format_or_inadmissible', got {invalid_rule!r}")
+    group_ids, traj_ids, rewards, valid, anchors, rea, prog, spans = [], [], [], [], [], [], [], []
+    for b, rows in enumerate(steps):
+        if not rows:
+            raise ValueError(f"completion {b} has no steps")
+        spans.append([(int(s["start"]), int(s["stop"])) for s in rows])
+        for s in rows:
+            group_ids.append(int(s["group"]))
+            traj_ids.append(b)
+            rewards.append(float(s["reward"]) * reward_scale)
+            ok = bool(s["format_valid"])
+            if invalid_rule == "format_or_inadmissible":
+                ok = ok and s["admissible"] is not False
+            valid.append(ok)
+            anchors.append(s["state_key"] if s["state_key"] is not None else f"{b}:{len(anchors)}")
+            rea.append(s.get("arg_reasonable"))
+            prog.append(s.get("arg_progress"))
+    labelled = all(x is not None for x in rea + prog)
+    return StepBatch(
+        group_ids=np.asarray(group_ids, dtype=np.int64),
+        traj_ids=np.asarray(traj_ids, dtype=np.int64),
+        rewards=np.asarray(rewards, dtype=np.float64),
+        valid=np.asarray(valid, dtype=bool),
+        anchor_obs=anchors,
+        reasonable=np.asarray(rea, dtype=bool) if labelled else None,
+        progress=np.asarray(prog, dtype=bool) if labelled else None,
+        layout=TokenLayout.from_spans(spans, length),
+    )
+
+
+TokenGapFn = Callable[[Any, list[dict[str, Any]], dict[str, Any], StepBatch], Mapping[str, Any]]
+
+
+class StepGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with stepgym's per-token advantages instead of TRL's one advantage per sequence.
+
+    Use it with ``rollout_func=GroupRollout(...)``. After TRL has generated and scored a batch, the steps the
+    rollout recorded become a :class:`~stepgym.trainers.shapers.StepBatch` (:func:`step_batch_from_rollouts`) and
+    :func:`~stepgym.trainers.shapers.shape_advantages` computes the (B, L) token advantages with ``shape_config``
+    (a :class:`~stepgym.trainers.shapers.ShapeConfig` or a preset name such as ``"gigpo-alfworld"`` or
+    ``"proas-gigpo"``); they replace ``inputs["advantages"]`` and TRL's loss, which accepts (B, L) advantages,
+    optimises them. ``update_index`` is the number of completed optimizer steps.
+
+    The env's per-step rewards drive the advantages; TRL's reward functions are still computed and logged but do
+    not enter them. ProAS needs ARG labels (wrap the env with ``ARGWrapper``); AHEAD and StepOPSD need teacher
+    log-prob gaps, supplied by ``token_gaps(trainer, inputs, outputs, batch) -> {"delta": (B, L), "delta_mask":
+    ..., "target": TokenLayout}`` (arrays over the completion tokens). One process only: groups must not be split
+    across processes.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        shape_config: ShapeConfig | str = "gigpo-alfworld",
+        reward_scale: float = 10.0,
+        invalid_rule: str = "format_or_inadmissible",
+        token_gaps: TokenGapFn | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.shape_config = (
+            ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
+        )
+        if self.shape_config.token_reweight is not None and token_gaps is None:
+            raise ValueError(
+                f"token_reweight={self.shape_config.token_reweight!r} needs teacher log-prob gaps: pass token_gaps="
+            )
+        self.reward_scale = float(reward_scale)
+        self.invalid_rule = invalid_rule
+        self.token_gaps = token_gaps
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.rollout_func, GroupRollout):
+            raise ValueError(
+                "StepGRPOTrainer needs rollout_func=GroupRollout(...): only it records which tokens belong to "
+                "which env step (TRL's environment_factory tool loop keeps no such record)"
+            )
+        if self.accelerator.num_processes != 1:
+            raise NotImplementedError(
+                "StepGRPOTrainer shapes advantages per process and supports one process"
+            )
+        self.last_shaped = None
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        steps = [x["stepgym_steps"] for x in inputs]
+        batch = step_batch_from_rollouts(
+            steps,
+            length=int(out["completion_ids"].shape[1]),
+            reward_scale=self.reward_scale,
+            invalid_rule=self.invalid_rule,
+        )
+        if self.token_gaps is not None:
+            for key, value in self.token_gaps(self, inputs, out, batch).items():
+                setattr(batch, key, value)
+        shaped = shape_advantages(batch, self.shape_config, update_index=int(self.state.global_step))
+        self.last_shaped = shaped
+        adv = torch.as_tensor(
+            shaped.token_advantages, dtype=torch.float32, device=out["completion_ids"].device
+        )
+        out["advantages"] = adv
+        mode = "train" if self.model.training else "eval"
+        trained = (out["completion_mask"] * out.get("tool_mask", 1)).bool()
+        self._metrics[mode]["stepgym/token_advantage_abs_mean"].append(float(adv[trained].abs().mean()))
+        self._metrics[mode]["stepgym/steps_per_episode"].append(float(len(batch.rewards)) / len(steps))
+        return out

@@ -1,0 +1,132 @@
+"""A tiny tool-capable chat model for the TRL integration tests, built in seconds with no download.
+
+A randomly initialised model never writes a well-formed tool call or ``<action>`` tag, so no env step would run
+and every reward would be equal. The helpers here build a ChatML tokenizer trained locally on the env's own text
+(TRL's Qwen2.5 template, so TRL's tool parser applies), a Qwen2-style model of ~0.2 M parameters, and clone a
+noisy expert of the credit toy into it (SFT on its conversations, rendered exactly as TRL renders them): the model
+then writes valid turns, and its episodes sometimes win and sometimes lose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tokenizers
+import torch
+import transformers
+
+from stepgym import schema
+from stepgym.integrations.trl import use_tool_chat_template
+from stepgym.trainers.models import build_tiny_model
+
+ENV_ID = "StepGym/CreditToy-v0"
+#: Short episodes: two rooms, one distractor, three steps.
+ENV_KWARGS = {"n_tasks": 4, "n_rooms": 2, "n_distractors": 1, "max_steps": 3}
+SYSTEM = "Find the key and open the door."
+_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+_TAGS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<action>",
+    "</action>",
+]
+
+
+def _train(corpus: list[str], vocab: int) -> Any:
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    # No word splitting: merges may span words, so the chat boilerplate becomes a few tokens (short rows).
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=_SPECIALS,
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in _TAGS])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>"
+    )
+    fast.padding_side = "left"
+    return use_tool_chat_template(fast)
+
+
+def tiny_chat_model(
+    conversations: list[dict[str, Any]], *, vocab: int = 1000, seed: int = 0
+) -> tuple[Any, Any]:
+    """A ChatML tokenizer trained on ``conversations`` (each ``{"messages": [...], "tools": [...] or None}``,
+    rendered through the template) and a random tiny Qwen2 model for it."""
+    boot = _train([m["content"] or "" for c in conversations for m in c["messages"]], 300)
+    rendered = [
+        boot.apply_chat_template(c["messages"], tools=c.get("tools"), tokenize=False) for c in conversations
+    ]
+    tok = _train(rendered, vocab)
+    model = build_tiny_model(
+        tok, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128, seed=seed
+    )
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return tok, model
+
+
+def _assistant_mask(tok: Any, messages: list[dict[str, Any]], tools: Any) -> tuple[list[int], list[int]]:
+    """Token ids of the whole conversation and a 0/1 mask that is 1 on the assistant replies (EOS included)."""
+    ids = tok.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False)
+    mask = [0] * len(ids)
+    for k, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        head = tok.apply_chat_template(
+            messages[:k], tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        upto = tok.apply_chat_template(messages[: k + 1], tools=tools, tokenize=True, return_dict=False)
+        end = max(i for i in range(len(head), len(upto)) if upto[i] == tok.eos_token_id)
+        for i in range(len(head), end + 1):
+            mask[i] = 1
+    return ids, mask
+
+
+def clone(
+    tok: Any, model: Any, conversations: list[dict[str, Any]], *, steps: int, seed: int = 0
+) -> list[float]:
+    """SFT ``model`` on the assistant tokens of ``conversations``; returns the loss per step."""
+    rows = [_assistant_mask(tok, c["messages"], c.get("tools")) for c in conversations]
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        pick = rng.choice(len(rows), size=min(8, len(rows)), replace=False)
+        width = max(len(rows[i][0]) for i in pick)
+        ids = torch.tensor([rows[i][0] + [tok.pad_token_id] * (width - len(rows[i][0])) for i in pick])
+        mask = torch.tensor([rows[i][1] + [0] * (width - len(rows[i][1])) for i in pick])
+        attn = torch.tensor([[1] * len(rows[i][0]) + [0] * (width - len(rows[i][0])) for i in pick])
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+        m = mask[:, 1:].float()
+        loss = -(logp * m).sum() / m.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def noisy_expert(rng: np.random.Generator, p_expert: float = 0.6) -> Callable[[dict[str, Any]], str]:
+    """The env's expert action with probability ``p_expert``, else a random admissible action."""
+
+    def act(info: dict[str, Any]) -> str:
+        adm = list(info[schema.ADMISSIBLE_ACTIONS])
+        exp = info.get(schema.EXPERT_ACTION)
+        if exp is not None and rng.random() < p_expert:
+            return exp
+        return adm[int(rng.integers(len(adm)))]
+
+    return act

@@ -1,0 +1,396 @@
+"""stepgym inside TRL 1.16's GRPOTrainer, for real, on the CPU: environment_factory, rollout_func over GroupEnv and
+per-token step credit, each through real GRPO steps of a tiny in-process model (tests/_trl_tiny.py)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+trl = pytest.importorskip("trl")
+
+from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, noisy_expert, tiny_chat_model  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from stepgym import schema  # noqa: E402
+from stepgym.integrations import task_dataset, task_ids  # noqa: E402
+from stepgym.integrations.trl import (  # noqa: E402
+    GroupRollout,
+    StepGRPOTrainer,
+    environment_factory,
+    episode_return,
+    use_tool_chat_template,
+)
+from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.wrappers.text import parse_action  # noqa: E402
+
+TOOL = {"tool_description": "Act in the room.", "action_description": "One admissible action."}
+
+
+def _config(out: Path, **over: Any) -> GRPOConfig:
+    kw = dict(
+        output_dir=str(out),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=2,
+        learning_rate=2e-3,
+        beta=0.0,
+        temperature=1.0,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    kw.update(over)
+    return GRPOConfig(**kw)
+
+
+def _params(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _changed(before: dict[str, torch.Tensor], model) -> int:
+    return sum(not torch.equal(before[n], p.detach()) for n, p in model.named_parameters())
+
+
+def _losses(trainer) -> list[float]:
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# environment_factory
+# ---------------------------------------------------------------------------------------------------------------
+def test_factory_class_exposes_exactly_one_typed_documented_tool() -> None:
+    Env = environment_factory(ENV_ID, ENV_KWARGS, tool_name="act", **TOOL)
+    public = {n for n, _ in inspect.getmembers(Env, predicate=inspect.isfunction) if not n.startswith("_")}
+    assert public == {"reset", "get_reward", "act"}  # TRL turns every other public method into a tool
+    from transformers.utils import get_json_schema
+
+    env = Env()
+    fn = get_json_schema(env.act)["function"]
+    assert fn["name"] == "act" and fn["parameters"]["required"] == ["action"]
+    assert fn["parameters"]["properties"]["action"] == {
+        "type": "string",
+        "description": "One admissible action.",
+    }
+    tid = task_ids(ENV_ID, ENV_KWARGS)[2]
+    first = env.reset(task_id=tid, prompt=[{"role": "user", "content": ""}])  # TRL passes the whole row
+    assert "Admissible actions:" in first and env.trajectory.task_id == tid
+    expert = env.trajectory.initial_info[schema.EXPERT_ACTION]
+    while not env.trajectory.done:
+        env.act(env.trajectory.infos()[-1][schema.EXPERT_ACTION])
+    assert env.get_reward() == 1.0 and env.annotations["won"] and expert
+    n = len(env.trajectory.steps)
+    # a finished env never steps
+    assert "episode is over" in env.act("wait") and len(env.trajectory.steps) == n
+
+
+@pytest.mark.parametrize("bad", ["reset", "_act", "get_reward", "not an id"])
+def test_factory_refuses_tool_names_trl_would_mishandle(bad: str) -> None:
+    with pytest.raises(ValueError, match="tool_name"):
+        environment_factory(ENV_ID, ENV_KWARGS, tool_name=bad)
+
+
+def test_tool_template_is_installed_only_when_needed() -> None:
+    tok, _ = tiny_chat_model([{"messages": [{"role": "user", "content": "hi"}]}], vocab=300)
+    qwen = tok.chat_template
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # renders no tool calls
+    assert use_tool_chat_template(tok).chat_template == qwen
+    assert use_tool_chat_template(tok).chat_template == qwen  # idempotent
+
+
+def _factory_conversations(Env, n: int, seed: int) -> list[dict[str, Any]]:
+    env, rng = Env(), np.random.default_rng(seed)
+    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
+    out = []
+    for ep in range(n):
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": env.reset(task_id=ids[ep % len(ids)])},
+        ]
+        while not env.trajectory.done:
+            a = policy(env.trajectory.infos()[-1])
+            call = {"type": "function", "function": {"name": "act", "arguments": {"action": a}}}
+            messages += [
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "name": "act", "content": env.act(a)},
+            ]
+        messages.append({"role": "assistant", "content": "done"})
+        out.append({"messages": messages, "tools": [env.act]})
+    return out
+
+
+@pytest.fixture(scope="module")
+def factory_agent() -> tuple[Any, Any, type]:
+    Env = environment_factory(ENV_ID, ENV_KWARGS, **TOOL)
+    convs = _factory_conversations(Env, 48, seed=0)
+    tok, model = tiny_chat_model(convs)
+    losses = clone(tok, model, convs, steps=100)
+    assert losses[-1] < losses[0] / 4  # it learnt the tool-call format
+    return tok, model, Env
+
+
+def _admissible_steps(ep: dict[str, Any]) -> float:
+    """A reward read from stepgym's step annotations: actions that reached the env, admissible ones again, and
+    10 for a win (a barely trained model mostly earns the first)."""
+    return ep["n_steps"] + float(sum(bool(s["admissible"]) for s in ep["steps"])) + 10.0 * ep["return"]
+
+
+def test_environment_factory_trains_with_real_env_steps(factory_agent, tmp_path: Path) -> None:
+    tok, model, Env = factory_agent
+    seen: list[Any] = []
+
+    # TRL passes the rollouts' env instances to reward functions
+    def annotated(completions, environments, **_):
+        eps = [e.annotations for e in environments]
+        seen.extend(eps)
+        return [_admissible_steps(ep) for ep in eps]
+
+    before = _params(model)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[annotated],
+        args=_config(tmp_path, max_completion_length=160, max_tool_calling_iterations=3),
+        train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
+        processing_class=tok,
+        environment_factory=Env,
+    )
+    trainer.train()
+    assert len(seen) == 16
+    assert sum(ep["n_steps"] for ep in seen) > 0  # the model's tool calls stepped the env
+    assert {ep["task_id"] for ep in seen} <= set(task_ids(ENV_ID, ENV_KWARGS))
+    assert len({_admissible_steps(ep) for ep in seen}) > 1  # rewards vary
+    assert any(r != 0 for r in _losses(trainer))
+    assert _changed(before, model) > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rollout_func over GroupEnv, and per-token credit
+# ---------------------------------------------------------------------------------------------------------------
+def _react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
+    import gymnasium as gym
+
+    from stepgym.wrappers.feedback import EnvFeedbackWrapper
+    from stepgym.wrappers.text import TextInterfaceWrapper
+
+    env = TextInterfaceWrapper(
+        EnvFeedbackWrapper(gym.make(ENV_ID, **ENV_KWARGS)), fmt="alfworld", history_length=0
+    )
+    rng = np.random.default_rng(seed)
+    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
+    out = []
+    for ep in range(n):
+        _, info = env.reset(seed=ep, options={"task_id": ids[ep % len(ids)]})
+        messages = [{"role": "system", "content": SYSTEM}]
+        done = False
+        while not done:
+            reply = f"<think>go</think><action>{policy(info)}</action>"
+            messages += [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]
+            _, _, term, trunc, info = env.step(reply)
+            done = term or trunc
+        out.append({"messages": messages})
+    return out
+
+
+@pytest.fixture(scope="module")
+def react_agent() -> tuple[Any, Any]:
+    convs = _react_conversations(48, seed=1)
+    tok, model = tiny_chat_model(convs)
+    clone(tok, model, convs, steps=40)
+    return tok, model
+
+
+def _rollout() -> GroupRollout:
+    return GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, seed=0)
+
+
+def _format_steps(completions, stepgym_steps, **_):
+    return [float(sum(bool(s["format_valid"]) for s in steps)) for steps in stepgym_steps]
+
+
+def test_group_rollout_trains_groups_with_env_tokens_masked(react_agent, tmp_path: Path) -> None:
+    tok, model = react_agent
+    rollout = _rollout()
+    outputs: list[dict[str, Any]] = []
+
+    def record(prompts, trainer):
+        out = rollout(prompts, trainer)
+        outputs.append(out)
+        return out
+
+    before = _params(model)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[episode_return, _format_steps],
+        args=_config(tmp_path, max_completion_length=320),
+        train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
+        processing_class=tok,
+        rollout_func=record,
+    )
+    trainer.train()
+    assert len(outputs) == 2
+    for out in outputs:
+        eps, steps = out["stepgym_episode"], out["stepgym_steps"]
+        assert len(eps) == 8 and all(ep["n_steps"] >= 1 for ep in eps)  # env steps ran
+        # one task per block of G = 4 (TRL repeats each prompt G times in a row)
+        assert [len({ep["task_id"] for ep in eps[i : i + 4]}) for i in (0, 4)] == [1, 1]
+        for ids, mask, recs in zip(out["completion_ids"], out["env_mask"], steps, strict=True):
+            assert len(ids) == len(mask)
+            trained = {i for s in recs for i in range(s["start"], s["stop"])}
+            assert trained == {i for i, m in enumerate(mask) if m}  # exactly the replies are trained
+            for s in recs:  # each span decodes to the reply the env parsed
+                text = tok.decode(ids[s["start"] : s["stop"]], skip_special_tokens=True)
+                assert parse_action(text, "alfworld").action == s["action"] or not s["format_valid"]
+    rewards = [_format_steps(None, o["stepgym_steps"]) for o in outputs]
+    assert len({r for rr in rewards for r in rr}) > 1  # rewards vary
+    assert any(r != 0 for r in _losses(trainer))
+    assert _changed(before, model) > 0
+
+
+def _independent_advantages(out: dict[str, Any], length: int, cfg: ShapeConfig) -> np.ndarray:
+    """shape_advantages on a StepBatch built here from the rollout's raw records (not the adapter's builder)."""
+    group, traj, rew, valid, anchor, spans = [], [], [], [], [], []
+    for b, recs in enumerate(out["stepgym_steps"]):
+        spans.append([(s["start"], s["stop"]) for s in recs])
+        for s in recs:
+            group.append(b // 4)
+            traj.append(b)
+            rew.append(10.0 * s["reward"])
+            valid.append(s["format_valid"] and s["admissible"])
+            anchor.append(s["state_key"])
+    batch = StepBatch(
+        group, traj, rew, valid=valid, anchor_obs=anchor, layout=TokenLayout.from_spans(spans, length)
+    )
+    return shape_advantages(batch, cfg, update_index=0).token_advantages
+
+
+def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent, tmp_path: Path) -> None:
+    tok, model = react_agent
+    rollout = _rollout()
+    outputs: list[dict[str, Any]] = []
+    optimised: list[dict[str, torch.Tensor]] = []
+
+    class Recording(StepGRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            optimised.append(
+                {k: inputs[k].detach().clone() for k in ("completion_ids", "advantages", "completion_mask")}
+            )
+            return super()._compute_loss(model, inputs)
+
+    def record(prompts, trainer):
+        out = rollout(prompts, trainer)
+        outputs.append(out)
+        return out
+
+    cfg = ShapeConfig.from_preset("gigpo-alfworld")
+    before = _params(model)
+    trainer = Recording(
+        model=model,
+        reward_funcs=[episode_return],
+        args=_config(tmp_path, max_completion_length=320),
+        train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
+        processing_class=tok,
+        rollout_func=rollout,
+        shape_config=cfg,
+    )
+    trainer.rollout_func = record
+    trainer.train()
+    assert len(outputs) == len(optimised) == 2  # one generation and one loss per step
+    credit = 0.0
+    for out, got in zip(outputs, optimised, strict=True):
+        length = got["completion_ids"].shape[1]
+        want = _independent_advantages(out, length, cfg)
+        # TRL shuffles the rows before the loss: match each optimised row to its completion by its tokens
+        rows = {tuple(ids): b for b, ids in enumerate(out["completion_ids"])}
+        adv = got["advantages"].numpy()
+        assert adv.shape == want.shape  # (B, L): one advantage per token, not per sequence
+        for r, ids in enumerate(got["completion_ids"].tolist()):
+            n = int(got["completion_mask"][r].sum())
+            b = rows[tuple(ids[:n])]
+            np.testing.assert_allclose(adv[r], want[b].astype(np.float32), rtol=0, atol=1e-6)
+        env_tokens = np.asarray([m + [1] * (length - len(m)) for m in out["env_mask"]]) == 0
+        assert (want[env_tokens] == 0).all()  # env tokens carry no advantage
+        assert max(len(recs) for recs in out["stepgym_steps"]) > 1  # multi-step rows
+        credit += float(np.abs(want).sum())
+    assert credit > 0  # some group's steps differed
+    assert any(r != 0 for r in _losses(trainer))
+    assert _changed(before, model) > 0
+
+
+def test_step_trainer_refuses_batches_it_cannot_shape(react_agent, tmp_path: Path) -> None:
+    tok, model = react_agent
+    kw = dict(
+        model=model,
+        reward_funcs=[episode_return],
+        args=_config(tmp_path, max_completion_length=320),
+        train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
+        processing_class=tok,
+    )
+    with pytest.raises(ValueError, match="GroupRollout"):
+        StepGRPOTrainer(**kw, rollout_func=lambda prompts, trainer: {})
+    with pytest.raises(ValueError, match="token_gaps"):
+        StepGRPOTrainer(**kw, rollout_func=_rollout(), shape_config="ahead")
+
+
+@pytest.mark.slow
+def test_smollm2_through_both_hooks(tmp_path: Path) -> None:
+    """The real instruct model. Its own template cannot render tool calls: the adapter installs one and TRL accepts
+    the tool env. Then a real GRPO step over GroupEnv groups: every reply is an env step (an invalid one when it
+    has no well-formed action), and the weights move whenever the rewards differ."""
+    from trl.chat_template_utils import supports_tool_calling
+
+    from stepgym.trainers.models import load_model
+
+    loaded = load_model("smollm2-135m-instruct")
+    tok, model = loaded.tokenizer, loaded.model
+    tok.padding_side = "left"
+    own = tok.chat_template
+    assert not supports_tool_calling(tok)
+    use_tool_chat_template(tok)
+    data = task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM)
+    common = dict(model=model, reward_funcs=[episode_return], train_dataset=data, processing_class=tok)
+    GRPOTrainer(**common, args=_config(tmp_path), environment_factory=environment_factory(ENV_ID, ENV_KWARGS))
+    tok.chat_template = own  # the rollout below uses SmolLM2's own ChatML template, and no tool-call parser
+    tok.response_template = tok.response_schema = None
+    outputs: list[dict[str, Any]] = []
+    rollout = GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=48)
+
+    def record(prompts, trainer):
+        outputs.append(rollout(prompts, trainer))
+        return outputs[-1]
+
+    before = _params(model)
+    args = _config(
+        tmp_path, per_device_train_batch_size=2, num_generations=2, max_steps=1, learning_rate=1e-5
+    )
+    args.max_completion_length = 400
+    trainer = GRPOTrainer(**{**common, "reward_funcs": [_format_steps]}, args=args, rollout_func=record)
+    trainer.train()
+    (out,) = outputs
+    assert all(ep["n_steps"] >= 1 for ep in out["stepgym_episode"])  # SmolLM2's replies stepped the env
+    rewards = _format_steps(None, out["stepgym_steps"])
+    assert (_changed(before, model) > 0) == (len(set(rewards)) > 1)
+
+
+def test_factory_plays_a_real_alfworld_task(data_dir: Path) -> None:
+    """The docs example's env: the tool env on StepGym/ALFWorld-v0 follows the task id of the dataset row."""
+    pytest.importorskip("alfworld")
+    row = task_dataset("StepGym/ALFWorld-v0", {"split": "train"}, limit=2)[1]
+    ALFWorld = environment_factory("StepGym/ALFWorld-v0", {"split": "train"})
+    env = ALFWorld()
+    first = env.reset(**row)
+    assert env.trajectory.task_id == row["task_id"] and "Your task is to:" in first
+    expert = env.trajectory.initial_info[schema.EXPERT_ACTION]
+    answer = env.act(expert)
+    rec = env.annotations["steps"][0]
+    assert rec["action"] == expert and rec["admissible"] is True and rec["state_key"] is not None
+    assert "Admissible actions:" in answer
+    env.env.close()
