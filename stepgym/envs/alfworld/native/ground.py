@@ -1,0 +1,327 @@
+"""Grounding of one ALFWorld game: which operators apply in a state, and what each one changes.
+
+Built once per game from :mod:`stepgym.envs.alfworld.native.pddl` (see that module for the Fast Downward rules it
+reproduces). Applicable operators are found by joining each precondition disjunct against the current atoms
+(static predicates are indexed once; the few fluent ones are scanned). An operator's SAS effects do not depend on
+the state, so they are computed the first time the operator is seen and cached.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from stepgym.envs.alfworld.native.pddl import Domain, Problem
+
+# An operator: (name, schema index, binding of all parameters (incl. existential ones) by variable name).
+Op = tuple[str, int, dict[str, str]]
+# One reported SAS effect: (atom, value) with value 0 = the atom holds, 1 = it does not; and its condition.
+SasEffect = tuple[tuple, int, tuple[tuple[tuple, int], ...]]
+
+
+class _Plan:
+    """A join order for one conjunction of literals over some parameters."""
+
+    def __init__(self, params: list[tuple[str, str]], literals: list[tuple], grounder: Grounder):
+        self.params = params
+        self.literals = literals
+        steps: list[tuple] = []
+        bound: set[str] = set()
+        pos = [lit for lit in literals if not lit[0] and lit[1] != "="]
+        rest = [lit for lit in literals if lit[0] or lit[1] == "="]
+
+        def is_var(a: str) -> bool:
+            return a.startswith("?")
+
+        while pos:
+            # most bound arguments first; static predicates (indexed) before fluent ones
+            def score(lit: tuple) -> tuple[int, int]:
+                nb = sum(1 for a in lit[2] if not is_var(a) or a in bound)
+                return (nb - len(lit[2]), 0 if lit[1] in grounder.fluents else 1)
+
+            lit = max(pos, key=score)
+            pos.remove(lit)
+            steps.append(("match", lit[1], lit[2], tuple(a for a in lit[2] if is_var(a) and a not in bound)))
+            bound.update(a for a in lit[2] if is_var(a))
+            steps.extend(self._ready_checks(rest, bound))
+        for name, typ in params:
+            if name not in bound:
+                steps.append(("enum", name, typ))
+                bound.add(name)
+                steps.extend(self._ready_checks(rest, bound))
+        steps.extend(self._ready_checks(rest, bound))
+        if rest:
+            raise ValueError("literals over unknown variables: %r" % rest)
+        self.steps = steps
+        self.types = dict(params)
+
+    @staticmethod
+    def _ready_checks(rest: list[tuple], bound: set[str]) -> list[tuple]:
+        out = []
+        for lit in list(rest):
+            if all(not a.startswith("?") or a in bound for a in lit[2]):
+                rest.remove(lit)
+                out.append(("check", lit))
+        return out
+
+
+class Grounder:
+    """The compiled game: objects, static facts, join plans, reachable atoms and SAS effects of operators."""
+
+    def __init__(self, domain: Domain, problem: Problem):
+        self.domain = domain
+        self.objects = problem.objects
+        self.fluents = domain.fluents
+        self.init = set(problem.init)
+        subtypes = {t: domain.subtypes(t) for t in set(domain.types) | set(problem.objects.values())}
+        self._by_type: dict[str, list[str]] = defaultdict(list)
+        for obj, typ in problem.objects.items():
+            for t, subs in subtypes.items():
+                if typ in subs:
+                    self._by_type[t].append(obj)
+        self._type_ok: dict[str, frozenset[str]] = {t: frozenset(o) for t, o in self._by_type.items()}
+        self.static: dict[str, set[tuple]] = defaultdict(set)
+        for atom in problem.init:
+            if atom[0] not in self.fluents:
+                self.static[atom[0]].add(atom[1:])
+        self._index: dict[tuple[str, tuple[int, ...]], dict[tuple, list[tuple]]] = {}
+        self.plans: list[list[_Plan]] = []
+        for schema in domain.schemas:
+            self.plans.append([_Plan(schema.params + extra, lits, self) for extra, lits in schema.disjuncts])
+        self._reachable: set[tuple] | None = None
+        self._effects: dict[str, tuple[SasEffect, ...]] = {}
+
+    # -- joins ----------------------------------------------------------------------------------------------
+    def _lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> list[tuple]:
+        idx = self._index.get((pred, positions))
+        if idx is None:
+            idx = defaultdict(list)
+            for args in sorted(self.static.get(pred, ())):
+                idx[tuple(args[i] for i in positions)].append(args)
+            idx = self._index[(pred, positions)] = dict(idx)
+        return idx.get(key, [])
+
+    def _holds(self, lit: tuple, b: dict[str, str], facts: dict[str, set[tuple]]) -> bool:
+        negated, pred, args = lit
+        vals = tuple(b.get(a, a) for a in args)
+        if pred == "=":
+            return (vals[0] == vals[1]) != negated
+        table = facts.get(pred, ()) if pred in self.fluents else self.static.get(pred, ())
+        return (vals in table) != negated
+
+    def assignments(self, plan: _Plan, facts: dict[str, set[tuple]], b: dict[str, str] | None = None) -> Iterator[dict]:
+        """Every binding of ``plan``'s parameters satisfying its literals in ``facts`` (fluent atoms by predicate)."""
+        yield from self._run(plan, 0, dict(b or {}), facts)
+
+    def _run(self, plan: _Plan, i: int, b: dict[str, str], facts: dict[str, set[tuple]]) -> Iterator[dict]:
+        if i == len(plan.steps):
+            yield b
+            return
+        step = plan.steps[i]
+        kind = step[0]
+        if kind == "check":
+            if self._holds(step[1], b, facts):
+                yield from self._run(plan, i + 1, b, facts)
+            return
+        if kind == "enum":
+            name = step[1]
+            for obj in self._by_type.get(step[2], ()):
+                b[name] = obj
+                yield from self._run(plan, i + 1, b, facts)
+            b.pop(name, None)
+            return
+        _, pred, args, new = step
+        positions = tuple(j for j, a in enumerate(args) if not a.startswith("?") or a not in new)
+        key = tuple(b.get(args[j], args[j]) for j in positions)
+        if pred in self.fluents:
+            cands = [t for t in facts.get(pred, ()) if all(t[j] == k for j, k in zip(positions, key, strict=True))]
+        else:
+            cands = self._lookup(pred, positions, key)
+        types = plan.types
+        for t in cands:
+            ok = True
+            for j, a in enumerate(args):
+                if a in new:
+                    cur = b.get(a)
+                    if cur is None:
+                        if t[j] not in self._type_ok.get(types.get(a, "object"), ()):
+                            ok = False
+                            break
+                        b[a] = t[j]
+                    elif cur != t[j]:
+                        ok = False
+                        break
+            if ok:
+                yield from self._run(plan, i + 1, b, facts)
+            for a in new:
+                b.pop(a, None)
+
+    # -- operators ------------------------------------------------------------------------------------------
+    def applicable(self, facts: dict[str, set[tuple]]) -> list[Op]:
+        """Applicable operators, one per operator name (the first disjunct that applies), noops left out."""
+        out: list[Op] = []
+        seen: set[str] = set()
+        for si, schema in enumerate(self.domain.schemas):
+            n_ext = len(schema.params)
+            for di, plan in enumerate(self.plans[si]):
+                for b in self.assignments(plan, facts):
+                    name = " ".join([schema.name, *(b[p] for p, _ in schema.params[:n_ext])])
+                    if name in seen:
+                        continue
+                    op = (name, si, dict(b), di)
+                    if not self.effects(op):
+                        continue
+                    seen.add(name)
+                    out.append(op)
+        return out
+
+    def reachable(self) -> set[tuple]:
+        """FD's relaxed exploration: atoms reachable ignoring negative literals and deletes."""
+        if self._reachable is None:
+            facts: dict[str, set[tuple]] = defaultdict(set)
+            for atom in self.init:
+                facts[atom[0]].add(atom[1:])
+            relaxed = []
+            for si, schema in enumerate(self.domain.schemas):
+                for extra, lits in schema.disjuncts:
+                    pos = [lit for lit in lits if not lit[0]]
+                    for eff in schema.effects:
+                        if eff.negated:
+                            continue
+                        cond = [lit for lit in eff.condition if not lit[0]]
+                        relaxed.append((_Plan(schema.params + extra, pos + cond, self), eff))
+            changed = True
+            while changed:
+                changed = False
+                for plan, eff in relaxed:
+                    new = set()
+                    for b in self._run_relaxed(plan, facts):
+                        new.add(tuple(b.get(a, a) for a in eff.args))
+                    table = facts[eff.pred]
+                    if not new <= table:
+                        table |= new
+                        changed = True
+            self._reachable = {(p, *a) for p, ts in facts.items() for a in ts}
+        return self._reachable
+
+    def _run_relaxed(self, plan: _Plan, facts: dict[str, set[tuple]]) -> Iterator[dict]:
+        # Fluent tables here hold every reachable atom; static ones are the same as in a state.
+        yield from self._run(plan, 0, {}, facts)
+
+    def effects(self, op: Op) -> tuple[SasEffect, ...]:
+        """The SAS effects of ``op`` in FD's canonical order (cached: they do not depend on the state)."""
+        name = op[0]
+        cached = self._effects.get(name)
+        if cached is None:
+            cached = self._effects[name] = self._sas_effects(op)
+        return cached
+
+    def _sas_effects(self, op: Op) -> tuple[SasEffect, ...]:
+        _, si, b, di = op
+        schema = self.domain.schemas[si]
+        reach = self.reachable()
+
+        def inst(args: tuple) -> tuple:
+            return tuple(b.get(a, a) for a in args)
+
+        pre: dict[tuple, int] = {}
+        for negated, pred, args in schema.disjuncts[di][1]:
+            if pred == "=" or pred not in self.fluents:
+                continue
+            atom = (pred, *inst(args))
+            if atom in reach:
+                pre[atom] = 1 if negated else 0
+        adds: list[tuple[tuple, frozenset]] = []
+        dels: list[tuple[tuple, frozenset]] = []
+        for eff in schema.effects:
+            cond = self._condition(eff.condition, inst, reach)
+            if cond is None:
+                continue
+            atom = (eff.pred, *inst(eff.args))
+            if not eff.negated:
+                adds.append((atom, cond))
+            elif atom in reach:
+                dels.append((atom, cond))
+        dels = [d for d in dels if d not in adds]
+        by_var: dict[tuple, dict[int, list[dict]]] = {}
+        add_conds: dict[tuple, list[dict]] = defaultdict(list)
+        for atom, cond in adds:
+            c = dict(cond)
+            by_var.setdefault(atom, {}).setdefault(0, []).append(c)
+            add_conds[atom].append(c)
+        for atom, cond in dels:
+            no_add = _negate_dnf(add_conds[atom])
+            if no_add is None:
+                continue
+            c = dict(cond)
+            if c.get(atom, 0) != 0:
+                continue
+            c[atom] = 0
+            for extra in no_add:
+                merged = dict(c)
+                if all(merged.setdefault(v, val) == val for v, val in extra.items()):
+                    by_var.setdefault(atom, {}).setdefault(1, []).append(merged)
+        out: set[SasEffect] = set()
+        for atom, posts in by_var.items():
+            orig_pre = pre.get(atom, -1)
+            for post, conds in posts.items():
+                if orig_pre == post:
+                    continue
+                lists = [sorted(c.items()) for c in conds]
+                if (1 - post) not in posts and lists != [[]]:
+                    dual = (atom, 1 - post)
+                    for lst in lists:
+                        while dual in lst:
+                            lst.remove(dual)
+                        if not lst:
+                            lists = [[]]
+                            break
+                for lst in lists:
+                    filtered = []
+                    contradicts = False
+                    for var, val in lst:
+                        if var in pre:
+                            if pre[var] != val:
+                                contradicts = True
+                                break
+                        else:
+                            filtered.append((var, val))
+                    if not contradicts:
+                        out.add((atom, post, tuple(filtered)))
+        return tuple(sorted(out, key=lambda e: (e[0], e[1], e[2])))
+
+    def _condition(self, lits: list[tuple], inst: Any, reach: set[tuple]) -> frozenset | None:
+        """An effect condition as {atom: value}, static parts evaluated; None if it can never hold."""
+        out: dict[tuple, int] = {}
+        for negated, pred, args in lits:
+            vals = inst(args)
+            if pred == "=":
+                if (vals[0] == vals[1]) == negated:
+                    return None
+                continue
+            atom = (pred, *vals)
+            if pred in self.fluents and atom in reach:
+                val = 1 if negated else 0
+                if out.setdefault(atom, val) != val:
+                    return None
+            elif (atom in self.init) != negated:
+                continue
+            else:
+                return None
+        return frozenset(out.items())
+
+
+def _negate_dnf(conds: list[dict]) -> list[dict] | None:
+    """¬(c1 ∨ c2 ∨ …) as a list of consistent conjunctions; None when some ci is empty (always true)."""
+    out: list[dict] = [{}]
+    for c in conds:
+        if not c:
+            return None
+        nxt = []
+        for partial in out:
+            for var, val in c.items():
+                if partial.get(var, 1 - val) == 1 - val:
+                    nxt.append({**partial, var: 1 - val})
+        out = nxt
+    return out
