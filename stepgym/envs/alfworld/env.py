@@ -41,6 +41,8 @@ class ALFWorldEnv(TextEnv):
         data_root: the ALFWorld data folder; default from ``$STEPGYM_DATA``/``$ALFWORLD_DATA``/the user cache.
         expert: compute ``stepgym/expert_action`` every step (the handcoded expert; costs ~1 ms a step).
         game_cache_size: how many translated games to keep for instant re-reset.
+        engine: ``"textworld"`` (TextWorld + Fast Downward, the reference) or ``"native"`` (stepgym's pure-Python
+            engine, same games byte for byte, much faster; see :mod:`stepgym.envs.alfworld.native`).
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class ALFWorldEnv(TextEnv):
         expert: bool = True,
         game_cache_size: int = 16,
         render_mode: str | None = None,
+        engine: str = "textworld",
     ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         root = resolve_root(data_root)
@@ -60,7 +63,7 @@ class ALFWorldEnv(TextEnv):
             split, tuple(task_types) if task_types else None, root
         )
         self._by_id = {g.task_id: g for g in self.games}
-        self._engine = AlfredEngine(cache_size=game_cache_size)
+        self._engine = _make_engine(engine, game_cache_size)
         self._use_expert = expert
         self._expert: RobustExpert | None = None
         self._game: GameRecord | None = None
@@ -184,6 +187,19 @@ class ALFWorldEnv(TextEnv):
     def close(self) -> None:
         self._engine.close()
         super().close()
+
+
+ENGINES = ("textworld", "native")
+
+
+def _make_engine(name: str, cache_size: int) -> Any:
+    if name == "native":
+        from stepgym.envs.alfworld.native import NativeEngine
+
+        return NativeEngine(cache_size=cache_size)
+    if name == "textworld":
+        return AlfredEngine(cache_size=cache_size)
+    raise ValueError(f"unknown ALFWorld engine {name!r}; expected one of {ENGINES}")
 
 
 def _goal_of(intro: str) -> str:

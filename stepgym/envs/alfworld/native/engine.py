@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, parse_symbols
-from stepgym.envs.alfworld.native.ground import Grounder, Op
-from stepgym.envs.alfworld.native.pddl import Domain, parse_domain, parse_problem
+from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
+from stepgym.envs.alfworld.native.pddl import Domain, dnf, nnf, parse_domain, parse_problem
 from stepgym.errors import CorruptDataError
 
 __all__ = ["NativeEngine", "NativeSnapshot"]
@@ -36,7 +36,7 @@ NOTHING_HAPPENS = "Nothing happens."
 class Entity:
     """TextWorld's ``EntityInfo`` as the grammar's ``{…}`` expressions see it."""
 
-    __slots__ = ("id", "type", "name", "definite", "indefinite")
+    __slots__ = ("definite", "id", "indefinite", "name", "type")
 
     def __init__(self, id: str, type: str, name: str):
         self.id, self.type, self.name = id, type, name
@@ -59,7 +59,7 @@ class Var:
 class Fact:
     """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``."""
 
-    __slots__ = ("name", "arguments", "names")
+    __slots__ = ("arguments", "name", "names")
 
     def __init__(self, name: str, arguments: tuple[Var, ...]):
         self.name = name
@@ -108,6 +108,7 @@ class _Game:
     init_tw: tuple[tuple, ...]
     goal: Any
     facts_of: dict[tuple, Fact]
+    commands: dict[str, str]
     intro: str = ""
     static_sorted: dict[str, list[tuple]] | None = None
 
@@ -144,7 +145,7 @@ class NativeEngine:
         self._cache_size = cache_size
         self._game: _Game | None = None
         self.game_file: Path | None = None
-        self._true: dict[str, set[tuple]] = {}
+        self._true = Tables()
         self._tw: dict[tuple, None] = {}
         self._tw_by_pred: dict[str, set[tuple]] = {}
         self._ops: list[Op] = []
@@ -174,7 +175,7 @@ class NativeEngine:
     # -- playing ------------------------------------------------------------------------------------------------
     def reset(self) -> dict[str, Any]:
         game = self._require()
-        self._true = {p: set(ts) for p, ts in game.init_true.items()}
+        self._true = Tables({p: set(ts) for p, ts in game.init_true.items()})
         self._set_tw(game.init_tw)
         self._moves = 0
         if not game.intro:
@@ -212,23 +213,17 @@ class NativeEngine:
 
     def _apply(self, op: Op) -> None:
         game = self._require()
-        effects = game.grounder.effects(op)
+        effects = game.grounder.effects(op, self._true)
         true = self._true
         fire = []
         for atom, val, cond in effects:
-            ok = True
-            for catom, cval in cond:
-                if ((catom[1:] in true.get(catom[0], ())) != (cval == 0)):
-                    ok = False
-                    break
-            if ok:
+            if all((catom in true) == (cval == 0) for catom, cval in cond):
                 fire.append((atom, val))
         for atom, val in fire:
-            table = true.setdefault(atom[0], set())
             if val == 0:
-                table.add(atom[1:])
+                true.add(atom[0], atom[1:])
             else:
-                table.discard(atom[1:])
+                true.discard(atom[0], atom[1:])
         tw, by_pred = self._tw, self._tw_by_pred
         for atom, val, _ in effects:
             pred = atom[0]
@@ -245,14 +240,9 @@ class NativeEngine:
 
     def _gather(self, feedback: str) -> dict[str, Any]:
         game = self._require()
-        ops = game.grounder.applicable(self._true)
-        commands = []
-        for op in ops:
-            _, si, b, _ = op
-            schema = game.grounder.domain.schemas[si]
-            mapping = {(p.lstrip("?"), t): b[p] for p, t in schema.params}
-            commands.append(self._derive(game.grammar.actions[schema.name].template, mapping))
-        self._ops, self._commands = ops, commands
+        self._ops = game.grounder.applicable(self._true)
+        self._commands = [self._command(op) for op in self._ops]
+        commands = self._commands
         facts_of = game.facts_of
         facts = []
         for f in self._tw:
@@ -273,7 +263,10 @@ class NativeEngine:
 
     def _won(self) -> bool:
         game = self._require()
-        return _holds(game.goal, self._true, game, {})
+        if isinstance(game.goal, list):
+            grounder = game.grounder
+            return any(next(grounder.assignments(plan, self._true), None) is not None for plan in game.goal)
+        return _holds(game.goal, self._true.data, game, {})
 
     # -- snapshots ----------------------------------------------------------------------------------------------
     def get_state(self) -> NativeSnapshot:
@@ -281,7 +274,7 @@ class NativeEngine:
         self._require()
         return NativeSnapshot(
             str(self.game_file),
-            tuple((p, frozenset(ts)) for p, ts in self._true.items()),
+            tuple((p, frozenset(ts)) for p, ts in self._true.data.items()),
             tuple(self._tw),
             self._moves,
             dict(self._state),
@@ -291,24 +284,30 @@ class NativeEngine:
         """Restore a snapshot of this engine's current game; returns the state dict it had."""
         if self.game_file is None or snapshot.game_file != str(self.game_file):
             self.load(snapshot.game_file)
-        self._true = {p: set(ts) for p, ts in snapshot.true_atoms}
+        self._true = Tables({p: set(ts) for p, ts in snapshot.true_atoms})
         self._set_tw(snapshot.tw_facts)
         self._moves = snapshot.moves
         state = dict(snapshot.last)
         state["facts"] = list(state["facts"])
         state["admissible_commands"] = list(state["admissible_commands"])
-        game = self._require()
-        ops = game.grounder.applicable(self._true)
-        self._ops = ops
-        self._commands = [
-            self._derive(
-                game.grammar.actions[game.grounder.domain.schemas[si].name].template,
-                {(p.lstrip("?"), t): b[p] for p, t in game.grounder.domain.schemas[si].params},
-            )
-            for _, si, b, _ in ops
-        ]
+        self._ops = self._require().grounder.applicable(self._true)
+        self._commands = [self._command(op) for op in self._ops]
         self._state = state
         return state
+
+    def _command(self, op: Op) -> str:
+        """The command text of ``op``; cached when its template only reads facts that never change."""
+        game = self._require()
+        cached = game.commands.get(op[0])
+        if cached is not None:
+            return cached
+        _, si, b, _ = op
+        schema = game.grounder.domain.schemas[si]
+        symbols = game.grammar.actions[schema.name].template
+        text = self._derive(symbols, {(p.lstrip("?"), t): b[p] for p, t in schema.params})
+        if _reads_only(symbols, game.grammar, game.fluent_tw):
+            game.commands[op[0]] = text
+        return text
 
     # -- text ---------------------------------------------------------------------------------------------------
     def _derive(self, symbols: list[tuple], mapping: dict[tuple[str, str], str]) -> str:
@@ -344,7 +343,7 @@ class NativeEngine:
             self._nonterminal(expr[1], mapping, variables, out)
         else:
             ents = self._require().entities
-            value = eval(expr[1], {}, {k: ents[o] for k, o in variables.items()})  # noqa: S307 - grammar code
+            value = eval(expr[1], {}, {k: ents[o] for k, o in variables.items()})
             out.append(str(value))
 
     def _nonterminal(self, name: str, mapping: dict, variables: dict, out: list[str]) -> None:
@@ -435,10 +434,35 @@ class NativeEngine:
         return facts
 
 
+def _reads_only(
+    symbols: list[tuple], grammar: Grammar, fluent: frozenset[str], seen: set | None = None
+) -> bool:
+    """Whether deriving ``symbols`` never queries a predicate in ``fluent`` (so its text is fixed per binding)."""
+    seen = set() if seen is None else seen
+    for sym in symbols:
+        if sym[0] == "t":
+            continue
+        if sym[0] == "list":
+            sym = sym[1]
+            for name in ("list_empty", "list_separator", "list_last_separator"):
+                if not _reads_only([("nt", name)], grammar, fluent, seen):
+                    return False
+        if sym[0] == "cond":
+            if sym[2] is not None and any(p in fluent for p, _ in sym[2].preds):
+                return False
+            sym = sym[1]
+        if sym[0] == "nt" and sym[1] not in seen:
+            seen.add(sym[1])
+            for rule in grammar.rules.get(sym[1], []):
+                if rule.condition is not None and any(p in fluent for p, _ in rule.condition.preds):
+                    return False
+                if not _reads_only(rule.symbols, grammar, fluent, seen):
+                    return False
+    return True
+
+
 def _type_ok(game: _Game, obj: str, typ: str) -> bool:
-    if typ == "object":
-        return True
-    return game.grounder.objects.get(obj) in game.grounder.domain.subtypes(typ)
+    return obj in game.grounder.objects_of(typ)
 
 
 def _make_fact(atom: tuple, game: _Game) -> Fact:
@@ -465,16 +489,28 @@ def _holds(f: tuple, true: dict[str, set[tuple]], game: _Game, b: dict[str, str]
         return any(_holds(p, true, game, b) for p in f[1])
     params = f[1]
     if kind == "exists":
-        return any(_holds(f[2], true, game, {**b, **dict(zip([p for p, _ in params], objs, strict=True))})
-                   for objs in _product(game, params))
-    return all(_holds(f[2], true, game, {**b, **dict(zip([p for p, _ in params], objs, strict=True))})
-               for objs in _product(game, params))
+        return any(
+            _holds(f[2], true, game, {**b, **dict(zip([p for p, _ in params], objs, strict=True))})
+            for objs in _product(game, params)
+        )
+    return all(
+        _holds(f[2], true, game, {**b, **dict(zip([p for p, _ in params], objs, strict=True))})
+        for objs in _product(game, params)
+    )
 
 
 def _product(game: _Game, params: list[tuple[str, str]]):
     import itertools
 
     return itertools.product(*(game.grounder._by_type.get(t, []) for _, t in params))
+
+
+def _goal_plans(goal: tuple, grounder: Grounder) -> Any:
+    """The goal as join plans (one per disjunct), or the formula itself if it has a universal quantifier."""
+    try:
+        return [_Plan(extra, lits, grounder) for extra, lits in dnf(nnf(goal))]
+    except CorruptDataError:
+        return goal
 
 
 def _prepare(game_file: str) -> _Game:
@@ -506,6 +542,7 @@ def _prepare(game_file: str) -> _Game:
         fluent_tw=fluent_tw,
         init_true={p: frozenset(ts) for p, ts in init_true.items()},
         init_tw=tuple(dict.fromkeys(problem.init)),
-        goal=data and problem.goal,
+        goal=_goal_plans(problem.goal, grounder),
         facts_of={},
+        commands={},
     )

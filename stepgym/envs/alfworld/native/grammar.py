@@ -13,6 +13,7 @@ in the data against TextWorld's own parser.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import textwrap
@@ -58,8 +59,10 @@ class _Reader:
         return m.group(0)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_symbols(text: str) -> list[tuple]:
-    """The symbols of one ``rhs``/template string."""
+    """The symbols of one ``rhs``/template string (cached: games share almost all their strings; the result is
+    never mutated)."""
     r = _Reader(text)
     out: list[tuple] = []
     while True:
@@ -149,6 +152,7 @@ class Query:
     preds: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_query(text: str) -> Query:
     preds = []
     for part in text.split("&"):
@@ -192,7 +196,7 @@ def parse_grammar(text: str) -> Grammar:
     merged: dict[str, Any] = {}
     actions: dict[str, ActionText] = {}
     pos = 0
-    token = re.compile(r'\s*(?:#[^\n]*\n?)*\s*')
+    token = re.compile(r"\s*(?:#[^\n]*\n?)*\s*")
     while True:
         pos = token.match(text, pos).end()
         if pos >= len(text):
@@ -224,7 +228,9 @@ def parse_grammar(text: str) -> Grammar:
                 pos = re.compile(r"\s*;").match(text, m2.end()).end()
                 fields[key.group(1)] = value
             if "grammar" in fields:
-                data = "\n".join(ln for ln in fields["grammar"].split("\n") if not ln.lstrip().startswith("#"))
+                data = "\n".join(
+                    ln for ln in fields["grammar"].split("\n") if not ln.lstrip().startswith("#")
+                )
                 merged.update(json.loads(data))
             actions[name.lower()] = ActionText(
                 parse_symbols(fields.get("template", "")), parse_symbols(fields.get("feedback", ""))
@@ -232,7 +238,10 @@ def parse_grammar(text: str) -> Grammar:
         else:
             raise CorruptDataError(f"unexpected text in the game grammar at offset {pos}")
     rules = {
-        name: [Rule(parse_symbols(r["rhs"]), parse_query(r["condition"]) if r.get("condition") else None) for r in rs]
+        name: [
+            Rule(parse_symbols(r["rhs"]), parse_query(r["condition"]) if r.get("condition") else None)
+            for r in rs
+        ]
         for name, rs in merged.items()
     }
     return Grammar(rules, actions)

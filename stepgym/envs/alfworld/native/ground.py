@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from stepgym.envs.alfworld.native.pddl import Domain, Problem
+from stepgym.errors import CorruptDataError
 
 # An operator: (name, schema index, binding of all parameters (incl. existential ones) by variable name).
 Op = tuple[str, int, dict[str, str]]
@@ -20,14 +21,58 @@ Op = tuple[str, int, dict[str, str]]
 SasEffect = tuple[tuple, int, tuple[tuple[tuple, int], ...]]
 
 
+class Tables:
+    """Atoms by predicate (``pred -> {args}``) with lazily built, incrementally kept indexes on bound positions."""
+
+    __slots__ = ("_idx", "data")
+
+    def __init__(self, data: dict[str, set[tuple]] | None = None):
+        self.data: dict[str, set[tuple]] = data if data is not None else {}
+        self._idx: dict[tuple[str, tuple[int, ...]], dict[tuple, list[tuple]]] = {}
+
+    def lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> Any:
+        if not positions:
+            return self.data.get(pred, ())
+        ix = self._idx.get((pred, positions))
+        if ix is None:
+            ix = {}
+            for t in self.data.get(pred, ()):
+                ix.setdefault(tuple(t[j] for j in positions), []).append(t)
+            self._idx[(pred, positions)] = ix
+        return ix.get(key, ())
+
+    def add(self, pred: str, args: tuple) -> None:
+        table = self.data.setdefault(pred, set())
+        if args in table:
+            return
+        table.add(args)
+        for (p, positions), ix in self._idx.items():
+            if p == pred:
+                ix.setdefault(tuple(args[j] for j in positions), []).append(args)
+
+    def discard(self, pred: str, args: tuple) -> None:
+        table = self.data.get(pred)
+        if not table or args not in table:
+            return
+        table.discard(args)
+        for (p, positions), ix in self._idx.items():
+            if p == pred:
+                ix[tuple(args[j] for j in positions)].remove(args)
+
+    def __contains__(self, atom: tuple) -> bool:
+        return atom[1:] in self.data.get(atom[0], ())
+
+
 class _Plan:
     """A join order for one conjunction of literals over some parameters."""
 
-    def __init__(self, params: list[tuple[str, str]], literals: list[tuple], grounder: Grounder):
+    def __init__(
+        self, params: list[tuple[str, str]], literals: list[tuple], grounder: Grounder, prebound: tuple = ()
+    ):
         self.params = params
         self.literals = literals
         steps: list[tuple] = []
-        bound: set[str] = set()
+        bound: set[str] = set(prebound)
         pos = [lit for lit in literals if not lit[0] and lit[1] != "="]
         rest = [lit for lit in literals if lit[0] or lit[1] == "="]
 
@@ -35,14 +80,20 @@ class _Plan:
             return a.startswith("?")
 
         while pos:
-            # most bound arguments first; static predicates (indexed) before fluent ones
-            def score(lit: tuple) -> tuple[int, int]:
+            # the literal expected to match the fewest atoms (its table's size, shrunk by bound arguments)
+            def cost(lit: tuple) -> tuple[bool, float]:
+                n = len(lit[2]) or 1
                 nb = sum(1 for a in lit[2] if not is_var(a) or a in bound)
-                return (nb - len(lit[2]), 0 if lit[1] in grounder.fluents else 1)
+                size = grounder.table_size(lit[1])
+                if lit[1] in grounder.fluents:
+                    size = max(size, 10)  # fluent tables grow while playing
+                return (nb == 0 and bool(lit[2]), (size + 1) ** ((n - nb) / n))
 
-            lit = max(pos, key=score)
+            lit = min(pos, key=cost)
             pos.remove(lit)
-            steps.append(("match", lit[1], lit[2], tuple(a for a in lit[2] if is_var(a) and a not in bound)))
+            new = tuple(a for a in lit[2] if is_var(a) and a not in bound)
+            positions = tuple(j for j, a in enumerate(lit[2]) if a not in new)
+            steps.append(("match", lit[1], lit[2], new, positions))
             bound.update(a for a in lit[2] if is_var(a))
             steps.extend(self._ready_checks(rest, bound))
         for name, typ in params:
@@ -52,7 +103,7 @@ class _Plan:
                 steps.extend(self._ready_checks(rest, bound))
         steps.extend(self._ready_checks(rest, bound))
         if rest:
-            raise ValueError("literals over unknown variables: %r" % rest)
+            raise CorruptDataError(f"PDDL literals over unknown variables: {rest!r}")
         self.steps = steps
         self.types = dict(params)
 
@@ -64,6 +115,9 @@ class _Plan:
                 rest.remove(lit)
                 out.append(("check", lit))
         return out
+
+
+_PLANS: dict[int, tuple[Domain, list[list[_Plan]]]] = {}
 
 
 class Grounder:
@@ -86,11 +140,26 @@ class Grounder:
             if atom[0] not in self.fluents:
                 self.static[atom[0]].add(atom[1:])
         self._index: dict[tuple[str, tuple[int, ...]], dict[tuple, list[tuple]]] = {}
-        self.plans: list[list[_Plan]] = []
-        for schema in domain.schemas:
-            self.plans.append([_Plan(schema.params + extra, lits, self) for extra, lits in schema.disjuncts])
+        self._sizes = {p: len(ts) for p, ts in self.static.items()}
+        for atom in problem.init:
+            if atom[0] in self.fluents:
+                self._sizes[atom[0]] = self._sizes.get(atom[0], 0) + 1
+        # Join orders depend only on the domain and rough table sizes: the first game's are kept for all.
+        cached = _PLANS.get(id(domain))
+        if cached is None or cached[0] is not domain:
+            plans = [
+                [_Plan(s.params + extra, lits, self) for extra, lits in s.disjuncts] for s in domain.schemas
+            ]
+            cached = _PLANS[id(domain)] = (domain, plans)
+        self.plans: list[list[_Plan]] = cached[1]
         self._reachable: set[tuple] | None = None
         self._effects: dict[str, tuple[SasEffect, ...]] = {}
+
+    def table_size(self, pred: str) -> int:
+        return self._sizes.get(pred, 0)
+
+    def objects_of(self, typ: str) -> frozenset[str]:
+        return self._type_ok.get(typ, frozenset())
 
     # -- joins ----------------------------------------------------------------------------------------------
     def _lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> list[tuple]:
@@ -102,19 +171,19 @@ class Grounder:
             idx = self._index[(pred, positions)] = dict(idx)
         return idx.get(key, [])
 
-    def _holds(self, lit: tuple, b: dict[str, str], facts: dict[str, set[tuple]]) -> bool:
+    def _holds(self, lit: tuple, b: dict[str, str], facts: Tables) -> bool:
         negated, pred, args = lit
         vals = tuple(b.get(a, a) for a in args)
         if pred == "=":
             return (vals[0] == vals[1]) != negated
-        table = facts.get(pred, ()) if pred in self.fluents else self.static.get(pred, ())
+        table = facts.data.get(pred, ()) if pred in self.fluents else self.static.get(pred, ())
         return (vals in table) != negated
 
-    def assignments(self, plan: _Plan, facts: dict[str, set[tuple]], b: dict[str, str] | None = None) -> Iterator[dict]:
-        """Every binding of ``plan``'s parameters satisfying its literals in ``facts`` (fluent atoms by predicate)."""
+    def assignments(self, plan: _Plan, facts: Tables, b: dict[str, str] | None = None) -> Iterator[dict]:
+        """Every binding of ``plan``'s parameters satisfying its literals in ``facts`` (the fluent atoms)."""
         yield from self._run(plan, 0, dict(b or {}), facts)
 
-    def _run(self, plan: _Plan, i: int, b: dict[str, str], facts: dict[str, set[tuple]]) -> Iterator[dict]:
+    def _run(self, plan: _Plan, i: int, b: dict[str, str], facts: Tables) -> Iterator[dict]:
         if i == len(plan.steps):
             yield b
             return
@@ -131,11 +200,10 @@ class Grounder:
                 yield from self._run(plan, i + 1, b, facts)
             b.pop(name, None)
             return
-        _, pred, args, new = step
-        positions = tuple(j for j, a in enumerate(args) if not a.startswith("?") or a not in new)
+        _, pred, args, new, positions = step
         key = tuple(b.get(args[j], args[j]) for j in positions)
         if pred in self.fluents:
-            cands = [t for t in facts.get(pred, ()) if all(t[j] == k for j, k in zip(positions, key, strict=True))]
+            cands = facts.lookup(pred, positions, key)
         else:
             cands = self._lookup(pred, positions, key)
         types = plan.types
@@ -158,7 +226,7 @@ class Grounder:
                 b.pop(a, None)
 
     # -- operators ------------------------------------------------------------------------------------------
-    def applicable(self, facts: dict[str, set[tuple]]) -> list[Op]:
+    def applicable(self, facts: Tables) -> list[Op]:
         """Applicable operators, one per operator name (the first disjunct that applies), noops left out."""
         out: list[Op] = []
         seen: set[str] = set()
@@ -170,7 +238,7 @@ class Grounder:
                     if name in seen:
                         continue
                     op = (name, si, dict(b), di)
-                    if not self.effects(op):
+                    if not self.effects(op, facts):
                         continue
                     seen.add(name)
                     out.append(op)
@@ -179,48 +247,78 @@ class Grounder:
     def reachable(self) -> set[tuple]:
         """FD's relaxed exploration: atoms reachable ignoring negative literals and deletes."""
         if self._reachable is None:
-            facts: dict[str, set[tuple]] = defaultdict(set)
+            facts = Tables()
             for atom in self.init:
-                facts[atom[0]].add(atom[1:])
-            relaxed = []
-            for si, schema in enumerate(self.domain.schemas):
+                if atom[0] in self.fluents:
+                    facts.add(atom[0], atom[1:])
+            rules = []  # (params by name, body, heads, [(delta literal, plan of the rest)])
+            for schema in self.domain.schemas:
                 for extra, lits in schema.disjuncts:
+                    params = schema.params + extra
                     pos = [lit for lit in lits if not lit[0]]
+                    by_cond: dict[tuple, list] = {}
                     for eff in schema.effects:
-                        if eff.negated:
-                            continue
-                        cond = [lit for lit in eff.condition if not lit[0]]
-                        relaxed.append((_Plan(schema.params + extra, pos + cond, self), eff))
-            changed = True
-            while changed:
-                changed = False
-                for plan, eff in relaxed:
-                    new = set()
-                    for b in self._run_relaxed(plan, facts):
-                        new.add(tuple(b.get(a, a) for a in eff.args))
-                    table = facts[eff.pred]
-                    if not new <= table:
-                        table |= new
-                        changed = True
-            self._reachable = {(p, *a) for p, ts in facts.items() for a in ts}
+                        if not eff.negated:
+                            cond = tuple(lit for lit in eff.condition if not lit[0])
+                            by_cond.setdefault(cond, []).append((eff.pred, eff.args))
+                    for cond, heads in by_cond.items():
+                        body = pos + list(cond)
+                        deltas = []
+                        for i, lit in enumerate(body):
+                            if lit[1] in self.fluents:
+                                vars_ = tuple(a for a in lit[2] if a.startswith("?"))
+                                deltas.append((lit, _Plan(params, body[:i] + body[i + 1 :], self, vars_)))
+                        rules.append((dict(params), _Plan(params, body, self), heads, deltas))
+            delta: dict[str, set[tuple]] = defaultdict(set)
+            for _, plan, heads, _ in rules:
+                for b in self._run(plan, 0, {}, facts):
+                    for pred, args in heads:
+                        delta[pred].add(tuple(b.get(a, a) for a in args))
+            while True:
+                fresh: dict[str, set[tuple]] = {p: ts - facts.data.get(p, set()) for p, ts in delta.items()}
+                fresh = {p: ts for p, ts in fresh.items() if ts}
+                if not fresh:
+                    break
+                for pred, ts in fresh.items():
+                    for t in ts:
+                        facts.add(pred, t)
+                delta = defaultdict(set)
+                for types, _, heads, deltas in rules:
+                    for lit, plan in deltas:
+                        for t in fresh.get(lit[1], ()):
+                            b = self._bind(lit[2], t, types)
+                            if b is None:
+                                continue
+                            for full in self._run(plan, 0, b, facts):
+                                for pred, args in heads:
+                                    delta[pred].add(tuple(full.get(a, a) for a in args))
+            self._reachable = {(p, *a) for p, ts in facts.data.items() for a in ts} | self.init
         return self._reachable
 
-    def _run_relaxed(self, plan: _Plan, facts: dict[str, set[tuple]]) -> Iterator[dict]:
-        # Fluent tables here hold every reachable atom; static ones are the same as in a state.
-        yield from self._run(plan, 0, {}, facts)
+    def _bind(self, args: tuple, values: tuple, types: dict[str, str]) -> dict[str, str] | None:
+        if len(args) != len(values):
+            return None
+        b: dict[str, str] = {}
+        for a, v in zip(args, values, strict=True):
+            if not a.startswith("?"):
+                if a != v:
+                    return None
+            elif b.setdefault(a, v) != v or v not in self._type_ok.get(types.get(a, "object"), ()):
+                return None
+        return b
 
-    def effects(self, op: Op) -> tuple[SasEffect, ...]:
+    def effects(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
         """The SAS effects of ``op`` in FD's canonical order (cached: they do not depend on the state)."""
         name = op[0]
         cached = self._effects.get(name)
         if cached is None:
-            cached = self._effects[name] = self._sas_effects(op)
+            cached = self._effects[name] = self._sas_effects(op, state)
         return cached
 
-    def _sas_effects(self, op: Op) -> tuple[SasEffect, ...]:
+    def _sas_effects(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
         _, si, b, di = op
         schema = self.domain.schemas[si]
-        reach = self.reachable()
+        reach = _Reach(self, state)
 
         def inst(args: tuple) -> tuple:
             return tuple(b.get(a, a) for a in args)
@@ -291,7 +389,7 @@ class Grounder:
                         out.add((atom, post, tuple(filtered)))
         return tuple(sorted(out, key=lambda e: (e[0], e[1], e[2])))
 
-    def _condition(self, lits: list[tuple], inst: Any, reach: set[tuple]) -> frozenset | None:
+    def _condition(self, lits: list[tuple], inst: Any, reach: _Reach) -> frozenset | None:
         """An effect condition as {atom: value}, static parts evaluated; None if it can never hold."""
         out: dict[tuple, int] = {}
         for negated, pred, args in lits:
@@ -310,6 +408,20 @@ class Grounder:
             else:
                 return None
         return frozenset(out.items())
+
+
+class _Reach:
+    """Membership in the relaxed-reachable atoms, answered without the exploration when it can be: atoms of the
+    initial state or of the current (reachable) state are reachable."""
+
+    def __init__(self, grounder: Grounder, state: Tables):
+        self.grounder, self.state = grounder, state
+
+    def __contains__(self, atom: tuple) -> bool:
+        g = self.grounder
+        if atom in g.init or atom in self.state:
+            return True
+        return atom in g.reachable()
 
 
 def _negate_dnf(conds: list[dict]) -> list[dict] | None:

@@ -20,6 +20,7 @@ plain PDDL semantics:
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,25 +29,29 @@ from stepgym.errors import CorruptDataError
 Atom = tuple  # (predicate, arg, arg, ...)
 
 
+_COMMENT = re.compile(r";[^\n]*")
+_TOKEN = re.compile(r"[()]|[^\s()]+")
+
+
 def tokenize(text: str) -> list[Any]:
     """The nested list of ``text``, tokenised like FD's ``lisp_parser`` (lower case, ``;`` comments)."""
-    tokens: list[str] = []
-    for line in text.split("\n"):
-        line = line.split(";", 1)[0]
-        tokens.extend(line.replace("(", " ( ").replace(")", " ) ").replace("?", " ?").lower().split())
+    tokens = _TOKEN.findall(_COMMENT.sub("", text).replace("?", " ?").lower())
     if not tokens or tokens[0] != "(":
         raise CorruptDataError("PDDL text does not start with '('")
     stack: list[list[Any]] = [[]]
+    top = stack[0]
     for tok in tokens:
         if tok == "(":
-            stack.append([])
+            top = []
+            stack.append(top)
         elif tok == ")":
             if len(stack) < 2:
                 raise CorruptDataError("unbalanced ')' in PDDL text")
             done = stack.pop()
-            stack[-1].append(done)
+            top = stack[-1]
+            top.append(done)
         else:
-            stack[-1].append(tok)
+            top.append(tok)
     if len(stack) != 1 or len(stack[0]) != 1:
         raise CorruptDataError("unbalanced '(' in PDDL text")
     return stack[0][0]
