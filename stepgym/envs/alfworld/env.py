@@ -85,6 +85,11 @@ class ALFWorldEnv(TextEnv):
         return self._engine.walkthrough
 
     @property
+    def engine(self) -> Any:
+        """The game engine (``AlfredEngine``, or ``NativeEngine`` with ``get_state``/``set_state`` snapshots)."""
+        return self._engine
+
+    @property
     def game(self) -> GameRecord | None:
         return self._game
 

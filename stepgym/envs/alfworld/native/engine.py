@@ -31,6 +31,7 @@ from stepgym.errors import CorruptDataError
 __all__ = ["NativeEngine", "NativeSnapshot"]
 
 NOTHING_HAPPENS = "Nothing happens."
+_OPTIONS_CACHE_SIZE = 4096  # states per game
 
 
 class Entity:
@@ -109,6 +110,7 @@ class _Game:
     goal: Any
     facts_of: dict[tuple, Fact]
     commands: dict[str, str]
+    options_cache: dict[frozenset, tuple] | None
     intro: str = ""
     static_sorted: dict[str, list[tuple]] | None = None
 
@@ -240,9 +242,7 @@ class NativeEngine:
 
     def _gather(self, feedback: str) -> dict[str, Any]:
         game = self._require()
-        self._ops = game.grounder.applicable(self._true)
-        self._commands = [self._command(op) for op in self._ops]
-        commands = self._commands
+        self._ops, self._commands, admissible, won = self._options()
         facts_of = game.facts_of
         facts = []
         for f in self._tw:
@@ -253,13 +253,35 @@ class NativeEngine:
         self._state = {
             "feedback": feedback,
             "raw": feedback,
-            "admissible_commands": sorted(set(commands)),
-            "won": self._won(),
+            "admissible_commands": list(admissible),
+            "won": won,
             "lost": False,
             "facts": facts,
             "moves": self._moves,
         }
         return self._state
+
+    def _options(self) -> tuple[list[Op], list[str], tuple[str, ...], bool]:
+        """Applicable operators, their commands (FD's order), the sorted admissible commands and the win.
+
+        They depend only on the true atoms when no command template reads a changing fact (ALFWorld's do not),
+        so they are cached per state: a state seen before (another rollout of the same game) costs a lookup.
+        """
+        game = self._require()
+        key = None
+        if game.options_cache is not None:
+            key = frozenset((p, t) for p, ts in self._true.data.items() for t in ts)
+            hit = game.options_cache.get(key)
+            if hit is not None:
+                return hit
+        ops = game.grounder.applicable(self._true)
+        commands = [self._command(op) for op in ops]
+        out = (ops, commands, tuple(sorted(set(commands))), self._won())
+        if key is not None:
+            if len(game.options_cache) >= _OPTIONS_CACHE_SIZE:
+                game.options_cache.clear()
+            game.options_cache[key] = out
+        return out
 
     def _won(self) -> bool:
         game = self._require()
@@ -290,8 +312,7 @@ class NativeEngine:
         state = dict(snapshot.last)
         state["facts"] = list(state["facts"])
         state["admissible_commands"] = list(state["admissible_commands"])
-        self._ops = self._require().grounder.applicable(self._true)
-        self._commands = [self._command(op) for op in self._ops]
+        self._ops, self._commands, _, _ = self._options()
         self._state = state
         return state
 
@@ -545,4 +566,7 @@ def _prepare(game_file: str) -> _Game:
         goal=_goal_plans(problem.goal, grounder),
         facts_of={},
         commands={},
+        options_cache={}
+        if all(_reads_only(a.template, grammar, fluent_tw) for a in grammar.actions.values())
+        else None,
     )

@@ -318,18 +318,27 @@ class Grounder:
     def _sas_effects(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
         _, si, b, di = op
         schema = self.domain.schemas[si]
-        reach = _Reach(self, state)
 
         def inst(args: tuple) -> tuple:
             return tuple(b.get(a, a) for a in args)
 
+        # The op applies now, so the relaxed exploration reaches it and every atom it adds under a condition
+        # whose positive literals hold now; those need no exploration.
+        known = set()
+        for eff in schema.effects:
+            if not eff.negated and all(
+                neg or p == "=" or (p, *inst(a)) in state or (p, *inst(a)) in self.init
+                for neg, p, a in eff.condition
+            ):
+                known.add((eff.pred, *inst(eff.args)))
+        reach = _Reach(self, state, known)
+        # SAS preconditions hold the fluent literals on reachable atoms. A positive one holds now (reachable); a
+        # negative one on an unreachable atom gives the same effects whether kept or not (the atom can only
+        # appear through this op's own add effects, which its reachability would then contradict), so all kept.
         pre: dict[tuple, int] = {}
         for negated, pred, args in schema.disjuncts[di][1]:
-            if pred == "=" or pred not in self.fluents:
-                continue
-            atom = (pred, *inst(args))
-            if atom in reach:
-                pre[atom] = 1 if negated else 0
+            if pred != "=" and pred in self.fluents:
+                pre[(pred, *inst(args))] = 1 if negated else 0
         adds: list[tuple[tuple, frozenset]] = []
         dels: list[tuple[tuple, frozenset]] = []
         for eff in schema.effects:
@@ -414,12 +423,12 @@ class _Reach:
     """Membership in the relaxed-reachable atoms, answered without the exploration when it can be: atoms of the
     initial state or of the current (reachable) state are reachable."""
 
-    def __init__(self, grounder: Grounder, state: Tables):
-        self.grounder, self.state = grounder, state
+    def __init__(self, grounder: Grounder, state: Tables, known: set[tuple]):
+        self.grounder, self.state, self.known = grounder, state, known
 
     def __contains__(self, atom: tuple) -> bool:
         g = self.grounder
-        if atom in g.init or atom in self.state:
+        if atom in g.init or atom in self.state or atom in self.known:
             return True
         return atom in g.reachable()
 
