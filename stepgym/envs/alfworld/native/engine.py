@@ -174,6 +174,12 @@ class NativeEngine:
     def close(self) -> None:
         self._games.clear()
 
+    def clear_state_cache(self) -> None:
+        """Forget the per-state answers of the loaded games (benchmarks use it to time states seen first)."""
+        for game in self._games.values():
+            if game.options_cache is not None:
+                game.options_cache.clear()
+
     # -- playing ------------------------------------------------------------------------------------------------
     def reset(self) -> dict[str, Any]:
         game = self._require()
