@@ -12,6 +12,7 @@ Measured per game:
 * annotated step: mean seconds per walkthrough step of ``StepGym/ALFWorld-v0`` with all annotations and the
   expert's next action (raw: a plain upstream step). For the native engine twice: the first play of the game
   (every state new) and a second play (states seen before, answered from its per-state cache);
+* the engine's own step (``env.engine.step``: no annotations, no expert), first play;
 * memory per env copy: resident memory added per env (4 envs in a fresh process, each reset on the same game).
 
 Run: ``STEPGYM_DATA=../shared/data python benchmarks/alfworld_bench.py --games 20``
@@ -92,6 +93,15 @@ def bench(split: str, n_games: int, repeats: int) -> dict[str, list[float]]:
         add("native_step", _timed_steps(nat, walkthrough))
         nat.reset(options={"task_id": g.task_id})
         add("native_step_seen", _timed_steps(nat, walkthrough))
+        for name, env in envs.items():  # the engine alone: no annotations, no expert
+            env.engine.load(g.game_file)
+            if name == "native":
+                env.engine.clear_state_cache()
+            env.engine.reset()
+            t = time.perf_counter()
+            for a in walkthrough:
+                env.engine.step(a)
+            add(f"{name}_engine_step", (time.perf_counter() - t) / len(walkthrough))
     return out
 
 
@@ -169,6 +179,7 @@ def main() -> None:
     row("new-game reset (median ms)", "cold", 1e3, ".2f")
     row("re-reset of a loaded game (median ms)", "rereset", 1e3, ".3f")
     row("annotated step with expert, first play (median ms)", "step", 1e3, ".3f")
+    row("engine step alone, no annotations or expert, first play (median ms)", "engine_step", 1e3, ".3f")
     seen = med["native_step_seen"]
     print(
         f"| annotated step with expert, states seen before (median ms) | | | {seen * 1e3:.3f} | "
