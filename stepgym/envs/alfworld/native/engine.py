@@ -124,6 +124,8 @@ class NativeSnapshot:
     tw_facts: tuple[tuple, ...]
     moves: int
     last: dict[str, Any]
+    ops: tuple = ()
+    commands: tuple[str, ...] = ()
 
 
 _DOMAINS: dict[str, Domain] = {}
@@ -306,6 +308,8 @@ class NativeEngine:
             tuple(self._tw),
             self._moves,
             dict(self._state),
+            tuple(self._ops),
+            tuple(self._commands),
         )
 
     def set_state(self, snapshot: NativeSnapshot) -> dict[str, Any]:
@@ -318,7 +322,7 @@ class NativeEngine:
         state = dict(snapshot.last)
         state["facts"] = list(state["facts"])
         state["admissible_commands"] = list(state["admissible_commands"])
-        self._ops, self._commands, _, _ = self._options()
+        self._ops, self._commands = list(snapshot.ops), list(snapshot.commands)
         self._state = state
         return state
 
