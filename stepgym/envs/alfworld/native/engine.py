@@ -295,7 +295,7 @@ class NativeEngine:
         game = self._require()
         if isinstance(game.goal, list):
             grounder = game.grounder
-            return any(next(grounder.assignments(plan, self._true), None) is not None for plan in game.goal)
+            return any(grounder.assignments(plan, self._true, limit=1) for plan in game.goal)
         return _holds(game.goal, self._true.data, game, {})
 
     # -- snapshots ----------------------------------------------------------------------------------------------

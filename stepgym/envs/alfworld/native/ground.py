@@ -9,7 +9,6 @@ the state, so they are computed the first time the operator is seen and cached.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 from stepgym.envs.alfworld.native.pddl import Domain, Problem
@@ -93,7 +92,8 @@ class _Plan:
             pos.remove(lit)
             new = tuple(a for a in lit[2] if is_var(a) and a not in bound)
             positions = tuple(j for j, a in enumerate(lit[2]) if a not in new)
-            steps.append(("match", lit[1], lit[2], new, positions))
+            bind = tuple((j, a) for j, a in enumerate(lit[2]) if a in new)
+            steps.append(("match", lit[1], lit[2], new, positions, bind))
             bound.update(a for a in lit[2] if is_var(a))
             steps.extend(self._ready_checks(rest, bound))
         for name, typ in params:
@@ -152,7 +152,7 @@ class Grounder:
             ]
             cached = _PLANS[id(domain)] = (domain, plans)
         self.plans: list[list[_Plan]] = cached[1]
-        self._reachable: set[tuple] | None = None
+        self._reachable_by_cone: dict[frozenset[str] | None, set[tuple]] = {}
         self._effects: dict[str, tuple[SasEffect, ...]] = {}
 
     def table_size(self, pred: str) -> int:
@@ -179,51 +179,61 @@ class Grounder:
         table = facts.data.get(pred, ()) if pred in self.fluents else self.static.get(pred, ())
         return (vals in table) != negated
 
-    def assignments(self, plan: _Plan, facts: Tables, b: dict[str, str] | None = None) -> Iterator[dict]:
-        """Every binding of ``plan``'s parameters satisfying its literals in ``facts`` (the fluent atoms)."""
-        yield from self._run(plan, 0, dict(b or {}), facts)
+    def assignments(
+        self, plan: _Plan, facts: Tables, b: dict[str, str] | None = None, limit: int = 0
+    ) -> list[dict]:
+        """The bindings of ``plan``'s parameters satisfying its literals in ``facts`` (the fluent atoms); at most
+        ``limit`` of them when it is positive."""
+        out: list[dict] = []
+        self._collect(plan, 0, dict(b or {}), facts, out, limit)
+        return out
 
-    def _run(self, plan: _Plan, i: int, b: dict[str, str], facts: Tables) -> Iterator[dict]:
-        if i == len(plan.steps):
-            yield b
-            return
-        step = plan.steps[i]
+    def _collect(
+        self, plan: _Plan, i: int, b: dict[str, str], facts: Tables, out: list[dict], limit: int
+    ) -> bool:
+        """Depth-first join; appends complete bindings to ``out``; True once ``limit`` is reached."""
+        steps = plan.steps
+        if i == len(steps):
+            out.append(dict(b))
+            return 0 < limit <= len(out)
+        step = steps[i]
         kind = step[0]
         if kind == "check":
-            if self._holds(step[1], b, facts):
-                yield from self._run(plan, i + 1, b, facts)
-            return
+            return self._holds(step[1], b, facts) and self._collect(plan, i + 1, b, facts, out, limit)
         if kind == "enum":
             name = step[1]
             for obj in self._by_type.get(step[2], ()):
                 b[name] = obj
-                yield from self._run(plan, i + 1, b, facts)
+                if self._collect(plan, i + 1, b, facts, out, limit):
+                    return True
             b.pop(name, None)
-            return
-        _, pred, args, new, positions = step
-        key = tuple(b.get(args[j], args[j]) for j in positions)
-        if pred in self.fluents:
-            cands = facts.lookup(pred, positions, key)
-        else:
-            cands = self._lookup(pred, positions, key)
+            return False
+        _, pred, args, new, positions, bind = step
+        key = tuple([b.get(args[j], args[j]) for j in positions])
+        cands = (
+            facts.lookup(pred, positions, key) if pred in self.fluents else self._lookup(pred, positions, key)
+        )
+        if not cands:
+            return False
+        type_ok = self._type_ok
         types = plan.types
         for t in cands:
             ok = True
-            for j, a in enumerate(args):
-                if a in new:
-                    cur = b.get(a)
-                    if cur is None:
-                        if t[j] not in self._type_ok.get(types.get(a, "object"), ()):
-                            ok = False
-                            break
-                        b[a] = t[j]
-                    elif cur != t[j]:
+            for j, a in bind:
+                cur = b.get(a)
+                if cur is None:
+                    if t[j] not in type_ok.get(types.get(a, "object"), ()):
                         ok = False
                         break
-            if ok:
-                yield from self._run(plan, i + 1, b, facts)
+                    b[a] = t[j]
+                elif cur != t[j]:
+                    ok = False
+                    break
+            if ok and self._collect(plan, i + 1, b, facts, out, limit):
+                return True
             for a in new:
                 b.pop(a, None)
+        return False
 
     # -- operators ------------------------------------------------------------------------------------------
     def applicable(self, facts: Tables) -> list[Op]:
@@ -244,9 +254,14 @@ class Grounder:
                     out.append(op)
         return out
 
-    def reachable(self) -> set[tuple]:
-        """FD's relaxed exploration: atoms reachable ignoring negative literals and deletes."""
-        if self._reachable is None:
+    def reachable(self, pred: str | None = None) -> set[tuple]:
+        """FD's relaxed exploration: atoms reachable ignoring negative literals and deletes.
+
+        With ``pred``, only the rules ``pred`` depends on are explored (its atoms come out exact; others may be
+        missing); results are cached per dependency cone.
+        """
+        cone = self._cone(pred) if pred is not None else None
+        if cone not in self._reachable_by_cone:
             facts = Tables()
             for atom in self.init:
                 if atom[0] in self.fluents:
@@ -263,6 +278,9 @@ class Grounder:
                             by_cond.setdefault(cond, []).append((eff.pred, eff.args))
                     for cond, heads in by_cond.items():
                         body = pos + list(cond)
+                        heads = [h for h in heads if cone is None or h[0] in cone]
+                        if not heads:
+                            continue
                         deltas = []
                         for i, lit in enumerate(body):
                             if lit[1] in self.fluents:
@@ -271,7 +289,7 @@ class Grounder:
                         rules.append((dict(params), _Plan(params, body, self), heads, deltas))
             delta: dict[str, set[tuple]] = defaultdict(set)
             for _, plan, heads, _ in rules:
-                for b in self._run(plan, 0, {}, facts):
+                for b in self.assignments(plan, facts):
                     for pred, args in heads:
                         delta[pred].add(tuple(b.get(a, a) for a in args))
             while True:
@@ -289,11 +307,30 @@ class Grounder:
                             b = self._bind(lit[2], t, types)
                             if b is None:
                                 continue
-                            for full in self._run(plan, 0, b, facts):
+                            for full in self.assignments(plan, facts, b):
                                 for pred, args in heads:
                                     delta[pred].add(tuple(full.get(a, a) for a in args))
-            self._reachable = {(p, *a) for p, ts in facts.data.items() for a in ts} | self.init
-        return self._reachable
+            self._reachable_by_cone[cone] = {(p, *a) for p, ts in facts.data.items() for a in ts} | self.init
+        return self._reachable_by_cone[cone]
+
+    def _cone(self, pred: str) -> frozenset[str]:
+        """``pred`` and every fluent predicate in the body of a rule producing one already in the set."""
+        cone = {pred}
+        changed = True
+        while changed:
+            changed = False
+            for schema in self.domain.schemas:
+                if not any(not e.negated and e.pred in cone for e in schema.effects):
+                    continue
+                for _, lits in schema.disjuncts:
+                    conds = [
+                        lit for e in schema.effects if not e.negated and e.pred in cone for lit in e.condition
+                    ]
+                    for negated, p, _ in lits + conds:
+                        if not negated and p in self.fluents and p not in cone:
+                            cone.add(p)
+                            changed = True
+        return frozenset(cone)
 
     def _bind(self, args: tuple, values: tuple, types: dict[str, str]) -> dict[str, str] | None:
         if len(args) != len(values):
@@ -430,7 +467,7 @@ class _Reach:
         g = self.grounder
         if atom in g.init or atom in self.state or atom in self.known:
             return True
-        return atom in g.reachable()
+        return atom in g.reachable(atom[0])
 
 
 def _negate_dnf(conds: list[dict]) -> list[dict] | None:
