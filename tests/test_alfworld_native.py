@@ -172,7 +172,23 @@ def test_engine_level_unknown_command_is_nothing_happens_like_textworld():
     assert a["admissible_commands"] == b["admissible_commands"]
 
 
-def test_engine_choice_is_validated_and_native_reads_no_textworld(tmp_path):
+def test_native_engine_plays_without_importing_textworld():
+    import subprocess
+    import sys
+
+    game = list_games("valid_unseen")[0].game_file
+    code = (
+        "import sys\n"
+        "from stepgym.envs.alfworld.native import NativeEngine\n"
+        f"e = NativeEngine(); e.load({str(game)!r}); s = e.reset()\n"
+        "s = e.step(s['admissible_commands'][0])\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('textworld', 'tatsu', 'fast_downward', 'alfworld')]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_engine_choice_is_validated(tmp_path):
     with pytest.raises(ValueError, match="unknown ALFWorld engine"):
         gym.make("StepGym/ALFWorld-v0", split="valid_unseen", engine="fast")
     bad = tmp_path / "game.tw-pddl"
