@@ -1,14 +1,19 @@
-"""ALFWorld speed: stepgym's env against the raw upstream path, on the same games, in the same run.
+"""ALFWorld speed and memory: stepgym's native engine, stepgym's TextWorld engine and raw upstream, in one run.
 
-Raw upstream = ``textworld.gym.register_game`` + ``textworld.gym.make`` with ALFWorld's ``AlfredDemangler`` and
-``AlfredInfos`` wrappers and ``EnvInfos(won, admissible_commands, facts)`` (facts are what stepgym's symbolic
-state needs), the way ALFWorld's own ``AlfredTWEnv`` plays a game. Both replay each game's stored walkthrough.
+All three play the same games (every ``len/--games``-th game of the split) and the same actions (each game's
+stored walkthrough). Raw upstream = ``textworld.gym.register_game`` + ``textworld.gym.make`` with ALFWorld's
+``AlfredDemangler`` and ``AlfredInfos`` wrappers and ``EnvInfos(won, admissible_commands, facts)``, the way
+ALFWorld's own ``AlfredTWEnv`` plays a game (it has no per-step annotations or expert).
 
 Measured per game:
-* cold reset: raw register+make+reset vs stepgym reset(options={"task_id": ...}) on a game not loaded yet;
+* new-game reset: raw register+make+reset vs stepgym ``reset(options={"task_id": ...})`` on a game that env has
+  not loaded yet;
 * re-reset: resetting the same, already loaded game again (what a GRPO group does G times per task);
-* step: mean seconds per walkthrough step (stepgym with and without the expert's per-step next action); raw is
-  also timed without ``facts`` (the lean upstream setting, which cannot give a symbolic state).
+* annotated step: mean seconds per walkthrough step of ``StepGym/ALFWorld-v0`` with all annotations and the
+  expert's next action (raw: a plain upstream step). For the native engine twice: the first play of the game
+  (every state new) and a second play (states seen before, answered from its per-state cache);
+* the engine's own step (``env.engine.step``: no annotations, no expert), first play;
+* memory per env copy: resident memory added per env (4 envs in a fresh process, each reset on the same game).
 
 Run: ``STEPGYM_DATA=../shared/data python benchmarks/alfworld_bench.py --games 20``
 """
@@ -16,13 +21,14 @@ Run: ``STEPGYM_DATA=../shared/data python benchmarks/alfworld_bench.py --games 2
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import platform
 import statistics
 import time
 
-import gymnasium as gym
-
 import stepgym  # noqa: F401 - registers the envs
+
+ENGINES = ("textworld", "native")
 
 
 def raw_env(game_file: str, facts: bool = True):
@@ -37,63 +43,113 @@ def raw_env(game_file: str, facts: bool = True):
     return textworld.gym.make(env_id)
 
 
+def _make(split: str, engine: str, cache: int):
+    from stepgym.envs.alfworld.env import ALFWorldEnv
+
+    return ALFWorldEnv(split=split, engine=engine, game_cache_size=cache)
+
+
+def _timed_steps(env, actions: list[str]) -> float:
+    t = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    return (time.perf_counter() - t) / len(actions)
+
+
 def bench(split: str, n_games: int, repeats: int) -> dict[str, list[float]]:
-    env = gym.make("StepGym/ALFWorld-v0", split=split).unwrapped
-    env_noexp = gym.make("StepGym/ALFWorld-v0", split=split, expert=False).unwrapped
-    games = env.games[:: max(1, len(env.games) // n_games)][:n_games]
-    out: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "raw_cold",
-            "raw_rereset",
-            "raw_step",
-            "raw_step_nofacts",
-            "sg_cold",
-            "sg_rereset",
-            "sg_step",
-            "sg_step_noexpert",
-        )
-    }
+    envs = {e: _make(split, e, cache=n_games + 1) for e in ENGINES}
+    games = envs["native"].games[:: max(1, len(envs["native"].games) // n_games)][:n_games]
+    out: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        out.setdefault(key, []).append(value)
+
     for g in games:
         t = time.perf_counter()
         raw = raw_env(str(g.game_file))
         raw.reset()
-        out["raw_cold"].append(time.perf_counter() - t)
+        add("raw_cold", time.perf_counter() - t)
         for _ in range(repeats):
             t = time.perf_counter()
             raw.reset()
-            out["raw_rereset"].append(time.perf_counter() - t)
-        raw.reset()
-        t = time.perf_counter()
-        env.reset(options={"task_id": g.task_id})
-        out["sg_cold"].append(time.perf_counter() - t)
-        walkthrough = env.walkthrough
-        for _ in range(repeats):
+            add("raw_rereset", time.perf_counter() - t)
+        for name, env in envs.items():
             t = time.perf_counter()
             env.reset(options={"task_id": g.task_id})
-            out["sg_rereset"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        for a in walkthrough:
-            raw.step(a)
-        out["raw_step"].append((time.perf_counter() - t) / len(walkthrough))
-        t = time.perf_counter()
-        for a in walkthrough:
-            env.step(a)
-        out["sg_step"].append((time.perf_counter() - t) / len(walkthrough))
-        env_noexp.reset(options={"task_id": g.task_id})
-        t = time.perf_counter()
-        for a in walkthrough:
-            env_noexp.step(a)
-        out["sg_step_noexpert"].append((time.perf_counter() - t) / len(walkthrough))
+            add(f"{name}_cold", time.perf_counter() - t)
+            for _ in range(repeats):
+                t = time.perf_counter()
+                env.reset(options={"task_id": g.task_id})
+                add(f"{name}_rereset", time.perf_counter() - t)
+        walkthrough = envs["textworld"].walkthrough
+        raw.reset()
+        add("raw_step", _timed_steps(raw, walkthrough))
         raw.close()
-        lean = raw_env(str(g.game_file), facts=False)
-        lean.reset()
-        t = time.perf_counter()
-        for a in walkthrough:
-            lean.step(a)
-        out["raw_step_nofacts"].append((time.perf_counter() - t) / len(walkthrough))
-        lean.close()
+        envs["textworld"].reset(options={"task_id": g.task_id})
+        add("textworld_step", _timed_steps(envs["textworld"], walkthrough))
+        nat = envs["native"]
+        nat.engine.clear_state_cache()  # every state new on the first play
+        nat.reset(options={"task_id": g.task_id})
+        add("native_step", _timed_steps(nat, walkthrough))
+        nat.reset(options={"task_id": g.task_id})
+        add("native_step_seen", _timed_steps(nat, walkthrough))
+        for name, env in envs.items():  # the engine alone: no annotations, no expert
+            env.engine.load(g.game_file)
+            if name == "native":
+                env.engine.clear_state_cache()
+            env.engine.reset()
+            t = time.perf_counter()
+            for a in walkthrough:
+                env.engine.step(a)
+            add(f"{name}_engine_step", (time.perf_counter() - t) / len(walkthrough))
     return out
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _memory_child(kind: str, split: str, copies: int, queue: mp.Queue) -> None:
+    import gc
+
+    envs = []
+    if kind == "raw":
+        from stepgym.envs.alfworld.games import list_games
+
+        game = list_games(split)[0]
+        first = raw_env(str(game.game_file))
+        first.reset()
+        gc.collect()
+        base = _rss()
+        for _ in range(copies):
+            e = raw_env(str(game.game_file))
+            e.reset()
+            envs.append(e)
+    else:
+        first = _make(split, kind, cache=1)
+        first.reset(options={"task_index": 0})
+        gc.collect()
+        base = _rss()
+        for _ in range(copies):
+            e = _make(split, kind, cache=1)
+            e.reset(options={"task_index": 0})
+            envs.append(e)
+    gc.collect()
+    queue.put((_rss() - base) / copies)
+
+
+def memory_per_copy(kind: str, split: str, copies: int = 4) -> float:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_memory_child, args=(kind, split, copies, queue))
+    proc.start()
+    value = queue.get(timeout=600)
+    proc.join()
+    return value
 
 
 def main() -> None:
@@ -104,28 +160,39 @@ def main() -> None:
     args = ap.parse_args()
     r = bench(args.split, args.games, args.repeats)
     med = {k: statistics.median(v) for k, v in r.items()}
+    mem = {k: memory_per_copy(k, args.split) / 2**20 for k in ("raw", *ENGINES)}
     print(
         f"# ALFWorld speed, {args.split}, {args.games} games, {time.strftime('%Y-%m-%d')}, "
         f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
     )
-    print("| measure | raw upstream | stepgym | ratio (raw / stepgym) |")
-    print("|---|---|---|---|")
     print(
-        f"| reset, game not loaded yet (median s) | {med['raw_cold']:.3f} | {med['sg_cold']:.3f} | {med['raw_cold'] / med['sg_cold']:.1f}x |"
+        "| measure | raw upstream | stepgym, TextWorld engine | stepgym, native engine | native vs TextWorld engine |"
+    )
+    print("|---|---|---|---|---|")
+
+    def row(label: str, key: str, scale: float, fmt: str) -> None:
+        raw = med.get(f"raw_{key}")
+        tw, nat = med[f"textworld_{key}"], med[f"native_{key}"]
+        raw_s = format(raw * scale, fmt) if raw is not None else "n/a"
+        print(f"| {label} | {raw_s} | {tw * scale:{fmt}} | {nat * scale:{fmt}} | {tw / nat:.0f}x |")
+
+    row("new-game reset (median ms)", "cold", 1e3, ".2f")
+    row("re-reset of a loaded game (median ms)", "rereset", 1e3, ".3f")
+    row("annotated step with expert, first play (median ms)", "step", 1e3, ".3f")
+    row("engine step alone, no annotations or expert, first play (median ms)", "engine_step", 1e3, ".3f")
+    seen = med["native_step_seen"]
+    print(
+        f"| annotated step with expert, states seen before (median ms) | | | {seen * 1e3:.3f} | "
+        f"{med['textworld_step'] / seen:.0f}x |"
     )
     print(
-        f"| re-reset of a loaded game (median s) | {med['raw_rereset']:.3f} | {med['sg_rereset']:.4f} | {med['raw_rereset'] / med['sg_rereset']:.1f}x |"
+        f"| annotated steps/s, first play | {1 / med['raw_step']:.0f} (no annotations) | "
+        f"{1 / med['textworld_step']:.0f} | {1 / med['native_step']:.0f} | |"
     )
     print(
-        f"| step, with expert (median ms) | {1e3 * med['raw_step']:.1f} | {1e3 * med['sg_step']:.1f} | {med['raw_step'] / med['sg_step']:.2f}x |"
+        f"| memory per env copy (MiB) | {mem['raw']:.1f} | {mem['textworld']:.1f} | {mem['native']:.1f} | "
+        f"{mem['textworld'] / max(mem['native'], 1e-9):.1f}x less |"
     )
-    print(
-        f"| step, no expert (median ms) | {1e3 * med['raw_step']:.1f} | {1e3 * med['sg_step_noexpert']:.1f} | {med['raw_step'] / med['sg_step_noexpert']:.2f}x |"
-    )
-    print(
-        f"| step, raw without facts vs stepgym with expert (median ms) | {1e3 * med['raw_step_nofacts']:.1f} | {1e3 * med['sg_step']:.1f} | {med['raw_step_nofacts'] / med['sg_step']:.2f}x |"
-    )
-    print(f"| steps/s, with expert | {1 / med['raw_step']:.1f} | {1 / med['sg_step']:.1f} | |")
 
 
 if __name__ == "__main__":

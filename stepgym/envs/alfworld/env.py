@@ -45,6 +45,8 @@ class ALFWorldEnv(TextEnv):
         game_cache_size: how many translated games to keep for instant re-reset.
         lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
             default reads them exactly as raw TextWorld does.
+        engine: ``"textworld"`` (TextWorld + Fast Downward, the reference) or ``"native"`` (stepgym's pure-Python
+            engine, same games byte for byte, much faster; see :mod:`stepgym.envs.alfworld.native`).
 
     Example (needs the ALFWorld data, ``stepgym download alfworld``)::
 
@@ -72,6 +74,7 @@ class ALFWorldEnv(TextEnv):
         game_cache_size: int = 16,
         render_mode: str | None = None,
         lenient_commands: bool = False,
+        engine: str = "textworld",
     ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         root = resolve_root(data_root)
@@ -80,7 +83,7 @@ class ALFWorldEnv(TextEnv):
             split, tuple(task_types) if task_types else None, root
         )
         self._by_id = {g.task_id: g for g in self.games}
-        self._engine = AlfredEngine(cache_size=game_cache_size)
+        self._engine = _make_engine(engine, game_cache_size)
         self._use_expert = expert
         self.lenient_commands = bool(lenient_commands)
         self._expert: RobustExpert | None = None
@@ -101,6 +104,11 @@ class ALFWorldEnv(TextEnv):
     def walkthrough(self) -> list[str]:
         """The stored expert command list of the current game (it wins when replayed from reset)."""
         return self._engine.walkthrough
+
+    @property
+    def engine(self) -> Any:
+        """The game engine (``AlfredEngine``, or ``NativeEngine`` with ``get_state``/``set_state`` snapshots)."""
+        return self._engine
 
     @property
     def game(self) -> GameRecord | None:
@@ -214,6 +222,19 @@ class ALFWorldEnv(TextEnv):
     def close(self) -> None:
         self._engine.close()
         super().close()
+
+
+ENGINES = ("textworld", "native")
+
+
+def _make_engine(name: str, cache_size: int) -> Any:
+    if name == "native":
+        from stepgym.envs.alfworld.native import NativeEngine
+
+        return NativeEngine(cache_size=cache_size)
+    if name == "textworld":
+        return AlfredEngine(cache_size=cache_size)
+    raise ValueError(f"unknown ALFWorld engine {name!r}; expected one of {ENGINES}")
 
 
 def _goal_of(intro: str) -> str:

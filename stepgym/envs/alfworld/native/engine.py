@@ -1,0 +1,582 @@
+"""The native ALFWorld engine: TextWorld's ``PddlEnv`` + ALFWorld's demangler, reproduced in plain Python.
+
+It plays the same ``game.tw-pddl`` files and gives the same observations, admissible commands, wins and facts
+as :class:`stepgym.envs.alfworld.engine.AlfredEngine` (``tests/test_alfworld_native.py`` and
+``scripts/alfworld_native_equality.py`` compare them), but nothing of TextWorld's runs in a step: no Fast Downward,
+no TatSu, no deep copies. What is parsed from a game (its PDDL, its grammar, the operators' effects) is parsed
+once and kept in a small LRU cache, so re-resetting a game is a copy of two sets.
+
+Two views of the world are kept, because TextWorld keeps two (see :mod:`.pddl`): the true atoms (Fast
+Downward's state: what is applicable, whether the goal holds) and TextWorld's fact list, which also records the
+negated atoms (``not_…``) of every effect of the applied operator and drives the text and ``state["facts"]``.
+
+``get_state()``/``set_state()`` snapshot and restore both views and the step counter in microseconds; a restored
+engine continues exactly as if the actions leading to the snapshot had been replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, parse_symbols
+from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
+from stepgym.envs.alfworld.native.pddl import Domain, dnf, nnf, parse_domain, parse_problem
+from stepgym.errors import CorruptDataError
+
+__all__ = ["NativeEngine", "NativeSnapshot"]
+
+NOTHING_HAPPENS = "Nothing happens."
+_OPTIONS_CACHE_SIZE = 4096  # states per game
+
+
+class Entity:
+    """TextWorld's ``EntityInfo`` as the grammar's ``{…}`` expressions see it."""
+
+    __slots__ = ("definite", "id", "indefinite", "name", "type")
+
+    def __init__(self, id: str, type: str, name: str):
+        self.id, self.type, self.name = id, type, name
+        self.definite, self.indefinite = "the", "a"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Var:
+    __slots__ = ("name", "type")
+
+    def __init__(self, name: str, type: str):
+        self.name, self.type = name, type
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.type}"
+
+
+class Fact:
+    """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``."""
+
+    __slots__ = ("arguments", "name", "names")
+
+    def __init__(self, name: str, arguments: tuple[Var, ...]):
+        self.name = name
+        self.arguments = arguments
+        self.names = [v.name for v in arguments]
+
+    def __str__(self) -> str:
+        return "{}({})".format(self.name, ", ".join(map(str, self.arguments)))
+
+    __repr__ = __str__
+
+
+def demangled_names(ids: list[str]) -> dict[str, str]:
+    """ALFWorld's ``Demangler(shuffle=False)``: ``apple_bar__plus_01…`` → ``apple 2`` (numbered in sorted id
+    order, the highest number first), ids without ``_bar_`` → ``agent1 `` (with its trailing space)."""
+    ids = sorted(ids)
+    count: Counter[str] = Counter()
+    for i in ids:
+        parts = i.split("_bar_", 1)
+        if len(parts) > 1:
+            count[parts[0] + ("basin" if "basin" in i else "")] += 1
+    numbers = {obj: list(range(1, n + 1)) for obj, n in count.most_common()}
+    out = {}
+    for i in ids:
+        text = i.replace("_bar_", "|").replace("_minus_", "-").replace("_plus_", "+")
+        text = text.replace("_dot_", ".").replace("_comma_", ",")
+        parts = text.split("|", 1)
+        if len(parts) == 1:
+            out[i] = f"{text} "
+        else:
+            name = parts[0] + ("basin" if "basin" in i else "")
+            out[i] = f"{name} {numbers[name].pop()}"
+    return out
+
+
+@dataclass
+class _Game:
+    """Everything about one game file that does not change while it is played."""
+
+    walkthrough: list[str]
+    grounder: Grounder
+    grammar: Grammar
+    entities: dict[str, Entity]
+    fluent_tw: frozenset[str]  # predicates of TextWorld's facts that can change
+    init_true: dict[str, frozenset[tuple]]
+    init_tw: tuple[tuple, ...]
+    goal: Any
+    facts_of: dict[tuple, Fact]
+    commands: dict[str, str]
+    options_cache: dict[frozenset, tuple] | None
+    intro: str = ""
+    static_sorted: dict[str, list[tuple]] | None = None
+
+
+@dataclass(frozen=True)
+class NativeSnapshot:
+    """An engine state from :meth:`NativeEngine.get_state`; immutable, cheap to keep many of."""
+
+    game_file: str
+    true_atoms: tuple[tuple[str, frozenset[tuple]], ...]
+    tw_facts: tuple[tuple, ...]
+    moves: int
+    last: dict[str, Any]
+    ops: tuple = ()
+    commands: tuple[str, ...] = ()
+
+
+_DOMAINS: dict[str, Domain] = {}
+
+
+def _domain(text: str) -> Domain:
+    key = hashlib.sha1(text.encode("utf-8")).hexdigest()
+    dom = _DOMAINS.get(key)
+    if dom is None:
+        dom = _DOMAINS[key] = parse_domain(text)
+    return dom
+
+
+class NativeEngine:
+    """Same interface as :class:`~stepgym.envs.alfworld.engine.AlfredEngine`: ``load``/``reset``/``step`` return
+    a state dict with ``feedback``, ``admissible_commands``, ``won``, ``facts`` (plus ``get_state``/``set_state``).
+    Not thread-safe: use one engine per env."""
+
+    def __init__(self, cache_size: int = 16):
+        self._games: OrderedDict[str, _Game] = OrderedDict()
+        self._cache_size = cache_size
+        self._game: _Game | None = None
+        self.game_file: Path | None = None
+        self._true = Tables()
+        self._tw: dict[tuple, None] = {}
+        self._tw_by_pred: dict[str, set[tuple]] = {}
+        self._ops: list[Op] = []
+        self._commands: list[str] = []
+        self._moves = 0
+        self._state: dict[str, Any] = {}
+
+    # -- loading ------------------------------------------------------------------------------------------------
+    def load(self, game_file: Path | str) -> None:
+        key = str(game_file)
+        game = self._games.pop(key, None)
+        if game is None:
+            game = _prepare(key)
+        self._games[key] = game
+        while len(self._games) > self._cache_size:
+            self._games.popitem(last=False)
+        self._game = game
+        self.game_file = Path(game_file)
+
+    @property
+    def walkthrough(self) -> list[str]:
+        return list(self._game.walkthrough) if self._game else []
+
+    def close(self) -> None:
+        self._games.clear()
+
+    def clear_state_cache(self) -> None:
+        """Forget the per-state answers of the loaded games (benchmarks use it to time states seen first)."""
+        for game in self._games.values():
+            if game.options_cache is not None:
+                game.options_cache.clear()
+
+    # -- playing ------------------------------------------------------------------------------------------------
+    def reset(self) -> dict[str, Any]:
+        game = self._require()
+        self._true = Tables({p: set(ts) for p, ts in game.init_true.items()})
+        self._set_tw(game.init_tw)
+        self._moves = 0
+        if not game.intro:
+            game.intro = self._derive(parse_symbols("#intro#"), {})
+        return self._gather(game.intro)
+
+    def step(self, command: str) -> dict[str, Any]:
+        game = self._require()
+        command = command.strip()
+        try:
+            idx = self._commands.index(command)
+        except ValueError:
+            return self._gather(NOTHING_HAPPENS)
+        op = self._ops[idx]
+        self._apply(op)
+        name, si, b, _ = op
+        schema = game.grounder.domain.schemas[si]
+        mapping = {(p.lstrip("?"), t): b[p] for p, t in schema.params}
+        text = game.grammar.actions[schema.name]
+        feedback = self._derive(text.feedback, mapping)
+        self._moves += 1
+        return self._gather(feedback)
+
+    def _require(self) -> _Game:
+        if self._game is None:
+            raise RuntimeError("load() a game before reset()/step()")
+        return self._game
+
+    def _set_tw(self, facts: tuple[tuple, ...]) -> None:
+        self._tw = dict.fromkeys(facts)
+        by_pred: dict[str, set[tuple]] = defaultdict(set)
+        for f in facts:
+            by_pred[f[0]].add(f[1:])
+        self._tw_by_pred = by_pred
+
+    def _apply(self, op: Op) -> None:
+        game = self._require()
+        effects = game.grounder.effects(op, self._true)
+        true = self._true
+        fire = []
+        for atom, val, cond in effects:
+            if all((catom in true) == (cval == 0) for catom, cval in cond):
+                fire.append((atom, val))
+        for atom, val in fire:
+            if val == 0:
+                true.add(atom[0], atom[1:])
+            else:
+                true.discard(atom[0], atom[1:])
+        tw, by_pred = self._tw, self._tw_by_pred
+        for atom, val, _ in effects:
+            pred = atom[0]
+            if val == 0:
+                neg, pos = ("not_" + pred, *atom[1:]), atom
+            else:
+                neg, pos = atom, ("not_" + pred, *atom[1:])
+            if neg in tw:
+                del tw[neg]
+                by_pred[neg[0]].discard(neg[1:])
+            if pos not in tw:
+                tw[pos] = None
+                by_pred.setdefault(pos[0], set()).add(pos[1:])
+
+    def _gather(self, feedback: str) -> dict[str, Any]:
+        game = self._require()
+        self._ops, self._commands, admissible, won = self._options()
+        facts_of = game.facts_of
+        facts = []
+        for f in self._tw:
+            fact = facts_of.get(f)
+            if fact is None:
+                fact = facts_of[f] = _make_fact(f, game)
+            facts.append(fact)
+        self._state = {
+            "feedback": feedback,
+            "raw": feedback,
+            "admissible_commands": list(admissible),
+            "won": won,
+            "lost": False,
+            "facts": facts,
+            "moves": self._moves,
+        }
+        return self._state
+
+    def _options(self) -> tuple[list[Op], list[str], tuple[str, ...], bool]:
+        """Applicable operators, their commands (FD's order), the sorted admissible commands and the win.
+
+        They depend only on the true atoms when no command template reads a changing fact (ALFWorld's do not),
+        so they are cached per state: a state seen before (another rollout of the same game) costs a lookup.
+        """
+        game = self._require()
+        key = None
+        if game.options_cache is not None:
+            key = frozenset((p, t) for p, ts in self._true.data.items() for t in ts)
+            hit = game.options_cache.get(key)
+            if hit is not None:
+                return hit
+        ops = game.grounder.applicable(self._true)
+        commands = [self._command(op) for op in ops]
+        out = (ops, commands, tuple(sorted(set(commands))), self._won())
+        if key is not None:
+            if len(game.options_cache) >= _OPTIONS_CACHE_SIZE:
+                game.options_cache.clear()
+            game.options_cache[key] = out
+        return out
+
+    def _won(self) -> bool:
+        game = self._require()
+        if isinstance(game.goal, list):
+            grounder = game.grounder
+            return any(grounder.assignments(plan, self._true, limit=1) for plan in game.goal)
+        return _holds(game.goal, self._true.data, game, {})
+
+    # -- snapshots ----------------------------------------------------------------------------------------------
+    def get_state(self) -> NativeSnapshot:
+        """A snapshot of the current game state (restore it with :meth:`set_state`)."""
+        self._require()
+        return NativeSnapshot(
+            str(self.game_file),
+            tuple((p, frozenset(ts)) for p, ts in self._true.data.items()),
+            tuple(self._tw),
+            self._moves,
+            dict(self._state),
+            tuple(self._ops),
+            tuple(self._commands),
+        )
+
+    def set_state(self, snapshot: NativeSnapshot) -> dict[str, Any]:
+        """Restore a snapshot of this engine's current game; returns the state dict it had."""
+        if self.game_file is None or snapshot.game_file != str(self.game_file):
+            self.load(snapshot.game_file)
+        self._true = Tables({p: set(ts) for p, ts in snapshot.true_atoms})
+        self._set_tw(snapshot.tw_facts)
+        self._moves = snapshot.moves
+        state = dict(snapshot.last)
+        state["facts"] = list(state["facts"])
+        state["admissible_commands"] = list(state["admissible_commands"])
+        self._ops, self._commands = list(snapshot.ops), list(snapshot.commands)
+        self._state = state
+        return state
+
+    def _command(self, op: Op) -> str:
+        """The command text of ``op``; cached when its template only reads facts that never change."""
+        game = self._require()
+        cached = game.commands.get(op[0])
+        if cached is not None:
+            return cached
+        _, si, b, _ = op
+        schema = game.grounder.domain.schemas[si]
+        symbols = game.grammar.actions[schema.name].template
+        text = self._derive(symbols, {(p.lstrip("?"), t): b[p] for p, t in schema.params})
+        if _reads_only(symbols, game.grammar, game.fluent_tw):
+            game.commands[op[0]] = text
+        return text
+
+    # -- text ---------------------------------------------------------------------------------------------------
+    def _derive(self, symbols: list[tuple], mapping: dict[tuple[str, str], str]) -> str:
+        out: list[str] = []
+        variables = {ph[0]: obj for ph, obj in mapping.items()}
+        self._expand(symbols, mapping, variables, out)
+        return "".join(out)
+
+    def _expand(self, symbols: list[tuple], mapping: dict, variables: dict, out: list[str]) -> None:
+        for sym in symbols:
+            kind = sym[0]
+            if kind == "t":
+                out.append(sym[1])
+            elif kind == "nt":
+                self._nonterminal(sym[1], mapping, variables, out)
+            elif kind == "cond":
+                for m, v in self._contexts(sym[2], mapping, variables):
+                    self._expr(sym[1], m, v, out)
+            else:  # list
+                cond = sym[1]
+                items = self._contexts(cond[2], mapping, variables)
+                if not items:
+                    self._nonterminal("list_empty", mapping, variables, out)
+                for i, (m, v) in enumerate(items):
+                    if i and i == len(items) - 1:
+                        self._nonterminal("list_last_separator", mapping, variables, out)
+                    elif i:
+                        self._nonterminal("list_separator", mapping, variables, out)
+                    self._expr(cond[1], m, v, out)
+
+    def _expr(self, expr: tuple, mapping: dict, variables: dict, out: list[str]) -> None:
+        if expr[0] == "nt":
+            self._nonterminal(expr[1], mapping, variables, out)
+        else:
+            ents = self._require().entities
+            value = eval(expr[1], {}, {k: ents[o] for k, o in variables.items()})
+            out.append(str(value))
+
+    def _nonterminal(self, name: str, mapping: dict, variables: dict, out: list[str]) -> None:
+        rules = self._require().grammar.rules.get(name)
+        if not rules:
+            raise CorruptDataError(f"the game grammar has no rule for #{name}#")
+        for rule in rules:
+            if rule.condition is None or self._first(rule.condition, mapping):
+                self._expand(rule.symbols, mapping, variables, out)
+                return
+        raise CorruptDataError(f"no rule for #{name}# applies")
+
+    def _contexts(self, query: Query | None, mapping: dict, variables: dict) -> list[tuple[dict, dict]]:
+        if query is None:
+            return [(mapping, variables)]
+        out = []
+        for m in self._assignments(query, mapping):
+            v = dict(variables)
+            for ph, obj in m.items():
+                v[ph[0]] = obj
+            out.append((m, v))
+        return out
+
+    def _first(self, query: Query, mapping: dict) -> bool:
+        for _ in self._assignments(query, mapping, first=True):
+            return True
+        return False
+
+    def _assignments(self, query: Query, mapping: dict, first: bool = False) -> list[dict]:
+        """TextWorld's ``State.all_assignments`` over its fact list, in its order."""
+        game = self._require()
+        results: list[dict] = []
+        m = dict(mapping)
+        used = set(mapping.values())
+        preds = query.preds
+        seen = set(m)
+        new_by_depth = []
+        for _, args in preds:
+            new = []
+            for ph in args:
+                if ph not in seen:
+                    new.append(ph)
+                    seen.add(ph)
+            new_by_depth.append(new)
+
+        def rec(depth: int) -> bool:
+            if depth == len(preds):
+                results.append(dict(m))
+                return first
+            pred, args = preds[depth]
+            for fact in self._sorted_facts(pred, game):
+                if len(fact) != len(args):
+                    continue
+                ok = True
+                for ph, obj in zip(args, fact, strict=True):
+                    if not _type_ok(game, obj, ph[1]):
+                        ok = False
+                        break
+                    existing = m.get(ph)
+                    if existing is None:
+                        if obj in used:
+                            ok = False
+                            break
+                        m[ph] = obj
+                        used.add(obj)
+                    elif existing != obj:
+                        ok = False
+                        break
+                if ok and rec(depth + 1):
+                    return True
+                for ph in new_by_depth[depth]:
+                    obj = m.pop(ph, None)
+                    used.discard(obj)
+            return False
+
+        rec(0)
+        return results
+
+    def _sorted_facts(self, pred: str, game: _Game) -> list[tuple]:
+        if pred in game.fluent_tw:
+            return sorted(self._tw_by_pred.get(pred, ()))
+        cache = game.static_sorted
+        if cache is None:
+            cache = game.static_sorted = {}
+        facts = cache.get(pred)
+        if facts is None:
+            facts = cache[pred] = sorted(self._tw_by_pred.get(pred, ()))
+        return facts
+
+
+def _reads_only(
+    symbols: list[tuple], grammar: Grammar, fluent: frozenset[str], seen: set | None = None
+) -> bool:
+    """Whether deriving ``symbols`` never queries a predicate in ``fluent`` (so its text is fixed per binding)."""
+    seen = set() if seen is None else seen
+    for sym in symbols:
+        if sym[0] == "t":
+            continue
+        if sym[0] == "list":
+            sym = sym[1]
+            for name in ("list_empty", "list_separator", "list_last_separator"):
+                if not _reads_only([("nt", name)], grammar, fluent, seen):
+                    return False
+        if sym[0] == "cond":
+            if sym[2] is not None and any(p in fluent for p, _ in sym[2].preds):
+                return False
+            sym = sym[1]
+        if sym[0] == "nt" and sym[1] not in seen:
+            seen.add(sym[1])
+            for rule in grammar.rules.get(sym[1], []):
+                if rule.condition is not None and any(p in fluent for p, _ in rule.condition.preds):
+                    return False
+                if not _reads_only(rule.symbols, grammar, fluent, seen):
+                    return False
+    return True
+
+
+def _type_ok(game: _Game, obj: str, typ: str) -> bool:
+    return obj in game.grounder.objects_of(typ)
+
+
+def _make_fact(atom: tuple, game: _Game) -> Fact:
+    ents = game.entities
+    args = tuple(
+        Var(ents[a].name if a in ents else a, game.grounder.objects.get(a, "object")) for a in atom[1:]
+    )
+    return Fact(atom[0], args)
+
+
+def _holds(f: tuple, true: dict[str, set[tuple]], game: _Game, b: dict[str, str]) -> bool:
+    kind = f[0]
+    if kind == "atom":
+        args = tuple(b.get(a, a) for a in f[2])
+        if f[1] == "=":
+            return args[0] == args[1]
+        table = true.get(f[1]) if f[1] in game.grounder.fluents else game.grounder.static.get(f[1])
+        return args in (table or ())
+    if kind == "not":
+        return not _holds(f[1], true, game, b)
+    if kind == "and":
+        return all(_holds(p, true, game, b) for p in f[1])
+    if kind == "or":
+        return any(_holds(p, true, game, b) for p in f[1])
+    params = f[1]
+    if kind == "exists":
+        return any(
+            _holds(f[2], true, game, {**b, **dict(zip([p for p, _ in params], objs, strict=True))})
+            for objs in _product(game, params)
+        )
+    return all(
+        _holds(f[2], true, game, {**b, **dict(zip([p for p, _ in params], objs, strict=True))})
+        for objs in _product(game, params)
+    )
+
+
+def _product(game: _Game, params: list[tuple[str, str]]):
+    import itertools
+
+    return itertools.product(*(game.grounder._by_type.get(t, []) for _, t in params))
+
+
+def _goal_plans(goal: tuple, grounder: Grounder) -> Any:
+    """The goal as join plans (one per disjunct), or the formula itself if it has a universal quantifier."""
+    try:
+        return [_Plan(extra, lits, grounder) for extra, lits in dnf(nnf(goal))]
+    except CorruptDataError:
+        return goal
+
+
+def _prepare(game_file: str) -> _Game:
+    try:
+        with open(game_file, encoding="utf-8") as f:
+            data = json.load(f)
+        domain = _domain(data["pddl_domain"])
+        problem = parse_problem(data["pddl_problem"])
+        grammar = parse_grammar(data["grammar"])
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CorruptDataError(
+            f"ALFWorld game file {game_file} could not be read by the native engine ({type(exc).__name__}: {exc}). "
+            "Re-download the data with `stepgym download alfworld`."
+        ) from exc
+    grounder = Grounder(domain, problem)
+    init_true: dict[str, set[tuple]] = defaultdict(set)
+    for atom in problem.init:
+        if atom[0] in domain.fluents:
+            init_true[atom[0]].add(atom[1:])
+    ids = sorted({a for atom in problem.init for a in atom[1:]})
+    names = demangled_names(ids)
+    entities = {i: Entity(i, problem.objects.get(i, "object"), names[i]) for i in ids}
+    fluent_tw = frozenset(domain.fluents | {"not_" + p for p in domain.fluents})
+    return _Game(
+        walkthrough=list(data.get("walkthrough") or []),
+        grounder=grounder,
+        grammar=grammar,
+        entities=entities,
+        fluent_tw=fluent_tw,
+        init_true={p: frozenset(ts) for p, ts in init_true.items()},
+        init_tw=tuple(dict.fromkeys(problem.init)),
+        goal=_goal_plans(problem.goal, grounder),
+        facts_of={},
+        commands={},
+        options_cache={}
+        if all(_reads_only(a.template, grammar, fluent_tw) for a in grammar.actions.values())
+        else None,
+    )

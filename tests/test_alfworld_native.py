@@ -1,0 +1,200 @@
+"""The native ALFWorld engine plays TextWorld's games byte for byte (a CI-sized sample; the script
+``scripts/alfworld_native_equality.py`` checks every game), parses the grammar as TextWorld does, and restores
+snapshots exactly."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import stepgym  # noqa: F401
+from stepgym import schema
+from stepgym.envs.alfworld.games import TASK_TYPES, list_games
+from stepgym.envs.alfworld.native import NativeEngine
+from stepgym.envs.alfworld.native.equality import compare_game, make_pair
+from stepgym.envs.alfworld.native.grammar import parse_symbols
+from stepgym.errors import CorruptDataError
+
+pytestmark = pytest.mark.usefixtures("data_dir")
+
+
+def _one_per_task_type(split: str) -> list[str]:
+    games = list_games(split)
+    return [next(g.task_id for g in games if g.task_type == t) for t in TASK_TYPES]
+
+
+@pytest.mark.slow
+def test_native_equals_textworld_on_a_sample_of_games():
+    """Walkthrough + a random episode with junk, to the step limit, on one game per task type and split."""
+    compared = 0
+    for split, pick in (
+        ("valid_unseen", slice(None)),
+        ("valid_seen", slice(0, None, 2)),
+        ("train", slice(1, None, 2)),
+    ):
+        native, reference = make_pair(split, max_steps=30)
+        for i, task_id in enumerate(_one_per_task_type(split)[pick]):
+            report = compare_game(native, reference, task_id, seeds=(100 + i,))
+            assert report.differences == [], report.differences[:3]
+            compared += report.steps
+        native.close()
+        reference.close()
+    assert compared > 300
+
+
+def test_won_walkthrough_and_info_keys_match_the_reference():
+    native, reference = make_pair("valid_unseen")
+    task_id = _one_per_task_type("valid_unseen")[1]
+    report = compare_game(native, reference, task_id, seeds=())
+    assert report.differences == []
+    native.reset(options={"task_id": task_id})
+    for action in native.walkthrough:
+        _, reward, terminated, _, info = native.step(action)
+    assert reward == 1.0 and terminated and info[schema.WON]
+
+
+def _textworld_parse(text: str) -> list[tuple]:
+    """TextWorld's own parse of a grammar string, in the native engine's symbol shapes."""
+    from textworld.envs.pddl.textgen import (
+        ConditionalSymbol,
+        EvalSymbol,
+        ListSymbol,
+        NonterminalSymbol,
+        TerminalSymbol,
+        _parse_and_convert,
+    )
+
+    def conv(sym):
+        if isinstance(sym, TerminalSymbol):
+            return ("t", sym.symbol)
+        if isinstance(sym, NonterminalSymbol):
+            return ("nt", sym.symbol)
+        if isinstance(sym, EvalSymbol):
+            return ("eval", sym.expression)
+        if isinstance(sym, ConditionalSymbol):
+            return ("cond", conv(sym.expression), sym.given)
+        if isinstance(sym, ListSymbol):
+            return ("list", conv(sym.symbol))
+        raise AssertionError(sym)
+
+    return [s for s in map(conv, _parse_and_convert(text, rule_name="symbols")) if s != ("t", "")]
+
+
+def _native_shape(sym: tuple) -> tuple:
+    if sym[0] == "cond":
+        expr = ("nt", sym[1][1]) if sym[1][0] == "nt" else ("eval", sym[1][2])
+        return ("cond", expr, sym[2].source if sym[2] is not None else None)
+    if sym[0] == "list":
+        return ("list", _native_shape(sym[1]))
+    return sym
+
+
+def test_grammar_strings_parse_as_textworld_parses_them():
+    from textworld.envs.pddl.logic import GameLogic
+
+    texts = {"#intro#", "", " ", "\tx", '"quoted" text', "  //c\nb", "a{o.name}  b"}
+    for game in list_games("valid_seen")[::10]:
+        data = json.loads(game.game_file.read_text())
+        logic = GameLogic(domain=data["pddl_domain"], grammar=data["grammar"])
+        for action in logic.actions.values():
+            texts.update((action.template, action.feedback_rule))
+        for block in data["grammar"].split('"""')[1::2]:
+            lines = [ln for ln in block.split("\n") if not ln.lstrip().startswith("#")]
+            texts.update(r["rhs"] for rs in json.loads("\n".join(lines)).values() for r in rs)
+    assert len(texts) > 60
+    for text in texts:
+        native = [_native_shape(s) for s in parse_symbols(text) if s != ("t", "")]
+        assert native == _textworld_parse(text), text
+
+
+def _play(engine: NativeEngine, rng: np.random.Generator, n: int) -> list[str]:
+    actions = []
+    state = engine._state
+    for _ in range(n):
+        cmds = state["admissible_commands"]
+        action = cmds[int(rng.integers(len(cmds)))]
+        state = engine.step(action)
+        actions.append(action)
+    return actions
+
+
+def _view(state: dict) -> tuple:
+    return (
+        state["feedback"],
+        state["admissible_commands"],
+        state["won"],
+        sorted(str(f) for f in state["facts"]),
+    )
+
+
+def test_snapshot_restore_equals_replaying_the_actions():
+    games = list_games("valid_unseen")
+    engine = NativeEngine()
+    rng = np.random.default_rng(3)
+    for game in games[::40]:
+        engine.load(game.game_file)
+        engine.reset()
+        prefix = _play(engine, rng, 8)
+        snap = engine.get_state()
+        at_snap = _view(engine._state)
+        suffix = _play(engine, rng, 8)
+        end = _view(engine._state)
+        restored = engine.set_state(snap)  # jump back mid-episode
+        assert _view(restored) == at_snap
+        for action in suffix:
+            state = engine.step(action)
+        assert _view(state) == end
+        replay = NativeEngine()  # the same actions from a fresh reset
+        replay.load(game.game_file)
+        replay.reset()
+        for action in prefix + suffix:
+            state = replay.step(action)
+        assert _view(state) == end
+        other = games[-1]  # a snapshot also restores after another game was loaded
+        engine.load(other.game_file)
+        engine.reset()
+        assert _view(engine.set_state(snap)) == at_snap
+
+
+def test_engine_level_unknown_command_is_nothing_happens_like_textworld():
+    from stepgym.envs.alfworld.engine import AlfredEngine
+
+    game = list_games("valid_unseen")[0]
+    native, reference = NativeEngine(), AlfredEngine()
+    for engine in (native, reference):
+        engine.load(game.game_file)
+        engine.reset()
+    a, b = native.step("fly to the moon"), reference.step("fly to the moon")
+    assert a["feedback"] == b["feedback"] == "Nothing happens."
+    assert a["admissible_commands"] == b["admissible_commands"]
+
+
+def test_native_engine_plays_without_importing_textworld():
+    import subprocess
+    import sys
+
+    game = list_games("valid_unseen")[0].game_file
+    code = (
+        "import sys\n"
+        "from stepgym.envs.alfworld.native import NativeEngine\n"
+        f"e = NativeEngine(); e.load({str(game)!r}); s = e.reset()\n"
+        "s = e.step(s['admissible_commands'][0])\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('textworld', 'tatsu', 'fast_downward', 'alfworld')]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_engine_choice_is_validated(tmp_path):
+    with pytest.raises(ValueError, match="unknown ALFWorld engine"):
+        gym.make("StepGym/ALFWorld-v0", split="valid_unseen", engine="fast")
+    bad = tmp_path / "game.tw-pddl"
+    bad.write_text('{"pddl_domain": "(define", "grammar": "", "pddl_problem": ""}')
+    engine = NativeEngine()
+    with pytest.raises(CorruptDataError):
+        engine.load(bad)
+    with pytest.raises(RuntimeError, match="load"):
+        NativeEngine().reset()
