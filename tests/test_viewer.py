@@ -328,3 +328,11 @@ def test_export_embeds_data_without_markup(tmp_path: Path, capsys: pytest.Captur
     bundle = json.loads(html[start : html.index("</script>", start)])
     assert bundle == json.loads(json.dumps(load_run(tmp_path / "run").as_bundle()))
     assert export_html(load_run(tmp_path / "run"), out) == out
+
+
+def test_group_recorder_refuses_a_plain_jsonl_name(tmp_path):
+    from stepgym.recording import GroupRecorder
+
+    with pytest.raises(ValueError, match=r"writes gzip.*\.jsonl\.gz"):
+        GroupRecorder(tmp_path / "episodes.jsonl")
+    assert GroupRecorder(tmp_path / "run").path.name == "episodes.jsonl.gz"

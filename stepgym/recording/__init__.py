@@ -435,7 +435,9 @@ class GroupRecorder:
         max_text_chars: int = 4000,
     ) -> None:
         p = Path(path)
-        if p.suffix not in (".gz", ".jsonl"):
+        if p.suffix == ".jsonl":  # the writer always compresses; a plain .jsonl name would be unreadable
+            raise ValueError(f"GroupRecorder writes gzip: name the file {p.name}.gz, or pass a folder (got {p})")
+        if p.suffix != ".gz":
             p = p / FILE_NAME
         header = {"source": "group", **dict(meta or {})}
         self.writer = EpisodeWriter(p, header, budget_bytes=int(budget_mb * 2**20))
