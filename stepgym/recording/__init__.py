@@ -436,7 +436,9 @@ class GroupRecorder:
     ) -> None:
         p = Path(path)
         if p.suffix == ".jsonl":  # the writer always compresses; a plain .jsonl name would be unreadable
-            raise ValueError(f"GroupRecorder writes gzip: name the file {p.name}.gz, or pass a folder (got {p})")
+            raise ValueError(
+                f"GroupRecorder writes gzip: name the file {p.name}.gz, or pass a folder (got {p})"
+            )
         if p.suffix != ".gz":
             p = p / FILE_NAME
         header = {"source": "group", **dict(meta or {})}
