@@ -6,8 +6,8 @@ on them. Three executors share one interface:
 
 * :class:`InProcessExecutor` — the copies live in this process and step one after another (the default; no
   overhead, no parallelism).
-* :class:`ProcessExecutor` — ``num_workers`` local processes (standard library ``multiprocessing``, ``spawn``
-  start method), each holding a contiguous shard of the slots.
+* :class:`ProcessExecutor` — ``num_workers`` local worker processes (standard library only: fresh interpreters
+  over socket pairs, so no ``__main__`` guard is needed), each holding a contiguous shard of the slots.
 * :class:`RayExecutor` — the same shards on Ray actors (``pip install 'stepgym[ray]'``); ``address="auto"``
   joins a running cluster (``ray start --head`` on one machine, ``ray start --address=...`` on the others).
 
@@ -36,12 +36,15 @@ Design rules (the pattern of Ray-based agent-RL trainers, with their failure mod
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import pickle
+import socket
+import subprocess
+import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 import gymnasium as gym
@@ -340,7 +343,13 @@ class _ShardedExecutor(Executor):
 
 
 class ProcessExecutor(_ShardedExecutor):
-    """Copies sharded over ``num_workers`` local processes (``spawn``: no inherited threads or locks).
+    """Copies sharded over ``num_workers`` local processes.
+
+    Each worker is a fresh interpreter (``python -m stepgym._env_worker``) talking over a private socket pair: it
+    inherits no threads or locks (unlike ``fork``), and unlike ``multiprocessing``'s ``spawn`` it never re-imports
+    the user's main script, so a plain script or a notebook needs no ``if __name__ == "__main__":`` guard. The
+    recipe (env, kwargs, wrappers) is unpickled in the worker, so what it names must be importable there: this
+    process's ``sys.path`` is passed on, and classes defined in a ``__main__`` script are not importable.
 
     Args:
         recipe: how each copy is built (must pickle; checked here).
@@ -361,7 +370,6 @@ class ProcessExecutor(_ShardedExecutor):
     ):
         super().__init__(recipe, n, num_workers)
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
-        self._ctx = mp.get_context("spawn")
         self._procs: list[Any] = [None] * len(self._slots)
         self._conns: list[Any] = [None] * len(self._slots)
         try:
@@ -378,16 +386,21 @@ class ProcessExecutor(_ShardedExecutor):
         return [p.pid for p in self._procs if p is not None]
 
     def _start(self, w: int) -> None:
-        parent, child = self._ctx.Pipe()
-        p = self._ctx.Process(
-            target=_worker_main,
-            args=(child, self.recipe, self._slots[w]),
-            name=f"stepgym-env-worker-{w}",
-            daemon=True,
-        )
-        p.start()
-        child.close()
-        self._procs[w], self._conns[w] = p, parent
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "stepgym._env_worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            theirs.close()
+        conn = Connection(ours.detach())
+        conn.send((self.recipe, self._slots[w]))
+        self._procs[w], self._conns[w] = proc, conn
 
     def _await_ready(self, w: int) -> None:
         conn = self._conns[w]
@@ -410,10 +423,11 @@ class ProcessExecutor(_ShardedExecutor):
         p, conn = self._procs[w], self._conns[w]
         if conn is not None:
             conn.close()
-        if p is not None and p.is_alive():
+        if p is not None and p.poll() is None:
             p.kill()
         if p is not None:
-            p.join(10)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(10)
         self._procs[w] = self._conns[w] = None
 
     def _restart(self, w: int, why: str, ops: Sequence[tuple[str, int, Any]]) -> EnvWorkerError:
@@ -455,7 +469,8 @@ class ProcessExecutor(_ShardedExecutor):
                     conn.send(None)
         for w, p in enumerate(self._procs):
             if p is not None:
-                p.join(5)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(5)
             self._kill(w)
 
 

@@ -179,6 +179,27 @@ def test_unpicklable_recipe_is_refused_clearly():
         make_executor("threads", EnvRecipe("StepGym/CreditToy-v0"), 2)
 
 
+def test_a_plain_script_needs_no_main_guard(tmp_path):
+    """Workers are fresh interpreters that never re-import the user's script (multiprocessing's spawn would, and
+    fail without an ``if __name__ == "__main__":`` guard)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import stepgym\n"
+        "from stepgym.wrappers import EnvFeedbackWrapper\n"
+        "g = stepgym.GroupEnv('StepGym/CreditToy-v0', group_size=2, wrappers=[EnvFeedbackWrapper],\n"
+        "                     executor='process', num_workers=2)\n"
+        "obs, infos = g.reset(seed=0)\n"
+        "print('agents', sorted(obs))\n"
+        "g.close()\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "agents ['rollout_0', 'rollout_1']" in out.stdout
+
+
 def test_close_leaves_no_worker_process():
     group = _toy_group("process", num_workers=2)
     pids = list(group.executor.pids)
