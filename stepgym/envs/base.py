@@ -25,6 +25,22 @@ MAX_ACTION_CHARS = 1_000
 _WS = re.compile(r"\s+")
 
 
+def read_text_action(action: Any, max_chars: int, noun: str = "action") -> tuple[str, str]:
+    """``(text, problem)``: ``action`` as text, unchanged (UTF-8 bytes decoded), or why it is unusable (not
+    text, not UTF-8, longer than ``max_chars``). The one input guard every env shares; ``noun`` names the action
+    in the reason ("action", "turn")."""
+    if isinstance(action, bytes):
+        try:
+            action = action.decode("utf-8")
+        except UnicodeDecodeError:
+            return "", f"the {noun} is not valid UTF-8"
+    if not isinstance(action, str):
+        return "", f"the {noun} must be a string, got {type(action).__name__}"
+    if len(action) > max_chars:
+        return "", f"the {noun} is {len(action)} characters long (the limit is {max_chars})"
+    return action, ""
+
+
 def sanitize_action(action: Any, max_chars: int = MAX_ACTION_CHARS) -> tuple[str, str]:
     """Normalise a raw action into ``(clean_text, problem)``.
 
@@ -32,15 +48,9 @@ def sanitize_action(action: Any, max_chars: int = MAX_ACTION_CHARS) -> tuple[str
     format characters are dropped, whitespace is collapsed, and text past ``max_chars`` makes the action invalid
     (no real command is that long; cutting it would silently change its meaning).
     """
-    if isinstance(action, bytes):
-        try:
-            action = action.decode("utf-8")
-        except UnicodeDecodeError:
-            return "", "the action is not valid UTF-8"
-    if not isinstance(action, str):
-        return "", f"the action must be a string, got {type(action).__name__}"
-    if len(action) > max_chars:
-        return "", f"the action is {len(action)} characters long (the limit is {max_chars})"
+    action, problem = read_text_action(action, max_chars)
+    if problem:
+        return "", problem
     cleaned = "".join(ch for ch in action if unicodedata.category(ch)[0] != "C" or ch in "\t\n ")
     cleaned = _WS.sub(" ", cleaned).strip()
     if not cleaned:

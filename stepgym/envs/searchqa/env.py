@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepgym import schema
-from stepgym.envs.base import TextEnv
+from stepgym.envs.base import TextEnv, read_text_action
 from stepgym.envs.searchqa.corpus import Corpus
 from stepgym.envs.searchqa.datasets import QARecord, load_questions, load_questions_file
 from stepgym.envs.searchqa.factory import is_url, make_retriever, resolve_corpus
@@ -69,16 +69,7 @@ def read_turn(action: Any) -> tuple[str, str]:
     invisible character inside a tag or an answer changes the outcome here as it does upstream. The only guards
     are the type and :data:`MAX_TURN_CHARS`, which no turn of Search-R1's 500-token generator reaches.
     """
-    if isinstance(action, bytes):
-        try:
-            action = action.decode("utf-8")
-        except UnicodeDecodeError:
-            return "", "the turn is not valid UTF-8"
-    if not isinstance(action, str):
-        return "", f"the turn must be a string, got {type(action).__name__}"
-    if len(action) > MAX_TURN_CHARS:
-        return "", f"the turn is {len(action)} characters long (the limit is {MAX_TURN_CHARS})"
-    return action, ""
+    return read_text_action(action, MAX_TURN_CHARS, noun="turn")
 
 
 class SearchQAEnv(TextEnv):
