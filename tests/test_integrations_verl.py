@@ -179,6 +179,57 @@ def test_agent_loop_plays_a_full_episode_with_env_tokens_masked(tok) -> None:
     assert d["response_mask"].tolist() == out.response_mask and d["rm_scores"][-1] == 1.0
 
 
+def test_agent_loop_from_a_yaml_config_as_verls_worker_builds_it(tok, tmp_path) -> None:
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import ToolListWrap, _agent_loop_registry
+
+    yaml = tmp_path / "agents.yaml"
+    yaml.write_text(
+        "- name: stepgym_toy\n"
+        "  _target_: stepgym.integrations.verl.StepGymAgentLoop\n"
+        f"  env_id: {TOY}\n"
+        "  env_kwargs: {n_tasks: 3, n_rooms: 3, n_distractors: 1, max_steps: 6}\n"
+        "  fmt: alfworld\n"
+        "  max_turn_tokens: 64\n"
+    )
+    for entry in OmegaConf.load(yaml):  # what AgentLoopWorker does with agent_loop_config_path
+        _agent_loop_registry[entry.name] = entry
+    assert _agent_loop_registry["stepgym"] == {"_target_": "stepgym.integrations.verl.StepGymAgentLoop"}
+    full = verl_rows(TOY, TOY_KW)[2]
+    row = {**full, "extra_info": {"task_id": full["extra_info"]["task_id"]}}  # the env comes from the YAML
+    server = ScriptedServerManager(tok, np.random.default_rng(0), malformed=())
+    seen = []
+
+    async def main():
+        cfg = OmegaConf.create(
+            {"actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 4096}}}
+        )
+        loop = hydra.utils.instantiate(  # the call in AgentLoopWorker._run_agent_loop
+            config=_agent_loop_registry["stepgym_toy"],
+            trainer_config=DictConfigWrap(config=cfg),
+            server_manager=server,
+            tokenizer=tok,
+            processor=None,
+            hf_model_type=None,
+            dataset_cls=None,
+            data_config=DictConfigWrap(OmegaConf.create({})),
+            tools=ToolListWrap([]),
+        )
+        server.agent = loop
+        original = server.generate
+
+        async def spy(request_id, **kw):
+            seen.append(kw["sampling_params"])
+            return await original(request_id, **kw)
+
+        server.generate = spy
+        return await loop.run({"temperature": 0.7}, raw_prompt=row["prompt"], **row)
+
+    out = asyncio.run(main())
+    assert out.extra_fields["stepgym_episode"]["won"]
+    assert seen and all(p == {"temperature": 0.7, "max_tokens": 64} for p in seen)
+
+
 def test_agent_loop_cuts_at_response_length(tok) -> None:
     row = verl_rows(TOY, TOY_KW)[0]
     server = ScriptedServerManager(tok, np.random.default_rng(0), malformed=(0, 1, 2))

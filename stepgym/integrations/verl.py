@@ -330,6 +330,8 @@ def step_batch_from_verl(
     rea: list[Any] = []
     prog: list[Any] = []
     for i in range(b):
+        if steps is not None and steps[i] is None:
+            raise ValueError(f"row {i} has no stepgym_steps: was it played by StepGymAgentLoop?")
         recs = list(steps[i]) if steps is not None else None
         row_spans = [(int(r["start"]), int(r["stop"])) for r in recs] if recs else _mask_runs(mask_bl[i])
         if recs:  # steps the response_length cut off entirely hold no token; they take no part
