@@ -13,4 +13,8 @@ rc=0
 if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_VLLM_CPU:-0}" != 1 ]; then
   bash scripts/test_vllm_cpu.sh || rc=$?
 fi
+# ... and the verl 0.9 integration, in a virtualenv of its own too (verl pins versions that conflict with TRL's).
+if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_VERL:-0}" != 1 ]; then
+  bash scripts/test_verl.sh || rc=$?
+fi
 exit "$rc"

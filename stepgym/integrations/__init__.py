@@ -11,6 +11,8 @@ Each trainer has its own module, imported only when asked for, behind its own ex
 * :mod:`stepgym.integrations.skyrl` (``pip install 'stepgym[skyrl]'``): stepgym envs as SkyRL-gym 0.4 text envs
   (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata.
 
+* :mod:`stepgym.integrations.verl` (``pip install 'stepgym[verl]'``, an environment of its own): a verl 0.9 agent loop (``"stepgym"``) and stepgym's shapers as verl advantage estimators (``stepgym_gigpo``, ...).
+
 Trainer-neutral pieces live here and import no trainer:
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
