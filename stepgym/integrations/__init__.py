@@ -11,6 +11,9 @@ Each trainer has its own module, imported only when asked for, behind its own ex
 * :mod:`stepgym.integrations.skyrl` (``pip install 'stepgym[skyrl]'``): stepgym envs as SkyRL-gym 0.4 text envs
   (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata.
 
+* :mod:`stepgym.integrations.verifiers` (``pip install 'stepgym[verifiers]'``): a verifiers 0.4 taskset and env
+  (``vf-eval stepgym-verifiers``), the env's return as the reward and the step annotations in ``trace.info``.
+
 Trainer-neutral pieces live here and import no trainer:
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
