@@ -57,7 +57,7 @@ if HAVE_VERIFIERS:
     serve = endpoint.serve  # the fixture that starts the chat-completions server
 
     CREDIT = ("StepGym/CreditToy-v0", {"split": "valid"})
-    ALFWORLD = ("StepGym/ALFWorld-v0", {"split": "valid_seen", "max_steps": 3})
+    ALFWORLD = ("StepGym/ALFWorld-v0", {"split": "valid_seen", "max_steps": 2})
 
     def vf_eval(url: str, env_id: str, kwargs: dict[str, Any], out: Path, n: int, *extra: str):
         """One ``vf-eval`` run (verifiers' own CLI, in a process of its own); returns (process, episodes)."""
@@ -154,14 +154,14 @@ if HAVE_VERIFIERS:
         """The tiny HF model served over HTTP, evaluated by vf-eval on CreditToy and on ALFWorld games: episodes
         ran to their end (won or out of steps), each step annotated, the env's return recorded as the reward."""
         server = serve(hf_reply)
-        for env_id, kwargs in ((CREDIT[0], {**CREDIT[1], "max_steps": 3}), ALFWORLD):
+        for env_id, kwargs in ((CREDIT[0], {**CREDIT[1], "max_steps": 2}), ALFWORLD):
             out = tmp_path / env_id.split("/")[1]
             proc, eps = vf_eval(server.url, env_id, kwargs, out, 2)
             assert proc.returncode == 0, proc.stderr[-3000:]
             recs = [check_episode(e, env_id) for e in eps]
             assert len(recs) == 2
             for r in recs:
-                assert r["won"] or (r["truncated"] and r["n_steps"] == 3)
+                assert r["won"] or (r["truncated"] and r["n_steps"] == 2)
         assert server.answered >= 4
 
     def test_dead_server_is_a_clear_error_on_every_trace(tmp_path: Path) -> None:
