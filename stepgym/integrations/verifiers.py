@@ -41,7 +41,6 @@ vf = _deps.require("verifiers.v1", "verifiers", what="the verifiers integration"
 from pydantic import Field  # noqa: E402 - a verifiers dependency
 
 __all__ = [
-    "PLUGIN_ID",
     "StepGymEnv",
     "StepGymEnvConfig",
     "StepGymTask",
@@ -49,9 +48,6 @@ __all__ = [
     "StepGymTaskset",
     "StepGymTasksetConfig",
 ]
-
-#: The id verifiers loads this taskset and env under (``vf-eval stepgym-verifiers``).
-PLUGIN_ID = "stepgym-verifiers"
 
 
 class StepGymTaskData(vf.TaskData):
