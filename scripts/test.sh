@@ -17,4 +17,8 @@ fi
 if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_VERL:-0}" != 1 ]; then
   bash scripts/test_verl.sh || rc=$?
 fi
+# ... and the verifiers 0.4 integration, in a virtualenv of its own too (verifiers pins an older openai and mcp).
+if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_VERIFIERS:-0}" != 1 ]; then
+  bash scripts/test_verifiers.sh || rc=$?
+fi
 exit "$rc"

@@ -127,6 +127,11 @@ class ChatServer:
         reply = self.policy(prompt)
         with self.lock:
             self.answered += 1
+        n_in, n_out = len(prompt.split()), len(reply.split())
+        usage = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+        if body.get("stream"):  # server-sent events, as vLLM streams them (verifiers' chat harness asks so)
+            self.stream(h, reply, usage)
+            return
         h._json(
             200,
             {
@@ -136,9 +141,24 @@ class ChatServer:
                 "choices": [
                     {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
                 ],
-                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(reply.split())},
+                "usage": usage,
             },
         )
+
+    @staticmethod
+    def stream(h: Any, reply: str, usage: dict[str, int]) -> None:
+        """The reply as one content chunk, a finishing chunk with the usage, then ``[DONE]``."""
+        head = {"id": "c", "object": "chat.completion.chunk", "model": MODEL}
+        chunks = [
+            {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": reply}}]},
+            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage},
+        ]
+        data = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
 
     def start(self) -> ChatServer:
         self.thread.start()

@@ -11,7 +11,11 @@ Each trainer has its own module, imported only when asked for, behind its own ex
 * :mod:`stepgym.integrations.skyrl` (``pip install 'stepgym[skyrl]'``): stepgym envs as SkyRL-gym 0.4 text envs
   (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata.
 
-* :mod:`stepgym.integrations.verl` (``pip install 'stepgym[verl]'``, an environment of its own): a verl 0.9 agent loop (``"stepgym"``) and stepgym's shapers as verl advantage estimators (``stepgym_gigpo``, ...).
+* :mod:`stepgym.integrations.verl` (``pip install 'stepgym[verl]'``, in an environment of its own): a verl 0.9
+  agent loop (``"stepgym"``) and stepgym's shapers as verl advantage estimators (``stepgym_gigpo``, ...).
+
+* :mod:`stepgym.integrations.verifiers` (``pip install 'stepgym[verifiers]'``): a verifiers 0.4 taskset and env
+  (``vf-eval stepgym-verifiers``), the env's return as the reward and the step annotations in ``trace.info``.
 
 Trainer-neutral pieces live here and import no trainer:
 
