@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import multiprocessing as mp
@@ -65,7 +66,7 @@ ENV_ID = "StepGym/CreditFamily-v0"
 METHODS = ("grpo", "gigpo", "proas", "ahead", "stepopsd")
 EXTRA = ("gigpo-obs", "stepopsd-nonorm")  # variants run only in the settings that name them
 CENTER = {
-    "horizon": 20,
+    "horizon": 10,
     "n_decisive": 2,
     "irreversible": True,
     "n_distractors": 1,
@@ -278,6 +279,7 @@ def run_cell(cell: dict) -> dict:
     eval_rng = np.random.default_rng(0)
     held = float(np.mean([play(valid, policy, t, eval_rng, greedy=True).won for t in valid.task_ids]))
     return {
+        "key": cell_key(cell),
         "setting": cell["setting"],
         "method": method,
         "seed": seed,
@@ -294,8 +296,15 @@ def run_cell(cell: dict) -> dict:
 # --------------------------------------------------------------------------------------------------------------
 # The results file: one JSON line per finished cell, appended atomically; resume skips finished cells
 # --------------------------------------------------------------------------------------------------------------
-def cell_key(setting: str, method: str, seed: int) -> str:
-    return f"{setting}/{method}/{seed}"
+TRAIN_ARGS = ("iterations", "n_tasks", "group_size", "tasks", "eval_tasks", "lr", "hint_strength")
+
+
+def cell_key(cell: dict) -> str:
+    """setting/method/seed plus a fingerprint of everything that shapes the result, so a rerun with other knobs
+    or training arguments never mistakes an old cell for one of its own."""
+    what = {"knobs": {**CENTER, **cell["knobs"]}, **{k: cell["args"][k] for k in TRAIN_ARGS}}
+    fp = hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{cell['setting']}/{cell['method']}/{cell['seed']}/{fp}"
 
 
 def load_cells(path: Path) -> list[dict]:
@@ -478,8 +487,9 @@ def plot(results: list[dict], rows: list[dict], out: Path) -> list[Path]:
     return [curves_png, forest_png]
 
 
-def report(out: Path, smooth: int) -> list[dict]:
-    results = load_cells(out / "cells.jsonl")
+def report(out: Path, smooth: int, keys: set[str]) -> list[dict]:
+    """summary.csv, summary.md and the plots from the finished cells of the planned sweep (``keys``)."""
+    results = [r for r in load_cells(out / "cells.jsonl") if r["key"] in keys]
     if not results:
         raise SystemExit(f"no finished cells in {out / 'cells.jsonl'}")
     rows = summarise(results, smooth)
@@ -516,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        done = {cell_key(r["setting"], r["method"], r["seed"]) for r in load_cells(out / "cells.jsonl")}
-        todo = [c for c in plan(args) if cell_key(c["setting"], c["method"], c["seed"]) not in done]
+        done = {r["key"] for r in load_cells(out / "cells.jsonl")}
+        todo = [c for c in plan(args) if cell_key(c) not in done]
         print(
             f"# credit study: {len(done)} cells done, {len(todo)} to run, {args.workers} workers", flush=True
         )
@@ -532,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         print(f"# sweep wall time: {time.perf_counter() - t0:.0f} s", flush=True)
-    report(out, args.smooth)
+    report(out, args.smooth, {cell_key(c) for c in plan(args)})
     return 0
 
 
