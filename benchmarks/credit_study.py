@@ -26,12 +26,15 @@ that file.
     python benchmarks/credit_study.py --out runs/credit_study --workers 2          # the full sweep
     python benchmarks/credit_study.py --quick --out /tmp/cs                        # smoke test (CI)
     python benchmarks/credit_study.py --out runs/credit_study --report-only        # tables and plots only
+    python benchmarks/credit_study.py --report-only --out /tmp/figs \
+        --cells benchmarks/results/credit_study_2026-11-30_cells.jsonl.gz          # the committed figures
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import hashlib
 import json
 import math
@@ -311,6 +314,8 @@ def load_cells(path: Path) -> list[dict]:
     """Finished cells; a torn last line (a run killed mid-write) is cut off so the next append starts clean."""
     if not path.exists():
         return []
+    if path.suffix == ".gz":  # an archived sweep (benchmarks/results): read only
+        return [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines() if line]
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
     if end < len(data):
@@ -389,9 +394,13 @@ def summarise(results: list[dict], smooth: int) -> list[dict]:
         row.update({k: knobs[k] for k in CENTER})
         row["random_success"] = round(chance, 4)
         for k in (*STAT_KEYS, "final_train", "decisive_rows"):
-            row[k] = float(np.mean([per_seed[s][k] for s in seeds]))
+            vals = [per_seed[s][k] for s in seeds if not math.isnan(per_seed[s][k])]
+            row[k] = (
+                float(np.mean(vals)) if vals else float("nan")
+            )  # share: NaN for a run that never had credit
         for k in STAT_KEYS:
             d = np.array([per_seed[s][k] - base[s][k] for s in paired])
+            d = d[~np.isnan(d)]
             lo, hi = bootstrap_ci(d, rng) if method != "grpo" else (float("nan"), float("nan"))
             row[f"d_{k}"] = float(d.mean()) if len(d) and method != "grpo" else float("nan")
             row[f"d_{k}_lo"], row[f"d_{k}_hi"] = lo, hi
@@ -400,6 +409,27 @@ def summarise(results: list[dict], smooth: int) -> list[dict]:
     names = list(dict.fromkeys(r["setting"] for r in results))
     rows.sort(key=lambda r: (names.index(r["setting"]), order.get(r["method"], 99)))
     return rows
+
+
+#: (setting, method, reference): further paired comparisons printed under the table
+CONTRASTS = (("alias", "gigpo-obs", "gigpo"), ("center", "stepopsd-nonorm", "stepopsd"))
+
+
+def contrasts(results: list[dict], smooth: int) -> str:
+    """Paired AUC differences between two methods other than GRPO (same seeds), with 95% bootstrap CIs."""
+    rng = np.random.default_rng(54321)
+    per = {(r["setting"], r["method"], r["seed"]): metrics(r, smooth)["auc"] for r in results}
+    lines = []
+    for setting, a, b in CONTRASTS:
+        seeds = sorted(s for (st, m, s) in per if st == setting and m == a and (setting, b, s) in per)
+        if not seeds:
+            continue
+        d = np.array([per[(setting, a, s)] - per[(setting, b, s)] for s in seeds])
+        lo, hi = bootstrap_ci(d, rng)
+        lines.append(
+            f"- {setting}: AUC({a}) − AUC({b}) = {d.mean():+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(d)} seeds)"
+        )
+    return "\n".join(lines)
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -450,7 +480,8 @@ def plot(results: list[dict], rows: list[dict], out: Path) -> list[Path]:
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(settings) :]:
         ax.axis("off")
-    axes[0][0].legend(fontsize=6)
+    handles = [plt.Line2D([], [], color=colors[m], label=m) for m in methods]
+    axes[0][0].legend(handles=handles, fontsize=6)
     fig.supxlabel("iteration", fontsize=8)
     fig.supylabel("training success (mean over seeds)", fontsize=8)
     fig.tight_layout()
@@ -459,7 +490,7 @@ def plot(results: list[dict], rows: list[dict], out: Path) -> list[Path]:
     plt.close(fig)
 
     others = [m for m in methods if m != "grpo"]
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(settings) * len(others) + 1))
+    fig, ax = plt.subplots(figsize=(7, 0.22 * len(settings) * len(others) + 1))
     y, labels = 0, []
     for s in settings:
         for m in others:
@@ -487,14 +518,17 @@ def plot(results: list[dict], rows: list[dict], out: Path) -> list[Path]:
     return [curves_png, forest_png]
 
 
-def report(out: Path, smooth: int, keys: set[str]) -> list[dict]:
+def report(out: Path, smooth: int, keys: set[str], cells: Path) -> list[dict]:
     """summary.csv, summary.md and the plots from the finished cells of the planned sweep (``keys``)."""
-    results = [r for r in load_cells(out / "cells.jsonl") if r["key"] in keys]
+    results = [r for r in load_cells(cells) if r["key"] in keys]
     if not results:
-        raise SystemExit(f"no finished cells in {out / 'cells.jsonl'}")
+        raise SystemExit(f"no finished cells of this sweep in {cells}")
     rows = summarise(results, smooth)
     write_csv(rows, out / "summary.csv")
     table = markdown(rows)
+    extra = contrasts(results, smooth)
+    if extra:
+        table += "\n\nOther paired contrasts (AUC, 95% bootstrap CI):\n\n" + extra
     (out / "summary.md").write_text(table + "\n")
     print(table)
     for p in plot(results, rows, out):
@@ -519,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hint-strength", type=float, default=2.0, help="modelled teachers' logit bonus")
     p.add_argument("--smooth", type=int, default=2, help="iterations averaged for the it→50%/80% levels")
     p.add_argument("--workers", type=int, default=1, help="cells run in this many processes")
-    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the CSV, table and plots")
+    p.add_argument("--cells", default=None, help="report from this results file (.jsonl or .jsonl.gz)")
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.iterations, args.tasks, args.eval_tasks = min(args.seeds, 2), 8, 8, 8
@@ -542,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         print(f"# sweep wall time: {time.perf_counter() - t0:.0f} s", flush=True)
-    report(out, args.smooth, {cell_key(c) for c in plan(args)})
+    report(out, args.smooth, {cell_key(c) for c in plan(args)}, Path(args.cells or out / "cells.jsonl"))
     return 0
 
 

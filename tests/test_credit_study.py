@@ -136,3 +136,12 @@ def test_stepopsd_step_norm_leaves_one_token_steps_at_grpo_credit():
         assert np.allclose(np.abs(opsd[rows]), np.abs(opsd[rows]).mean())  # equal per step
     assert not np.allclose(np.abs(nonorm[:3]), np.abs(nonorm[:3]).mean())
     assert np.allclose(np.sign(opsd), np.sign(grpo))
+
+
+def test_the_committed_summary_is_what_the_committed_cells_give(tmp_path):
+    results = REPO / "benchmarks" / "results"
+    cells = results / "credit_study_2026-11-30_cells.jsonl.gz"
+    assert cs.main(["--report-only", "--out", str(tmp_path), "--cells", str(cells)]) == 0
+    for name in ("summary.csv", "summary.md"):
+        committed = (results / f"credit_study_2026-11-30_{name}").read_text()
+        assert (tmp_path / name).read_text() == committed, name
