@@ -393,6 +393,12 @@ def summarise(results: list[dict], smooth: int) -> list[dict]:
         row = {"setting": setting, "method": method, "seeds": len(seeds), "paired_seeds": len(paired)}
         row.update({k: knobs[k] for k in CENTER})
         row["random_success"] = round(chance, 4)
+        n_it = len(next(r["curve"] for r in results if r["setting"] == setting))
+        for lv in (
+            "50",
+            "80",
+        ):  # seeds that reached the level within the run (it50/it80 are censored at n + 1)
+            row[f"reached{lv}"] = sum(per_seed[s][f"it{lv}"] <= n_it for s in seeds)
         for k in (*STAT_KEYS, "final_train", "decisive_rows"):
             vals = [per_seed[s][k] for s in seeds if not math.isnan(per_seed[s][k])]
             row[k] = (
