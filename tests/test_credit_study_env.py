@@ -114,7 +114,8 @@ def test_an_irreversible_mistake_can_never_be_undone():
     prefix.append(wrong_take(info))
     *_, info = env.step(prefix[-1])
     assert info[schema.EXPERT_ACTION] is None and "doomed=1" in info[schema.SUBGOAL_KEY]
-    vocab = ["go forward", "inspect wall", "take key", *shown]  # everything admissible anywhere, plus a bad one
+    # everything admissible anywhere, plus one action that never is
+    vocab = ["go forward", "inspect wall", "take key", *shown]
     left = env.unwrapped.max_steps - len(prefix)
     for tail in itertools.product(vocab, repeat=left):  # every continuation up to the step limit: none wins
         env.reset(options={"task_id": tid})
