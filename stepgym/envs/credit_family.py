@@ -57,7 +57,7 @@ _SPLIT_OFFSET = {"train": 0, "valid": 10_000}
 GOAL_TEXT = "pass every station; at a station with a sign, take the object the sign names"
 
 
-def _task(index: int, horizon: int, n_decisive: int, n_choices: int) -> tuple[dict[int, tuple], int]:
+def _task(index: int, horizon: int, n_decisive: int, n_choices: int) -> dict[int, tuple]:
     """Decisive station → (objects shown, right object), for one task index (its own seeded generator)."""
     rng = np.random.default_rng([index, horizon, n_decisive, n_choices])
     positions = sorted(int(p) for p in rng.choice(horizon, size=n_decisive, replace=False))
@@ -66,7 +66,7 @@ def _task(index: int, horizon: int, n_decisive: int, n_choices: int) -> tuple[di
         start = int(rng.integers(len(OBJECTS)))
         shown = tuple(OBJECTS[(start + j) % len(OBJECTS)] for j in range(n_choices))
         stations[p] = (shown, shown[int(rng.integers(n_choices))])
-    return stations, positions[0] if positions else horizon
+    return stations
 
 
 class CreditFamilyEnv(TextEnv):
@@ -220,7 +220,7 @@ class CreditFamilyEnv(TextEnv):
             )
         self._task_id = task_id
         index = int(task_id.rsplit("-", 1)[1])
-        self._stations, _ = _task(index, self.horizon, self.n_decisive, self.n_choices)
+        self._stations = _task(index, self.horizon, self.n_decisive, self.n_choices)
         self._pos, self._carried, self._won = 0, "", False
         return self._describe(), self._info("", True, False, "")
 
