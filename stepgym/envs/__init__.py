@@ -17,6 +17,7 @@ _ENTRY_POINTS = {
     "StepGym/WebShopSite-v0": "stepgym.envs.webshop:WebShopSiteEnv",
     "StepGym/SearchQA-v0": "stepgym.envs.searchqa:SearchQAEnv",
     "StepGym/CreditToy-v0": "stepgym.envs.credit:CreditToyEnv",
+    "StepGym/CreditFamily-v0": "stepgym.envs.credit_family:CreditFamilyEnv",
 }
 ENV_IDS = tuple(_ENTRY_POINTS)
 
