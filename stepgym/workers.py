@@ -186,8 +186,9 @@ def _worker_main(conn: Any, recipe: EnvRecipe, slots: list[int]) -> None:
 class Executor:
     """``n`` env copies (slots ``0..n-1``) built from one recipe, answering batched operations.
 
-    :meth:`submit` queues operations and returns a ticket; :meth:`result` sends everything queued (one message
-    per worker), waits, and returns the ticket's results in order. :meth:`call` does both.
+    :meth:`submit` queues operations and returns a ticket; :meth:`send` starts everything queued (one message
+    per worker) without waiting; :meth:`result` sends the ticket if it is still queued, waits, and returns its
+    results in order. :meth:`call` does both.
     """
 
     n: int
@@ -200,6 +201,7 @@ class Executor:
         self._pending: list[tuple[int, list[tuple[str, int, Any]]]] = []
         self._results: dict[int, list[Any]] = {}
         self._errors: dict[int, EnvWorkerError] = {}
+        self._in_flight: list[tuple[list[int], dict[int, list[tuple[str, int, Any]]], list[Any], Any]] = []
         self._next_ticket = 0
 
     # -- public --------------------------------------------------------------------------------------------
@@ -214,9 +216,27 @@ class Executor:
         self._pending.append((ticket, [(op, s, a) for s, a in zip(slots, args, strict=True)]))
         return ticket
 
+    def send(self) -> None:
+        """Start everything queued (one message per worker) without waiting for the answers, so that the caller
+        can work while the workers step (the trainer generates the next actions of other groups meanwhile).
+        :meth:`result` waits; calls in flight are answered in the order they were sent."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        batches: dict[int, list[tuple[str, int, Any]]] = {}
+        where: list[tuple[int, int, int]] = []  # (ticket, worker, index in that worker's batch)
+        for ticket, ops in pending:
+            for op in ops:
+                w = self._worker_of(op[1])
+                batches.setdefault(w, []).append(op)
+                where.append((ticket, w, len(batches[w]) - 1))
+        self._in_flight.append(([t for t, _ in pending], batches, where, self._send_batches(batches)))
+
     def result(self, ticket: int) -> list[Any]:
-        if ticket not in self._results and ticket not in self._errors:
-            self._flush()
+        if any(t == ticket for t, _ in self._pending):
+            self.send()
+        while ticket not in self._results and ticket not in self._errors and self._in_flight:
+            self._receive_oldest()
         if ticket in self._errors:
             raise self._errors.pop(ticket)
         try:
@@ -240,25 +260,20 @@ class Executor:
     def _worker_of(self, slot: int) -> int:
         raise NotImplementedError
 
-    def _run_batches(
-        self, batches: dict[int, list[tuple[str, int, Any]]]
-    ) -> dict[int, list[tuple[bool, Any]] | EnvWorkerError]:
-        """Send each worker its batch at once and collect every answer (or the error that replaced it)."""
+    def _send_batches(self, batches: dict[int, list[tuple[str, int, Any]]]) -> Any:
+        """Start each worker on its batch; return what :meth:`_wait_batches` needs to collect the answers."""
         raise NotImplementedError
 
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        batches: dict[int, list[tuple[str, int, Any]]] = {}
-        where: list[tuple[int, int, int]] = []  # (ticket, worker, index in that worker's batch)
-        for ticket, ops in pending:
-            for op in ops:
-                w = self._worker_of(op[1])
-                batches.setdefault(w, []).append(op)
-                where.append((ticket, w, len(batches[w]) - 1))
-        answers = self._run_batches(batches)
-        for ticket, _ in pending:
+    def _wait_batches(
+        self, batches: dict[int, list[tuple[str, int, Any]]], handle: Any
+    ) -> dict[int, list[tuple[bool, Any]] | EnvWorkerError]:
+        """Every worker's answer to a sent batch (or the error that replaced it)."""
+        raise NotImplementedError
+
+    def _receive_oldest(self) -> None:
+        tickets, batches, where, handle = self._in_flight.pop(0)
+        answers = self._wait_batches(batches, handle)
+        for ticket in tickets:
             self._results[ticket] = []
         for ticket, w, k in where:
             if ticket in self._errors:
@@ -308,7 +323,10 @@ class InProcessExecutor(Executor):
     def _worker_of(self, slot: int) -> int:
         return 0
 
-    def _run_batches(self, batches):
+    def _send_batches(self, batches):
+        return None  # nothing runs until it is waited for: there is no one to run it meanwhile
+
+    def _wait_batches(self, batches, handle):
         # An env's exception propagates unchanged here, as it would without an executor.
         return {w: self._shard.run(ops, raise_errors=True) for w, ops in batches.items()}
 
@@ -440,26 +458,35 @@ class ProcessExecutor(_ShardedExecutor):
             state = f"restarting it failed too ({e})"
         return self._lost(w, why, ops, state)
 
-    def _run_batches(self, batches):
-        out: dict[int, Any] = {}
-        sent: list[int] = []
+    def _send_batches(self, batches):
+        # Each batch's connection (a restart replaces it) and whether the send went through. A worker found dead
+        # here is restarted only when this batch is waited for, after the calls sent to it before (which report
+        # its death first, in order).
+        sent: dict[int, tuple[Any, bool]] = {}
         for w, ops in batches.items():
             try:
                 self._conns[w].send(ops)
-                sent.append(w)
+                sent[w] = (self._conns[w], True)
             except (OSError, AttributeError):  # AttributeError: the connection is gone after a failed restart
-                out[w] = self._restart(w, "was dead", ops)
-        for w in sent:
-            conn = self._conns[w]
-            if not conn.poll(self.timeout):
+                sent[w] = (self._conns[w], False)
+        return sent
+
+    def _wait_batches(self, batches, handle):
+        out: dict[int, Any] = {}
+        for w, (conn, ok) in handle.items():
+            if conn is not self._conns[w]:  # an earlier call in flight restarted this worker
+                out[w] = self._lost(
+                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
+                )
+            elif not ok:
+                out[w] = self._restart(w, "was dead", batches[w])
+            elif not conn.poll(self.timeout):
                 out[w] = self._restart(w, f"did not answer within {self.timeout:.0f} s", batches[w])
-                continue
-            try:
-                _, payload = conn.recv()
-            except (EOFError, OSError):
-                out[w] = self._restart(w, "died", batches[w])
-                continue
-            out[w] = payload
+            else:
+                try:
+                    _, out[w] = conn.recv()
+                except (EOFError, OSError):
+                    out[w] = self._restart(w, "died", batches[w])
         return out
 
     def close(self) -> None:
@@ -517,11 +544,18 @@ class RayExecutor(_ShardedExecutor):
         self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
         return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies")
 
-    def _run_batches(self, batches):
+    def _send_batches(self, batches):
+        return {w: (self._actors[w], self._actors[w].run.remote(ops)) for w, ops in batches.items()}
+
+    def _wait_batches(self, batches, handle):
         ray = self._ray
-        refs = {w: self._actors[w].run.remote(ops) for w, ops in batches.items()}
         out: dict[int, Any] = {}
-        for w, ref in refs.items():
+        for w, (actor, ref) in handle.items():
+            if actor is not self._actors[w]:  # an earlier call in flight restarted this worker
+                out[w] = self._lost(
+                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
+                )
+                continue
             try:
                 out[w] = ray.get(ref, timeout=self.timeout)
             except ray.exceptions.GetTimeoutError:

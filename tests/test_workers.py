@@ -17,6 +17,7 @@ from _toy_env import ToyRoomEnv
 
 import stepgym  # noqa: F401  (registers the envs)
 from stepgym import schema
+from stepgym.envs.credit import CreditToyEnv
 from stepgym.group import GroupEnv
 from stepgym.workers import EnvRecipe, EnvWorkerError, InProcessExecutor, ProcessExecutor, make_executor
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
@@ -81,9 +82,9 @@ def test_shared_executor_sends_one_call_per_worker_per_turn():
     calls: list[dict[int, int]] = []
 
     class Counting(ProcessExecutor):
-        def _run_batches(self, batches):
+        def _send_batches(self, batches):
             calls.append({w: len(ops) for w, ops in batches.items()})
-            return super()._run_batches(batches)
+            return super()._send_batches(batches)
 
     ex = Counting(recipe, 8, num_workers=2)
     try:
@@ -227,7 +228,7 @@ def test_remote_group_reads_wrapper_and_unwrapped_attributes():
     assert isinstance(local.executor, InProcessExecutor)
 
 
-def test_collector_gives_identical_rows_with_a_process_pool():
+def _toy_collector(executor: str, overlap: str, policy: str = "noisy-expert:0.3", **kw):
     from stepgym.trainers.backends import ScriptedBackend
     from stepgym.trainers.collector import Collector
     from stepgym.trainers.models import train_tokenizer
@@ -235,35 +236,100 @@ def test_collector_gives_identical_rows_with_a_process_pool():
     from stepgym.wrappers.text import get_format
 
     tok = train_tokenizer(["go to the room and take the key", "look around <think>ok</think>"])
-    enc = PromptEncoder(tok, max_prompt_tokens=256)
+    return Collector(
+        "StepGym/CreditToy-v0",
+        TOY_KWARGS,
+        get_format("alfworld"),
+        history=1,
+        group_size=3,
+        encoder=PromptEncoder(tok, max_prompt_tokens=256),
+        backend=ScriptedBackend(tok, policy, render=_render),
+        executor=executor,
+        num_workers=2,
+        overlap=overlap,
+        **kw,
+    )
 
-    def run(executor: str):
-        col = Collector(
-            "StepGym/CreditToy-v0",
-            TOY_KWARGS,
-            get_format("alfworld"),
-            history=1,
-            group_size=3,
-            encoder=enc,
-            backend=ScriptedBackend(tok, "noisy-expert:0.3", render=_render),
-            executor=executor,
-            num_workers=2,
+
+def _collected(col, tasks, group_seeds: bool) -> str:
+    """Everything a collection returns, as one string (rows, trajectories, hindsight, task ids)."""
+    out = col.collect(
+        tasks,
+        seed_rng=np.random.default_rng(0),
+        group_rngs=[np.random.default_rng([5, g]) for g in range(len(tasks))] if group_seeds else None,
+    )
+    return repr(
+        (
+            [(r.traj, r.t, r.prompt, r.response_ids, r.reward, r.action, r.info, r.anchor) for r in out.rows],
+            [
+                (t.task_id, t.initial_info, [tuple(vars(s).values()) for s in t.steps])
+                for t in out.trajectories
+            ],
+            out.hindsight,
+            out.task_ids,
         )
-        try:
-            out = col.collect([(None, 11), (None, 12)], seed_rng=np.random.default_rng(0))
-            return repr(
-                (
-                    [(r.traj, r.t, r.prompt, r.response_text, r.reward, r.action, r.info) for r in out.rows],
-                    out.hindsight,
-                    out.task_ids,
-                )
-            ), col.task_ids()
-        finally:
-            col.close()
+    )
 
-    ref, ids = run("inprocess")
-    got, ids2 = run("process")
-    assert got == ref and ids == ids2
+
+def test_collector_gives_identical_rows_with_a_process_pool():
+    ref = _toy_collector("inprocess", "off")
+    got = _toy_collector("process", "off")
+    try:
+        assert _collected(got, [(None, 11), (None, 12)], False) == _collected(
+            ref, [(None, 11), (None, 12)], False
+        )
+        assert got.task_ids() == ref.task_ids()
+        assert not got.overlaps and _toy_collector("process", "auto").overlaps
+    finally:
+        got.close()
+        ref.close()
+
+
+def test_overlapped_collection_is_byte_identical_to_sequential():
+    """Waves of groups pipelined over a process pool give the rows, trajectories and hindsight of the sequential
+    collector when requests are group-seeded, and a fixed (timing-independent) result otherwise."""
+    tasks = [(None, 11), (None, 12), (None, 13), (None, 14), (None, 15)]  # odd: the waves differ in size
+    ref = _toy_collector("inprocess", "off")
+    pool = _toy_collector("process", "on")
+    try:
+        expected = _collected(ref, tasks, True)
+        assert "True" in expected  # some rollout succeeded, so hindsight and success rows are compared too
+        assert _collected(pool, tasks, True) == expected
+        assert pool._shared is not None and pool._shared.num_workers == 2
+        # without group seeds the waves' samples differ from one big call, but not from run to run
+        assert _collected(pool, tasks, False) == _collected(pool, tasks, False)
+        assert _collected(_toy_collector("inprocess", "on"), tasks, False) == _collected(pool, tasks, False)
+    finally:
+        pool.close()
+        ref.close()
+
+
+class _FailsOnStep(CreditToyEnv):
+    """CreditToy, whose worker process dies at a copy's third step (a crash in the middle of overlapped waves)."""
+
+    def step(self, action):
+        self._n_steps = getattr(self, "_n_steps", 0) + 1
+        if self._n_steps == 3:
+            os._exit(1)
+        return super().step(action)
+
+
+def test_worker_death_during_overlapped_waves_names_worker_and_task():
+    from stepgym.trainers.collector import Collector
+
+    col = _toy_collector("process", "on", policy="random")
+    col.env_id = _FailsOnStep
+    try:
+        with pytest.raises(
+            EnvWorkerError, match=r"env worker \d .*died.*restarted.*task '[^']+', seed 1[1-4]"
+        ):
+            _collected(col, [(None, 11), (None, 12), (None, 13), (None, 14)], True)
+        # the collector is usable again: the dropped wave was collected, the copies are fresh and get reset
+        col.env_id = "StepGym/CreditToy-v0"
+        col.close()
+        assert isinstance(col, Collector) and _collected(col, [(None, 11), (None, 12)], True)
+    finally:
+        col.close()
 
 
 def _render(action: str) -> str:
