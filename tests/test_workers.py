@@ -228,7 +228,14 @@ def test_remote_group_reads_wrapper_and_unwrapped_attributes():
     assert isinstance(local.executor, InProcessExecutor)
 
 
-def _toy_collector(executor: str, overlap: str, policy: str = "noisy-expert:0.3", **kw):
+def _toy_collector(
+    executor: str,
+    overlap: str,
+    policy: str = "noisy-expert:0.3",
+    env: str = "StepGym/CreditToy-v0",
+    env_kwargs: dict | None = None,
+    group_size: int = 3,
+):
     from stepgym.trainers.backends import ScriptedBackend
     from stepgym.trainers.collector import Collector
     from stepgym.trainers.models import train_tokenizer
@@ -237,17 +244,16 @@ def _toy_collector(executor: str, overlap: str, policy: str = "noisy-expert:0.3"
 
     tok = train_tokenizer(["go to the room and take the key", "look around <think>ok</think>"])
     return Collector(
-        "StepGym/CreditToy-v0",
-        TOY_KWARGS,
+        env,
+        TOY_KWARGS if env_kwargs is None else env_kwargs,
         get_format("alfworld"),
         history=1,
-        group_size=3,
+        group_size=group_size,
         encoder=PromptEncoder(tok, max_prompt_tokens=256),
         backend=ScriptedBackend(tok, policy, render=_render),
         executor=executor,
         num_workers=2,
         overlap=overlap,
-        **kw,
     )
 
 
@@ -285,21 +291,41 @@ def test_collector_gives_identical_rows_with_a_process_pool():
         ref.close()
 
 
+def _count_in_flight(col, n_groups: int) -> list[int]:
+    """Record, at every send of the collector's shared executor, how many earlier sends were still unanswered."""
+    col.groups(n_groups)
+    ex, seen = col._shared, []
+    send = ex._send_batches
+
+    def counting(batches):
+        seen.append(len(ex._in_flight))
+        return send(batches)
+
+    ex._send_batches = counting
+    return seen
+
+
 def test_overlapped_collection_is_byte_identical_to_sequential():
     """Waves of groups pipelined over a process pool give the rows, trajectories and hindsight of the sequential
     collector when requests are group-seeded, and a fixed (timing-independent) result otherwise."""
     tasks = [(None, 11), (None, 12), (None, 13), (None, 14), (None, 15)]  # odd: the waves differ in size
     ref = _toy_collector("inprocess", "off")
     pool = _toy_collector("process", "on")
+    seq = _toy_collector("process", "off")
     try:
         expected = _collected(ref, tasks, True)
         assert "True" in expected  # some rollout succeeded, so hindsight and success rows are compared too
+        in_flight, in_flight_seq = _count_in_flight(pool, len(tasks)), _count_in_flight(seq, len(tasks))
         assert _collected(pool, tasks, True) == expected
-        assert pool._shared is not None and pool._shared.num_workers == 2
+        assert _collected(seq, tasks, True) == expected
+        # overlapped: one wave was sent while the other was still stepping; sequential: never
+        assert max(in_flight) == 1 and max(in_flight_seq) == 0
+        assert pool._shared.num_workers == 2
         # without group seeds the waves' samples differ from one big call, but not from run to run
         assert _collected(pool, tasks, False) == _collected(pool, tasks, False)
         assert _collected(_toy_collector("inprocess", "on"), tasks, False) == _collected(pool, tasks, False)
     finally:
+        seq.close()
         pool.close()
         ref.close()
 
@@ -391,3 +417,21 @@ def test_alfworld_groups_identical_in_process_and_in_a_pool(data_dir):
         assert _play(pool, seed=1, n_groups=1) == expected
     finally:
         pool.close()
+
+
+@pytest.mark.slow
+def test_alfworld_overlapped_collection_is_byte_identical_to_sequential(data_dir):
+    kw = {
+        "env": "StepGym/ALFWorld-v0",
+        "env_kwargs": {"split": "valid_seen", "max_steps": 6},
+        "group_size": 2,
+    }
+    tasks = [(None, 1), (None, 2), (None, 3)]
+    ref = _toy_collector("inprocess", "off", **kw)
+    pool = _toy_collector("process", "on", **kw)
+    try:
+        expected = _collected(ref, tasks, True)
+        assert _collected(pool, tasks, True) == expected
+    finally:
+        pool.close()
+        ref.close()
