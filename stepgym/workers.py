@@ -28,7 +28,10 @@ Design rules (the pattern of Ray-based agent-RL trainers, with their failure mod
   killed, restarted with fresh copies of its slots, and the call raises :class:`EnvWorkerError` naming the
   worker, its slots and the operation; the copies on it must be reset before they are stepped again (a group is
   never silently continued on a fresh copy). An exception inside an env is re-raised in the driver as
-  :class:`EnvWorkerError` with the worker's traceback. :meth:`Executor.close` ends every process it started.
+  :class:`EnvWorkerError` with the worker's traceback. :meth:`Executor.close` ends every process it started (and
+  the Ray it started, with the last executor on it).
+* **Calls can be in flight.** :meth:`Executor.send` starts the queued operations and returns; the trainer's collector
+  uses it to let the workers step one wave of groups while it generates the actions of the next.
 * **Data paths reach workers.** Local workers inherit the environment; Ray actors get ``STEPGYM_*`` and
   ``ALFWORLD_DATA`` through their runtime environment.
 """
@@ -157,6 +160,10 @@ class _Shard:
             # Best effort: one copy that fails to close must not keep the others open.
             with contextlib.suppress(Exception):
                 e.close()
+
+    def pid(self) -> int:
+        """The worker's process id (:attr:`RayExecutor.pids`)."""
+        return os.getpid()
 
 
 def _worker_main(conn: Any, recipe: EnvRecipe, slots: list[int]) -> None:
@@ -509,7 +516,15 @@ class RayExecutor(_ShardedExecutor):
         num_cpus: CPUs each actor reserves (fractions are fine: ``0.5`` packs two actors per core).
         address: ``None`` starts (or reuses) a local Ray; ``"auto"`` joins the running cluster.
         ray_init_kwargs: passed to ``ray.init`` when this executor starts Ray.
+
+    When an executor connects to Ray itself (``ray.init``; nobody had), Ray stays up while any RayExecutor uses it
+    and is shut down by the last one's :meth:`close`, so no Ray process outlives them. A Ray the caller started is
+    left running (only the actors are ended).
     """
+
+    #: RayExecutors alive on a Ray that an executor started (``ray.shutdown`` when the last one closes).
+    _ray_users = 0
+    _ray_ours = False
 
     def __init__(
         self,
@@ -533,10 +548,17 @@ class RayExecutor(_ShardedExecutor):
             kwargs.setdefault("runtime_env", {"env_vars": env_vars})
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report unless the user opts in
             self._ray.init(address=address, **kwargs)
+            RayExecutor._ray_ours = True
+        self._uses_our_ray = RayExecutor._ray_ours
+        RayExecutor._ray_users += self._uses_our_ray
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
         self._actors = [self._actor_cls.remote(recipe, ss) for ss in self._slots]
 
     _label = "Ray env worker"
+
+    @property
+    def pids(self) -> list[int]:
+        return [int(p) for p in self._ray.get([a.pid.remote() for a in self._actors], timeout=self.timeout)]
 
     def _restart(self, w: int, why: str, ops) -> EnvWorkerError:
         with contextlib.suppress(Exception):  # the actor may already be gone
@@ -572,6 +594,12 @@ class RayExecutor(_ShardedExecutor):
             with contextlib.suppress(Exception):
                 self._ray.kill(a, no_restart=True)
         self._actors = []
+        if self._uses_our_ray:
+            self._uses_our_ray = False
+            RayExecutor._ray_users -= 1
+            if RayExecutor._ray_users == 0 and RayExecutor._ray_ours:
+                RayExecutor._ray_ours = False
+                self._ray.shutdown()
 
 
 def make_executor(

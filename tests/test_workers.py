@@ -363,34 +363,52 @@ def _render(action: str) -> str:
 
 
 @pytest.mark.slow
-def test_ray_executor_is_byte_identical_and_restarts_dead_actors():
+def test_ray_executor_is_byte_identical_and_restarts_dead_actors(monkeypatch, tmp_path):
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    monkeypatch.setenv("STEPGYM_DATA", os.environ.get("STEPGYM_DATA", str(tmp_path)))
+    assert not ray.is_initialized()
+    ref = _toy_group("inprocess")
+    expected = _play(ref, seed=7)
+    # the executor starts Ray itself (as the trainer's does), so its runtime environment is the one under test
+    kw = {"num_cpus": 0.5, "timeout": 120, "ray_init_kwargs": {"num_cpus": 2}}
+    group = _toy_group("ray", num_workers=2, executor_kwargs=kw)
     try:
-        ref = _toy_group("inprocess")
-        expected = _play(ref, seed=7)
-        group = _toy_group("ray", num_workers=2, executor_kwargs={"num_cpus": 0.5, "timeout": 120})
-        try:
-            assert _play(group, seed=7) == expected
-            group.reset(seed=0)
-            victim = group.executor._actors[0]
-            ray.kill(victim, no_restart=True)
-            # ray.kill is asynchronous: wait (bounded) until the actor is really gone before stepping
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    ray.get(victim.run.remote([]), timeout=10)
-                except ray.exceptions.RayActorError:
-                    break
-                time.sleep(0.2)
-            with pytest.raises(EnvWorkerError, match=r"Ray env worker 0 .*died"):
-                group.step({a: "look" for a in group.agents})
-            assert _play(group, seed=7) == expected
-        finally:
-            group.close()
+
+        def runtime_env_vars():  # local, so Ray ships it by value
+            return ray.get_runtime_context().runtime_env.get("env_vars", {})
+
+        # data paths reach the workers through the runtime environment (what carries them to other machines)
+        assert ray.get(ray.remote(runtime_env_vars).remote())["STEPGYM_DATA"] == os.environ["STEPGYM_DATA"]
+        assert _play(group, seed=7) == expected
+        group.reset(seed=0)
+        victim = group.executor._actors[0]
+        ray.kill(victim, no_restart=True)
+        # ray.kill is asynchronous: wait (bounded) until the actor is really gone before stepping
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                ray.get(victim.run.remote([]), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.2)
+        with pytest.raises(EnvWorkerError, match=r"Ray env worker 0 .*died.*task '[^']+', seed 0"):
+            group.step({a: "look" for a in group.agents})
+        assert _play(group, seed=7) == expected
+        pids = group.executor.pids
     finally:
-        ray.shutdown()
+        group.close()
+        ray_left_up = ray.is_initialized()
+        if ray_left_up:
+            ray.shutdown()
+    # close() ended the actors and the Ray it started: no process is left behind
+    assert not ray_left_up
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        status = f"/proc/{pid}/status"
+        assert not os.path.exists(status) or "zombie" in open(status).read().lower()  # noqa: SIM115
 
 
 @pytest.mark.slow

@@ -177,12 +177,14 @@ class Collector:
                 )
             return self._pool[:n]
         if len(self._pool) < n:
-            self.close()
             g_size = self.group_size
             recipe = EnvRecipe(self.env_id, self.env_kwargs, tuple(self._wrappers()))
-            self._shared = make_executor(
+            # the new executor first: a Ray that the old one started stays up for it
+            shared = make_executor(
                 self.executor, recipe, n * g_size, num_workers=self.num_workers, **self.executor_kwargs
             )
+            self.close()
+            self._shared = shared
             self._pool = [
                 GroupEnv(
                     self.env_id,
