@@ -78,7 +78,8 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
     ``step(actions)`` takes an action for any subset of the live agents (usually all of them); only those step,
     and the returned dicts hold exactly them. Acting for an agent that is not live is an error. ``step_async`` /
     ``step_wait`` (and ``reset_async`` / ``reset_wait``) split a call in two, so that many groups sharing one
-    executor send one batched call per worker per turn. The results do not depend on the executor.
+    executor send one batched call per worker per turn; ``executor.send()`` starts the queued calls without waiting,
+    and :meth:`abandon` drops a queued call after an error elsewhere. The results do not depend on the executor.
 
     Example::
 
