@@ -7,6 +7,13 @@ Measured in one run (the numbers quoted in README/docs come from here):
   in-process executor, a local process pool and Ray actors (``--workers`` each): env steps/s, seconds per
   iteration (resets included), and the ratios to in-process. The same tasks and seeds for every executor (the
   trajectories are identical by construction; the rows are counted to show it), in interleaved rounds.
+* **Overlap** (``Collector(overlap=...)``, the trainer's ``--rollout.overlap``): the same process pool with the
+  groups played in one sequential wave and in two pipelined waves (the workers step one wave while the backend
+  answers the other), in the same run: first with the scripted backend (generation takes no time, so there is
+  nothing to hide and the ratio shows the cost of the second wave), then with a *simulated GPU* (a fake named as
+  such: the scripted replies, delivered after ``--gen-ms-per-call`` + ``--gen-ms-per-request`` × requests of
+  sleep, during which the driver holds no CPU, as while a GPU generates). Every variant is group-seeded, so all of
+  them play the same trajectories (checked: the benchmark prints whether the rows are identical).
 * **Per-call overhead on WebShop** (``StepGym/WebShop-v0``, text mode, ~1 ms a step): the round trip of one batched
   call that asks every copy for its prompt (one message per worker), and of one batched ``step`` turn, per executor.
 * **CPU per env step**: CPU-milliseconds and wall-milliseconds per step of one ALFWorld and one WebShop copy stepped
@@ -43,6 +50,13 @@ from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper, get_format
 
 EXECUTORS = ("inprocess", "process", "ray")
+#: The collector variants timed: name -> (executor, overlap).
+VARIANTS = {
+    "inprocess": ("inprocess", "off"),
+    "process": ("process", "off"),
+    "process+overlap": ("process", "on"),
+    "ray+overlap": ("ray", "on"),
+}
 
 
 class CharTokenizer:
@@ -63,7 +77,24 @@ def _executor_kwargs(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"num_cpus": args.ray_cpus, "address": args.ray_address or None}
 
 
-def _collector(kind: str, args: argparse.Namespace) -> Collector:
+class SimulatedGPU:
+    """A fake rollout backend (named as such): the scripted replies, returned after the time a GPU would take,
+    slept so that the driver's CPU is free meanwhile (as it is while a real GPU generates)."""
+
+    def __init__(self, inner: ScriptedBackend, call_ms: float, request_ms: float):
+        self.inner, self.call_ms, self.request_ms = inner, call_ms, request_ms
+
+    def sync_weights(self, model: Any) -> None:
+        return None
+
+    def generate(self, requests, *, seed, greedy=False):
+        out = self.inner.generate(requests, seed=seed, greedy=greedy)
+        time.sleep((self.call_ms + self.request_ms * len(requests)) / 1e3)
+        return out
+
+
+def _collector(variant: str, args: argparse.Namespace) -> Collector:
+    kind, overlap = VARIANTS[variant]
     fmt = get_format("alfworld")
     tok = CharTokenizer()
     return Collector(
@@ -77,45 +108,50 @@ def _collector(kind: str, args: argparse.Namespace) -> Collector:
         executor=kind,
         num_workers=args.workers,
         executor_kwargs=_executor_kwargs(kind, args),
+        overlap=overlap,
     )
 
 
-def bench_collector(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """Every executor plays the same batches; the timed rounds interleave the executors (in-process, pool, Ray,
+def _play(col: Collector, batch: list[tuple[str, int]], seed: int):
+    """One collection, group-seeded (so every variant plays the same trajectories)."""
+    return col.collect(
+        batch,
+        seed_rng=np.random.default_rng(seed),
+        group_rngs=[np.random.default_rng([seed, g]) for g in range(len(batch))],
+    )
+
+
+def bench_collector(
+    cols: dict[str, Collector], batches: list[list[tuple[str, int]]], warm_up: bool
+) -> dict[str, dict[str, float]]:
+    """Every variant plays the same batches; the timed rounds interleave the variants (in-process, pool, ...,
     in-process, ...) so that a shared machine's changing load falls on all of them alike."""
-    cols = {kind: _collector(kind, args) for kind in EXECUTORS}
-    out: dict[str, dict[str, float]] = {
-        k: {"steps": 0, "seconds": 0.0, "env_seconds": 0.0} for k in EXECUTORS
-    }
-    try:
-        ids = cols["inprocess"].task_ids()
-        rng = np.random.default_rng(0)
-        batches = [
-            [(ids[int(i)], int(rng.integers(2**31 - 1))) for i in rng.choice(len(ids), args.groups)]
-            for _ in range(args.iterations + 1)
-        ]
-        for kind, col in cols.items():  # warm-up: workers up, games parsed
+    out: dict[str, dict[str, float]] = {k: {"steps": 0, "seconds": 0.0, "env_seconds": 0.0} for k in cols}
+    rows: dict[str, list[str]] = {k: [] for k in cols}
+    if warm_up:
+        for kind, col in cols.items():  # workers up, games parsed
             t0 = time.perf_counter()
-            col.collect(batches[0], seed_rng=np.random.default_rng(0))
+            _play(col, batches[0], 0)
             out[kind]["startup_s"] = time.perf_counter() - t0
-        for batch in batches[1:]:
-            for kind, col in cols.items():
-                t1 = time.perf_counter()
-                ro = col.collect(batch, seed_rng=np.random.default_rng(1))
-                out[kind]["seconds"] += time.perf_counter() - t1
-                out[kind]["steps"] += len(ro.rows)
-                out[kind]["env_seconds"] += ro.stats["env_seconds"]
-    finally:
-        for col in cols.values():
-            col.close()
+    for n, batch in enumerate(batches[1:]):
+        for kind, col in cols.items():
+            t1 = time.perf_counter()
+            ro = _play(col, batch, 1 + n)
+            out[kind]["seconds"] += time.perf_counter() - t1
+            out[kind]["steps"] += len(ro.rows)
+            out[kind]["env_seconds"] += ro.stats["env_seconds"]
+            rows[kind].append(repr([(r.traj, r.t, r.response_text, r.reward) for r in ro.rows]))
     for kind, r in out.items():
-        r["iteration_s"] = r["seconds"] / args.iterations
+        r["iteration_s"] = r["seconds"] / (len(batches) - 1)
         r["steps_per_s"] = r["steps"] / r["seconds"]
+        start = f"  (first collection, with start-up: {r['startup_s']:.1f} s)" if warm_up else ""
         print(
-            f"  {kind:9s} {int(r['steps']):5d} steps  {r['steps_per_s']:7.1f} steps/s  "
-            f"{r['iteration_s']:6.2f} s/iteration  (first collection, with start-up: {r['startup_s']:.1f} s)",
+            f"  {kind:15s} {int(r['steps']):5d} steps  {r['steps_per_s']:7.1f} steps/s  "
+            f"{r['iteration_s']:6.2f} s/iteration  env wait {r['env_seconds'] / (len(batches) - 1):6.2f} s{start}",
             flush=True,
         )
+    same = all(v == rows["inprocess"] for v in rows.values())
+    print(f"  trajectories identical across variants: {'yes' if same else 'NO'}", flush=True)
     return out
 
 
@@ -200,6 +236,10 @@ def main() -> None:
     ap.add_argument("--webshop-copies", type=int, default=8)
     ap.add_argument("--webshop-calls", type=int, default=200)
     ap.add_argument("--cpu-steps", type=int, default=200)
+    ap.add_argument("--gen-ms-per-call", type=float, default=50.0, help="simulated GPU: ms per backend call")
+    ap.add_argument(
+        "--gen-ms-per-request", type=float, default=5.0, help="simulated GPU: ms per request in a call"
+    )
     ap.add_argument("--ray-cpus", type=float, default=1.0, help="CPUs each Ray actor reserves")
     ap.add_argument("--ray-address", default="", help="'' local Ray; 'auto' a running cluster")
     args = ap.parse_args()
@@ -210,12 +250,38 @@ def main() -> None:
     )
     print(
         f"\nALFWorld collector: {args.groups} groups x {args.group_size}, max {args.max_steps} steps, "
-        f"{args.workers} workers, scripted random policy"
+        f"{args.workers} workers, scripted random policy (generation takes ~no time)"
     )
-    col = bench_collector(args)
-    base = col["inprocess"]["steps_per_s"]
-    for kind in EXECUTORS[1:]:
-        print(f"  {kind} / inprocess: {col[kind]['steps_per_s'] / base:.2f}x steps/s")
+    cols = {v: _collector(v, args) for v in VARIANTS}
+    try:
+        ids = cols["inprocess"].task_ids()
+        rng = np.random.default_rng(0)
+        batches = [
+            [(ids[int(i)], int(rng.integers(2**31 - 1))) for i in rng.choice(len(ids), args.groups)]
+            for _ in range(args.iterations + 1)
+        ]
+        col = bench_collector(cols, batches, warm_up=True)
+        base = col["inprocess"]["steps_per_s"]
+        for kind in list(VARIANTS)[1:]:
+            print(f"  {kind} / inprocess: {col[kind]['steps_per_s'] / base:.2f}x steps/s")
+        ratio = col["process"]["iteration_s"] / col["process+overlap"]["iteration_s"]
+        print(f"  overlap: process / process+overlap iteration time: {ratio:.2f}x")
+        print(
+            f"\nOverlap with a simulated GPU (a fake: {args.gen_ms_per_call:g} ms per call + "
+            f"{args.gen_ms_per_request:g} ms per request, slept): the same batches"
+        )
+        sim = {v: cols[v] for v in ("inprocess", "process", "process+overlap")}
+        for c in sim.values():
+            c.backend = SimulatedGPU(c.backend, args.gen_ms_per_call, args.gen_ms_per_request)
+        col = bench_collector(sim, batches, warm_up=False)
+        for kind in ("process", "process+overlap"):
+            r = col["inprocess"]["iteration_s"] / col[kind]["iteration_s"]
+            print(f"  {kind} / inprocess: {r:.2f}x iteration speed")
+        ratio = col["process"]["iteration_s"] / col["process+overlap"]["iteration_s"]
+        print(f"  overlap: process / process+overlap iteration time: {ratio:.2f}x")
+    finally:
+        for c in cols.values():
+            c.close()
     print(f"\nWebShop per-call overhead ({args.webshop_calls} calls each)")
     ws = bench_call_overhead(args)
     base_p = ws["inprocess"]["prompt_call_ms"]

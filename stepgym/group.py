@@ -25,6 +25,7 @@ it is re-exported here with ``render_trajectory_text`` and ``hindsight_block``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -34,7 +35,7 @@ from pettingzoo import ParallelEnv
 
 from stepgym import schema
 from stepgym.hindsight import first_success_peers, hindsight_block, peer_hindsight, render_trajectory_text
-from stepgym.workers import EnvRecipe, Executor, InProcessExecutor, make_executor
+from stepgym.workers import EnvRecipe, EnvWorkerError, Executor, InProcessExecutor, make_executor
 from stepgym.wrappers._recording import EpisodeRecorder, is_success
 
 __all__ = [
@@ -77,7 +78,8 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
     ``step(actions)`` takes an action for any subset of the live agents (usually all of them); only those step,
     and the returned dicts hold exactly them. Acting for an agent that is not live is an error. ``step_async`` /
     ``step_wait`` (and ``reset_async`` / ``reset_wait``) split a call in two, so that many groups sharing one
-    executor send one batched call per worker per turn. The results do not depend on the executor.
+    executor send one batched call per worker per turn; ``executor.send()`` starts the queued calls without waiting,
+    and :meth:`abandon` drops a queued call after an error elsewhere. The results do not depend on the executor.
 
     Example::
 
@@ -200,7 +202,12 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
     def reset_wait(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         kind, ticket, (env_seed, opts) = self._take_pending("reset")
         self._broken = True  # until this reset has fully succeeded
-        results = self.executor.result(ticket)
+        try:
+            results = self.executor.result(ticket)
+        except EnvWorkerError as e:
+            raise self._named(
+                e, f"resetting task {opts.get(self.task_option or '', '(drawn by seed)')!r}, seed {env_seed}"
+            ) from e
         results = self._same_task(results, env_seed, opts)
         self.agents = list(self.possible_agents)
         self._hindsight = None
@@ -264,8 +271,10 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         _, ticket, (acting, acts) = self._take_pending("step")
         try:
             results = self.executor.result(ticket)
-        except Exception:
+        except Exception as e:
             self._broken = True  # the episode cannot continue on copies that may be gone: reset first
+            if isinstance(e, EnvWorkerError):
+                raise self._named(e, f"stepping task {self.task_id!r}, seed {self._last_seed}") from e
             raise
         obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
         for a, act, (o, r, te, tr, info) in zip(acting, acts, results, strict=True):
@@ -276,6 +285,22 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         if not self.agents and self._hindsight is None:
             self._finish()
         return obs, rew, term, trunc, infos
+
+    def _named(self, e: EnvWorkerError, doing: str) -> EnvWorkerError:
+        """The worker's error, saying which of this group's rollouts and which task it hit."""
+        return EnvWorkerError(
+            f"{e} [group rollouts {self.possible_agents[0]}..{self.possible_agents[-1]}, {doing}]"
+        )
+
+    def abandon(self) -> None:
+        """Wait for a queued ``*_async`` call, if any, and drop its result (its error too): after an error
+        elsewhere, the group can then be reset. The episode in progress is lost (``reset()`` first)."""
+        if self._pending is None:
+            return
+        _, ticket, _ = self._take_pending(self._pending[0])
+        self._broken = True
+        with contextlib.suppress(Exception):
+            self.executor.result(ticket)
 
     def _check_idle(self) -> None:
         if self._pending is not None:

@@ -28,7 +28,10 @@ Design rules (the pattern of Ray-based agent-RL trainers, with their failure mod
   killed, restarted with fresh copies of its slots, and the call raises :class:`EnvWorkerError` naming the
   worker, its slots and the operation; the copies on it must be reset before they are stepped again (a group is
   never silently continued on a fresh copy). An exception inside an env is re-raised in the driver as
-  :class:`EnvWorkerError` with the worker's traceback. :meth:`Executor.close` ends every process it started.
+  :class:`EnvWorkerError` with the worker's traceback. :meth:`Executor.close` ends every process it started (and
+  the Ray it started, with the last executor on it).
+* **Calls can be in flight.** :meth:`Executor.send` starts the queued operations and returns; the trainer's collector
+  uses it to let the workers step one wave of groups while it generates the actions of the next.
 * **Data paths reach workers.** Local workers inherit the environment; Ray actors get ``STEPGYM_*`` and
   ``ALFWORLD_DATA`` through their runtime environment.
 """
@@ -158,6 +161,10 @@ class _Shard:
             with contextlib.suppress(Exception):
                 e.close()
 
+    def pid(self) -> int:
+        """The worker's process id (:attr:`RayExecutor.pids`)."""
+        return os.getpid()
+
 
 def _worker_main(conn: Any, recipe: EnvRecipe, slots: list[int]) -> None:
     """Body of a :class:`ProcessExecutor` worker: build the shard, then answer batches until told to stop."""
@@ -186,8 +193,9 @@ def _worker_main(conn: Any, recipe: EnvRecipe, slots: list[int]) -> None:
 class Executor:
     """``n`` env copies (slots ``0..n-1``) built from one recipe, answering batched operations.
 
-    :meth:`submit` queues operations and returns a ticket; :meth:`result` sends everything queued (one message
-    per worker), waits, and returns the ticket's results in order. :meth:`call` does both.
+    :meth:`submit` queues operations and returns a ticket; :meth:`send` starts everything queued (one message
+    per worker) without waiting; :meth:`result` sends the ticket if it is still queued, waits, and returns its
+    results in order. :meth:`call` does both.
     """
 
     n: int
@@ -200,6 +208,7 @@ class Executor:
         self._pending: list[tuple[int, list[tuple[str, int, Any]]]] = []
         self._results: dict[int, list[Any]] = {}
         self._errors: dict[int, EnvWorkerError] = {}
+        self._in_flight: list[tuple[list[int], dict[int, list[tuple[str, int, Any]]], list[Any], Any]] = []
         self._next_ticket = 0
 
     # -- public --------------------------------------------------------------------------------------------
@@ -214,9 +223,27 @@ class Executor:
         self._pending.append((ticket, [(op, s, a) for s, a in zip(slots, args, strict=True)]))
         return ticket
 
+    def send(self) -> None:
+        """Start everything queued (one message per worker) without waiting for the answers, so that the caller
+        can work while the workers step (the trainer generates the next actions of other groups meanwhile).
+        :meth:`result` waits; calls in flight are answered in the order they were sent."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        batches: dict[int, list[tuple[str, int, Any]]] = {}
+        where: list[tuple[int, int, int]] = []  # (ticket, worker, index in that worker's batch)
+        for ticket, ops in pending:
+            for op in ops:
+                w = self._worker_of(op[1])
+                batches.setdefault(w, []).append(op)
+                where.append((ticket, w, len(batches[w]) - 1))
+        self._in_flight.append(([t for t, _ in pending], batches, where, self._send_batches(batches)))
+
     def result(self, ticket: int) -> list[Any]:
-        if ticket not in self._results and ticket not in self._errors:
-            self._flush()
+        if any(t == ticket for t, _ in self._pending):
+            self.send()
+        while ticket not in self._results and ticket not in self._errors and self._in_flight:
+            self._receive_oldest()
         if ticket in self._errors:
             raise self._errors.pop(ticket)
         try:
@@ -240,25 +267,20 @@ class Executor:
     def _worker_of(self, slot: int) -> int:
         raise NotImplementedError
 
-    def _run_batches(
-        self, batches: dict[int, list[tuple[str, int, Any]]]
-    ) -> dict[int, list[tuple[bool, Any]] | EnvWorkerError]:
-        """Send each worker its batch at once and collect every answer (or the error that replaced it)."""
+    def _send_batches(self, batches: dict[int, list[tuple[str, int, Any]]]) -> Any:
+        """Start each worker on its batch; return what :meth:`_wait_batches` needs to collect the answers."""
         raise NotImplementedError
 
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        batches: dict[int, list[tuple[str, int, Any]]] = {}
-        where: list[tuple[int, int, int]] = []  # (ticket, worker, index in that worker's batch)
-        for ticket, ops in pending:
-            for op in ops:
-                w = self._worker_of(op[1])
-                batches.setdefault(w, []).append(op)
-                where.append((ticket, w, len(batches[w]) - 1))
-        answers = self._run_batches(batches)
-        for ticket, _ in pending:
+    def _wait_batches(
+        self, batches: dict[int, list[tuple[str, int, Any]]], handle: Any
+    ) -> dict[int, list[tuple[bool, Any]] | EnvWorkerError]:
+        """Every worker's answer to a sent batch (or the error that replaced it)."""
+        raise NotImplementedError
+
+    def _receive_oldest(self) -> None:
+        tickets, batches, where, handle = self._in_flight.pop(0)
+        answers = self._wait_batches(batches, handle)
+        for ticket in tickets:
             self._results[ticket] = []
         for ticket, w, k in where:
             if ticket in self._errors:
@@ -308,7 +330,10 @@ class InProcessExecutor(Executor):
     def _worker_of(self, slot: int) -> int:
         return 0
 
-    def _run_batches(self, batches):
+    def _send_batches(self, batches):
+        return None  # nothing runs until it is waited for: there is no one to run it meanwhile
+
+    def _wait_batches(self, batches, handle):
         # An env's exception propagates unchanged here, as it would without an executor.
         return {w: self._shard.run(ops, raise_errors=True) for w, ops in batches.items()}
 
@@ -440,26 +465,35 @@ class ProcessExecutor(_ShardedExecutor):
             state = f"restarting it failed too ({e})"
         return self._lost(w, why, ops, state)
 
-    def _run_batches(self, batches):
-        out: dict[int, Any] = {}
-        sent: list[int] = []
+    def _send_batches(self, batches):
+        # Each batch's connection (a restart replaces it) and whether the send went through. A worker found dead
+        # here is restarted only when this batch is waited for, after the calls sent to it before (which report
+        # its death first, in order).
+        sent: dict[int, tuple[Any, bool]] = {}
         for w, ops in batches.items():
             try:
                 self._conns[w].send(ops)
-                sent.append(w)
+                sent[w] = (self._conns[w], True)
             except (OSError, AttributeError):  # AttributeError: the connection is gone after a failed restart
-                out[w] = self._restart(w, "was dead", ops)
-        for w in sent:
-            conn = self._conns[w]
-            if not conn.poll(self.timeout):
+                sent[w] = (self._conns[w], False)
+        return sent
+
+    def _wait_batches(self, batches, handle):
+        out: dict[int, Any] = {}
+        for w, (conn, ok) in handle.items():
+            if conn is not self._conns[w]:  # an earlier call in flight restarted this worker
+                out[w] = self._lost(
+                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
+                )
+            elif not ok:
+                out[w] = self._restart(w, "was dead", batches[w])
+            elif not conn.poll(self.timeout):
                 out[w] = self._restart(w, f"did not answer within {self.timeout:.0f} s", batches[w])
-                continue
-            try:
-                _, payload = conn.recv()
-            except (EOFError, OSError):
-                out[w] = self._restart(w, "died", batches[w])
-                continue
-            out[w] = payload
+            else:
+                try:
+                    _, out[w] = conn.recv()
+                except (EOFError, OSError):
+                    out[w] = self._restart(w, "died", batches[w])
         return out
 
     def close(self) -> None:
@@ -482,7 +516,15 @@ class RayExecutor(_ShardedExecutor):
         num_cpus: CPUs each actor reserves (fractions are fine: ``0.5`` packs two actors per core).
         address: ``None`` starts (or reuses) a local Ray; ``"auto"`` joins the running cluster.
         ray_init_kwargs: passed to ``ray.init`` when this executor starts Ray.
+
+    When an executor connects to Ray itself (``ray.init``; nobody had), Ray stays up while any RayExecutor uses it
+    and is shut down by the last one's :meth:`close`, so no Ray process outlives them. A Ray the caller started is
+    left running (only the actors are ended).
     """
+
+    #: RayExecutors alive on a Ray that an executor started (``ray.shutdown`` when the last one closes).
+    _ray_users = 0
+    _ray_ours = False
 
     def __init__(
         self,
@@ -506,10 +548,17 @@ class RayExecutor(_ShardedExecutor):
             kwargs.setdefault("runtime_env", {"env_vars": env_vars})
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report unless the user opts in
             self._ray.init(address=address, **kwargs)
+            RayExecutor._ray_ours = True
+        self._uses_our_ray = RayExecutor._ray_ours
+        RayExecutor._ray_users += self._uses_our_ray
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
         self._actors = [self._actor_cls.remote(recipe, ss) for ss in self._slots]
 
     _label = "Ray env worker"
+
+    @property
+    def pids(self) -> list[int]:
+        return [int(p) for p in self._ray.get([a.pid.remote() for a in self._actors], timeout=self.timeout)]
 
     def _restart(self, w: int, why: str, ops) -> EnvWorkerError:
         with contextlib.suppress(Exception):  # the actor may already be gone
@@ -517,11 +566,18 @@ class RayExecutor(_ShardedExecutor):
         self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
         return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies")
 
-    def _run_batches(self, batches):
+    def _send_batches(self, batches):
+        return {w: (self._actors[w], self._actors[w].run.remote(ops)) for w, ops in batches.items()}
+
+    def _wait_batches(self, batches, handle):
         ray = self._ray
-        refs = {w: self._actors[w].run.remote(ops) for w, ops in batches.items()}
         out: dict[int, Any] = {}
-        for w, ref in refs.items():
+        for w, (actor, ref) in handle.items():
+            if actor is not self._actors[w]:  # an earlier call in flight restarted this worker
+                out[w] = self._lost(
+                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
+                )
+                continue
             try:
                 out[w] = ray.get(ref, timeout=self.timeout)
             except ray.exceptions.GetTimeoutError:
@@ -538,6 +594,12 @@ class RayExecutor(_ShardedExecutor):
             with contextlib.suppress(Exception):
                 self._ray.kill(a, no_restart=True)
         self._actors = []
+        if self._uses_our_ray:
+            self._uses_our_ray = False
+            RayExecutor._ray_users -= 1
+            if RayExecutor._ray_users == 0 and RayExecutor._ray_ours:
+                RayExecutor._ray_ours = False
+                self._ray.shutdown()
 
 
 def make_executor(

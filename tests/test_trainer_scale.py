@@ -69,24 +69,43 @@ def _comparable(m: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in m.items() if not k.startswith(("time/", "perf/"))}
 
 
-def test_process_executor_iteration_equals_inprocess(tmp_path: Path) -> None:
-    results = []
-    for kind in ("inprocess", "process"):
-        tr = GRPOTrainer(tiny_config(tmp_path / kind, env_executor=kind, env_workers=2))
-        try:
-            m = tr.step()
-            traj = repr(tr.last[0].trajectories)
-            results.append((_comparable(m), _params(tr.model), traj))
-            if kind == "process":
-                assert tr.collector._shared is not None and tr.collector._shared.num_workers == 2
-        finally:
-            tr.close()
-    (m_a, p_a, t_a), (m_b, p_b, t_b) = results
+def _iteration(out: Path, **rollout) -> tuple[dict[str, float], dict[str, torch.Tensor], str, np.ndarray]:
+    """One trainer iteration: its metrics, parameters, trajectories (as text) and token advantages."""
+    tr = GRPOTrainer(tiny_config(out, **rollout))
+    try:
+        m = tr.step()
+        ro, shaping = tr.last
+        if rollout.get("env_executor", "inprocess") != "inprocess":
+            assert tr.collector._shared is not None and tr.collector._shared.num_workers == 2
+        assert tr.collector.overlaps == tr.cfg.rollout.overlaps
+        return _comparable(m), _params(tr.model), repr(ro.trajectories), shaping.token_advantages.copy()
+    finally:
+        tr.close()
+
+
+def _assert_same_iteration(a, b) -> None:
+    (m_a, p_a, t_a, adv_a), (m_b, p_b, t_b, adv_b) = a, b
     assert t_a == t_b
+    assert np.array_equal(adv_a, adv_b)
     assert m_a == m_b
     assert m_a["rollout/mixed_groups"] > 0  # the batch carries a learning signal
     for name in p_a:
         assert torch.equal(p_a[name], p_b[name]), name
+
+
+def test_process_executor_iteration_equals_inprocess(tmp_path: Path) -> None:
+    ref = _iteration(tmp_path / "inprocess")
+    _assert_same_iteration(_iteration(tmp_path / "process", env_executor="process", overlap="off"), ref)
+
+
+def test_overlapped_iteration_equals_the_sequential_one(tmp_path: Path) -> None:
+    """Overlap (auto: on with the process pool) pipelines two waves of groups; with its group-seeded requests the
+    iteration is bitwise the sequential one (overlap off) and the in-process one."""
+    on = _iteration(tmp_path / "on", env_executor="process")
+    _assert_same_iteration(
+        on, _iteration(tmp_path / "off", env_executor="process", overlap="off", group_seeds=True)
+    )
+    _assert_same_iteration(on, _iteration(tmp_path / "inprocess", group_seeds=True))
 
 
 def test_group_seeded_requests_make_a_group_independent_of_its_batch(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from _toy_env import ToyRoomEnv
 
 import stepgym  # noqa: F401  (registers the envs)
 from stepgym import schema
+from stepgym.envs.credit import CreditToyEnv
 from stepgym.group import GroupEnv
 from stepgym.workers import EnvRecipe, EnvWorkerError, InProcessExecutor, ProcessExecutor, make_executor
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
@@ -81,9 +82,9 @@ def test_shared_executor_sends_one_call_per_worker_per_turn():
     calls: list[dict[int, int]] = []
 
     class Counting(ProcessExecutor):
-        def _run_batches(self, batches):
+        def _send_batches(self, batches):
             calls.append({w: len(ops) for w, ops in batches.items()})
-            return super()._run_batches(batches)
+            return super()._send_batches(batches)
 
     ex = Counting(recipe, 8, num_workers=2)
     try:
@@ -227,7 +228,14 @@ def test_remote_group_reads_wrapper_and_unwrapped_attributes():
     assert isinstance(local.executor, InProcessExecutor)
 
 
-def test_collector_gives_identical_rows_with_a_process_pool():
+def _toy_collector(
+    executor: str,
+    overlap: str,
+    policy: str = "noisy-expert:0.3",
+    env: str = "StepGym/CreditToy-v0",
+    env_kwargs: dict | None = None,
+    group_size: int = 3,
+):
     from stepgym.trainers.backends import ScriptedBackend
     from stepgym.trainers.collector import Collector
     from stepgym.trainers.models import train_tokenizer
@@ -235,35 +243,119 @@ def test_collector_gives_identical_rows_with_a_process_pool():
     from stepgym.wrappers.text import get_format
 
     tok = train_tokenizer(["go to the room and take the key", "look around <think>ok</think>"])
-    enc = PromptEncoder(tok, max_prompt_tokens=256)
+    return Collector(
+        env,
+        TOY_KWARGS if env_kwargs is None else env_kwargs,
+        get_format("alfworld"),
+        history=1,
+        group_size=group_size,
+        encoder=PromptEncoder(tok, max_prompt_tokens=256),
+        backend=ScriptedBackend(tok, policy, render=_render),
+        executor=executor,
+        num_workers=2,
+        overlap=overlap,
+    )
 
-    def run(executor: str):
-        col = Collector(
-            "StepGym/CreditToy-v0",
-            TOY_KWARGS,
-            get_format("alfworld"),
-            history=1,
-            group_size=3,
-            encoder=enc,
-            backend=ScriptedBackend(tok, "noisy-expert:0.3", render=_render),
-            executor=executor,
-            num_workers=2,
+
+def _collected(col, tasks, group_seeds: bool) -> str:
+    """Everything a collection returns, as one string (rows, trajectories, hindsight, task ids)."""
+    out = col.collect(
+        tasks,
+        seed_rng=np.random.default_rng(0),
+        group_rngs=[np.random.default_rng([5, g]) for g in range(len(tasks))] if group_seeds else None,
+    )
+    return repr(
+        (
+            [(r.traj, r.t, r.prompt, r.response_ids, r.reward, r.action, r.info, r.anchor) for r in out.rows],
+            [
+                (t.task_id, t.initial_info, [tuple(vars(s).values()) for s in t.steps])
+                for t in out.trajectories
+            ],
+            out.hindsight,
+            out.task_ids,
         )
-        try:
-            out = col.collect([(None, 11), (None, 12)], seed_rng=np.random.default_rng(0))
-            return repr(
-                (
-                    [(r.traj, r.t, r.prompt, r.response_text, r.reward, r.action, r.info) for r in out.rows],
-                    out.hindsight,
-                    out.task_ids,
-                )
-            ), col.task_ids()
-        finally:
-            col.close()
+    )
 
-    ref, ids = run("inprocess")
-    got, ids2 = run("process")
-    assert got == ref and ids == ids2
+
+def test_collector_gives_identical_rows_with_a_process_pool():
+    ref = _toy_collector("inprocess", "off")
+    got = _toy_collector("process", "off")
+    try:
+        assert _collected(got, [(None, 11), (None, 12)], False) == _collected(
+            ref, [(None, 11), (None, 12)], False
+        )
+        assert got.task_ids() == ref.task_ids()
+        assert not got.overlaps and _toy_collector("process", "auto").overlaps
+    finally:
+        got.close()
+        ref.close()
+
+
+def _count_in_flight(col, n_groups: int) -> list[int]:
+    """Record, at every send of the collector's shared executor, how many earlier sends were still unanswered."""
+    col.groups(n_groups)
+    ex, seen = col._shared, []
+    send = ex._send_batches
+
+    def counting(batches):
+        seen.append(len(ex._in_flight))
+        return send(batches)
+
+    ex._send_batches = counting
+    return seen
+
+
+def test_overlapped_collection_is_byte_identical_to_sequential():
+    """Waves of groups pipelined over a process pool give the rows, trajectories and hindsight of the sequential
+    collector when requests are group-seeded, and a fixed (timing-independent) result otherwise."""
+    tasks = [(None, 11), (None, 12), (None, 13), (None, 14), (None, 15)]  # odd: the waves differ in size
+    ref = _toy_collector("inprocess", "off")
+    pool = _toy_collector("process", "on")
+    seq = _toy_collector("process", "off")
+    try:
+        expected = _collected(ref, tasks, True)
+        assert "True" in expected  # some rollout succeeded, so hindsight and success rows are compared too
+        in_flight, in_flight_seq = _count_in_flight(pool, len(tasks)), _count_in_flight(seq, len(tasks))
+        assert _collected(pool, tasks, True) == expected
+        assert _collected(seq, tasks, True) == expected
+        # overlapped: one wave was sent while the other was still stepping; sequential: never
+        assert max(in_flight) == 1 and max(in_flight_seq) == 0
+        assert pool._shared.num_workers == 2
+        # without group seeds the waves' samples differ from one big call, but not from run to run
+        assert _collected(pool, tasks, False) == _collected(pool, tasks, False)
+        assert _collected(_toy_collector("inprocess", "on"), tasks, False) == _collected(pool, tasks, False)
+    finally:
+        seq.close()
+        pool.close()
+        ref.close()
+
+
+class _FailsOnStep(CreditToyEnv):
+    """CreditToy, whose worker process dies at a copy's third step (a crash in the middle of overlapped waves)."""
+
+    def step(self, action):
+        self._n_steps = getattr(self, "_n_steps", 0) + 1
+        if self._n_steps == 3:
+            os._exit(1)
+        return super().step(action)
+
+
+def test_worker_death_during_overlapped_waves_names_worker_and_task():
+    from stepgym.trainers.collector import Collector
+
+    col = _toy_collector("process", "on", policy="random")
+    col.env_id = _FailsOnStep
+    try:
+        with pytest.raises(
+            EnvWorkerError, match=r"env worker \d .*died.*restarted.*task '[^']+', seed 1[1-4]"
+        ):
+            _collected(col, [(None, 11), (None, 12), (None, 13), (None, 14)], True)
+        # the collector is usable again: the dropped wave was collected, the copies are fresh and get reset
+        col.env_id = "StepGym/CreditToy-v0"
+        col.close()
+        assert isinstance(col, Collector) and _collected(col, [(None, 11), (None, 12)], True)
+    finally:
+        col.close()
 
 
 def _render(action: str) -> str:
@@ -271,34 +363,52 @@ def _render(action: str) -> str:
 
 
 @pytest.mark.slow
-def test_ray_executor_is_byte_identical_and_restarts_dead_actors():
+def test_ray_executor_is_byte_identical_and_restarts_dead_actors(monkeypatch, tmp_path):
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    monkeypatch.setenv("STEPGYM_DATA", os.environ.get("STEPGYM_DATA", str(tmp_path)))
+    assert not ray.is_initialized()
+    ref = _toy_group("inprocess")
+    expected = _play(ref, seed=7)
+    # the executor starts Ray itself (as the trainer's does), so its runtime environment is the one under test
+    kw = {"num_cpus": 0.5, "timeout": 120, "ray_init_kwargs": {"num_cpus": 2}}
+    group = _toy_group("ray", num_workers=2, executor_kwargs=kw)
     try:
-        ref = _toy_group("inprocess")
-        expected = _play(ref, seed=7)
-        group = _toy_group("ray", num_workers=2, executor_kwargs={"num_cpus": 0.5, "timeout": 120})
-        try:
-            assert _play(group, seed=7) == expected
-            group.reset(seed=0)
-            victim = group.executor._actors[0]
-            ray.kill(victim, no_restart=True)
-            # ray.kill is asynchronous: wait (bounded) until the actor is really gone before stepping
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    ray.get(victim.run.remote([]), timeout=10)
-                except ray.exceptions.RayActorError:
-                    break
-                time.sleep(0.2)
-            with pytest.raises(EnvWorkerError, match=r"Ray env worker 0 .*died"):
-                group.step({a: "look" for a in group.agents})
-            assert _play(group, seed=7) == expected
-        finally:
-            group.close()
+
+        def runtime_env_vars():  # local, so Ray ships it by value
+            return ray.get_runtime_context().runtime_env.get("env_vars", {})
+
+        # data paths reach the workers through the runtime environment (what carries them to other machines)
+        assert ray.get(ray.remote(runtime_env_vars).remote())["STEPGYM_DATA"] == os.environ["STEPGYM_DATA"]
+        assert _play(group, seed=7) == expected
+        group.reset(seed=0)
+        victim = group.executor._actors[0]
+        ray.kill(victim, no_restart=True)
+        # ray.kill is asynchronous: wait (bounded) until the actor is really gone before stepping
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                ray.get(victim.run.remote([]), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.2)
+        with pytest.raises(EnvWorkerError, match=r"Ray env worker 0 .*died.*task '[^']+', seed 0"):
+            group.step({a: "look" for a in group.agents})
+        assert _play(group, seed=7) == expected
+        pids = group.executor.pids
     finally:
-        ray.shutdown()
+        group.close()
+        ray_left_up = ray.is_initialized()
+        if ray_left_up:
+            ray.shutdown()
+    # close() ended the actors and the Ray it started: no process is left behind
+    assert not ray_left_up
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        status = f"/proc/{pid}/status"
+        assert not os.path.exists(status) or "zombie" in open(status).read().lower()  # noqa: SIM115
 
 
 @pytest.mark.slow
@@ -325,3 +435,21 @@ def test_alfworld_groups_identical_in_process_and_in_a_pool(data_dir):
         assert _play(pool, seed=1, n_groups=1) == expected
     finally:
         pool.close()
+
+
+@pytest.mark.slow
+def test_alfworld_overlapped_collection_is_byte_identical_to_sequential(data_dir):
+    kw = {
+        "env": "StepGym/ALFWorld-v0",
+        "env_kwargs": {"split": "valid_seen", "max_steps": 6},
+        "group_size": 2,
+    }
+    tasks = [(None, 1), (None, 2), (None, 3)]
+    ref = _toy_collector("inprocess", "off", **kw)
+    pool = _toy_collector("process", "on", **kw)
+    try:
+        expected = _collected(ref, tasks, True)
+        assert _collected(pool, tasks, True) == expected
+    finally:
+        pool.close()
+        ref.close()

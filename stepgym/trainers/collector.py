@@ -6,6 +6,11 @@ effective flags, feedback text) and ``TextInterfaceWrapper`` (prompt rendering w
 admissible actions; strict parsing of the reply). All live agents of all groups are answered by **one** backend
 call per step, which is what makes rollouts fast on a GPU (verl-agent batches the same way).
 
+With env workers (``executor="process"`` / ``"ray"``) the GPU would still wait for the envs and the envs for the
+GPU, so the collector overlaps them (``overlap``): the groups are split into two waves taken in a fixed order; while
+the workers step one wave, the backend answers the other. One backend call per wave per turn; the seeds are drawn
+in an order that does not depend on timing (see :meth:`Collector.collect`).
+
 What comes back (:class:`Rollouts`): the step rows in (trajectory, step) order, the recorded
 :class:`~stepgym.schema.Trajectory` of every rollout (the same info dicts the rows point to), the group of each
 trajectory and the peer-hindsight block ``GroupEnv`` attached to each failed rollout of a mixed group.
@@ -111,6 +116,8 @@ class Collector:
             shared executor; each turn is one batched call per worker, overlapped across workers).
         num_workers: worker processes / Ray actors.
         executor_kwargs: more executor arguments (``timeout``, ``num_cpus``, ``address``).
+        overlap: ``"auto"`` (default: on with ``"process"`` / ``"ray"``), ``"on"`` or ``"off"``: pipeline waves of
+            groups so that the workers step one wave while the backend answers the next (:meth:`collect`).
     """
 
     def __init__(
@@ -127,7 +134,10 @@ class Collector:
         executor: str = "inprocess",
         num_workers: int = 2,
         executor_kwargs: dict[str, Any] | None = None,
+        overlap: str = "auto",
     ) -> None:
+        if overlap not in ("auto", "on", "off"):
+            raise ValueError(f"overlap must be 'auto', 'on' or 'off', got {overlap!r}")
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
         self.fmt = fmt
@@ -139,6 +149,7 @@ class Collector:
         self.executor = executor
         self.num_workers = int(num_workers)
         self.executor_kwargs = dict(executor_kwargs or {})
+        self.overlap = overlap
         self._pool: list[GroupEnv] = []
         self._shared: Executor | None = None
 
@@ -166,12 +177,14 @@ class Collector:
                 )
             return self._pool[:n]
         if len(self._pool) < n:
-            self.close()
             g_size = self.group_size
             recipe = EnvRecipe(self.env_id, self.env_kwargs, tuple(self._wrappers()))
-            self._shared = make_executor(
+            # the new executor first: a Ray that the old one started stays up for it
+            shared = make_executor(
                 self.executor, recipe, n * g_size, num_workers=self.num_workers, **self.executor_kwargs
             )
+            self.close()
+            self._shared = shared
             self._pool = [
                 GroupEnv(
                     self.env_id,
@@ -203,6 +216,17 @@ class Collector:
             return info[schema.STATE_KEY]
         return obs
 
+    @property
+    def overlaps(self) -> bool:
+        """Whether :meth:`collect` pipelines waves of groups (``overlap``: ``"on"``, or ``"auto"`` with workers)."""
+        return self.overlap == "on" or (self.overlap == "auto" and self.executor != "inprocess")
+
+    def _waves(self, n: int) -> list[list[int]]:
+        """The batch's groups in a fixed order of waves: every ``OVERLAP_WAVES``-th group, so each wave spans
+        all the workers (a group's copies are contiguous on one worker)."""
+        k = OVERLAP_WAVES if self.overlaps else 1
+        return [w for w in (list(range(i, n, k)) for i in range(k)) if w]
+
     def collect(
         self,
         tasks: Sequence[tuple[str | None, int]],
@@ -216,84 +240,169 @@ class Collector:
 
         ``group_rngs`` (one generator per group) also gives every request of a group its own seed, drawn in agent
         order each turn, so that a group's replies do not depend on the other groups of the call (data-parallel
-        runs split a batch's groups over ranks; :mod:`stepgym.trainers.distributed`)."""
+        runs split a batch's groups over ranks; :mod:`stepgym.trainers.distributed`; overlapped waves, too).
+
+        Overlap (:attr:`overlaps`): the groups are split into waves; each wave's step is sent to the workers and,
+        while they step it, the backend answers the next wave. The waves take turns in a fixed order, whatever
+        finishes first, so the seeds are drawn in the same order every run: one draw of ``seed_rng`` per turn
+        (as without overlap; a wave's call seed is derived from the turn's draw and the wave), and each group's
+        generator in agent order. With ``group_rngs`` (and a backend that honours request seeds) the rollouts are
+        byte-identical with and without overlap."""
         if group_rngs is not None and len(group_rngs) != len(tasks):
             raise ValueError(f"{len(group_rngs)} group generators for {len(tasks)} groups")
         groups = self.groups(len(tasks))
-        g_size = self.group_size
-        last_info: list[dict[str, dict[str, Any]]] = []
-        last_obs: list[dict[str, Any]] = []
         for g, (tid, seed) in zip(groups, tasks, strict=True):
             g.reset_async(seed=int(seed), options={"task_id": tid} if tid is not None else None)
-        for g in groups:
-            obs, infos = g.reset_wait()
-            last_obs.append(obs)
-            last_info.append(infos)
-        rows: list[StepRow] = []
-        stats = {"gen_seconds": 0.0, "env_seconds": 0.0, "gen_tokens": 0.0, "prompt_tokens": 0.0}
-        while any(g.agents for g in groups):
-            live = [(gi, a) for gi, g in enumerate(groups) for a in g.agents]
-            waits = [g.get_wrapper_attr_async("prompt") for g in groups]  # one batched call per worker
-            group_prompts = [w() for w in waits]
-            requests, prompts = [], []
-            for gi, a in live:
-                prompt = group_prompts[gi][a]
-                ids, cut = self.encoder.encode(prompt)
-                prompts.append((prompt, ids, cut))
-                req_seed = None if group_rngs is None else int(group_rngs[gi].integers(2**63 - 1))
-                requests.append(GenerationRequest(ids, prompt, last_info[gi][a], seed=req_seed))
-            t0 = time.perf_counter()
-            gens = self.backend.generate(requests, seed=int(seed_rng.integers(2**31 - 1)), greedy=greedy)
-            t1 = time.perf_counter()
-            stats["gen_seconds"] += t1 - t0
-            stats["gen_tokens"] += sum(len(x.response_ids) for x in gens)
-            stats["prompt_tokens"] += sum(len(p[1]) for p in prompts)
-            by_group: dict[int, dict[str, int]] = {}
-            for k, (gi, a) in enumerate(live):
-                by_group.setdefault(gi, {})[a] = k
-            for (
-                gi,
-                members,
-            ) in by_group.items():  # queue every group's step, then wait: workers run in parallel
-                groups[gi].step_async({a: gens[k].text for a, k in members.items()})
-            for gi, members in by_group.items():
-                g = groups[gi]
-                _, rew, _, _, infos = g.step_wait()
-                for a, k in members.items():
-                    info = infos[a]
-                    r_idx = g.possible_agents.index(a)
-                    traj = g.trajectories[r_idx]
-                    step = traj.steps[-1]
-                    prompt, ids, cut = prompts[k]
-                    rows.append(
-                        StepRow(
-                            group=gi,
-                            rollout=r_idx,
-                            traj=gi * g_size + r_idx,
-                            t=len(traj.steps) - 1,
-                            task_id=traj.task_id,
-                            prompt=prompt,
-                            prompt_ids=list(ids),
-                            response_ids=list(gens[k].response_ids),
-                            response_text=gens[k].text,
-                            prompt_truncated=cut,
-                            finished=gens[k].finished,
-                            observation=step.observation,
-                            reward=float(rew[a]),
-                            format_valid=bool(info.get(schema.FORMAT_VALID, False)),
-                            admissible=bool(info.get(schema.ADMISSIBLE, True)),
-                            action=info.get(schema.PARSED_ACTION),
-                            info=info,
-                            anchor=self._anchor(last_info[gi][a], last_obs[gi][a]),
-                        )
+        run = _Collection(self, groups, seed_rng, greedy, group_rngs)
+        try:
+            for g in groups:
+                run.start(g.reset_wait())
+            waves = self._waves(len(groups))
+            flights = [run.launch(w, wave) for w, wave in enumerate(waves)]
+            while any(f is not None for f in flights):
+                for w, wave in enumerate(waves):
+                    if flights[w] is not None:
+                        run.land(flights[w])
+                        flights[w] = run.launch(w, wave)
+                if progress is not None:
+                    progress.update(1)
+        except BaseException:
+            for g in groups:  # a wave may still be in flight: collect (and drop) it, so the groups can reset
+                g.abandon()
+            raise
+        return run.rollouts()
+
+
+#: Waves of groups the collector pipelines when it overlaps env stepping with generation.
+OVERLAP_WAVES = 2
+
+
+@dataclass
+class _Flight:
+    """One wave's turn on its way: the requests, their replies, and the tickets of the step and the next prompts."""
+
+    wave: list[int]
+    live: list[tuple[int, str]]
+    prompts: list[tuple[str, list[int], bool]]
+    gens: list[Any]
+    next_prompts: dict[int, Callable[[], dict[str, Any]]]
+
+
+class _Collection:
+    """The state of one :meth:`Collector.collect`: each agent's last info, observation and prompt; the rows."""
+
+    def __init__(self, col: Collector, groups: list[GroupEnv], seed_rng, greedy, group_rngs) -> None:
+        self.col, self.groups, self.seed_rng, self.greedy, self.group_rngs = (
+            col,
+            groups,
+            seed_rng,
+            greedy,
+            group_rngs,
+        )
+        self.last_info: list[dict[str, dict[str, Any]]] = []
+        self.last_obs: list[dict[str, Any]] = []
+        self.prompt: list[dict[str, str]] = []
+        self.turn_seeds: list[int] = []
+        self.turns: dict[int, int] = {}
+        self.rows: list[StepRow] = []
+        self.stats = {"gen_seconds": 0.0, "env_seconds": 0.0, "gen_tokens": 0.0, "prompt_tokens": 0.0}
+
+    def start(self, reset: tuple[dict[str, Any], dict[str, dict[str, Any]]]) -> None:
+        obs, infos = reset
+        self.last_obs.append(obs)
+        self.last_info.append(infos)
+        if len(self.last_obs) == len(self.groups):  # every group is reset: one batched prompt call per worker
+            waits = [g.get_wrapper_attr_async("prompt") for g in self.groups]
+            self.prompt = [w() for w in waits]
+
+    def _call_seed(self, w: int) -> int:
+        """The seed of wave ``w``'s call at its next turn: the turn's draw of ``seed_rng`` (drawn once per turn, by
+        the first wave to reach it), derived per wave so the waves' samples are not correlated."""
+        t = self.turns.get(w, 0)
+        self.turns[w] = t + 1
+        while len(self.turn_seeds) <= t:
+            self.turn_seeds.append(int(self.seed_rng.integers(2**31 - 1)))
+        if w == 0:
+            return self.turn_seeds[t]
+        return int(np.random.SeedSequence([self.turn_seeds[t], w]).generate_state(1)[0] % (2**31 - 1))
+
+    def launch(self, w: int, wave: list[int]) -> _Flight | None:
+        """Answer wave ``w``'s live agents with one backend call, then send its step (and the reading of the next
+        prompts) to the workers without waiting. ``None`` when the wave has finished."""
+        live = [(gi, a) for gi in wave for a in self.groups[gi].agents]
+        if not live:
+            return None
+        requests, prompts = [], []
+        for gi, a in live:
+            text = self.prompt[gi][a]
+            ids, cut = self.col.encoder.encode(text)
+            prompts.append((text, ids, cut))
+            req_seed = None if self.group_rngs is None else int(self.group_rngs[gi].integers(2**63 - 1))
+            requests.append(GenerationRequest(ids, text, self.last_info[gi][a], seed=req_seed))
+        seed = self._call_seed(w)
+        t0 = time.perf_counter()
+        gens = self.col.backend.generate(requests, seed=seed, greedy=self.greedy)
+        self.stats["gen_seconds"] += time.perf_counter() - t0
+        self.stats["gen_tokens"] += sum(len(x.response_ids) for x in gens)
+        self.stats["prompt_tokens"] += sum(len(p[1]) for p in prompts)
+        next_prompts = {}
+        for gi in wave:
+            g = self.groups[gi]
+            acting = {a: gens[k].text for k, (gj, a) in enumerate(live) if gj == gi}
+            if acting:
+                g.step_async(acting)
+                next_prompts[gi] = g.get_wrapper_attr_async("prompt", list(acting))
+        for gi in next_prompts:
+            self.groups[gi].executor.send()  # one message per worker; a shared executor sends it once
+        return _Flight(wave, live, prompts, gens, next_prompts)
+
+    def land(self, f: _Flight) -> None:
+        """Wait for a wave's step; record its rows and the next prompts."""
+        t1 = time.perf_counter()
+        g_size = self.col.group_size
+        index = {key: k for k, key in enumerate(f.live)}
+        for gi, read_prompts in f.next_prompts.items():
+            g = self.groups[gi]
+            _, rew, _, _, infos = g.step_wait()
+            self.prompt[gi] = read_prompts()
+            for a, info in infos.items():
+                k = index[(gi, a)]
+                r_idx = g.possible_agents.index(a)
+                traj = g.trajectories[r_idx]
+                step = traj.steps[-1]
+                prompt, ids, cut = f.prompts[k]
+                self.rows.append(
+                    StepRow(
+                        group=gi,
+                        rollout=r_idx,
+                        traj=gi * g_size + r_idx,
+                        t=len(traj.steps) - 1,
+                        task_id=traj.task_id,
+                        prompt=prompt,
+                        prompt_ids=list(ids),
+                        response_ids=list(f.gens[k].response_ids),
+                        response_text=f.gens[k].text,
+                        prompt_truncated=cut,
+                        finished=f.gens[k].finished,
+                        observation=step.observation,
+                        reward=float(rew[a]),
+                        format_valid=bool(info.get(schema.FORMAT_VALID, False)),
+                        admissible=bool(info.get(schema.ADMISSIBLE, True)),
+                        action=info.get(schema.PARSED_ACTION),
+                        info=info,
+                        anchor=self.col._anchor(self.last_info[gi][a], self.last_obs[gi][a]),
                     )
-                    last_info[gi][a] = info
-                    last_obs[gi][a] = step.next_observation
-            stats["env_seconds"] += time.perf_counter() - t1
-            if progress is not None:
-                progress.update(1)
-        rows.sort(key=lambda r: (r.traj, r.t))
+                )
+                self.last_info[gi][a] = info
+                self.last_obs[gi][a] = step.next_observation
+        self.stats["env_seconds"] += time.perf_counter() - t1
+
+    def rollouts(self) -> Rollouts:
+        groups, g_size = self.groups, self.col.group_size
+        rows = sorted(self.rows, key=lambda r: (r.traj, r.t))
         trajectories = [t for g in groups for t in g.trajectories]
         hindsight = [h for g in groups for h in g.peer_hindsight()]
         traj_group = [gi for gi in range(len(groups)) for _ in range(g_size)]
-        return Rollouts(rows, trajectories, traj_group, hindsight, [g.task_id for g in groups], g_size, stats)
+        return Rollouts(
+            rows, trajectories, traj_group, hindsight, [g.task_id for g in groups], g_size, self.stats
+        )

@@ -153,6 +153,18 @@ class RolloutConfig:
     """Ray executor: '' starts (or reuses) a local Ray; 'auto' joins the cluster started with ``ray start``."""
     env_cpus_per_worker: float = 1.0
     """Ray executor: CPUs each env actor reserves (fractions pack several actors on a core)."""
+    overlap: Literal["auto", "on", "off"] = "auto"
+    """Overlap env stepping with generation: the batch's groups go in two waves, and the workers step one while the
+    backend answers the other ('auto': on with the process and ray executors). Requests are then group-seeded
+    (``group_seeds``), so the iteration is the one of ``overlap=off, group_seeds=true`` (docs/trainer.md)."""
+    group_seeds: bool = False
+    """Give every request its own seed from its group's generator (always so under torchrun and with overlap), so
+    that a group's replies do not depend on which groups share a backend call."""
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the collector pipelines waves of groups (``overlap``, resolved for the executor)."""
+        return self.overlap == "on" or (self.overlap == "auto" and self.env_executor != "inprocess")
 
     def executor_options(self) -> dict[str, Any]:
         """The :class:`~stepgym.trainers.collector.Collector`'s executor arguments for this config."""
@@ -162,7 +174,12 @@ class RolloutConfig:
         if self.env_executor == "ray":
             kw["num_cpus"] = self.env_cpus_per_worker
             kw["address"] = self.ray_address or None
-        return {"executor": self.env_executor, "num_workers": self.env_workers, "executor_kwargs": kw}
+        return {
+            "executor": self.env_executor,
+            "num_workers": self.env_workers,
+            "executor_kwargs": kw,
+            "overlap": "on" if self.overlaps else "off",
+        }
 
 
 @dataclass(frozen=True)

@@ -239,14 +239,12 @@ class GRPOTrainer:
 
             bar = tqdm(desc=f"rollout it {self.iteration + 1}", unit="turn", leave=False)
         try:
-            if self.dist.active:
-                return self._collect_share(rc.n_tasks, bar)
-            if not rc.dynamic_sampling:
-                return self.collector.collect(self._sample_tasks(rc.n_tasks), seed_rng=self.rng, progress=bar)
+            if self.dist.active or not rc.dynamic_sampling:
+                return self._play(self._sample_tasks(rc.n_tasks), bar)
             parts: list[Rollouts] = []
             kept = 0
             for attempt in range(rc.max_gen_batches):
-                ro = self.collector.collect(self._sample_tasks(rc.n_tasks), seed_rng=self.rng, progress=bar)
+                ro = self._play(self._sample_tasks(rc.n_tasks), bar)
                 if attempt < rc.max_gen_batches - 1:
                     rewards = [t.total_reward for t in ro.trajectories]
                     keep = dynamic_sampling_keep(rewards, ro.traj_group, keep_singletons=False)
@@ -261,10 +259,14 @@ class GRPOTrainer:
             if bar is not None:
                 bar.close()
 
-    def _collect_share(self, n_tasks: int, bar: Any) -> Rollouts:
-        """Data-parallel: every rank draws the same global batch and plays its contiguous share of whole groups,
-        with per-group request seeds keyed by one draw of the shared generator (so W ranks replay 1 rank)."""
-        tasks = self._sample_tasks(n_tasks)
+    def _play(self, tasks: list[tuple[str, int]], bar: Any) -> Rollouts:
+        """Play a batch of groups. Group-seeded (under torchrun, with overlap, or ``rollout.group_seeds``): every
+        rank draws the same global batch and plays its contiguous share of whole groups, with per-group request
+        seeds keyed by one draw of the shared generator, so W ranks replay 1 rank and overlapped waves replay one
+        call. Otherwise every call's seed comes from the trainer's generator."""
+        rc = self.cfg.rollout
+        if not (self.dist.active or rc.group_seeds or rc.overlaps):
+            return self.collector.collect(tasks, seed_rng=self.rng, progress=bar)
         base = int(self.rng.integers(2**31 - 1))
         share = group_shard(len(tasks), self.dist.rank, self.dist.world)
         return self.collector.collect(
