@@ -99,7 +99,7 @@ def _collector(variant: str, args: argparse.Namespace) -> Collector:
     tok = CharTokenizer()
     return Collector(
         "StepGym/ALFWorld-v0",
-        {"split": "train", "max_steps": args.max_steps},
+        {"split": "train", "max_steps": args.max_steps, "engine": args.alfworld_engine},
         fmt,
         history=2,
         group_size=args.group_size,
@@ -232,6 +232,12 @@ def main() -> None:
     ap.add_argument(
         "--iterations", type=int, default=2, help="timed collections per executor (after a warm-up)"
     )
+    ap.add_argument(
+        "--alfworld-engine",
+        default="textworld",
+        choices=("textworld", "native"),
+        help="ALFWorld engine (the README's numbers: textworld, the slow engine workers are for)",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--webshop-copies", type=int, default=8)
     ap.add_argument("--webshop-calls", type=int, default=200)
@@ -289,7 +295,7 @@ def main() -> None:
         print(f"  {kind}: +{ws[kind]['prompt_call_ms'] - base_p:.3f} ms per call over in-process")
     print(f"\nCPU per env step (one copy in this process, {args.cpu_steps} random admissible steps)")
     for name, env_id, kw in (
-        ("ALFWorld", "StepGym/ALFWorld-v0", {"split": "train"}),
+        ("ALFWorld", "StepGym/ALFWorld-v0", {"split": "train", "engine": args.alfworld_engine}),
         ("WebShop", "StepGym/WebShop-v0", {"split": "train"}),
     ):
         r = bench_cpu_per_step(env_id, kw, args.cpu_steps)
