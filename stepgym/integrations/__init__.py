@@ -11,6 +11,9 @@ Each trainer has its own module, imported only when asked for, behind its own ex
 * :mod:`stepgym.integrations.skyrl` (``pip install 'stepgym[skyrl]'``): stepgym envs as SkyRL-gym 0.4 text envs
   (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata.
 
+* :mod:`stepgym.integrations.openrlhf` (``pip install 'stepgym[openrlhf]'``): ``agent_classes(env_id)`` for
+  OpenRLHF 0.11's ``--train.agent_func_path`` (step annotations in ``extra_logs``).
+
 Trainer-neutral pieces live here and import no trainer:
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
