@@ -208,8 +208,20 @@ def react_agent() -> tuple[Any, Any]:
     return tok, model
 
 
-def _rollout() -> GroupRollout:
-    return GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, seed=0)
+def _rollout(wrappers=()) -> GroupRollout:
+    return GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, seed=0, wrappers=wrappers)
+
+
+def _seeded_arg() -> list[Any]:
+    """ProAS labels: ARGWrapper over a graph seeded from the env's expert on every task (fixed, not grown)."""
+    import gymnasium as gym
+
+    from stepgym.reference_graph import AgenticReferenceGraph
+    from stepgym.wrappers.arg import ARGWrapper
+
+    graph = AgenticReferenceGraph()
+    graph.seed_from_expert(gym.make(ENV_ID, **ENV_KWARGS), task_ids(ENV_ID, ENV_KWARGS))
+    return [lambda env: ARGWrapper(env, graph=graph)]
 
 
 def _format_steps(completions, stepgym_steps, **_):
@@ -257,7 +269,7 @@ def test_group_rollout_trains_groups_with_env_tokens_masked(react_agent, tmp_pat
 
 def _independent_advantages(out: dict[str, Any], length: int, cfg: ShapeConfig) -> np.ndarray:
     """shape_advantages on a StepBatch built here from the rollout's raw records (not the adapter's builder)."""
-    group, traj, rew, valid, anchor, spans = [], [], [], [], [], []
+    group, traj, rew, valid, anchor, spans, rea, prog = [], [], [], [], [], [], [], []
     for b, recs in enumerate(out["stepgym_steps"]):
         spans.append([(s["start"], s["stop"]) for s in recs])
         for s in recs:
@@ -266,15 +278,27 @@ def _independent_advantages(out: dict[str, Any], length: int, cfg: ShapeConfig) 
             rew.append(10.0 * s["reward"])
             valid.append(s["format_valid"] and s["admissible"])
             anchor.append(s["state_key"])
+            rea.append(s["arg_reasonable"])
+            prog.append(s["arg_progress"])
+    labels = dict(reasonable=rea, progress=prog) if cfg.proas else {}
     batch = StepBatch(
-        group, traj, rew, valid=valid, anchor_obs=anchor, layout=TokenLayout.from_spans(spans, length)
+        group,
+        traj,
+        rew,
+        valid=valid,
+        anchor_obs=anchor,
+        layout=TokenLayout.from_spans(spans, length),
+        **labels,
     )
     return shape_advantages(batch, cfg, update_index=0).token_advantages
 
 
-def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent, tmp_path: Path) -> None:
+@pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo"])
+def test_step_trainer_optimises_exactly_the_shaped_token_advantages(
+    react_agent, tmp_path: Path, preset: str
+) -> None:
     tok, model = react_agent
-    rollout = _rollout()
+    rollout = _rollout(_seeded_arg() if preset.startswith("proas") else ())
     outputs: list[dict[str, Any]] = []
     optimised: list[dict[str, torch.Tensor]] = []
 
@@ -290,7 +314,7 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
         outputs.append(out)
         return out
 
-    cfg = ShapeConfig.from_preset("gigpo-alfworld")
+    cfg = ShapeConfig.from_preset(preset)
     before = _params(model)
     trainer = Recording(
         model=model,
@@ -304,7 +328,7 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
     trainer.rollout_func = record
     trainer.train()
     assert len(outputs) == len(optimised) == 2  # one generation and one loss per step
-    credit = 0.0
+    credit = proas_moved = 0.0
     for out, got in zip(outputs, optimised, strict=True):
         length = got["completion_ids"].shape[1]
         want = _independent_advantages(out, length, cfg)
@@ -319,8 +343,13 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
         env_tokens = np.asarray([m + [1] * (length - len(m)) for m in out["env_mask"]]) == 0
         assert (want[env_tokens] == 0).all()  # env tokens carry no advantage
         assert max(len(recs) for recs in out["stepgym_steps"]) > 1  # multi-step rows
+        if cfg.proas:  # every step labelled by the seeded graph; ProAS moved some advantage off GiGPO's
+            assert all(s["arg_reasonable"] is not None for r in out["stepgym_steps"] for s in r)
+            plain = _independent_advantages(out, length, cfg.replace(proas=False))
+            proas_moved += float(np.abs(want - plain).sum())
         credit += float(np.abs(want).sum())
     assert credit > 0  # some group's steps differed
+    assert (proas_moved > 0) == cfg.proas
     assert any(r != 0 for r in _losses(trainer))
     assert _changed(before, model) > 0
 
