@@ -21,6 +21,7 @@ from stepgym.integrations import task_dataset, task_ids  # noqa: E402
 from stepgym.integrations.trl import (  # noqa: E402
     GroupRollout,
     StepGRPOTrainer,
+    TeacherGaps,
     environment_factory,
     episode_return,
     use_tool_chat_template,
@@ -267,7 +268,9 @@ def test_group_rollout_trains_groups_with_env_tokens_masked(react_agent, tmp_pat
     assert _changed(before, model) > 0
 
 
-def _independent_advantages(out: dict[str, Any], length: int, cfg: ShapeConfig) -> np.ndarray:
+def _independent_advantages(
+    out: dict[str, Any], length: int, cfg: ShapeConfig, update: int = 0, gaps: StepBatch | None = None
+) -> np.ndarray:
     """shape_advantages on a StepBatch built here from the rollout's raw records (not the adapter's builder)."""
     group, traj, rew, valid, anchor, spans, rea, prog = [], [], [], [], [], [], [], []
     for b, recs in enumerate(out["stepgym_steps"]):
@@ -290,10 +293,12 @@ def _independent_advantages(out: dict[str, Any], length: int, cfg: ShapeConfig) 
         layout=TokenLayout.from_spans(spans, length),
         **labels,
     )
-    return shape_advantages(batch, cfg, update_index=0).token_advantages
+    if gaps is not None:  # the teacher's gaps are an input of the shapers, taken from the trainer's batch
+        batch.delta, batch.delta_mask, batch.target = gaps.delta, gaps.delta_mask, gaps.target
+    return shape_advantages(batch, cfg, update_index=update).token_advantages
 
 
-@pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo"])
+@pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"])
 def test_step_trainer_optimises_exactly_the_shaped_token_advantages(
     react_agent, tmp_path: Path, preset: str
 ) -> None:
@@ -301,12 +306,14 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(
     rollout = _rollout(_seeded_arg() if preset.startswith("proas") else ())
     outputs: list[dict[str, Any]] = []
     optimised: list[dict[str, torch.Tensor]] = []
+    batches: list[StepBatch] = []
 
     class Recording(StepGRPOTrainer):
         def _compute_loss(self, model, inputs):
             optimised.append(
                 {k: inputs[k].detach().clone() for k in ("completion_ids", "advantages", "completion_mask")}
             )
+            batches.append(self.last_batch)
             return super()._compute_loss(model, inputs)
 
     def record(prompts, trainer):
@@ -328,10 +335,10 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(
     trainer.rollout_func = record
     trainer.train()
     assert len(outputs) == len(optimised) == 2  # one generation and one loss per step
-    credit = proas_moved = 0.0
-    for out, got in zip(outputs, optimised, strict=True):
+    credit = moved = 0.0
+    for update, (out, got, gaps) in enumerate(zip(outputs, optimised, batches, strict=True)):
         length = got["completion_ids"].shape[1]
-        want = _independent_advantages(out, length, cfg)
+        want = _independent_advantages(out, length, cfg, update, gaps)
         # TRL shuffles the rows before the loss: match each optimised row to its completion by its tokens
         rows = {tuple(ids): b for b, ids in enumerate(out["completion_ids"])}
         adv = got["advantages"].numpy()
@@ -343,15 +350,40 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(
         env_tokens = np.asarray([m + [1] * (length - len(m)) for m in out["env_mask"]]) == 0
         assert (want[env_tokens] == 0).all()  # env tokens carry no advantage
         assert max(len(recs) for recs in out["stepgym_steps"]) > 1  # multi-step rows
-        if cfg.proas:  # every step labelled by the seeded graph; ProAS moved some advantage off GiGPO's
+        if cfg.proas:  # every step labelled by the seeded graph
             assert all(s["arg_reasonable"] is not None for r in out["stepgym_steps"] for s in r)
-            plain = _independent_advantages(out, length, cfg.replace(proas=False))
-            proas_moved += float(np.abs(want - plain).sum())
+        if cfg.token_reweight:
+            _check_teacher_gaps(tok, out, gaps, env_tokens, cfg.token_reweight)
+        plain = _independent_advantages(out, length, GIGPO if cfg.base == "gigpo" else GRPO, update)
+        moved += float(np.abs(want - plain).sum())  # what ProAS / the teacher changed
         credit += float(np.abs(want).sum())
     assert credit > 0  # some group's steps differed
-    assert (proas_moved > 0) == cfg.proas
+    assert (moved > 0) == (preset not in ("gigpo-alfworld",))
     assert any(r != 0 for r in _losses(trainer))
     assert _changed(before, model) > 0
+
+
+GIGPO = ShapeConfig.from_preset("gigpo-alfworld")
+GRPO = ShapeConfig.from_preset("grpo-alfworld")
+
+
+def _check_teacher_gaps(tok, out: dict[str, Any], gaps: StepBatch, env_tokens: np.ndarray, kind: str) -> None:
+    """The default teacher (TeacherGaps) scored the replies: gaps only on reply tokens (AHEAD: all of them can
+    have one), and StepOPSD's target spans are the replies' <action>...</action> tags."""
+    delta = np.asarray(gaps.delta)
+    assert delta.shape == env_tokens.shape and (delta[env_tokens] == 0).all() and np.abs(delta).sum() > 0
+    if kind == "stepopsd":
+        mask = np.asarray(gaps.delta_mask)
+        assert not (mask & env_tokens).any()
+        checked = 0
+        for b, (ids, recs) in enumerate(zip(out["completion_ids"], out["stepgym_steps"], strict=True)):
+            for rec in recs:  # a well-formed reply's target is its action tag
+                cols = np.flatnonzero(mask[b, rec["start"] : rec["stop"]]) + rec["start"]
+                if rec["format_valid"]:
+                    text = tok.decode([ids[c] for c in cols], skip_special_tokens=True)
+                    assert text == f"<action>{rec['action']}</action>"
+                    checked += 1
+        assert checked > 0
 
 
 def test_step_trainer_refuses_batches_it_cannot_shape(react_agent, tmp_path: Path) -> None:
@@ -365,8 +397,10 @@ def test_step_trainer_refuses_batches_it_cannot_shape(react_agent, tmp_path: Pat
     )
     with pytest.raises(ValueError, match="GroupRollout"):
         StepGRPOTrainer(**kw, rollout_func=lambda prompts, trainer: {})
-    with pytest.raises(ValueError, match="token_gaps"):
-        StepGRPOTrainer(**kw, rollout_func=_rollout(), shape_config="ahead")
+    trainer = StepGRPOTrainer(**kw, rollout_func=_rollout(), shape_config="ahead")
+    assert isinstance(
+        trainer.token_gaps, TeacherGaps
+    )  # AHEAD / StepOPSD get the teacher rescoring by default
 
 
 @pytest.mark.slow
