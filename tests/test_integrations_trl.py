@@ -457,3 +457,60 @@ def test_factory_plays_a_real_alfworld_task(data_dir: Path) -> None:
     assert rec["action"] == expert and rec["admissible"] is True and rec["state_key"] is not None
     assert "Admissible actions:" in answer
     env.env.close()
+
+
+def _docs_block(marker: str) -> str:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    after = text[text.index(marker) :]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow
+def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """The docs' ALFWorld + ProAS example, as written, with three things made small: a tiny model (its tokenizer
+    trained on ALFWorld's own text) instead of SmolLM2, one training step of one group of two, two games. It runs
+    a real StepGRPOTrainer step on real ALFWorld games with ProAS labels from the expert-seeded graph."""
+    pytest.importorskip("alfworld")
+    import gymnasium as gym
+
+    import stepgym.integrations
+    import stepgym.trainers.models
+    from stepgym.wrappers.feedback import EnvFeedbackWrapper
+    from stepgym.wrappers.text import TextInterfaceWrapper
+
+    env = TextInterfaceWrapper(
+        EnvFeedbackWrapper(gym.make("StepGym/ALFWorld-v0", split="train")), fmt="alfworld", history_length=0
+    )
+    _, info = env.reset(options={"task_id": task_ids("StepGym/ALFWorld-v0", {"split": "train"})[0]})
+    reply = f"<think>go</think><action>{info[schema.EXPERT_ACTION]}</action>"
+    convs = [{"messages": [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]}]
+    env.close()
+    tok, model = tiny_chat_model(convs)
+    real_config, real_dataset = trl.GRPOConfig, stepgym.integrations.task_dataset
+    small = dict(per_device_train_batch_size=2, num_generations=2, max_steps=1, max_completion_length=1024)
+
+    def config(**kw):
+        return _config(tmp_path, **{**kw, **small, "output_dir": str(tmp_path)})
+
+    monkeypatch.setattr(trl, "GRPOConfig", config)
+    monkeypatch.setattr(
+        stepgym.integrations, "task_dataset", lambda *a, **kw: real_dataset(*a, **{**kw, "limit": 2})
+    )
+    monkeypatch.setattr(
+        stepgym.trainers.models,
+        "load_model",
+        lambda name: type("Loaded", (), {"model": model, "tokenizer": tok}),
+    )
+    assert real_config is GRPOConfig
+    scope: dict[str, Any] = {}
+    exec(_docs_block("tests/test_integrations_trl.py runs this block"), scope)
+    trainer, graph = scope["trainer"], scope["graph"]
+    assert isinstance(trainer, StepGRPOTrainer) and trainer.state.global_step == 1
+    batch = trainer.last_batch
+    assert (
+        len(set(batch.traj_ids)) == 2 and len(batch.rewards) >= 2
+    )  # one group of two real games, env steps ran
+    assert batch.reasonable is not None and batch.progress is not None  # ProAS labels on every step
+    assert graph.task_ids  # the expert seeded the games it wins
+    assert trainer.last_shaped.token_advantages.shape == tuple(batch.layout.shape)
+    assert trainer.state.log_history and "loss" in trainer.state.log_history[0]
