@@ -428,7 +428,7 @@ class GroupRollout:
 
     def _next_turn(self, r: _Rollout, group: GroupEnv, tok: Any, max_len: int) -> None:
         closing = [] if r.completion and r.completion[-1] == tok.eos_token_id else [tok.eos_token_id]
-        turn = closing + user_turn_ids(tok, group.env(r.agent).get_wrapper_attr("prompt"))
+        turn = closing + user_turn_ids(tok, group.env_of(r.agent).get_wrapper_attr("prompt"))
         if len(r.completion) + len(turn) + self.max_turn_tokens > max_len:
             r.live = False  # no room for another turn: the episode is cut here, unfinished
             return
@@ -565,7 +565,7 @@ class TeacherGaps:
         if kind not in ("ahead", "stepopsd"):
             raise ValueError(f"TeacherGaps scores AHEAD and StepOPSD only, not token_reweight={kind!r}")
         lam = trainer.shape_config.mixing_lambda(int(trainer.state.global_step))
-        if lam <= 0:
+        if lam <= 0 and kind == "ahead":
             return {}
         tok = trainer.processing_class
         rows = _token_rows(outputs)
@@ -579,7 +579,7 @@ class TeacherGaps:
         )
         scorer = Scorer(tok.pad_token_id, microbatch_tokens=self.microbatch_tokens)
         model = trainer.model
-        student = scorer.score(model, [p for p, _ in rows], [c for _, c in rows])
+        student = scorer.score(model, [p for p, _ in rows], [c for _, c in rows]) if lam > 0 else None
         stats = TeacherStats()
         if kind == "ahead":
             out = self._ahead(tok, rows, trajs, steps, student, scorer, model, budget, stats, width)
@@ -659,13 +659,16 @@ class TeacherGaps:
                 contexts.append(prompt + comp[:a] + fitted)
                 targets.append(comp[a:z])
                 where.append((b, a, z))
+        target = TokenLayout.from_spans(spans, width)
+        if student is None:  # λ = 0: no gap, but StepOPSD's step normalisation still needs the target spans
+            return {"target": target}
         t_lp = scorer.score(self.stale.model, contexts, targets)
         stats.items, stats.tokens = len(targets), sum(len(x) for x in targets)
         gaps: list[list[np.ndarray]] = [[] for _ in rows]
         for (b, a, z), lp in zip(where, t_lp, strict=True):
             gaps[b].append(lp - student[b][a:z])
         delta, mask = scatter_span_deltas(spans, gaps, (len(rows), width))
-        return {"delta": delta, "delta_mask": mask, "target": TokenLayout.from_spans(spans, width)}
+        return {"delta": delta, "delta_mask": mask, "target": target}
 
 
 def _token_rows(outputs: Mapping[str, Any]) -> list[tuple[list[int], list[int]]]:
