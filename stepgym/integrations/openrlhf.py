@@ -42,7 +42,7 @@ torch = _deps.require("torch", "openrlhf")
 
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor  # noqa: E402
 
-__all__ = ["agent_classes", "chat_turn_texts", "state_key_id"]
+__all__ = ["UNKNOWN", "agent_classes", "chat_turn_texts", "state_key_id"]
 
 #: The value an ``extra_logs`` annotation takes when no env or wrapper annotated it (OpenRLHF needs numbers).
 UNKNOWN = -1.0
