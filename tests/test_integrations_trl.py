@@ -21,6 +21,7 @@ from stepgym.integrations import task_dataset, task_ids  # noqa: E402
 from stepgym.integrations.trl import (  # noqa: E402
     GroupRollout,
     StepGRPOTrainer,
+    TeacherGaps,
     environment_factory,
     episode_return,
     use_tool_chat_template,
@@ -208,8 +209,20 @@ def react_agent() -> tuple[Any, Any]:
     return tok, model
 
 
-def _rollout() -> GroupRollout:
-    return GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, seed=0)
+def _rollout(wrappers=()) -> GroupRollout:
+    return GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, seed=0, wrappers=wrappers)
+
+
+def _seeded_arg() -> list[Any]:
+    """ProAS labels: ARGWrapper over a graph seeded from the env's expert on every task (fixed, not grown)."""
+    import gymnasium as gym
+
+    from stepgym.reference_graph import AgenticReferenceGraph
+    from stepgym.wrappers.arg import ARGWrapper
+
+    graph = AgenticReferenceGraph()
+    graph.seed_from_expert(gym.make(ENV_ID, **ENV_KWARGS), task_ids(ENV_ID, ENV_KWARGS))
+    return [lambda env: ARGWrapper(env, graph=graph)]
 
 
 def _format_steps(completions, stepgym_steps, **_):
@@ -255,9 +268,11 @@ def test_group_rollout_trains_groups_with_env_tokens_masked(react_agent, tmp_pat
     assert _changed(before, model) > 0
 
 
-def _independent_advantages(out: dict[str, Any], length: int, cfg: ShapeConfig) -> np.ndarray:
+def _independent_advantages(
+    out: dict[str, Any], length: int, cfg: ShapeConfig, update: int = 0, gaps: StepBatch | None = None
+) -> np.ndarray:
     """shape_advantages on a StepBatch built here from the rollout's raw records (not the adapter's builder)."""
-    group, traj, rew, valid, anchor, spans = [], [], [], [], [], []
+    group, traj, rew, valid, anchor, spans, rea, prog = [], [], [], [], [], [], [], []
     for b, recs in enumerate(out["stepgym_steps"]):
         spans.append([(s["start"], s["stop"]) for s in recs])
         for s in recs:
@@ -266,23 +281,39 @@ def _independent_advantages(out: dict[str, Any], length: int, cfg: ShapeConfig) 
             rew.append(10.0 * s["reward"])
             valid.append(s["format_valid"] and s["admissible"])
             anchor.append(s["state_key"])
+            rea.append(s["arg_reasonable"])
+            prog.append(s["arg_progress"])
+    labels = dict(reasonable=rea, progress=prog) if cfg.proas else {}
     batch = StepBatch(
-        group, traj, rew, valid=valid, anchor_obs=anchor, layout=TokenLayout.from_spans(spans, length)
+        group,
+        traj,
+        rew,
+        valid=valid,
+        anchor_obs=anchor,
+        layout=TokenLayout.from_spans(spans, length),
+        **labels,
     )
-    return shape_advantages(batch, cfg, update_index=0).token_advantages
+    if gaps is not None:  # the teacher's gaps are an input of the shapers, taken from the trainer's batch
+        batch.delta, batch.delta_mask, batch.target = gaps.delta, gaps.delta_mask, gaps.target
+    return shape_advantages(batch, cfg, update_index=update).token_advantages
 
 
-def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent, tmp_path: Path) -> None:
+@pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"])
+def test_step_trainer_optimises_exactly_the_shaped_token_advantages(
+    react_agent, tmp_path: Path, preset: str
+) -> None:
     tok, model = react_agent
-    rollout = _rollout()
+    rollout = _rollout(_seeded_arg() if preset.startswith("proas") else ())
     outputs: list[dict[str, Any]] = []
     optimised: list[dict[str, torch.Tensor]] = []
+    batches: list[StepBatch] = []
 
     class Recording(StepGRPOTrainer):
         def _compute_loss(self, model, inputs):
             optimised.append(
                 {k: inputs[k].detach().clone() for k in ("completion_ids", "advantages", "completion_mask")}
             )
+            batches.append(self.last_batch)
             return super()._compute_loss(model, inputs)
 
     def record(prompts, trainer):
@@ -290,7 +321,7 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
         outputs.append(out)
         return out
 
-    cfg = ShapeConfig.from_preset("gigpo-alfworld")
+    cfg = ShapeConfig.from_preset(preset)
     before = _params(model)
     trainer = Recording(
         model=model,
@@ -304,10 +335,10 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
     trainer.rollout_func = record
     trainer.train()
     assert len(outputs) == len(optimised) == 2  # one generation and one loss per step
-    credit = 0.0
-    for out, got in zip(outputs, optimised, strict=True):
+    credit = moved = 0.0
+    for update, (out, got, gaps) in enumerate(zip(outputs, optimised, batches, strict=True)):
         length = got["completion_ids"].shape[1]
-        want = _independent_advantages(out, length, cfg)
+        want = _independent_advantages(out, length, cfg, update, gaps)
         # TRL shuffles the rows before the loss: match each optimised row to its completion by its tokens
         rows = {tuple(ids): b for b, ids in enumerate(out["completion_ids"])}
         adv = got["advantages"].numpy()
@@ -319,10 +350,42 @@ def test_step_trainer_optimises_exactly_the_shaped_token_advantages(react_agent,
         env_tokens = np.asarray([m + [1] * (length - len(m)) for m in out["env_mask"]]) == 0
         assert (want[env_tokens] == 0).all()  # env tokens carry no advantage
         assert max(len(recs) for recs in out["stepgym_steps"]) > 1  # multi-step rows
+        if cfg.proas:  # every step labelled by the seeded graph
+            assert all(s["arg_reasonable"] is not None for r in out["stepgym_steps"] for s in r)
+        if cfg.token_reweight:
+            _check_teacher_gaps(tok, out, gaps, env_tokens, cfg.token_reweight)
+        plain = _independent_advantages(out, length, GIGPO if cfg.base == "gigpo" else GRPO, update)
+        moved += float(np.abs(want - plain).sum())  # what ProAS / the teacher changed
         credit += float(np.abs(want).sum())
     assert credit > 0  # some group's steps differed
+    assert (moved > 0) == (preset not in ("gigpo-alfworld",))
     assert any(r != 0 for r in _losses(trainer))
     assert _changed(before, model) > 0
+
+
+GIGPO = ShapeConfig.from_preset("gigpo-alfworld")
+GRPO = ShapeConfig.from_preset("grpo-alfworld")
+
+
+def _check_teacher_gaps(tok, out: dict[str, Any], gaps: StepBatch, env_tokens: np.ndarray, kind: str) -> None:
+    """The default teacher (TeacherGaps) scored the replies: gaps only on reply tokens (AHEAD: all of them can
+    have one), and StepOPSD's target spans are the replies' <action>...</action> tags."""
+    delta = np.asarray(gaps.delta)
+    assert delta.shape == env_tokens.shape and (delta[env_tokens] == 0).all() and np.abs(delta).sum() > 0
+    if kind == "stepopsd":
+        mask = np.asarray(gaps.delta_mask)
+        assert not (mask & env_tokens).any()
+        checked = 0
+        for b, (ids, recs) in enumerate(zip(out["completion_ids"], out["stepgym_steps"], strict=True)):
+            for rec in recs:  # a well-formed reply's target is its action tag
+                cols = np.flatnonzero(mask[b, rec["start"] : rec["stop"]]) + rec["start"]
+                if rec["format_valid"]:
+                    text = tok.decode([ids[c] for c in cols], skip_special_tokens=True)
+                    assert text.startswith("<action>") and text.endswith("</action>")
+                    inner = text[len("<action>") : -len("</action>")]
+                    assert " ".join(inner.split()).lower() == rec["action"]  # the parser's normalisation
+                    checked += 1
+        assert checked > 0
 
 
 def test_step_trainer_refuses_batches_it_cannot_shape(react_agent, tmp_path: Path) -> None:
@@ -336,8 +399,10 @@ def test_step_trainer_refuses_batches_it_cannot_shape(react_agent, tmp_path: Pat
     )
     with pytest.raises(ValueError, match="GroupRollout"):
         StepGRPOTrainer(**kw, rollout_func=lambda prompts, trainer: {})
-    with pytest.raises(ValueError, match="token_gaps"):
-        StepGRPOTrainer(**kw, rollout_func=_rollout(), shape_config="ahead")
+    trainer = StepGRPOTrainer(**kw, rollout_func=_rollout(), shape_config="ahead")
+    assert isinstance(
+        trainer.token_gaps, TeacherGaps
+    )  # AHEAD / StepOPSD get the teacher rescoring by default
 
 
 @pytest.mark.slow
@@ -394,3 +459,60 @@ def test_factory_plays_a_real_alfworld_task(data_dir: Path) -> None:
     assert rec["action"] == expert and rec["admissible"] is True and rec["state_key"] is not None
     assert "Admissible actions:" in answer
     env.env.close()
+
+
+def _docs_block(marker: str) -> str:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    after = text[text.index(marker) :]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow
+def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """The docs' ALFWorld + ProAS example, as written, with three things made small: a tiny model (its tokenizer
+    trained on ALFWorld's own text) instead of SmolLM2, one training step of one group of two, two games. It runs
+    a real StepGRPOTrainer step on real ALFWorld games with ProAS labels from the expert-seeded graph."""
+    pytest.importorskip("alfworld")
+    import gymnasium as gym
+
+    import stepgym.integrations
+    import stepgym.trainers.models
+    from stepgym.wrappers.feedback import EnvFeedbackWrapper
+    from stepgym.wrappers.text import TextInterfaceWrapper
+
+    env = TextInterfaceWrapper(
+        EnvFeedbackWrapper(gym.make("StepGym/ALFWorld-v0", split="train")), fmt="alfworld", history_length=0
+    )
+    _, info = env.reset(options={"task_id": task_ids("StepGym/ALFWorld-v0", {"split": "train"})[0]})
+    reply = f"<think>go</think><action>{info[schema.EXPERT_ACTION]}</action>"
+    convs = [{"messages": [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]}]
+    env.close()
+    tok, model = tiny_chat_model(convs)
+    real_config, real_dataset = trl.GRPOConfig, stepgym.integrations.task_dataset
+    small = dict(per_device_train_batch_size=2, num_generations=2, max_steps=1, max_completion_length=1024)
+
+    def config(**kw):
+        return _config(tmp_path, **{**kw, **small, "output_dir": str(tmp_path)})
+
+    monkeypatch.setattr(trl, "GRPOConfig", config)
+    monkeypatch.setattr(
+        stepgym.integrations, "task_dataset", lambda *a, **kw: real_dataset(*a, **{**kw, "limit": 2})
+    )
+    monkeypatch.setattr(
+        stepgym.trainers.models,
+        "load_model",
+        lambda name: type("Loaded", (), {"model": model, "tokenizer": tok}),
+    )
+    assert real_config is GRPOConfig
+    scope: dict[str, Any] = {}
+    exec(_docs_block("tests/test_integrations_trl.py runs this block"), scope)
+    trainer, graph = scope["trainer"], scope["graph"]
+    assert isinstance(trainer, StepGRPOTrainer) and trainer.state.global_step == 1
+    batch = trainer.last_batch
+    assert (
+        len(set(batch.traj_ids)) == 2 and len(batch.rewards) >= 2
+    )  # one group of two real games, env steps ran
+    assert batch.reasonable is not None and batch.progress is not None  # ProAS labels on every step
+    assert graph.task_ids  # the expert seeded the games it wins
+    assert trainer.last_shaped.token_advantages.shape == tuple(batch.layout.shape)
+    assert trainer.state.log_history and "loss" in trainer.state.log_history[0]

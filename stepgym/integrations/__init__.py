@@ -17,6 +17,9 @@ Each trainer has its own module, imported only when asked for, behind its own ex
 * :mod:`stepgym.integrations.verifiers` (``pip install 'stepgym[verifiers]'``): a verifiers 0.4 taskset and env
   (``vf-eval stepgym-verifiers``), the env's return as the reward and the step annotations in ``trace.info``.
 
+* :mod:`stepgym.integrations.openrlhf` (``pip install 'stepgym[openrlhf]'``): ``agent_classes(env_id)`` for
+  OpenRLHF 0.11's ``--train.agent_func_path`` (step annotations in ``extra_logs``).
+
 Trainer-neutral pieces live here and import no trainer:
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,

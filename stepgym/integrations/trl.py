@@ -13,8 +13,8 @@
   (:mod:`stepgym.integrations.annotations`) with each step's token span, which reach TRL's reward functions as the
   ``stepgym_steps`` / ``stepgym_episode`` keyword arguments.
 * :class:`StepGRPOTrainer` — a ``GRPOTrainer`` whose advantages are per token: the rollout's steps go through
-  :func:`stepgym.trainers.shapers.shape_advantages` (GRPO, Dr.GRPO, GiGPO, ProAS; AHEAD and StepOPSD given a
-  teacher-gap hook) instead of TRL's one advantage per sequence. It needs :class:`GroupRollout`, which knows which
+  :func:`stepgym.trainers.shapers.shape_advantages` (GRPO, Dr.GRPO, GiGPO, ProAS; AHEAD and StepOPSD with the
+  teacher rescoring of :class:`TeacherGaps`) instead of TRL's one advantage per sequence. It needs :class:`GroupRollout`, which knows which
   tokens belong to which env step; TRL's own tool loop (``environment_factory``) keeps no such record.
 """
 
@@ -47,6 +47,7 @@ __all__ = [
     "GroupRollout",
     "StepGRPOTrainer",
     "StepGymToolEnv",
+    "TeacherGaps",
     "environment_factory",
     "episode_return",
     "step_batch_from_rollouts",
@@ -291,7 +292,8 @@ class GroupRollout:
     Returns TRL's keys (``prompt_ids``, ``completion_ids``, ``logprobs`` = ``None``, ``env_mask``: 1 on the
     model's reply tokens, 0 on the env's) plus, per completion, ``stepgym_episode`` (the episode record) and
     ``stepgym_steps`` (one record per step with its reply's token span ``start``/``stop`` in completion
-    coordinates and the ``group`` index), which TRL passes to reward functions as keyword arguments.
+    coordinates and the ``group`` index), which TRL passes to reward functions as keyword arguments, and
+    ``stepgym_trajectory`` (the recorded :class:`~stepgym.schema.Trajectory`, which :class:`TeacherGaps` reads).
     """
 
     def __init__(
@@ -322,6 +324,7 @@ class GroupRollout:
             functools.partial(TextInterfaceWrapper, fmt=name, history_length=history_length),
             *wrappers,
         ]
+        self.fmt = name
         self.max_turn_tokens = int(max_turn_tokens)
         self._rng = np.random.default_rng(seed)
         self._pool: dict[int, list[GroupEnv]] = {}
@@ -425,7 +428,7 @@ class GroupRollout:
 
     def _next_turn(self, r: _Rollout, group: GroupEnv, tok: Any, max_len: int) -> None:
         closing = [] if r.completion and r.completion[-1] == tok.eos_token_id else [tok.eos_token_id]
-        turn = closing + user_turn_ids(tok, group.env(r.agent).get_wrapper_attr("prompt"))
+        turn = closing + user_turn_ids(tok, group.env_of(r.agent).get_wrapper_attr("prompt"))
         if len(r.completion) + len(turn) + self.max_turn_tokens > max_len:
             r.live = False  # no room for another turn: the episode is cut here, unfinished
             return
@@ -450,6 +453,9 @@ class GroupRollout:
             "env_mask": [r.mask for r in rollouts],
             "stepgym_episode": episodes,
             "stepgym_steps": steps,
+            "stepgym_trajectory": [
+                g.trajectories[g.possible_agents.index(r.agent)] for r in rollouts for g in [groups[r.block]]
+            ],
         }
 
 
@@ -514,6 +520,181 @@ def step_batch_from_rollouts(
 TokenGapFn = Callable[[Any, list[dict[str, Any]], dict[str, Any], StepBatch], Mapping[str, Any]]
 
 
+class TeacherGaps:
+    """The teacher rescoring AHEAD and StepOPSD need, for :class:`StepGRPOTrainer` (its default ``token_gaps``).
+
+    The same teachers and contexts as the bundled trainer (:mod:`stepgym.trainers.teacher`), on TRL's layout of
+    one token row per episode (prompt, then the model's replies between the env's turns):
+
+    * AHEAD: teacher = the policy before the update (θ_old, the trainer's model when the batch is scored); each
+      reply is scored again with the privileged text (the env's feedback to it, plus the oracle analyzer's
+      corrective hint on the error steps of failed episodes) inserted at the end of the user turn it answers,
+      before the template's end-of-turn and assistant header. δ = teacher − student on every reply token.
+    * StepOPSD: teacher = a stale snapshot (:class:`~stepgym.trainers.teacher.StaleTeacher`, refreshed every
+      ``refresh_every`` updates); each reply's target span (its ``<action>…</action>`` tag; the whole reply for
+      Search-QA) is scored after ``prompt ⊕ earlier turns ⊕ reply before the span ⊕ hindsight block`` (the first
+      successful peer of the group, :func:`stepgym.hindsight.peer_hindsight`). Δ on the target spans.
+
+    The privileged text is cut (middle first) or dropped to fit ``max_context_tokens`` (default: the prompt plus
+    TRL's ``max_completion_length``), as in the bundled trainer. ``last_metrics`` holds the teacher's counters.
+    """
+
+    def __init__(
+        self,
+        *,
+        refresh_every: int = 10,
+        max_context_tokens: int | None = None,
+        min_pi_tokens: int = 32,
+        microbatch_tokens: int = 16384,
+        analyzer: Any = None,
+    ) -> None:
+        self.refresh_every = int(refresh_every)
+        self.max_context_tokens = max_context_tokens
+        self.min_pi_tokens = int(min_pi_tokens)
+        self.microbatch_tokens = int(microbatch_tokens)
+        self.analyzer = analyzer
+        self.stale: Any = None
+        self.last_metrics: dict[str, float] = {}
+
+    def __call__(
+        self, trainer: Any, inputs: list[dict[str, Any]], outputs: dict[str, Any], batch: StepBatch
+    ) -> dict[str, Any]:
+        from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherStats
+
+        kind = trainer.shape_config.token_reweight
+        if kind not in ("ahead", "stepopsd"):
+            raise ValueError(f"TeacherGaps scores AHEAD and StepOPSD only, not token_reweight={kind!r}")
+        lam = trainer.shape_config.mixing_lambda(int(trainer.state.global_step))
+        if lam <= 0 and kind == "ahead":
+            return {}
+        tok = trainer.processing_class
+        rows = _token_rows(outputs)
+        if "stepgym_trajectory" not in inputs[0]:
+            raise ValueError("TeacherGaps needs GroupRollout's stepgym_trajectory records")
+        trajs = [x["stepgym_trajectory"] for x in inputs]
+        steps = [x["stepgym_steps"] for x in inputs]
+        width = int(outputs["completion_ids"].shape[1])
+        budget = self.max_context_tokens or (
+            max(len(p) for p, _ in rows) + int(trainer.max_completion_length or width)
+        )
+        scorer = Scorer(tok.pad_token_id, microbatch_tokens=self.microbatch_tokens)
+        model = trainer.model
+        student = scorer.score(model, [p for p, _ in rows], [c for _, c in rows]) if lam > 0 else None
+        stats = TeacherStats()
+        if kind == "ahead":
+            out = self._ahead(tok, rows, trajs, steps, student, scorer, model, budget, stats, width)
+        else:
+            if self.stale is None:
+                self.stale = StaleTeacher(model, self.refresh_every)
+            self.stale.maybe_refresh(model, int(trainer.state.global_step))
+            fmt = getattr(trainer.rollout_func, "fmt", None)
+            mode = "clean_step_no_observation" if fmt == "qa" else "action_only"
+            groups = [int(s[0]["group"]) for s in steps]
+            out = self._opsd(tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width)
+        self.last_metrics = {**stats.as_metrics(), "teacher/lambda": lam}
+        return out
+
+    def _ahead(self, tok, rows, trajs, steps, student, scorer, model, budget, stats, width) -> dict[str, Any]:
+        from stepgym.trainers.shapers import scatter_span_deltas
+        from stepgym.trainers.teacher import _fit_privileged
+        from stepgym.wrappers.hints import ahead_privileged_text, analyze_many
+
+        analyses = analyze_many(trajs, self.analyzer, failure_only=True)
+        tail = _user_turn_tail(tok)
+        contexts, targets, where = [], [], []
+        for b, ((prompt, comp), traj, recs) in enumerate(zip(rows, trajs, steps, strict=True)):
+            for t, rec in enumerate(recs):
+                s, e = int(rec["start"]), int(rec["stop"])
+                prefix = prompt + comp[:s]
+                pi = ahead_privileged_text(traj, t, analyses[b].hints)
+                pi_ids = list(tok("\n\n" + pi, add_special_tokens=False)["input_ids"]) if pi else []
+                if pi_ids and prefix[len(prefix) - len(tail) :] == tail:
+                    pi_ids = _fit_privileged(
+                        pi_ids, budget - len(prefix) - (e - s), self.min_pi_tokens, stats
+                    )
+                    cut = len(prefix) - len(tail)
+                    prefix = prefix[:cut] + pi_ids + prefix[cut:]
+                    stats.privileged += int(bool(pi_ids))
+                contexts.append(prefix)
+                targets.append(comp[s:e])
+                where.append((b, s, e))
+        t_lp = scorer.score(model, contexts, targets)
+        stats.items, stats.tokens = len(targets), sum(len(x) for x in targets)
+        spans = [[(s, e) for bb, s, e in where if bb == b] for b in range(len(rows))]
+        gaps: list[list[np.ndarray]] = [[] for _ in rows]
+        for (b, s, e), lp in zip(where, t_lp, strict=True):
+            gaps[b].append(lp - student[b][s:e])
+        delta, _ = scatter_span_deltas(spans, gaps, (len(rows), width))
+        return {"delta": delta}
+
+    def _opsd(
+        self, tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width
+    ) -> dict[str, Any]:
+        from stepgym.hindsight import peer_hindsight
+        from stepgym.trainers.shapers import scatter_span_deltas
+        from stepgym.trainers.shapers.stepopsd_text import structural_target_span
+        from stepgym.trainers.teacher import _fit_privileged, prefix_token_counter
+
+        blocks: list[str | None] = [None] * len(rows)
+        for g in sorted(set(groups)):
+            members = [b for b in range(len(rows)) if groups[b] == g]
+            for b, block in zip(members, peer_hindsight([trajs[b] for b in members]), strict=True):
+                blocks[b] = block
+        contexts, targets, where = [], [], []
+        spans: list[list[tuple[int, int]]] = [[] for _ in rows]
+        for b, ((prompt, comp), recs) in enumerate(zip(rows, steps, strict=True)):
+            block_ids = list(tok(blocks[b], add_special_tokens=False)["input_ids"]) if blocks[b] else []
+            for rec in recs:
+                s, e = int(rec["start"]), int(rec["stop"])
+                reply = comp[s:e]
+                text = tok.decode(reply, skip_special_tokens=True)
+                span = structural_target_span(text, prefix_token_counter(tok, reply), len(reply), mode=mode)
+                if span is None:
+                    continue
+                a, z = s + span[0], s + span[1]
+                room = budget - len(prompt) - z
+                fitted = _fit_privileged(block_ids, room, self.min_pi_tokens, stats)
+                stats.privileged += int(bool(fitted))
+                spans[b].append((a, z))
+                contexts.append(prompt + comp[:a] + fitted)
+                targets.append(comp[a:z])
+                where.append((b, a, z))
+        target = TokenLayout.from_spans(spans, width)
+        if student is None:  # λ = 0: no gap, but StepOPSD's step normalisation still needs the target spans
+            return {"target": target}
+        t_lp = scorer.score(self.stale.model, contexts, targets)
+        stats.items, stats.tokens = len(targets), sum(len(x) for x in targets)
+        gaps: list[list[np.ndarray]] = [[] for _ in rows]
+        for (b, a, z), lp in zip(where, t_lp, strict=True):
+            gaps[b].append(lp - student[b][a:z])
+        delta, mask = scatter_span_deltas(spans, gaps, (len(rows), width))
+        return {"delta": delta, "delta_mask": mask, "target": target}
+
+
+def _token_rows(outputs: Mapping[str, Any]) -> list[tuple[list[int], list[int]]]:
+    """Each completion's (prompt ids without padding, completion ids without padding) from TRL's batch."""
+    rows = []
+    for p, pm, c, cm in zip(
+        outputs["prompt_ids"].tolist(),
+        outputs["prompt_mask"].tolist(),
+        outputs["completion_ids"].tolist(),
+        outputs["completion_mask"].tolist(),
+        strict=True,
+    ):
+        rows.append(([t for t, m in zip(p, pm, strict=True) if m], c[: int(sum(cm))]))
+    return rows
+
+
+def _user_turn_tail(tokenizer: Any) -> list[int]:
+    """The tokens a chat template puts after a user message's content up to the assistant header (ChatML:
+    ``<|im_end|>`` newline ``<|im_start|>assistant`` newline): where AHEAD's privileged text goes in before."""
+    a, b = user_turn_ids(tokenizer, "0"), user_turn_ids(tokenizer, "1")
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return a[len(a) - n :]
+
+
 class StepGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with stepgym's per-token advantages instead of TRL's one advantage per sequence.
 
@@ -526,9 +707,11 @@ class StepGRPOTrainer(GRPOTrainer):
 
     The env's per-step rewards drive the advantages; TRL's reward functions are still computed and logged but do
     not enter them. ProAS needs ARG labels (wrap the env with ``ARGWrapper``); AHEAD and StepOPSD need teacher
-    log-prob gaps, supplied by ``token_gaps(trainer, inputs, outputs, batch) -> {"delta": (B, L), "delta_mask":
-    ..., "target": TokenLayout}`` (arrays over the completion tokens). One process only: groups must not be split
-    across processes.
+    log-prob gaps: by default :class:`TeacherGaps` scores them as the bundled trainer does; any other
+    ``token_gaps(trainer, inputs, outputs, batch) -> {"delta": (B, L), "delta_mask": ..., "target": TokenLayout}``
+    (arrays over the completion tokens) replaces it. ``last_batch`` / ``last_shaped`` keep the last batch's
+    :class:`~stepgym.trainers.shapers.StepBatch` and result. One process only: groups must not be split across
+    processes.
     """
 
     def __init__(
@@ -543,6 +726,8 @@ class StepGRPOTrainer(GRPOTrainer):
         self.shape_config = (
             ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
         )
+        if token_gaps is None and self.shape_config.token_reweight in ("ahead", "stepopsd"):
+            token_gaps = TeacherGaps()
         if self.shape_config.token_reweight is not None and token_gaps is None:
             raise ValueError(
                 f"token_reweight={self.shape_config.token_reweight!r} needs teacher log-prob gaps: pass token_gaps="
@@ -560,6 +745,7 @@ class StepGRPOTrainer(GRPOTrainer):
             raise NotImplementedError(
                 "StepGRPOTrainer shapes advantages per process and supports one process"
             )
+        self.last_batch: StepBatch | None = None
         self.last_shaped = None
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -571,16 +757,18 @@ class StepGRPOTrainer(GRPOTrainer):
             reward_scale=self.reward_scale,
             invalid_rule=self.invalid_rule,
         )
+        mode = "train" if self.model.training else "eval"
         if self.token_gaps is not None:
             for key, value in self.token_gaps(self, inputs, out, batch).items():
                 setattr(batch, key, value)
+            for key, value in getattr(self.token_gaps, "last_metrics", {}).items():
+                self._metrics[mode][key].append(float(value))
         shaped = shape_advantages(batch, self.shape_config, update_index=int(self.state.global_step))
-        self.last_shaped = shaped
+        self.last_batch, self.last_shaped = batch, shaped
         adv = torch.as_tensor(
             shaped.token_advantages, dtype=torch.float32, device=out["completion_ids"].device
         )
         out["advantages"] = adv
-        mode = "train" if self.model.training else "eval"
         trained = (out["completion_mask"] * out.get("tool_mask", 1)).bool()
         self._metrics[mode]["stepgym/token_advantage_abs_mean"].append(float(adv[trained].abs().mean()))
         self._metrics[mode]["stepgym/steps_per_episode"].append(float(len(batch.rewards)) / len(steps))
