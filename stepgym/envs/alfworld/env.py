@@ -45,8 +45,8 @@ class ALFWorldEnv(TextEnv):
         game_cache_size: how many translated games to keep for instant re-reset.
         lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
             default reads them exactly as raw TextWorld does.
-        engine: ``"textworld"`` (TextWorld + Fast Downward, the reference) or ``"native"`` (stepgym's pure-Python
-            engine, same games byte for byte, much faster; see :mod:`stepgym.envs.alfworld.native`).
+        engine: ``"native"`` (default: stepgym's pure-Python engine, the same games byte for byte, much faster;
+            see :mod:`stepgym.envs.alfworld.native`) or ``"textworld"`` (TextWorld + Fast Downward, the reference).
 
     Example (needs the ALFWorld data, ``stepgym download alfworld``)::
 
@@ -74,7 +74,7 @@ class ALFWorldEnv(TextEnv):
         game_cache_size: int = 16,
         render_mode: str | None = None,
         lenient_commands: bool = False,
-        engine: str = "textworld",
+        engine: str = "native",
     ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         root = resolve_root(data_root)
