@@ -25,7 +25,7 @@ from stepgym import schema
 from stepgym.envs.alfworld.engine import AlfredEngine
 from stepgym.envs.alfworld.expert import RobustExpert
 from stepgym.envs.alfworld.games import GameRecord, list_games, resolve_root
-from stepgym.envs.alfworld.state import TaskTargets, state_key, subgoal_key, world_facts
+from stepgym.envs.alfworld.state import TaskTargets, step_keys, world_facts
 from stepgym.envs.base import TextEnv, sanitize_action
 
 __all__ = ["NOTHING_HAPPENS", "ALFWorldEnv"]
@@ -202,8 +202,7 @@ class ALFWorldEnv(TextEnv):
     ) -> dict[str, Any]:
         assert self._game is not None and self._targets is not None
         self._last_expert = expert_action
-        facts = self._state["facts"]
-        self._state_key = state_key(facts)
+        self._state_key, subgoal = step_keys(self._state["facts"], self._targets)
         return {
             schema.TASK_ID: self._game.task_id,
             schema.TASK_TYPE: self._game.task_type,
@@ -214,7 +213,7 @@ class ALFWorldEnv(TextEnv):
             schema.ADMISSIBLE: admissible,
             schema.EFFECTIVE: effective,
             schema.STATE_KEY: self._state_key,
-            schema.SUBGOAL_KEY: subgoal_key(facts, self._targets),
+            schema.SUBGOAL_KEY: subgoal,
             schema.EXPERT_ACTION: expert_action,
             schema.INVALID_REASON: reason,
         }
