@@ -144,14 +144,17 @@ def _remove_num_ids(text: str) -> str:
 
 
 _EXPERT_PREDICATES = frozenset({"holds", "ishot", "iscool", "isclean"})
-_EXPERT_READS: dict[str, bool] = {}  # predicate name -> whether the expert reads its facts
 
 
-def _expert_reads(name: str) -> bool:
-    reads = _EXPERT_READS.get(name)
-    if reads is None:
-        reads = _EXPERT_READS[name] = name in _EXPERT_PREDICATES or "inreceptacle" in name
-    return reads
+class _ExpertReads(dict):
+    """predicate name -> whether the expert reads its facts (decided once per name)."""
+
+    def __missing__(self, name: str) -> bool:
+        reads = self[name] = name in _EXPERT_PREDICATES or "inreceptacle" in name
+        return reads
+
+
+_EXPERT_READS = _ExpertReads()
 
 
 def _expert_view(state: Any) -> dict[str, Any]:
@@ -161,5 +164,6 @@ def _expert_view(state: Any) -> dict[str, Any]:
     as a substring (which ``not_inreceptacle`` and ``wasinreceptacle`` facts also contain); stripping digits from
     every one of the ~300 facts on each step was most of the expert's time.
     """
-    facts = [f for f in state["facts"] if _expert_reads(f.name)]
+    reads = _EXPERT_READS
+    facts = [f for f in state["facts"] if reads[f.name]]
     return {**state, "facts": facts}

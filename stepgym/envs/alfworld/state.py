@@ -105,7 +105,11 @@ def _state_key(texts: list[FactTexts]) -> str:
 
 def step_keys(facts: Iterable[Any], targets: TaskTargets) -> tuple[str, str]:
     """``(state_key(facts), subgoal_key(facts, targets))``, reading each fact once."""
-    texts = list(map(fact_texts, facts))
+    facts = list(facts)
+    try:  # the native engine's facts carry their texts
+        texts = [f.stepgym_texts for f in facts]
+    except AttributeError:
+        texts = list(map(fact_texts, facts))
     return _state_key(texts), _subgoal_key(texts, targets)
 
 
