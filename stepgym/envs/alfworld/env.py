@@ -1,4 +1,7 @@
-"""``StepGym/ALFWorld-v0``: ALFWorld's text games on the real TextWorld engine, with step annotations.
+"""``StepGym/ALFWorld-v0``: ALFWorld's text games, with step annotations.
+
+The games run on stepgym's native engine by default (:mod:`stepgym.envs.alfworld.native`: TextWorld's engine
+reproduced, the same results byte for byte); ``engine="textworld"`` runs TextWorld + Fast Downward itself.
 
 Observation: ALFWorld's text (the first one holds the room description and "Your task is to: …"). Action: a
 free-text command. Reward 1.0 on the step that wins (0.0 otherwise); terminated on a win; truncated after
@@ -22,6 +25,7 @@ import os
 from typing import Any
 
 from stepgym import schema
+from stepgym._deps import require
 from stepgym.envs.alfworld.engine import AlfredEngine
 from stepgym.envs.alfworld.expert import RobustExpert
 from stepgym.envs.alfworld.games import GameRecord, list_games, resolve_root
@@ -36,32 +40,33 @@ NOTHING_HAPPENS = "Nothing happens."
 class ALFWorldEnv(TextEnv):
     """ALFWorld as a Gymnasium env. See the module docstring for the observation/action/info contract.
 
-    Args:
-        split: ``"train"``, ``"valid_seen"`` (in-distribution eval, 140 games) or ``"valid_unseen"`` (134).
-        task_types: restrict to some task types (long names, or the papers' Pick/Look/Clean/Heat/Cool/Pick2).
-        max_steps: actions before truncation.
-        data_root: the ALFWorld data folder; default from ``$STEPGYM_DATA``/``$ALFWORLD_DATA``/the user cache.
-        expert: compute ``stepgym/expert_action`` every step (the handcoded expert; costs ~1 ms a step).
-        game_cache_size: how many translated games to keep for instant re-reset.
-        lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
-            default reads them exactly as raw TextWorld does.
-        engine: ``"native"`` (default: stepgym's pure-Python engine, the same games byte for byte, much faster;
-            see :mod:`stepgym.envs.alfworld.native`) or ``"textworld"`` (TextWorld + Fast Downward, the reference).
+        Args:
+            split: ``"train"``, ``"valid_seen"`` (in-distribution eval, 140 games) or ``"valid_unseen"`` (134).
+            task_types: restrict to some task types (long names, or the papers' Pick/Look/Clean/Heat/Cool/Pick2).
+            max_steps: actions before truncation.
+            data_root: the ALFWorld data folder; default from ``$STEPGYM_DATA``/``$ALFWORLD_DATA``/the user cache.
+            expert: compute ``stepgym/expert_action`` every step (the handcoded expert; costs ~1 ms a step).
+            game_cache_size: how many translated games to keep for instant re-reset.
+            lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
+                default reads them exactly as raw TextWorld does.
+            engine: ``"native"`` (default: stepgym's pure-Python engine, the same games byte for byte, much faster;
+                see :mod:`stepgym.envs.alfworld.native`) or ``"textworld"`` (TextWorld + Fast Downward, the reference).
 
-    Example (needs the ALFWorld data, ``stepgym download alfworld``)::
+        Example (needs the ALFWorld data, ``stepgym download alfworld``)::
 
-        >>> import gymnasium as gym
-        >>> import stepgym
-        >>> from stepgym import schema
-        >>> env = gym.make("StepGym/ALFWorld-v0", split="valid_seen")
-        >>> obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
-        >>> info[schema.EXPERT_ACTION]
-        'look'
-        >>> obs, reward, terminated, truncated, info = env.step("look")
-        >>> info[schema.ADMISSIBLE], info[schema.EFFECTIVE]
-        (True, False)
-        >>> env.step("fly to the moon")[0]
-        'Nothing happens.'
+            >>> import gymnasium as gym
+            >>> import stepgym
+            >>> from stepgym import schema
+    from stepgym._deps import require
+            >>> env = gym.make("StepGym/ALFWorld-v0", split="valid_seen")
+            >>> obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
+            >>> info[schema.EXPERT_ACTION]
+            'look'
+            >>> obs, reward, terminated, truncated, info = env.step("look")
+            >>> info[schema.ADMISSIBLE], info[schema.EFFECTIVE]
+            (True, False)
+            >>> env.step("fly to the moon")[0]
+            'Nothing happens.'
     """
 
     def __init__(
@@ -84,6 +89,12 @@ class ALFWorldEnv(TextEnv):
         )
         self._by_id = {g.task_id: g for g in self.games}
         self._engine = _make_engine(engine, game_cache_size)
+        if (
+            expert
+        ):  # the handcoded expert is ALFWorld's: say so now, not with an ImportError at the first reset
+            require(
+                "alfworld", "alfworld", what="StepGym/ALFWorld-v0's expert; expert=False plays without it"
+            )
         self._use_expert = expert
         self.lenient_commands = bool(lenient_commands)
         self._expert: RobustExpert | None = None
