@@ -57,7 +57,6 @@ class ALFWorldEnv(TextEnv):
             >>> import gymnasium as gym
             >>> import stepgym
             >>> from stepgym import schema
-    from stepgym._deps import require
             >>> env = gym.make("StepGym/ALFWorld-v0", split="valid_seen")
             >>> obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
             >>> info[schema.EXPERT_ACTION]
