@@ -40,32 +40,32 @@ NOTHING_HAPPENS = "Nothing happens."
 class ALFWorldEnv(TextEnv):
     """ALFWorld as a Gymnasium env. See the module docstring for the observation/action/info contract.
 
-        Args:
-            split: ``"train"``, ``"valid_seen"`` (in-distribution eval, 140 games) or ``"valid_unseen"`` (134).
-            task_types: restrict to some task types (long names, or the papers' Pick/Look/Clean/Heat/Cool/Pick2).
-            max_steps: actions before truncation.
-            data_root: the ALFWorld data folder; default from ``$STEPGYM_DATA``/``$ALFWORLD_DATA``/the user cache.
-            expert: compute ``stepgym/expert_action`` every step (the handcoded expert; costs ~1 ms a step).
-            game_cache_size: how many translated games to keep for instant re-reset.
-            lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
-                default reads them exactly as raw TextWorld does.
-            engine: ``"native"`` (default: stepgym's pure-Python engine, the same games byte for byte, much faster;
-                see :mod:`stepgym.envs.alfworld.native`) or ``"textworld"`` (TextWorld + Fast Downward, the reference).
+    Args:
+        split: ``"train"``, ``"valid_seen"`` (in-distribution eval, 140 games) or ``"valid_unseen"`` (134).
+        task_types: restrict to some task types (long names, or the papers' Pick/Look/Clean/Heat/Cool/Pick2).
+        max_steps: actions before truncation.
+        data_root: the ALFWorld data folder; default from ``$STEPGYM_DATA``/``$ALFWORLD_DATA``/the user cache.
+        expert: compute ``stepgym/expert_action`` every step (the handcoded expert; costs ~1 ms a step).
+        game_cache_size: how many translated games to keep for instant re-reset.
+        lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
+            default reads them exactly as raw TextWorld does.
+        engine: ``"native"`` (default: stepgym's pure-Python engine, the same games byte for byte, much faster;
+            see :mod:`stepgym.envs.alfworld.native`) or ``"textworld"`` (TextWorld + Fast Downward, the reference).
 
-        Example (needs the ALFWorld data, ``stepgym download alfworld``)::
+    Example (needs the ALFWorld data, ``stepgym download alfworld``)::
 
-            >>> import gymnasium as gym
-            >>> import stepgym
-            >>> from stepgym import schema
-            >>> env = gym.make("StepGym/ALFWorld-v0", split="valid_seen")
-            >>> obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
-            >>> info[schema.EXPERT_ACTION]
-            'look'
-            >>> obs, reward, terminated, truncated, info = env.step("look")
-            >>> info[schema.ADMISSIBLE], info[schema.EFFECTIVE]
-            (True, False)
-            >>> env.step("fly to the moon")[0]
-            'Nothing happens.'
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> env = gym.make("StepGym/ALFWorld-v0", split="valid_seen")
+        >>> obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
+        >>> info[schema.EXPERT_ACTION]
+        'look'
+        >>> obs, reward, terminated, truncated, info = env.step("look")
+        >>> info[schema.ADMISSIBLE], info[schema.EFFECTIVE]
+        (True, False)
+        >>> env.step("fly to the moon")[0]
+        'Nothing happens.'
     """
 
     def __init__(
@@ -88,12 +88,9 @@ class ALFWorldEnv(TextEnv):
         )
         self._by_id = {g.task_id: g for g in self.games}
         self._engine = _make_engine(engine, game_cache_size)
-        if (
-            expert
-        ):  # the handcoded expert is ALFWorld's: say so now, not with an ImportError at the first reset
-            require(
-                "alfworld", "alfworld", what="StepGym/ALFWorld-v0's expert; expert=False plays without it"
-            )
+        # the handcoded expert is ALFWorld's: fail here, not with an ImportError at the first reset
+        if expert:
+            require("alfworld", "alfworld", what="the ALFWorld expert; expert=False plays without it")
         self._use_expert = expert
         self.lenient_commands = bool(lenient_commands)
         self._expert: RobustExpert | None = None
