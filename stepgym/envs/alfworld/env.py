@@ -21,7 +21,9 @@ answers the others without changing the world), so junk text can never reach Tex
 
 from __future__ import annotations
 
+import copy
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from stepgym import schema
@@ -32,9 +34,20 @@ from stepgym.envs.alfworld.games import GameRecord, list_games, resolve_root
 from stepgym.envs.alfworld.state import TaskTargets, step_keys, world_facts
 from stepgym.envs.base import TextEnv, sanitize_action
 
-__all__ = ["NOTHING_HAPPENS", "ALFWorldEnv"]
+__all__ = ["NOTHING_HAPPENS", "ALFWorldEnv", "EnvSnapshot"]
 
 NOTHING_HAPPENS = "Nothing happens."
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """A whole-env state from :meth:`ALFWorldEnv.get_state` (treat it as opaque; restoring never changes it)."""
+
+    engine: Any
+    game: GameRecord
+    env: tuple
+    expert: Any
+    rng: dict
 
 
 class ALFWorldEnv(TextEnv):
@@ -128,6 +141,38 @@ class ALFWorldEnv(TextEnv):
     @property
     def expert_stats(self) -> Any:
         return self._expert.stats if self._expert is not None else None
+
+    # -- snapshots -----------------------------------------------------------------------------------------
+    def get_state(self) -> EnvSnapshot:
+        """A snapshot of the whole env mid-episode (native engine only): the engine's state, the step counter,
+        the annotations' memory, the expert's memory and the env's random generator. ``set_state`` restores it,
+        and the env then continues exactly as if the actions leading to it had been replayed."""
+        if not hasattr(self._engine, "get_state"):
+            raise NotImplementedError('snapshots need engine="native"')
+        if self._game is None:
+            raise RuntimeError("reset() the env before get_state()")
+        return EnvSnapshot(
+            engine=self._engine.get_state(),
+            game=self._game,
+            env=(self._steps, self._last_obs, self._done, self._state_key, self._last_expert, self._goal),
+            expert=copy.deepcopy(self._expert.get_memory()) if self._expert is not None else None,
+            rng=copy.deepcopy(self.np_random.bit_generator.state),
+        )
+
+    def set_state(self, snapshot: EnvSnapshot) -> None:
+        """Restore a snapshot taken by :meth:`get_state` (of this env or of another env of the same split)."""
+        if not hasattr(self._engine, "set_state"):
+            raise NotImplementedError('snapshots need engine="native"')
+        if snapshot.game is not self._game:
+            self._targets = TaskTargets(snapshot.game.task_params())
+            self._game = snapshot.game
+        self._state = self._engine.set_state(snapshot.engine)
+        self._steps, self._last_obs, self._done, self._state_key, self._last_expert, self._goal = snapshot.env
+        self.np_random.bit_generator.state = copy.deepcopy(snapshot.rng)
+        if snapshot.expert is not None:
+            if self._expert is None:
+                self._expert = RobustExpert()
+            self._expert.set_memory(copy.deepcopy(snapshot.expert), self.np_random)
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -104,6 +104,14 @@ class RobustExpert:
             self._agent = self._fresh()
         return "look" if "look" in state["admissible_commands"] else None
 
+    def get_memory(self) -> tuple:
+        """What the expert remembers of the episode (restore it with :meth:`set_memory`; callers copy it)."""
+        return (self._agent, self._game_file, self._task_params, self._intro)
+
+    def set_memory(self, memory: tuple, rng: np.random.Generator) -> None:
+        self._agent, self._game_file, self._task_params, self._intro = memory
+        self._rng = rng
+
     def next_action(self, state: Any, last_command: str) -> str | None:
         """The expert's next command in ``state`` after ``last_command`` was played, or None."""
         self.stats.calls += 1
