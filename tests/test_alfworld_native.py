@@ -198,3 +198,42 @@ def test_engine_choice_is_validated(tmp_path):
         engine.load(bad)
     with pytest.raises(RuntimeError, match="load"):
         NativeEngine().reset()
+
+
+def test_env_snapshot_restore_equals_replaying_the_actions():
+    """Env-level snapshots include the step counter, the expert's memory and the env's generator: restoring one
+    (in the same env, or in a fresh env) and playing on gives every step exactly as the uninterrupted episode."""
+    from stepgym.envs.alfworld.env import ALFWorldEnv
+
+    env = ALFWorldEnv(split="valid_unseen", max_steps=20)
+    rng = np.random.default_rng(3)
+    for task_id in env.task_ids[:3]:
+        _, info = env.reset(seed=7, options={"task_id": task_id})
+        for _ in range(6):
+            info = env.step(_pick(rng, info))[-1]
+        snap = env.get_state()
+        actions, played = [], []
+        for _ in range(14):
+            actions.append(_pick(rng, info))
+            out = env.step(actions[-1])
+            played.append(out)
+            info = out[-1]
+            if out[2] or out[3]:
+                break
+        for target in (env, ALFWorldEnv(split="valid_unseen", max_steps=20)):
+            target.set_state(snap)
+            assert [target.step(a) for a in actions] == played
+
+
+def _pick(rng: np.random.Generator, info: dict) -> str:
+    admissible = info["stepgym/admissible_actions"]
+    return "jump" if rng.random() < 0.2 else admissible[int(rng.integers(len(admissible)))]
+
+
+def test_env_snapshots_need_the_native_engine():
+    from stepgym.envs.alfworld.env import ALFWorldEnv
+
+    env = ALFWorldEnv(split="valid_unseen", engine="textworld", expert=False)
+    env.reset(options={"task_index": 0})
+    with pytest.raises(NotImplementedError, match="native"):
+        env.get_state()

@@ -1,4 +1,7 @@
-"""``StepGym/ALFWorld-v0``: ALFWorld's text games on the real TextWorld engine, with step annotations.
+"""``StepGym/ALFWorld-v0``: ALFWorld's text games, with step annotations.
+
+The games run on stepgym's native engine by default (:mod:`stepgym.envs.alfworld.native`: TextWorld's engine
+reproduced, the same results byte for byte); ``engine="textworld"`` runs TextWorld + Fast Downward itself.
 
 Observation: ALFWorld's text (the first one holds the room description and "Your task is to: …"). Action: a
 free-text command. Reward 1.0 on the step that wins (0.0 otherwise); terminated on a win; truncated after
@@ -18,19 +21,33 @@ answers the others without changing the world), so junk text can never reach Tex
 
 from __future__ import annotations
 
+import copy
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from stepgym import schema
+from stepgym._deps import require
 from stepgym.envs.alfworld.engine import AlfredEngine
 from stepgym.envs.alfworld.expert import RobustExpert
 from stepgym.envs.alfworld.games import GameRecord, list_games, resolve_root
-from stepgym.envs.alfworld.state import TaskTargets, state_key, subgoal_key, world_facts
+from stepgym.envs.alfworld.state import TaskTargets, step_keys, world_facts
 from stepgym.envs.base import TextEnv, sanitize_action
 
-__all__ = ["NOTHING_HAPPENS", "ALFWorldEnv"]
+__all__ = ["NOTHING_HAPPENS", "ALFWorldEnv", "EnvSnapshot"]
 
 NOTHING_HAPPENS = "Nothing happens."
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """A whole-env state from :meth:`ALFWorldEnv.get_state` (treat it as opaque; restoring never changes it)."""
+
+    engine: Any
+    game: GameRecord
+    env: tuple
+    expert: Any
+    rng: dict
 
 
 class ALFWorldEnv(TextEnv):
@@ -45,8 +62,8 @@ class ALFWorldEnv(TextEnv):
         game_cache_size: how many translated games to keep for instant re-reset.
         lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
             default reads them exactly as raw TextWorld does.
-        engine: ``"textworld"`` (TextWorld + Fast Downward, the reference) or ``"native"`` (stepgym's pure-Python
-            engine, same games byte for byte, much faster; see :mod:`stepgym.envs.alfworld.native`).
+        engine: ``"native"`` (default: stepgym's pure-Python engine, the same games byte for byte, much faster;
+            see :mod:`stepgym.envs.alfworld.native`) or ``"textworld"`` (TextWorld + Fast Downward, the reference).
 
     Example (needs the ALFWorld data, ``stepgym download alfworld``)::
 
@@ -74,7 +91,7 @@ class ALFWorldEnv(TextEnv):
         game_cache_size: int = 16,
         render_mode: str | None = None,
         lenient_commands: bool = False,
-        engine: str = "textworld",
+        engine: str = "native",
     ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         root = resolve_root(data_root)
@@ -84,6 +101,9 @@ class ALFWorldEnv(TextEnv):
         )
         self._by_id = {g.task_id: g for g in self.games}
         self._engine = _make_engine(engine, game_cache_size)
+        # the handcoded expert is ALFWorld's: fail here, not with an ImportError at the first reset
+        if expert:
+            require("alfworld", "alfworld", what="the ALFWorld expert; expert=False plays without it")
         self._use_expert = expert
         self.lenient_commands = bool(lenient_commands)
         self._expert: RobustExpert | None = None
@@ -121,6 +141,38 @@ class ALFWorldEnv(TextEnv):
     @property
     def expert_stats(self) -> Any:
         return self._expert.stats if self._expert is not None else None
+
+    # -- snapshots -----------------------------------------------------------------------------------------
+    def get_state(self) -> EnvSnapshot:
+        """A snapshot of the whole env mid-episode (native engine only): the engine's state, the step counter,
+        the annotations' memory, the expert's memory and the env's random generator. ``set_state`` restores it,
+        and the env then continues exactly as if the actions leading to it had been replayed."""
+        if not hasattr(self._engine, "get_state"):
+            raise NotImplementedError('snapshots need engine="native"')
+        if self._game is None:
+            raise RuntimeError("reset() the env before get_state()")
+        return EnvSnapshot(
+            engine=self._engine.get_state(),
+            game=self._game,
+            env=(self._steps, self._last_obs, self._done, self._state_key, self._last_expert, self._goal),
+            expert=copy.deepcopy(self._expert.get_memory()) if self._expert is not None else None,
+            rng=copy.deepcopy(self.np_random.bit_generator.state),
+        )
+
+    def set_state(self, snapshot: EnvSnapshot) -> None:
+        """Restore a snapshot taken by :meth:`get_state` (of this env or of another env of the same split)."""
+        if not hasattr(self._engine, "set_state"):
+            raise NotImplementedError('snapshots need engine="native"')
+        if snapshot.game is not self._game:
+            self._targets = TaskTargets(snapshot.game.task_params())
+            self._game = snapshot.game
+        self._state = self._engine.set_state(snapshot.engine)
+        self._steps, self._last_obs, self._done, self._state_key, self._last_expert, self._goal = snapshot.env
+        self.np_random.bit_generator.state = copy.deepcopy(snapshot.rng)
+        if snapshot.expert is not None:
+            if self._expert is None:
+                self._expert = RobustExpert()
+            self._expert.set_memory(copy.deepcopy(snapshot.expert), self.np_random)
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -202,8 +254,7 @@ class ALFWorldEnv(TextEnv):
     ) -> dict[str, Any]:
         assert self._game is not None and self._targets is not None
         self._last_expert = expert_action
-        facts = self._state["facts"]
-        self._state_key = state_key(facts)
+        self._state_key, subgoal = step_keys(self._state["facts"], self._targets)
         return {
             schema.TASK_ID: self._game.task_id,
             schema.TASK_TYPE: self._game.task_type,
@@ -214,7 +265,7 @@ class ALFWorldEnv(TextEnv):
             schema.ADMISSIBLE: admissible,
             schema.EFFECTIVE: effective,
             schema.STATE_KEY: self._state_key,
-            schema.SUBGOAL_KEY: subgoal_key(facts, self._targets),
+            schema.SUBGOAL_KEY: subgoal,
             schema.EXPERT_ACTION: expert_action,
             schema.INVALID_REASON: reason,
         }

@@ -18,6 +18,7 @@ engine's facts and proposes the next command. Two upstream problems are handled 
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 from dataclasses import dataclass
@@ -68,12 +69,21 @@ class RobustExpert:
         self._rng: np.random.Generator | None = None
         self._agent: Any = None
         self._game_file: str = ""
+        self._task_params: dict[str, Any] | None = None  # of _game_file, as upstream's reset read them
         self._intro = ""
         self.stats = ExpertStats()
 
     def _fresh(self) -> Any:
         agent = self._agent_cls(max_steps=10_000)
-        agent.reset(self._game_file)
+        if self._task_params is None:
+            agent.reset(self._game_file)  # reads the game's traj_data.json
+            self._task_params = agent.task_params
+        else:  # what upstream's reset does with the task parameters it read for this game before
+            agent.task_params = dict(self._task_params)
+            agent.policy = agent.get_task_policy(agent.task_params)(
+                agent.task_params, max_steps=agent.max_steps
+            )
+        agent.policy.remove_num_ids = _remove_num_ids
         agent.observe(self._intro)
         return agent
 
@@ -87,11 +97,20 @@ class RobustExpert:
         The first command is always ``look`` upstream (its first subgoal).
         """
         self._rng = rng
-        self._game_file = str(game_file)
+        if str(game_file) != self._game_file:
+            self._game_file, self._task_params = str(game_file), None
         self._intro = state["feedback"]
         with _PrivateGlobalRandom(self._seed()):
             self._agent = self._fresh()
         return "look" if "look" in state["admissible_commands"] else None
+
+    def get_memory(self) -> tuple:
+        """What the expert remembers of the episode (restore it with :meth:`set_memory`; callers copy it)."""
+        return (self._agent, self._game_file, self._task_params, self._intro)
+
+    def set_memory(self, memory: tuple, rng: np.random.Generator) -> None:
+        self._agent, self._game_file, self._task_params, self._intro = memory
+        self._rng = rng
 
     def next_action(self, state: Any, last_command: str) -> str | None:
         """The expert's next command in ``state`` after ``last_command`` was played, or None."""
@@ -123,7 +142,27 @@ class RobustExpert:
         return action
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _remove_num_ids(text: str) -> str:
+    """Upstream's ``remove_num_ids`` (digits dropped, whitespace collapsed), memoised: the policies call it on
+    every admissible command and fact on every step, and the same strings come back step after step."""
+    from alfworld.agents.expert.handcoded_expert import BasePolicy
+
+    return BasePolicy.remove_num_ids(None, text)
+
+
 _EXPERT_PREDICATES = frozenset({"holds", "ishot", "iscool", "isclean"})
+
+
+class _ExpertReads(dict):
+    """predicate name -> whether the expert reads its facts (decided once per name)."""
+
+    def __missing__(self, name: str) -> bool:
+        reads = self[name] = name in _EXPERT_PREDICATES or "inreceptacle" in name
+        return reads
+
+
+_EXPERT_READS = _ExpertReads()
 
 
 def _expert_view(state: Any) -> dict[str, Any]:
@@ -133,5 +172,6 @@ def _expert_view(state: Any) -> dict[str, Any]:
     as a substring (which ``not_inreceptacle`` and ``wasinreceptacle`` facts also contain); stripping digits from
     every one of the ~300 facts on each step was most of the expert's time.
     """
-    facts = [f for f in state["facts"] if f.name in _EXPERT_PREDICATES or "inreceptacle" in f.name]
+    reads = _EXPERT_READS
+    facts = [f for f in state["facts"] if reads[f.name]]
     return {**state, "facts": facts}

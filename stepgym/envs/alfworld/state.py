@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "STATIC_PREDICATES",
+    "FactTexts",
     "TaskTargets",
     "agent_location",
+    "describe_fact",
+    "fact_texts",
     "progress_facts",
     "state_key",
+    "step_keys",
     "subgoal_key",
     "world_facts",
 ]
@@ -48,27 +52,65 @@ STATIC_PREDICATES = frozenset(
 )
 HISTORY_PREDICATES = frozenset({"checked", "examined", "wasinreceptacle"})
 _OBJECT_PROPERTIES = ("isclean", "ishot", "iscool", "issliced")
+_PROGRESS_PREDICATES = frozenset(
+    {"holds", "inreceptacle", "inreceptacleobject", *_OBJECT_PROPERTIES, "ison", "istoggled"}
+)
 
 
-def _fact_text(fact: Any) -> tuple[str, tuple[str, ...]]:
-    return fact.name.lower(), tuple(v.name for v in fact.arguments)
+class FactTexts(NamedTuple):
+    """What the keys read from one engine fact: its lower-case predicate, argument names and world-fact text."""
+
+    name: str
+    args: tuple[str, ...]
+    world: str  # "pred(arg, arg)", or "" when the fact is not a world fact (see ``world_facts``)
+
+
+def describe_fact(name: str, args: Iterable[str]) -> FactTexts:
+    """The texts of the fact ``name(args)`` (the one rule for which facts describe the world now)."""
+    name, args = name.lower(), tuple(args)
+    dropped = name.startswith("not_") or name in STATIC_PREDICATES or name in HISTORY_PREDICATES
+    return FactTexts(name, args, "" if dropped else f"{name}({', '.join(args)})")
+
+
+def fact_texts(fact: Any) -> FactTexts:
+    """``describe_fact`` of an engine fact (a TextWorld ``Proposition`` or a native ``Fact``).
+
+    The native engine's facts are immutable and made once per game, so they carry their texts
+    (``stepgym_texts``) and the keys cost a lookup per fact instead of string building on every step.
+    """
+    texts = getattr(fact, "stepgym_texts", None)
+    if texts is None:
+        texts = describe_fact(fact.name, [v.name for v in fact.arguments])
+    return texts
 
 
 def world_facts(facts: Iterable[Any]) -> frozenset[str]:
     """The dynamic, present-tense facts as ``"pred(arg, arg)"`` strings."""
-    out = set()
-    for fact in facts:
-        name, args = _fact_text(fact)
-        if name.startswith("not_") or name in STATIC_PREDICATES or name in HISTORY_PREDICATES:
-            continue
-        out.add(f"{name}({', '.join(args)})")
-    return frozenset(out)
+    return _world(list(map(fact_texts, facts)))
+
+
+def _world(texts: list[FactTexts]) -> frozenset[str]:
+    return frozenset(t.world for t in texts if t.world)
 
 
 def state_key(facts: Iterable[Any]) -> str:
     """A short, stable key of the world state (sha1 of the sorted world facts)."""
-    text = "\n".join(sorted(world_facts(facts)))
+    return _state_key(list(map(fact_texts, facts)))
+
+
+def _state_key(texts: list[FactTexts]) -> str:
+    text = "\n".join(sorted(_world(texts)))
     return "alfworld:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def step_keys(facts: Iterable[Any], targets: TaskTargets) -> tuple[str, str]:
+    """``(state_key(facts), subgoal_key(facts, targets))``, reading each fact once."""
+    facts = list(facts)
+    try:  # the native engine's facts carry their texts
+        texts = [f.stepgym_texts for f in facts]
+    except AttributeError:
+        texts = list(map(fact_texts, facts))
+    return _state_key(texts), _subgoal_key(texts, targets)
 
 
 class TaskTargets:
@@ -98,9 +140,14 @@ class TaskTargets:
 
 def progress_facts(facts: Iterable[Any], targets: TaskTargets) -> frozenset[str]:
     """The goal-relevant facts (see the module docstring)."""
+    return _progress(list(map(fact_texts, facts)), targets)
+
+
+def _progress(texts: list[FactTexts], targets: TaskTargets) -> frozenset[str]:
     out = set()
-    for fact in facts:
-        name, args = _fact_text(fact)
+    for name, args, _ in texts:
+        if name not in _PROGRESS_PREDICATES:
+            continue
         if name == "holds":
             out.add(f"holds({args[1]})")
         elif (
@@ -124,15 +171,18 @@ def agent_location(facts: Iterable[Any]) -> str:
     Whether the receptacle in front of the agent is open is part of the location: opening it is real progress
     towards taking from or putting into it, while a drawer left open elsewhere no longer matters.
     """
+    return _location(list(map(fact_texts, facts)))
+
+
+def _location(texts: list[FactTexts]) -> str:
     where, at_loc, opened = None, {}, set()
-    for fact in facts:
-        name = fact.name.lower()
+    for name, args, _ in texts:
         if name == "atlocation":
-            where = fact.arguments[1].name
+            where = args[1]
         elif name == "receptacleatlocation":
-            at_loc.setdefault(fact.arguments[1].name, []).append(fact.arguments[0].name)
+            at_loc.setdefault(args[1], []).append(args[0])
         elif name == "opened":
-            opened.add(fact.arguments[0].name)
+            opened.add(args[0])
     if where is None or where not in at_loc:
         return "start"
     return ", ".join(r + (" (open)" if r in opened else "") for r in sorted(at_loc[where]))
@@ -140,5 +190,8 @@ def agent_location(facts: Iterable[Any]) -> str:
 
 def subgoal_key(facts: Iterable[Any], targets: TaskTargets) -> str:
     """Readable key: ``"at(desk 1); holds(alarmclock 2); on(desklamp 1)"`` (location first, then progress facts)."""
-    facts = list(facts)
-    return "; ".join([f"at({agent_location(facts)})", *sorted(progress_facts(facts, targets))])
+    return _subgoal_key(list(map(fact_texts, facts)), targets)
+
+
+def _subgoal_key(texts: list[FactTexts], targets: TaskTargets) -> str:
+    return "; ".join([f"at({_location(texts)})", *sorted(_progress(texts, targets))])

@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter, OrderedDict, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, parse_symbols
 from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
 from stepgym.envs.alfworld.native.pddl import Domain, dnf, nnf, parse_domain, parse_problem
+from stepgym.envs.alfworld.state import describe_fact
 from stepgym.errors import CorruptDataError
 
 __all__ = ["NativeEngine", "NativeSnapshot"]
@@ -58,14 +59,16 @@ class Var:
 
 
 class Fact:
-    """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``."""
+    """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``; made once per game
+    and never changed, so it also carries the texts the state keys read (``stepgym_texts``)."""
 
-    __slots__ = ("arguments", "name", "names")
+    __slots__ = ("arguments", "name", "names", "stepgym_texts")
 
     def __init__(self, name: str, arguments: tuple[Var, ...]):
         self.name = name
         self.arguments = arguments
         self.names = [v.name for v in arguments]
+        self.stepgym_texts = describe_fact(name, self.names)
 
     def __str__(self) -> str:
         return "{}({})".format(self.name, ", ".join(map(str, self.arguments)))
@@ -112,6 +115,7 @@ class _Game:
     commands: dict[str, str]
     options_cache: dict[frozenset, tuple] | None
     intro: str = ""
+    vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
     static_sorted: dict[str, list[tuple]] | None = None
 
 
@@ -150,7 +154,7 @@ class NativeEngine:
         self._game: _Game | None = None
         self.game_file: Path | None = None
         self._true = Tables()
-        self._tw: dict[tuple, None] = {}
+        self._tw: dict[tuple, Fact] = {}  # TextWorld's fact list, in its order: atom -> its Fact
         self._tw_by_pred: dict[str, set[tuple]] = {}
         self._ops: list[Op] = []
         self._commands: list[str] = []
@@ -209,13 +213,20 @@ class NativeEngine:
         self._moves += 1
         return self._gather(feedback)
 
+    def _fact(self, atom: tuple) -> Fact:
+        game = self._require()
+        fact = game.facts_of.get(atom)
+        if fact is None:
+            fact = game.facts_of[atom] = _make_fact(atom, game)
+        return fact
+
     def _require(self) -> _Game:
         if self._game is None:
             raise RuntimeError("load() a game before reset()/step()")
         return self._game
 
     def _set_tw(self, facts: tuple[tuple, ...]) -> None:
-        self._tw = dict.fromkeys(facts)
+        self._tw = {f: self._fact(f) for f in facts}
         by_pred: dict[str, set[tuple]] = defaultdict(set)
         for f in facts:
             by_pred[f[0]].add(f[1:])
@@ -245,19 +256,13 @@ class NativeEngine:
                 del tw[neg]
                 by_pred[neg[0]].discard(neg[1:])
             if pos not in tw:
-                tw[pos] = None
+                tw[pos] = self._fact(pos)
                 by_pred.setdefault(pos[0], set()).add(pos[1:])
 
     def _gather(self, feedback: str) -> dict[str, Any]:
-        game = self._require()
+        self._require()
         self._ops, self._commands, admissible, won = self._options()
-        facts_of = game.facts_of
-        facts = []
-        for f in self._tw:
-            fact = facts_of.get(f)
-            if fact is None:
-                fact = facts_of[f] = _make_fact(f, game)
-            facts.append(fact)
+        facts = list(self._tw.values())
         self._state = {
             "feedback": feedback,
             "raw": feedback,
@@ -497,11 +502,17 @@ def _type_ok(game: _Game, obj: str, typ: str) -> bool:
 
 
 def _make_fact(atom: tuple, game: _Game) -> Fact:
-    ents = game.entities
-    args = tuple(
-        Var(ents[a].name if a in ents else a, game.grounder.objects.get(a, "object")) for a in atom[1:]
-    )
-    return Fact(atom[0], args)
+    return Fact(atom[0], tuple(_var(a, game) for a in atom[1:]))
+
+
+def _var(obj: str, game: _Game) -> Var:
+    var = game.vars.get(obj)
+    if var is None:
+        ents = game.entities
+        var = game.vars[obj] = Var(
+            ents[obj].name if obj in ents else obj, game.grounder.objects.get(obj, "object")
+        )
+    return var
 
 
 def _holds(f: tuple, true: dict[str, set[tuple]], game: _Game, b: dict[str, str]) -> bool:

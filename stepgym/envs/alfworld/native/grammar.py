@@ -18,7 +18,6 @@ import json
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any
 
 from stepgym.errors import CorruptDataError
 
@@ -191,21 +190,28 @@ _BLOCK = re.compile(r'"""((?:.|\n)*?)"""')
 _STR = re.compile(r'"([^"]*)"')
 
 
+_SPACE_AND_COMMENTS = re.compile(r"\s*(?:#[^\n]*\n?)*\s*")
+_ACTION = re.compile(r"action\s+([\w/-]+)\s*\{")
+_FIELD = re.compile(r"(\w+)\s*::\s*")
+_FIELD_END = re.compile(r"\s*;")
+_GRAMMAR_FIELD = re.compile(r'grammar\s*::\s*"""((?:.|\n)*?)"""\s*;')
+
+
 def parse_grammar(text: str) -> Grammar:
     """A game's ``grammar`` field (TextWorld's ``.twl2`` logic format with JSON rule blocks)."""
-    merged: dict[str, Any] = {}
+    rules: dict[str, list[Rule]] = {}
     actions: dict[str, ActionText] = {}
     pos = 0
-    token = re.compile(r"\s*(?:#[^\n]*\n?)*\s*")
+    token = _SPACE_AND_COMMENTS
     while True:
         pos = token.match(text, pos).end()
         if pos >= len(text):
             break
         if text.startswith("grammar", pos):
             code, pos = _field_block(text, pos)
-            merged.update(json.loads(textwrap.dedent(code)))
+            rules.update(_rule_block(textwrap.dedent(code)))
         elif text.startswith("action", pos):
-            m = re.compile(r"action\s+([\w/-]+)\s*\{").match(text, pos)
+            m = _ACTION.match(text, pos)
             if m is None:
                 raise CorruptDataError("malformed action block in the game grammar")
             name, pos = m.group(1), m.end()
@@ -215,7 +221,7 @@ def parse_grammar(text: str) -> Grammar:
                 if text.startswith("}", pos):
                     pos += 1
                     break
-                key = re.compile(r"(\w+)\s*::\s*").match(text, pos)
+                key = _FIELD.match(text, pos)
                 if key is None:
                     raise CorruptDataError(f"malformed field in action {name} of the game grammar")
                 pos = key.end()
@@ -225,30 +231,36 @@ def parse_grammar(text: str) -> Grammar:
                 else:
                     m2 = _STR.match(text, pos)
                     value = m2.group(1)
-                pos = re.compile(r"\s*;").match(text, m2.end()).end()
+                pos = _FIELD_END.match(text, m2.end()).end()
                 fields[key.group(1)] = value
             if "grammar" in fields:
                 data = "\n".join(
                     ln for ln in fields["grammar"].split("\n") if not ln.lstrip().startswith("#")
                 )
-                merged.update(json.loads(data))
+                rules.update(_rule_block(data))
             actions[name.lower()] = ActionText(
                 parse_symbols(fields.get("template", "")), parse_symbols(fields.get("feedback", ""))
             )
         else:
             raise CorruptDataError(f"unexpected text in the game grammar at offset {pos}")
-    rules = {
+    return Grammar(rules, actions)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rule_block(code: str) -> dict[str, list[Rule]]:
+    """The rules of one JSON rule block; games share most blocks, so each is parsed once (keyed by its text).
+    Callers only read the result."""
+    return {
         name: [
             Rule(parse_symbols(r["rhs"]), parse_query(r["condition"]) if r.get("condition") else None)
             for r in rs
         ]
-        for name, rs in merged.items()
+        for name, rs in json.loads(code).items()
     }
-    return Grammar(rules, actions)
 
 
 def _field_block(text: str, pos: int) -> tuple[str, int]:
-    m = re.compile(r'grammar\s*::\s*"""((?:.|\n)*?)"""\s*;').match(text, pos)
+    m = _GRAMMAR_FIELD.match(text, pos)
     if m is None:
         raise CorruptDataError("malformed grammar block in the game grammar")
     return m.group(1), m.end()

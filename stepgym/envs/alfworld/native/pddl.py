@@ -60,14 +60,16 @@ def tokenize(text: str) -> list[Any]:
 def typed_list(items: list[str], default: str = "object") -> list[tuple[str, str]]:
     """``[?a ?b - t ?c - u]`` → ``[(?a, t), (?b, t), (?c, u)]`` (FD's ``parse_typed_list``)."""
     out: list[tuple[str, str]] = []
-    rest = list(items)
-    while rest:
-        if "-" in rest:
-            i = rest.index("-")
-            names, typ, rest = rest[:i], rest[i + 1], rest[i + 2 :]
-        else:
-            names, typ, rest = rest, default, []
-        out.extend((n, typ) for n in names)
+    start, n = 0, len(items)
+    while start < n:
+        try:
+            i = items.index("-", start)
+        except ValueError:
+            out.extend((name, default) for name in items[start:])
+            break
+        typ = items[i + 1]
+        out.extend((name, typ) for name in items[start:i])
+        start = i + 2
     return out
 
 
