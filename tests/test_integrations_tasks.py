@@ -65,3 +65,34 @@ def test_a_missing_trainer_names_the_pip_command(
     monkeypatch.delitem(sys.modules, f"stepgym.integrations.{module}", raising=False)
     with pytest.raises(DependencyNotInstalled, match=rf"pip install 'stepgym\[{extra}\]'"):
         importlib.import_module(f"stepgym.integrations.{module}")
+
+
+def test_credit_fields_one_validity_anchor_and_label_rule_for_every_adapter() -> None:
+    from stepgym.integrations.annotations import credit_fields
+
+    def rec(fv, adm, key, rea=None, prog=None):
+        return {
+            "format_valid": fv,
+            "admissible": adm,
+            "state_key": key,
+            "arg_reasonable": rea,
+            "arg_progress": prog,
+        }
+
+    records = [rec(True, True, "s0"), rec(True, False, "s1"), rec(True, None, None), rec(False, True, "s3")]
+    strict = credit_fields(records, "format_or_inadmissible", ["a", "b", "c", "d"])
+    assert strict.valid.tolist() == [
+        True,
+        False,
+        True,
+        False,
+    ]  # unannotated admissibility is not held against it
+    assert strict.anchors == ["s0", "s1", "c", "s3"]  # a step without a state key gets its own anchor
+    assert strict.reasonable is None and strict.progress is None  # labels only when every step has them
+    assert credit_fields(records, "format", list("abcd")).valid.tolist() == [True, True, True, False]
+    labelled = credit_fields([rec(True, True, "s", True, False)], "format", ["x"])
+    assert labelled.reasonable.tolist() == [True] and labelled.progress.tolist() == [False]
+    with pytest.raises(ValueError, match="invalid_rule"):
+        credit_fields(records, "admissible", list("abcd"))
+    with pytest.raises(ValueError, match="fallback"):
+        credit_fields(records, "format", ["a"])

@@ -9,12 +9,21 @@ did not annotate is ``None`` (never guessed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from stepgym import schema
 
-__all__ = ["STEP_FIELDS", "episode_annotations", "step_annotations"]
+__all__ = [
+    "INVALID_RULES",
+    "STEP_FIELDS",
+    "CreditFields",
+    "credit_fields",
+    "episode_annotations",
+    "step_annotations",
+]
 
 #: The fields of a per-step record, in order.
 STEP_FIELDS: tuple[str, ...] = (
@@ -83,3 +92,47 @@ def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
         "arg_labels": last.get(schema.ARG_LABELS),
         "steps": steps,
     }
+
+
+#: How a step record's validity is read for the invalid-action penalty (the bundled trainer's ``invalid_rule``).
+INVALID_RULES: tuple[str, ...] = ("format", "format_or_inadmissible")
+
+
+class CreditFields(NamedTuple):
+    """What the shapers read from a batch of step records (see :func:`credit_fields`)."""
+
+    valid: np.ndarray
+    anchors: list[Any]
+    reasonable: np.ndarray | None
+    progress: np.ndarray | None
+
+
+def credit_fields(
+    records: Sequence[Mapping[str, Any]], invalid_rule: str, fallback_anchors: Sequence[str]
+) -> CreditFields:
+    """The shapers' per-step inputs from step records (:func:`step_annotations`' fields), one rule for every adapter.
+
+    valid = format-valid (``invalid_rule="format"``) or format-valid and not known to be inadmissible
+    (``"format_or_inadmissible"``, the bundled trainer's default; an env that does not annotate admissibility
+    counts as admissible); GiGPO's anchor = the state key the action was taken in, else ``fallback_anchors[i]`` (a
+    key no other step shares); ProAS's labels only when every record has both.
+    """
+    if invalid_rule not in INVALID_RULES:
+        raise ValueError(f"invalid_rule must be one of {INVALID_RULES}, got {invalid_rule!r}")
+    if len(fallback_anchors) != len(records):
+        raise ValueError(f"{len(fallback_anchors)} fallback anchors for {len(records)} records")
+    strict = invalid_rule == "format_or_inadmissible"
+    valid = [bool(r["format_valid"]) and not (strict and r["admissible"] is False) for r in records]
+    anchors = [
+        r["state_key"] if r["state_key"] is not None else fb
+        for r, fb in zip(records, fallback_anchors, strict=True)
+    ]
+    rea = [r.get("arg_reasonable") for r in records]
+    prog = [r.get("arg_progress") for r in records]
+    labelled = bool(records) and all(x is not None for x in rea + prog)
+    return CreditFields(
+        valid=np.asarray(valid, dtype=bool),
+        anchors=anchors,
+        reasonable=np.asarray(rea, dtype=bool) if labelled else None,
+        progress=np.asarray(prog, dtype=bool) if labelled else None,
+    )

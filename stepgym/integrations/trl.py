@@ -30,7 +30,7 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.group import GroupEnv
-from stepgym.integrations.annotations import episode_annotations
+from stepgym.integrations.annotations import credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_id_of_prompt
 from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
@@ -486,9 +486,8 @@ def step_batch_from_rollouts(
     admissible (default, as the bundled trainer); GiGPO's anchor = the state the action was taken in; ProAS labels
     from ``ARGWrapper`` when every step has them.
     """
-    if invalid_rule not in ("format", "format_or_inadmissible"):
-        raise ValueError(f"invalid_rule must be 'format' or 'format_or_inadmissible', got {invalid_rule!r}")
-    group_ids, traj_ids, rewards, valid, anchors, rea, prog, spans = [], [], [], [], [], [], [], []
+    group_ids, traj_ids, rewards, spans = [], [], [], []
+    records: list[Mapping[str, Any]] = []
     for b, rows in enumerate(steps):
         if not rows:
             raise ValueError(f"completion {b} has no steps")
@@ -497,22 +496,16 @@ def step_batch_from_rollouts(
             group_ids.append(int(s["group"]))
             traj_ids.append(b)
             rewards.append(float(s["reward"]) * reward_scale)
-            ok = bool(s["format_valid"])
-            if invalid_rule == "format_or_inadmissible":
-                ok = ok and s["admissible"] is not False
-            valid.append(ok)
-            anchors.append(s["state_key"] if s["state_key"] is not None else f"{b}:{len(anchors)}")
-            rea.append(s.get("arg_reasonable"))
-            prog.append(s.get("arg_progress"))
-    labelled = all(x is not None for x in rea + prog)
+            records.append(s)
+    fields = credit_fields(records, invalid_rule, [f"{b}:{i}" for i, b in enumerate(traj_ids)])
     return StepBatch(
         group_ids=np.asarray(group_ids, dtype=np.int64),
         traj_ids=np.asarray(traj_ids, dtype=np.int64),
         rewards=np.asarray(rewards, dtype=np.float64),
-        valid=np.asarray(valid, dtype=bool),
-        anchor_obs=anchors,
-        reasonable=np.asarray(rea, dtype=bool) if labelled else None,
-        progress=np.asarray(prog, dtype=bool) if labelled else None,
+        valid=fields.valid,
+        anchor_obs=fields.anchors,
+        reasonable=fields.reasonable,
+        progress=fields.progress,
         layout=TokenLayout.from_spans(spans, length),
     )
 

@@ -40,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.integrations.annotations import episode_annotations
+from stepgym.integrations.annotations import INVALID_RULES, credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_rows
 from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers._recording import EpisodeRecorder
@@ -311,8 +311,8 @@ def step_batch_from_verl(
     ``stepgym_steps``): valid = format-valid (and admissible, ``invalid_rule="format_or_inadmissible"``), GiGPO's
     anchor = the state key the action was taken in, ProAS labels when every step has them.
     """
-    if invalid_rule not in ("format", "format_or_inadmissible"):
-        raise ValueError(f"invalid_rule must be 'format' or 'format_or_inadmissible', got {invalid_rule!r}")
+    if invalid_rule not in INVALID_RULES:
+        raise ValueError(f"invalid_rule must be one of {INVALID_RULES}, got {invalid_rule!r}")
     rewards_bl = _numpy(token_level_rewards, np.float64)
     mask_bl = _numpy(response_mask, np.int64)
     if rewards_bl.shape != mask_bl.shape or rewards_bl.ndim != 2:
@@ -325,10 +325,8 @@ def step_batch_from_verl(
     if steps is not None and len(steps) != b:
         raise ValueError(f"steps has {len(steps)} rows for {b} rows")
     group_ids, traj_ids, rewards, spans = [], [], [], []
-    valid: list[bool] = []
-    anchors: list[Any] = []
-    rea: list[Any] = []
-    prog: list[Any] = []
+    records: list[Mapping[str, Any]] = []
+    fallbacks: list[str] = []
     for i in range(b):
         if steps is not None and steps[i] is None:
             raise ValueError(f"row {i} has no stepgym_steps: was it played by StepGymAgentLoop?")
@@ -348,23 +346,17 @@ def step_batch_from_verl(
             lo = 0 if t == 0 else s
             rewards.append(float(rewards_bl[i, lo : starts[t + 1]].sum()))
             if recs is not None:
-                rec = recs[t]
-                ok = bool(rec["format_valid"])
-                if invalid_rule == "format_or_inadmissible":
-                    ok = ok and rec["admissible"] is not False
-                valid.append(ok)
-                anchors.append(rec["state_key"] if rec["state_key"] is not None else f"{i}:{t}")
-                rea.append(rec.get("arg_reasonable"))
-                prog.append(rec.get("arg_progress"))
-    labelled = bool(rea) and all(x is not None for x in rea + prog)
+                records.append(recs[t])
+                fallbacks.append(f"{i}:{t}")
+    fields = credit_fields(records, invalid_rule, fallbacks) if steps is not None else None
     return StepBatch(
         group_ids=np.asarray([str(g) for g in group_ids], dtype=object),
         traj_ids=np.asarray(traj_ids, dtype=np.int64),
         rewards=np.asarray(rewards, dtype=np.float64),
-        valid=np.asarray(valid, dtype=bool) if steps is not None else None,
-        anchor_obs=anchors if steps is not None else None,
-        reasonable=np.asarray(rea, dtype=bool) if labelled else None,
-        progress=np.asarray(prog, dtype=bool) if labelled else None,
+        valid=fields.valid if fields else None,
+        anchor_obs=fields.anchors if fields else None,
+        reasonable=fields.reasonable if fields else None,
+        progress=fields.progress if fields else None,
         layout=TokenLayout.from_spans(spans, length),
     )
 
