@@ -328,11 +328,9 @@ def test_endpoint_matches_in_process(name: str, serve, tmp_path: Path, request) 
         )
 
 
-def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
-    """The tiny HF model served over HTTP gives the same replies, step for step, as the same model generating in
-    the trainer's collector (greedy, one sequence per generate call on both sides)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+def tiny_hf_trainer(output_dir: Path) -> tuple[Any, Callable[[str], str]]:
+    """The project's HF backend with the tiny in-process model (a trainer on CreditToy) and a thread-safe greedy
+    reply function over it, as the HTTP server calls it. The caller closes the trainer."""
     from stepgym.trainers.config import (
         EnvConfig,
         ModelConfig,
@@ -344,9 +342,7 @@ def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
     from stepgym.trainers.grpo import GRPOTrainer
 
     cfg = TrainConfig(
-        run=RunConfig(
-            output_dir=str(tmp_path / "run"), progress=False, tensorboard=False, report=False, threads=1
-        ),
+        run=RunConfig(output_dir=str(output_dir), progress=False, tensorboard=False, report=False, threads=1),
         env=EnvConfig(id="StepGym/CreditToy-v0", history=1),
         model=ModelConfig(name="tiny", tokenizer_corpus_episodes=16),
         rollout=RolloutConfig(max_prompt_tokens=256, max_response_tokens=8, generate_batch_size=1),
@@ -355,11 +351,21 @@ def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
     trainer = GRPOTrainer(cfg)
     lock = threading.Lock()
 
-    def hf_reply(prompt: str) -> str:
+    def reply(prompt: str) -> str:
         ids, _ = trainer.encoder.encode(prompt)
         with lock:
             return trainer.backend.generate([GenerationRequest(ids, prompt)], seed=0, greedy=True)[0].text
 
+    return trainer, reply
+
+
+def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
+    """The tiny HF model served over HTTP gives the same replies, step for step, as the same model generating in
+    the trainer's collector (greedy, one sequence per generate call on both sides)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    trainer, hf_reply = tiny_hf_trainer(tmp_path / "run")
+    cfg = trainer.cfg
     try:
         kwargs = cfg.env.make_kwargs("valid")
         col = Collector(

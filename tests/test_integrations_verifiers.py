@@ -22,7 +22,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -120,33 +119,7 @@ if HAVE_VERIFIERS:
     def hf_reply(tmp_path_factory):
         """The project's HF backend with the tiny model (as tests/test_eval_endpoint.py serves it), greedy."""
         pytest.importorskip("torch")
-        from stepgym.trainers.backends import GenerationRequest
-        from stepgym.trainers.config import (
-            EnvConfig,
-            ModelConfig,
-            RolloutConfig,
-            RunConfig,
-            TrainConfig,
-            WarmupConfig,
-        )
-        from stepgym.trainers.grpo import GRPOTrainer
-
-        out = tmp_path_factory.mktemp("tiny")
-        cfg = TrainConfig(
-            run=RunConfig(output_dir=str(out), progress=False, tensorboard=False, report=False, threads=1),
-            env=EnvConfig(id=CREDIT[0], history=1),
-            model=ModelConfig(name="tiny", tokenizer_corpus_episodes=16),
-            rollout=RolloutConfig(max_prompt_tokens=256, max_response_tokens=8, generate_batch_size=1),
-            warmup=WarmupConfig(steps=0),
-        )
-        trainer = GRPOTrainer(cfg)
-        lock = threading.Lock()
-
-        def reply(prompt: str) -> str:
-            ids, _ = trainer.encoder.encode(prompt)
-            with lock:
-                return trainer.backend.generate([GenerationRequest(ids, prompt)], seed=0, greedy=True)[0].text
-
+        trainer, reply = endpoint.tiny_hf_trainer(tmp_path_factory.mktemp("tiny"))
         yield reply
         trainer.close()
 
