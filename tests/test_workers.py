@@ -1,7 +1,7 @@
 """Env executors (stepgym.workers): the same groups, byte for byte, wherever the env copies run; loud faults.
 
 In-process, a local process pool and Ray must give identical trajectories, infos and peer hindsight for the same
-seeds and actions (on CreditToy here, and on ALFWorld in the slow test); a killed or hung worker is restarted and
+seeds and actions (on CreditToy, and on ALFWorld with the process pool and Ray); a killed or hung worker is restarted and
 the call fails naming it; a group is never stepped on a fresh copy without a reset; close() leaves no process.
 """
 
@@ -412,17 +412,25 @@ def test_ray_executor_is_byte_identical_and_restarts_dead_actors(monkeypatch, tm
 
 
 @pytest.mark.slow
-def test_alfworld_groups_identical_in_process_and_in_a_pool(data_dir):
+@pytest.mark.parametrize("executor", ["process", "ray"])
+def test_alfworld_groups_identical_in_process_and_on_workers(executor, data_dir, monkeypatch):
     kwargs = {"split": "valid_seen", "max_steps": 8}
+    extra: dict = {}
+    if executor == "ray":
+        ray = pytest.importorskip("ray")
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        assert not ray.is_initialized()
+        extra = {"executor_kwargs": {"num_cpus": 0.5, "timeout": 300, "ray_init_kwargs": {"num_cpus": 2}}}
 
-    def group(executor):
+    def group(kind, **kw):
         return GroupEnv(
             "StepGym/ALFWorld-v0",
             group_size=2,
             env_kwargs=kwargs,
             wrappers=[EnvFeedbackWrapper],
-            executor=executor,
+            executor=kind,
             num_workers=2,
+            **kw,
         )
 
     ref = group("inprocess")
@@ -430,11 +438,13 @@ def test_alfworld_groups_identical_in_process_and_in_a_pool(data_dir):
         expected = _play(ref, seed=1, n_groups=1)
     finally:
         ref.close()
-    pool = group("process")
+    workers = group(executor, **extra)
     try:
-        assert _play(pool, seed=1, n_groups=1) == expected
+        assert _play(workers, seed=1, n_groups=1) == expected
     finally:
-        pool.close()
+        workers.close()
+    if executor == "ray":
+        assert not ray.is_initialized()  # close() shut down the Ray the executor started
 
 
 @pytest.mark.slow
