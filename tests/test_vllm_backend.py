@@ -88,3 +88,12 @@ def test_sampling_is_seeded(setup) -> None:
     assert vllm.generate(requests, seed=7) == first
     assert vllm.generate(requests, seed=8) != first
     assert torch.equal(torch.get_rng_state(), state)  # the trainer's global RNG is left alone
+
+
+def test_a_request_seed_makes_its_reply_independent_of_the_call(setup) -> None:
+    """Requests seeded per group (overlapped collection, torchrun) sample the same reply whichever call they are in."""
+    _, _, requests, vllm = setup
+    seeded = [GenerationRequest(r.prompt_ids, r.prompt, seed=100 + i) for i, r in enumerate(requests)]
+    together = vllm.generate(seeded, seed=7)
+    assert [vllm.generate([r], seed=99)[0] for r in seeded] == together
+    assert vllm.generate(seeded[::-1], seed=8) == together[::-1]

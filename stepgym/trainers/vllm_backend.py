@@ -146,10 +146,11 @@ class VLLMBackend:
                 temperature=0.0 if greedy else self.temperature,
                 top_p=1.0 if greedy else self.top_p,
                 max_tokens=self.max_new_tokens,
-                seed=int(seed) + i,
+                # a request's own seed (drawn per group) makes its reply independent of the call it is in
+                seed=int(seed) + i if req.seed is None else int(req.seed),
                 skip_special_tokens=True,
             )
-            for i in range(len(requests))
+            for i, req in enumerate(requests)
         ]
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
         with _keep_global_rng():
