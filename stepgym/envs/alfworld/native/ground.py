@@ -130,10 +130,13 @@ class Grounder:
         self.init = set(problem.init)
         subtypes = {t: domain.subtypes(t) for t in set(domain.types) | set(problem.objects.values())}
         self._by_type: dict[str, list[str]] = defaultdict(list)
+        supertypes: dict[str, list[str]] = {}
         for obj, typ in problem.objects.items():
-            for t, subs in subtypes.items():
-                if typ in subs:
-                    self._by_type[t].append(obj)
+            sup = supertypes.get(typ)
+            if sup is None:
+                sup = supertypes[typ] = [t for t, subs in subtypes.items() if typ in subs]
+            for t in sup:
+                self._by_type[t].append(obj)
         self._type_ok: dict[str, frozenset[str]] = {t: frozenset(o) for t, o in self._by_type.items()}
         self.static: dict[str, set[tuple]] = defaultdict(set)
         for atom in problem.init:
