@@ -7,6 +7,10 @@ admissible commands, state/subgoal keys and the expert's next action, and the wo
 rerun with ``--resume`` skips the games already there), and a summary table is printed at the end.
 
 Run: ``STEPGYM_DATA=/path/to/data python scripts/alfworld_native_equality.py --workers 2``
+
+To check that a change to the native engine alters no output, without running TextWorld: record a digest of
+every step of the native engine before the change (``--digest-out before.jsonl``: the walkthrough and two seeded
+random episodes per game), then compare after it (``--against-digest before.jsonl``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,61 @@ def _work(args: tuple[str, list[str], int, int]) -> list[dict]:
     return out
 
 
+def _digest_work(args: tuple[str, list[str], int, int]) -> list[dict]:
+    from stepgym.envs.alfworld.env import ALFWorldEnv
+    from stepgym.envs.alfworld.native.equality import digest_game
+
+    split, task_ids, max_steps, seed = args
+    env = ALFWorldEnv(split=split, max_steps=max_steps, engine="native")
+    out = []
+    for task_id in task_ids:
+        try:
+            steps = [d[:16] for d in digest_game(env, task_id, seeds=(seed + 1, seed + 2))]
+        except Exception as exc:  # a crash is recorded, so it differs from a clean run
+            steps = [f"crash: {exc!r}"]
+        out.append({"task_id": task_id, "steps": steps})
+    return out
+
+
+def _digest_mode(args: argparse.Namespace, jobs: list) -> None:
+    start = time.time()
+    rows = {}
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        for part in pool.imap_unordered(_digest_work, jobs):
+            rows.update((r["task_id"], r["steps"]) for r in part)
+            print(f"{len(rows)} games digested, {time.time() - start:.0f}s", flush=True)
+    if args.digest_out:
+        with open(args.digest_out, "w") as f:
+            for task_id in sorted(rows):
+                f.write(json.dumps({"task_id": task_id, "steps": rows[task_id]}) + "\n")
+        print(f"{len(rows)} games, {sum(map(len, rows.values()))} step digests -> {args.digest_out}")
+        return
+    before = {}
+    for line in Path(args.against_digest).read_text().splitlines():
+        row = json.loads(line)
+        if row["task_id"].split("/")[0] in args.splits:
+            before[row["task_id"]] = row["steps"]
+    bad = sorted(t for t in before.keys() | rows.keys() if before.get(t) != rows.get(t))
+    steps = sum(map(len, rows.values()))
+    print(f"{len(rows)} games, {steps} steps vs {len(before)} games recorded: {len(bad)} games differ")
+    for task_id in bad:
+        a, b = before.get(task_id) or [], rows.get(task_id) or []
+        pairs = zip(a, b, strict=False)
+        first = next((i for i, (x, y) in enumerate(pairs) if x != y), min(len(a), len(b)))
+        print(f"{task_id}: first different step record {first} ({len(a)} recorded, {len(b)} now)")
+
+
+def _jobs(splits: list[str], done: set[str], max_steps: int, seed: int) -> list:
+    """Chunks of 4 games of one split, each with its own seed."""
+    from stepgym.envs.alfworld.games import list_games
+
+    jobs = []
+    for split in splits:
+        ids = [g.task_id for g in list_games(split) if g.task_id not in done]
+        jobs += [(split, ids[i : i + 4], max_steps, seed + i) for i in range(0, len(ids), 4)]
+    return jobs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--splits", nargs="+", default=list(SPLITS))
@@ -51,10 +110,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="alfworld_native_equality.jsonl")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--digest-out", help="record step digests of the native engine alone to this file")
+    ap.add_argument("--against-digest", help="compare the native engine's step digests with this file")
     args = ap.parse_args()
 
-    from stepgym.envs.alfworld.games import list_games
-
+    if args.digest_out or args.against_digest:
+        _digest_mode(args, _jobs(args.splits, set(), args.max_steps, args.seed))
+        return
     out = Path(args.out)
     done = {}
     if args.resume and out.exists():
@@ -63,13 +125,7 @@ def main() -> None:
             done[row["task_id"]] = row
     elif out.exists():
         out.unlink()
-    jobs = []
-    for split in args.splits:
-        ids = [g.task_id for g in list_games(split) if g.task_id not in done]
-        chunk = 4
-        jobs += [
-            (split, ids[i : i + chunk], args.max_steps, args.seed + i) for i in range(0, len(ids), chunk)
-        ]
+    jobs = _jobs(args.splits, set(done), args.max_steps, args.seed)
     start = time.time()
     with out.open("a") as f, mp.get_context("spawn").Pool(args.workers) as pool:
         for rows in pool.imap_unordered(_work, jobs):

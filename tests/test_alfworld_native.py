@@ -237,3 +237,39 @@ def test_env_snapshots_need_the_native_engine():
     env.reset(options={"task_index": 0})
     with pytest.raises(NotImplementedError, match="native"):
         env.get_state()
+
+
+def _grounder_in_play(task_id: str, steps: int):
+    """A fresh engine's grounder and its true atoms after ``steps`` walkthrough steps of ``task_id``."""
+    game = next(g for g in list_games(task_id.split("/")[0]) if g.task_id == task_id)
+    engine = NativeEngine()
+    engine.load(game.game_file)
+    engine.reset()
+    for action in engine.walkthrough[:steps]:
+        engine.step(action)
+    return engine._game.grounder, engine._true
+
+
+def test_reachability_from_a_played_state_equals_the_full_exploration():
+    """``Grounder.reaches`` starts the relaxed exploration from the current state and stops at the asked atom;
+    it must answer like FD's full exploration from the initial state, for reachable and unreachable atoms."""
+    games = list_games("valid_seen")
+    task_ids = [
+        next(g.task_id for g in games if g.task_type == t) for t in ("pick_heat_then_place_in_recep",)
+    ]
+    task_ids.append(_one_per_task_type("valid_unseen")[3])
+    checked = {True: 0, False: 0}
+    for task_id in task_ids:
+        reference, _ = _grounder_in_play(task_id, 0)
+        grounder, state = _grounder_in_play(task_id, 4)
+        for pred in ("ishot", "iscool", "isclean", "holds", "objectatlocation", "inreceptacle"):
+            full = reference.reachable(pred)
+            atoms = sorted(a for a in full if a[0] == pred)[:12]
+            # unreachable candidates: the reachable atoms' arguments shifted onto other objects
+            objects = sorted({x for a in atoms for x in a[1:]})
+            atoms += [(pred, *objects[i : i + len(a) - 1]) for i, a in enumerate(atoms[:12])]
+            for atom in atoms:
+                grounder._reachable_by_cone.clear()  # every question runs the exploration
+                assert grounder.reaches(atom, state) == (atom in full), atom
+                checked[atom in full] += 1
+    assert checked[True] > 20 and checked[False] > 20, checked

@@ -59,6 +59,21 @@ class _PrivateGlobalRandom:
         _GLOBAL_RANDOM_LOCK.release()
 
 
+def _upstream_task_params(game_file: Path) -> dict[str, Any] | None:
+    """The task parameters upstream's ``HandCodedAgent.reset`` reads from the game's ``traj_data.json``, from
+    the env's read of the same file (None when it has no task type: upstream's reset then reports the error)."""
+    from alfworld.agents.expert.handcoded_expert import constants
+
+    from stepgym.envs.alfworld.games import traj_task
+
+    params, task_type = traj_task(game_file.with_name("traj_data.json"))
+    if task_type is None:
+        return None
+    return {
+        k: v.lower() if v in constants.OBJECTS else v for k, v in {**params, "task_type": task_type}.items()
+    }
+
+
 class RobustExpert:
     """Wraps one ``HandCodedTWAgent`` per episode; ``observe_reset`` then ``next_action`` after every step."""
 
@@ -75,6 +90,8 @@ class RobustExpert:
 
     def _fresh(self) -> Any:
         agent = self._agent_cls(max_steps=10_000)
+        if self._task_params is None:
+            self._task_params = _upstream_task_params(Path(self._game_file))
         if self._task_params is None:
             agent.reset(self._game_file)  # reads the game's traj_data.json
             self._task_params = agent.task_params

@@ -54,16 +54,24 @@ class GameRecord:
 
     def task_params(self) -> dict[str, str]:
         """``pddl_params`` of the game (object/receptacle/toggle targets) from its ``traj_data.json``."""
-        try:
-            with open(self.traj_file, encoding="utf-8") as f:
-                traj = json.load(f)
-            params = traj["pddl_params"]
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CorruptDataError(
-                f"ALFWorld trajectory file {self.traj_file} is unreadable or lacks 'pddl_params' ({exc}). "
-                "Re-download the data with `stepgym download alfworld`."
-            ) from exc
+        params, _ = traj_task(self.traj_file)
         return {k: v for k, v in params.items() if isinstance(v, str)}
+
+
+@functools.lru_cache(maxsize=256)
+def traj_task(traj_file: Path) -> tuple[dict, str | None]:
+    """``pddl_params`` and ``task_type`` of a ``traj_data.json``, read once per file (the env's targets and
+    the expert's task both come from them; the file is ~80 KB). Callers only read the result."""
+    try:
+        with open(traj_file, encoding="utf-8") as f:
+            traj = json.load(f)
+        params = traj["pddl_params"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise CorruptDataError(
+            f"ALFWorld trajectory file {traj_file} is unreadable or lacks 'pddl_params' ({exc}). "
+            "Re-download the data with `stepgym download alfworld`."
+        ) from exc
+    return params, traj.get("task_type")
 
 
 def resolve_root(explicit: str | os.PathLike[str] | None = None) -> Path:

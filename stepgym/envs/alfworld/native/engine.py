@@ -116,7 +116,7 @@ class _Game:
     options_cache: dict[frozenset, tuple] | None
     intro: str = ""
     vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
-    static_sorted: dict[str, list[tuple]] | None = None
+    static_sorted: dict[tuple, dict[tuple, list[tuple]]] | None = None  # static facts by bound arguments
 
 
 @dataclass(frozen=True)
@@ -409,33 +409,44 @@ class NativeEngine:
         return False
 
     def _assignments(self, query: Query, mapping: dict, first: bool = False) -> list[dict]:
-        """TextWorld's ``State.all_assignments`` over its fact list, in its order."""
+        """TextWorld's ``State.all_assignments`` over its fact list, in its order.
+
+        Each predicate's facts are narrowed to those agreeing with the placeholders already bound (an index
+        lookup for facts that never change), which keeps TextWorld's order and result.
+        """
         game = self._require()
         results: list[dict] = []
         m = dict(mapping)
         used = set(mapping.values())
         preds = query.preds
         seen = set(m)
-        new_by_depth = []
+        levels = []  # per predicate: bound positions, the others with their type's objects, new placeholders
         for _, args in preds:
+            bound = tuple(j for j, ph in enumerate(args) if ph in seen)
+            free = tuple(
+                (j, ph, game.grounder.objects_of(ph[1])) for j, ph in enumerate(args) if ph not in seen
+            )
             new = []
             for ph in args:
                 if ph not in seen:
                     new.append(ph)
                     seen.add(ph)
-            new_by_depth.append(new)
+            levels.append((bound, free, new))
 
         def rec(depth: int) -> bool:
             if depth == len(preds):
                 results.append(dict(m))
                 return first
             pred, args = preds[depth]
-            for fact in self._sorted_facts(pred, game):
-                if len(fact) != len(args):
-                    continue
+            bound, free, new = levels[depth]
+            key = tuple(m[args[j]] for j in bound)
+            if not all(_type_ok(game, obj, args[j][1]) for j, obj in zip(bound, key, strict=True)):
+                return False
+            for fact in self._matching_facts(pred, len(args), bound, key, game):
                 ok = True
-                for ph, obj in zip(args, fact, strict=True):
-                    if not _type_ok(game, obj, ph[1]):
+                for j, ph, objs in free:
+                    obj = fact[j]
+                    if obj not in objs:
                         ok = False
                         break
                     existing = m.get(ph)
@@ -450,7 +461,7 @@ class NativeEngine:
                         break
                 if ok and rec(depth + 1):
                     return True
-                for ph in new_by_depth[depth]:
+                for ph in new:
                     obj = m.pop(ph, None)
                     used.discard(obj)
             return False
@@ -458,16 +469,26 @@ class NativeEngine:
         rec(0)
         return results
 
-    def _sorted_facts(self, pred: str, game: _Game) -> list[tuple]:
+    def _matching_facts(
+        self, pred: str, arity: int, positions: tuple[int, ...], key: tuple, game: _Game
+    ) -> list[tuple]:
+        """The facts of ``pred`` with ``arity`` arguments and ``key`` at ``positions``, in sorted order."""
         if pred in game.fluent_tw:
-            return sorted(self._tw_by_pred.get(pred, ()))
+            return [
+                f
+                for f in sorted(self._tw_by_pred.get(pred, ()))
+                if len(f) == arity and all(f[j] == k for j, k in zip(positions, key, strict=True))
+            ]
         cache = game.static_sorted
         if cache is None:
             cache = game.static_sorted = {}
-        facts = cache.get(pred)
-        if facts is None:
-            facts = cache[pred] = sorted(self._tw_by_pred.get(pred, ()))
-        return facts
+        index = cache.get((pred, arity, positions))
+        if index is None:
+            index = cache[(pred, arity, positions)] = {}
+            for f in sorted(self._tw_by_pred.get(pred, ())):
+                if len(f) == arity:
+                    index.setdefault(tuple(f[j] for j in positions), []).append(f)
+        return index.get(key, [])
 
 
 def _reads_only(

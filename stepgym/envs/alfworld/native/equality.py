@@ -11,12 +11,13 @@ facts behind the state key.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["GameReport", "compare_game", "make_pair"]
+__all__ = ["GameReport", "compare_game", "digest_game", "make_pair"]
 
 _JUNK = (
     "jump",
@@ -109,3 +110,40 @@ def compare_game(
         if report.differences:
             break
     return report
+
+
+def _random_action(rng: np.random.Generator, admissible: list[str], junk_rate: float) -> str:
+    if rng.random() < junk_rate:
+        return _junk(rng, admissible)
+    return admissible[int(rng.integers(len(admissible)))]
+
+
+def digest_game(env: Any, task_id: str, seeds: tuple[int, ...] = (0,), junk_rate: float = 0.2) -> list[str]:
+    """One SHA-256 per step of one engine: the walkthrough, then one random episode per seed.
+
+    Each digest covers the whole step tuple (observation, reward, terminated, truncated, every info entry) and
+    the world facts, so two versions of an engine can be compared on every game without running the other engine
+    (``scripts/alfworld_native_equality.py --digest-out`` / ``--against-digest``).
+    """
+    out = []
+
+    def record(step: tuple) -> None:
+        *head, info = step
+        text = repr((head, sorted(info.items()), sorted(env.facts())))
+        out.append(hashlib.sha256(text.encode()).hexdigest())
+
+    for kind, seed in [("walkthrough", 0)] + [("random", s) for s in seeds]:
+        step = env.reset(seed=seed, options={"task_id": task_id})
+        record(step)
+        rng = np.random.default_rng(seed)
+        plan = list(env.walkthrough) if kind == "walkthrough" else None
+        t = 0
+        while plan is None or t < len(plan):
+            admissible = step[-1]["stepgym/admissible_actions"]
+            action = plan[t] if plan is not None else _random_action(rng, admissible, junk_rate)
+            step = env.step(action)
+            t += 1
+            record(step)
+            if step[2] or step[3]:
+                break
+    return out

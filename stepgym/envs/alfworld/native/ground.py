@@ -130,10 +130,13 @@ class Grounder:
         self.init = set(problem.init)
         subtypes = {t: domain.subtypes(t) for t in set(domain.types) | set(problem.objects.values())}
         self._by_type: dict[str, list[str]] = defaultdict(list)
+        supertypes: dict[str, list[str]] = {}
         for obj, typ in problem.objects.items():
-            for t, subs in subtypes.items():
-                if typ in subs:
-                    self._by_type[t].append(obj)
+            sup = supertypes.get(typ)
+            if sup is None:
+                sup = supertypes[typ] = [t for t, subs in subtypes.items() if typ in subs]
+            for t in sup:
+                self._by_type[t].append(obj)
         self._type_ok: dict[str, frozenset[str]] = {t: frozenset(o) for t, o in self._by_type.items()}
         self.static: dict[str, set[tuple]] = defaultdict(set)
         for atom in problem.init:
@@ -254,6 +257,22 @@ class Grounder:
                     out.append(op)
         return out
 
+    def relaxed_rules(self) -> list[tuple[list[tuple[str, str]], list[tuple], list[tuple[str, tuple]]]]:
+        """FD's relaxed rules: (parameters, positive body literals, added atoms); one per schema disjunct and
+        add-effect condition."""
+        rules = []
+        for schema in self.domain.schemas:
+            for extra, lits in schema.disjuncts:
+                pos = [lit for lit in lits if not lit[0]]
+                by_cond: dict[tuple, list] = {}
+                for eff in schema.effects:
+                    if not eff.negated:
+                        cond = tuple(lit for lit in eff.condition if not lit[0])
+                        by_cond.setdefault(cond, []).append((eff.pred, eff.args))
+                for cond, heads in by_cond.items():
+                    rules.append((schema.params + extra, pos + list(cond), heads))
+        return rules
+
     def reachable(self, pred: str | None = None) -> set[tuple]:
         """FD's relaxed exploration: atoms reachable ignoring negative literals and deletes.
 
@@ -262,56 +281,65 @@ class Grounder:
         """
         cone = self._cone(pred) if pred is not None else None
         if cone not in self._reachable_by_cone:
-            facts = Tables()
-            for atom in self.init:
-                if atom[0] in self.fluents:
-                    facts.add(atom[0], atom[1:])
-            rules = []  # (params by name, body, heads, [(delta literal, plan of the rest)])
-            for schema in self.domain.schemas:
-                for extra, lits in schema.disjuncts:
-                    params = schema.params + extra
-                    pos = [lit for lit in lits if not lit[0]]
-                    by_cond: dict[tuple, list] = {}
-                    for eff in schema.effects:
-                        if not eff.negated:
-                            cond = tuple(lit for lit in eff.condition if not lit[0])
-                            by_cond.setdefault(cond, []).append((eff.pred, eff.args))
-                    for cond, heads in by_cond.items():
-                        body = pos + list(cond)
-                        heads = [h for h in heads if cone is None or h[0] in cone]
-                        if not heads:
-                            continue
-                        deltas = []
-                        for i, lit in enumerate(body):
-                            if lit[1] in self.fluents:
-                                vars_ = tuple(a for a in lit[2] if a.startswith("?"))
-                                deltas.append((lit, _Plan(params, body[:i] + body[i + 1 :], self, vars_)))
-                        rules.append((dict(params), _Plan(params, body, self), heads, deltas))
-            delta: dict[str, set[tuple]] = defaultdict(set)
-            for _, plan, heads, _ in rules:
-                for b in self.assignments(plan, facts):
-                    for pred, args in heads:
-                        delta[pred].add(tuple(b.get(a, a) for a in args))
-            while True:
-                fresh: dict[str, set[tuple]] = {p: ts - facts.data.get(p, set()) for p, ts in delta.items()}
-                fresh = {p: ts for p, ts in fresh.items() if ts}
-                if not fresh:
-                    break
-                for pred, ts in fresh.items():
-                    for t in ts:
-                        facts.add(pred, t)
-                delta = defaultdict(set)
-                for types, _, heads, deltas in rules:
-                    for lit, plan in deltas:
-                        for t in fresh.get(lit[1], ()):
-                            b = self._bind(lit[2], t, types)
-                            if b is None:
-                                continue
-                            for full in self.assignments(plan, facts, b):
-                                for pred, args in heads:
-                                    delta[pred].add(tuple(full.get(a, a) for a in args))
-            self._reachable_by_cone[cone] = {(p, *a) for p, ts in facts.data.items() for a in ts} | self.init
+            self._explore(cone, Tables())
         return self._reachable_by_cone[cone]
+
+    def reaches(self, atom: tuple, state: Tables) -> bool:
+        """Whether ``atom`` is relaxed-reachable, given that the atoms of ``state`` are (any state reached by
+        playing). The exploration starts from them and the initial state, and stops as soon as ``atom`` is
+        added; the least fixpoint is the same as from the initial state alone, so a full run is cached."""
+        cone = self._cone(atom[0])
+        done = self._reachable_by_cone.get(cone)
+        if done is not None:
+            return atom in done
+        if self._explore(cone, Tables({p: set(ts) for p, ts in state.data.items()}), atom):
+            return True
+        return atom in self._reachable_by_cone[cone]
+
+    def _explore(self, cone: frozenset[str] | None, facts: Tables, target: tuple | None = None) -> bool:
+        """Semi-naive relaxed exploration of the rules producing ``cone`` from ``facts`` and the initial state.
+        True as soon as ``target`` is added; otherwise the fixpoint is cached for ``cone`` and False returned."""
+        for atom in self.init:
+            if atom[0] in self.fluents:
+                facts.add(atom[0], atom[1:])
+        rules = []  # (params by name, body, heads, [(delta literal, plan of the rest)])
+        for params, body, heads in self.relaxed_rules():
+            heads = [h for h in heads if cone is None or h[0] in cone]
+            if not heads:
+                continue
+            deltas = []
+            for i, lit in enumerate(body):
+                if lit[1] in self.fluents:
+                    vars_ = tuple(a for a in lit[2] if a.startswith("?"))
+                    deltas.append((lit, _Plan(params, body[:i] + body[i + 1 :], self, vars_)))
+            rules.append((dict(params), _Plan(params, body, self), heads, deltas))
+        delta: dict[str, set[tuple]] = defaultdict(set)
+        for _, plan, heads, _ in rules:
+            for b in self.assignments(plan, facts):
+                for pred, args in heads:
+                    delta[pred].add(tuple(b.get(a, a) for a in args))
+        while True:
+            fresh: dict[str, set[tuple]] = {p: ts - facts.data.get(p, set()) for p, ts in delta.items()}
+            fresh = {p: ts for p, ts in fresh.items() if ts}
+            if not fresh:
+                break
+            if target is not None and target[1:] in fresh.get(target[0], ()):
+                return True
+            for pred, ts in fresh.items():
+                for t in ts:
+                    facts.add(pred, t)
+            delta = defaultdict(set)
+            for types, _, heads, deltas in rules:
+                for lit, plan in deltas:
+                    for t in fresh.get(lit[1], ()):
+                        b = self._bind(lit[2], t, types)
+                        if b is None:
+                            continue
+                        for full in self.assignments(plan, facts, b):
+                            for pred, args in heads:
+                                delta[pred].add(tuple(full.get(a, a) for a in args))
+        self._reachable_by_cone[cone] = {(p, *a) for p, ts in facts.data.items() for a in ts} | self.init
+        return False
 
     def _cone(self, pred: str) -> frozenset[str]:
         """``pred`` and every fluent predicate in the body of a rule producing one already in the set."""
@@ -458,7 +486,8 @@ class Grounder:
 
 class _Reach:
     """Membership in the relaxed-reachable atoms, answered without the exploration when it can be: atoms of the
-    initial state or of the current (reachable) state are reachable."""
+    initial state or of the current (reachable) state are reachable; otherwise the exploration starts from
+    them and stops once the atom is found."""
 
     def __init__(self, grounder: Grounder, state: Tables, known: set[tuple]):
         self.grounder, self.state, self.known = grounder, state, known
@@ -467,7 +496,7 @@ class _Reach:
         g = self.grounder
         if atom in g.init or atom in self.state or atom in self.known:
             return True
-        return atom in g.reachable(atom[0])
+        return g.reaches(atom, self.state)
 
 
 def _negate_dnf(conds: list[dict]) -> list[dict] | None:

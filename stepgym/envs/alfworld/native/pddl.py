@@ -30,12 +30,13 @@ Atom = tuple  # (predicate, arg, arg, ...)
 
 
 _COMMENT = re.compile(r";[^\n]*")
-_TOKEN = re.compile(r"[()]|[^\s()]+")
 
 
 def tokenize(text: str) -> list[Any]:
     """The nested list of ``text``, tokenised like FD's ``lisp_parser`` (lower case, ``;`` comments)."""
-    tokens = _TOKEN.findall(_COMMENT.sub("", text).replace("?", " ?").lower())
+    # "(", ")" and the runs of other non-space characters (str.split and re's \s agree on what is space)
+    text = _COMMENT.sub("", text).replace("?", " ?").lower()
+    tokens = text.replace("(", " ( ").replace(")", " ) ").split()
     if not tokens or tokens[0] != "(":
         raise CorruptDataError("PDDL text does not start with '('")
     stack: list[list[Any]] = [[]]
