@@ -461,16 +461,27 @@ class _ParentARG:
     """The graph of an ``ARGWrapper`` whose copies run in workers: kept and (with ``grow``) grown in this process by
     the wrapper's own rule, sent to the workers as JSON text (``sent``: the text they have, ``None`` if unknown)."""
 
-    def __init__(self, graph: Any, key: Callable[[dict[str, Any]], str], success_fn: Callable, grow: bool):
+    def __init__(
+        self,
+        graph: Any,
+        key: Callable[[dict[str, Any]], str],
+        success_fn: Callable,
+        grow: bool,
+        warn_after: int,
+    ):
         self.graph, self.key, self.success_fn, self.grow = graph, key, success_fn, grow
         self.sent: str | None = graph.to_json_text()  # what the recipe carries to every worker
-        self.grown = 0
+        self.warn_after, self.episodes, self.grown = int(warn_after), 0, 0
 
     def grow_from(self, trajectories: Sequence[schema.Trajectory]) -> None:
-        from stepgym.wrappers.arg import grow_graph
+        from stepgym.wrappers.arg import grow_graph, warn_never_grown
 
+        before = self.episodes
         for t in trajectories:  # rollout order
+            self.episodes += 1
             self.grown += grow_graph(self.graph, t, self.key, self.success_fn)
+        if self.grown == 0 and before < self.warn_after <= self.episodes:  # once, as the wrapper does
+            warn_never_grown(self.episodes, stacklevel=6)  # the caller of GroupEnv.step
 
 
 def _arg_in_parent(wrappers: Sequence[WrapperFn]) -> tuple[tuple[WrapperFn, ...], _ParentARG | None]:
@@ -499,6 +510,7 @@ def _arg_in_parent(wrappers: Sequence[WrapperFn]) -> tuple[tuple[WrapperFn, ...]
                 key,
                 success_fn if success_fn is not None else graph.success_fn,
                 bool(bound.get("grow", False)),
+                bound.get("warn_after", inspect.signature(fn).parameters["warn_after"].default),
             )
         )
         out.append(functools.partial(fn, **{**bound, "graph": graph, "grow": False}))

@@ -613,3 +613,26 @@ def test_growing_arg_on_a_shared_remote_executor_is_refused():
             GroupEnv("StepGym/CreditToy-v0", group_size=2, executor=ex)
     finally:
         ex.close()
+
+
+def test_growing_arg_in_the_parent_warns_when_nothing_succeeds():
+    import functools
+
+    from stepgym.wrappers.arg import ARGWrapper
+
+    group = GroupEnv(
+        "StepGym/CreditToy-v0",
+        group_size=2,
+        env_kwargs=TOY_KWARGS,
+        wrappers=[functools.partial(ARGWrapper, grow=True, warn_after=2)],
+        executor="process",
+        num_workers=1,
+    )
+    try:
+        group.reset(seed=1)
+        with pytest.warns(RuntimeWarning, match="none counted as a success"):
+            while group.agents:
+                group.step(dict.fromkeys(group.agents, "wait"))
+        assert group.arg_graph.stats()["trajectories"] == 0
+    finally:
+        group.close()

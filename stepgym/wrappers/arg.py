@@ -61,6 +61,17 @@ def grow_graph(
     return True
 
 
+def warn_never_grown(episodes: int, stacklevel: int) -> None:
+    """The ``RuntimeWarning`` of a growing graph that has seen ``episodes`` episodes end and no success."""
+    warnings.warn(
+        f"ARGWrapper(grow=True): {episodes} episodes ended and none counted as a success, so the "
+        f"graph has not grown. If this env signals success another way, pass success_fn= (the default "
+        "reads stepgym/won, else a positive reward on the terminating step).",
+        RuntimeWarning,
+        stacklevel=stacklevel,
+    )
+
+
 class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
     """Adds ``stepgym/arg_state``, ``arg_reasonable`` and ``arg_progress`` to every info, and ``arg_labels``
     (reasonable, progress, future_drift lists) to the info of the step that ends the episode.
@@ -152,10 +163,4 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
             self.grown += 1
         elif not self._warned and self.grown == 0 and self.episodes >= self.warn_after:
             self._warned = True
-            warnings.warn(
-                f"ARGWrapper(grow=True): {self.episodes} episodes ended and none counted as a success, so the "
-                f"graph has not grown. If this env signals success another way, pass success_fn= (the default "
-                "reads stepgym/won, else a positive reward on the terminating step).",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            warn_never_grown(self.episodes, stacklevel=4)
