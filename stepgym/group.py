@@ -72,7 +72,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         executor: where the G copies run (:mod:`stepgym.workers`): ``"inprocess"`` (default), ``"process"`` (a
             local pool of ``num_workers`` processes) or ``"ray"``; or an :class:`~stepgym.workers.Executor`
             shared by several groups, with ``slots`` naming this group's G copies in it. With ``"process"`` and
-            ``"ray"`` the env, its kwargs and the wrappers must pickle (no lambdas).
+            ``"ray"`` the env, its kwargs and the wrappers must pickle (no lambdas); an ``ARGWrapper``'s graph then
+            stays here (:attr:`arg_graph`), reaches the workers as JSON and, with ``grow=True``, is grown here
+            from each finished group (``docs/trainer.md``, Scale-out).
         num_workers: worker processes / actors for ``"process"`` and ``"ray"``.
         executor_kwargs: more arguments for the executor (``timeout``, ``num_cpus``, ``address``...).
         slots: with a shared executor, the G slots that hold this group's copies.
@@ -510,7 +512,7 @@ def _arg_in_parent(wrappers: Sequence[WrapperFn]) -> tuple[tuple[WrapperFn, ...]
                 key,
                 success_fn if success_fn is not None else graph.success_fn,
                 bool(bound.get("grow", False)),
-                bound.get("warn_after", inspect.signature(fn).parameters["warn_after"].default),
+                bound.get("warn_after", inspect.signature(ARGWrapper).parameters["warn_after"].default),
             )
         )
         out.append(functools.partial(fn, **{**bound, "graph": graph, "grow": False}))

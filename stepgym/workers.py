@@ -16,7 +16,8 @@ Design rules (the pattern of Ray-based agent-RL trainers, with their failure mod
 * **Only recipes cross process boundaries.** An :class:`EnvRecipe` (env id or importable factory, kwargs,
   importable wrapper classes or ``functools.partial`` of them) is sent to each worker, which builds its copies
   there. Envs, engines, browsers and LLM clients never leave their worker. A recipe that cannot be pickled (a
-  lambda, a local class) is refused when the executor is created, with the reason.
+  lambda, a local class) is refused when the executor is created, with the reason. An ARG crosses as its JSON
+  text; ``GroupEnv`` keeps the one graph in the driver and grows it there (the ``arg_graph`` operation sends it).
 * **One remote call per worker per turn.** Requests are queued (:meth:`Executor.submit`) and sent together on the
   first :meth:`Executor.result`: every worker receives one message holding all of its pending operations, runs
   them in order and answers once. Many groups on one worker therefore cost one round trip per turn, which keeps
