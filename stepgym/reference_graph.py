@@ -513,7 +513,7 @@ class AgenticReferenceGraph:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 if path.exists():
                     os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-                f.write(self.to_json_text())
+                json.dump(self._to_json(), f, indent=1, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
