@@ -26,6 +26,8 @@ it is re-exported here with ``render_trajectory_text`` and ``hindsight_block``).
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -70,7 +72,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         executor: where the G copies run (:mod:`stepgym.workers`): ``"inprocess"`` (default), ``"process"`` (a
             local pool of ``num_workers`` processes) or ``"ray"``; or an :class:`~stepgym.workers.Executor`
             shared by several groups, with ``slots`` naming this group's G copies in it. With ``"process"`` and
-            ``"ray"`` the env, its kwargs and the wrappers must pickle (no lambdas).
+            ``"ray"`` the env, its kwargs and the wrappers must pickle (no lambdas); an ``ARGWrapper``'s graph then
+            stays here (:attr:`arg_graph`), reaches the workers as JSON and, with ``grow=True``, is grown here
+            from each finished group (``docs/trainer.md``, Scale-out).
         num_workers: worker processes / actors for ``"process"`` and ``"ray"``.
         executor_kwargs: more arguments for the executor (``timeout``, ``num_cpus``, ``address``...).
         slots: with a shared executor, the G slots that hold this group's copies.
@@ -130,7 +134,17 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         self.task_option = task_option
         self.success_fn = success_fn
         self.final_correctness = bool(final_correctness)
+        self._arg: _ParentARG | None = None
         if isinstance(executor, Executor):
+            if not isinstance(executor, InProcessExecutor):
+                _, arg = _arg_in_parent(executor.recipe.wrappers)
+                if arg is not None and arg.grow:
+                    raise ValueError(
+                        "ARGWrapper(grow=True) on a shared remote executor would grow a separate copy of the graph "
+                        "in each worker. Pass grow=False there and grow the graph in this process from each "
+                        "finished group (graph.add_trajectory(t) for t in group.trajectories), or give GroupEnv "
+                        "executor='process'/'ray' (it then grows the graph here and sends it to its workers)."
+                    )
             self._slots = list(range(group_size)) if slots is None else [int(s) for s in slots]
             if len(self._slots) != group_size:
                 raise ValueError(f"slots must name {group_size} env copies, got {len(self._slots)}")
@@ -138,7 +152,10 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         else:
             if slots is not None:
                 raise ValueError("slots= only applies to a shared Executor instance")
-            recipe = EnvRecipe(env, dict(env_kwargs or {}), tuple(wrappers))
+            wrappers = tuple(wrappers)
+            if executor not in (None, "inprocess"):
+                wrappers, self._arg = _arg_in_parent(wrappers)
+            recipe = EnvRecipe(env, dict(env_kwargs or {}), wrappers)
             self.executor = make_executor(
                 executor, recipe, group_size, num_workers=num_workers, **dict(executor_kwargs or {})
             )
@@ -196,15 +213,29 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             env_seed = int(self._rng.integers(0, 2**31 - 1))
         self._last_seed = env_seed
         opts = dict(options or {})
+        graph_ticket = None
+        if self._arg is not None:
+            text = self._arg.graph.to_json_text()
+            if text != self._arg.sent:  # grown (or changed by the user) since the workers last got it
+                graph_ticket = self.executor.submit("arg_graph", self._slots, [text] * self.group_size)
+                self._arg.sent = text
         ticket = self.executor.submit("reset", self._slots, [(env_seed, dict(opts))] * self.group_size)
-        self._pending = ("reset", ticket, (env_seed, opts))
+        self._pending = ("reset", ticket, (env_seed, opts, graph_ticket))
 
     def reset_wait(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-        kind, ticket, (env_seed, opts) = self._take_pending("reset")
+        kind, ticket, (env_seed, opts, graph_ticket) = self._take_pending("reset")
         self._broken = True  # until this reset has fully succeeded
         try:
+            if graph_ticket is not None:
+                try:
+                    self.executor.result(graph_ticket)
+                except Exception:
+                    with contextlib.suppress(Exception):
+                        self.executor.result(ticket)
+                    raise
             results = self.executor.result(ticket)
         except EnvWorkerError as e:
+            self._copies_lost()
             raise self._named(
                 e, f"resetting task {opts.get(self.task_option or '', '(drawn by seed)')!r}, seed {env_seed}"
             ) from e
@@ -273,6 +304,7 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             results = self.executor.result(ticket)
         except Exception as e:
             self._broken = True  # the episode cannot continue on copies that may be gone: reset first
+            self._copies_lost()
             if isinstance(e, EnvWorkerError):
                 raise self._named(e, f"stepping task {self.task_id!r}, seed {self._last_seed}") from e
             raise
@@ -297,10 +329,17 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         elsewhere, the group can then be reset. The episode in progress is lost (``reset()`` first)."""
         if self._pending is None:
             return
-        _, ticket, _ = self._take_pending(self._pending[0])
+        kind, ticket, extra = self._take_pending(self._pending[0])
         self._broken = True
-        with contextlib.suppress(Exception):
-            self.executor.result(ticket)
+        self._copies_lost()
+        for t in (extra[2], ticket) if kind == "reset" and extra[2] is not None else (ticket,):
+            with contextlib.suppress(Exception):
+                self.executor.result(t)
+
+    def _copies_lost(self) -> None:
+        # A restarted worker rebuilt its copies from the recipe, with the graph as it was then: send it again.
+        if self._arg is not None:
+            self._arg.sent = None
 
     def _check_idle(self) -> None:
         if self._pending is not None:
@@ -314,6 +353,8 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     def _finish(self) -> None:
         trajs = self.trajectories
+        if self._arg is not None and self._arg.grow:
+            self._arg.grow_from(trajs)
         self._hindsight = peer_hindsight(
             trajs, success_fn=self.success_fn, final_correctness=self.final_correctness
         )
@@ -328,6 +369,13 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         if any(t is None for t in out):
             raise RuntimeError("GroupEnv.reset() has not been called")
         return out  # type: ignore[return-value]
+
+    @property
+    def arg_graph(self) -> Any:
+        """The ARG of the copies' ``ARGWrapper`` when they run in workers (``executor="process"``/``"ray"``): the
+        one graph, kept in this process, sent to the workers as JSON and, with ``grow=True``, grown here from each
+        finished group. ``None`` in-process (the wrapper's own ``graph`` is then the one graph) or without one."""
+        return None if self._arg is None else self._arg.graph
 
     @property
     def finished(self) -> bool:
@@ -406,3 +454,68 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         """Close the copies (and end the workers, when this group started them)."""
         if self._owns_executor:
             self.executor.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The ARG of copies that run in workers: one graph, here
+# ---------------------------------------------------------------------------------------------------------------
+class _ParentARG:
+    """The graph of an ``ARGWrapper`` whose copies run in workers: kept and (with ``grow``) grown in this process by
+    the wrapper's own rule, sent to the workers as JSON text (``sent``: the text they have, ``None`` if unknown)."""
+
+    def __init__(
+        self,
+        graph: Any,
+        key: Callable[[dict[str, Any]], str],
+        success_fn: Callable,
+        grow: bool,
+        warn_after: int,
+    ):
+        self.graph, self.key, self.success_fn, self.grow = graph, key, success_fn, grow
+        self.sent: str | None = graph.to_json_text()  # what the recipe carries to every worker
+        self.warn_after, self.episodes, self.grown = int(warn_after), 0, 0
+
+    def grow_from(self, trajectories: Sequence[schema.Trajectory]) -> None:
+        from stepgym.wrappers.arg import grow_graph, warn_never_grown
+
+        before = self.episodes
+        for t in trajectories:  # rollout order
+            self.episodes += 1
+            self.grown += grow_graph(self.graph, t, self.key, self.success_fn)
+        if self.grown == 0 and before < self.warn_after <= self.episodes:  # once, as the wrapper does
+            warn_never_grown(self.episodes, stacklevel=6)  # the caller of GroupEnv.step
+
+
+def _arg_in_parent(wrappers: Sequence[WrapperFn]) -> tuple[tuple[WrapperFn, ...], _ParentARG | None]:
+    """Find the ``ARGWrapper`` (its class or a ``functools.partial`` of it) among ``wrappers``; return the wrappers
+    with it replaced by one that labels against the graph read-only (``grow=False``), and the graph kept here."""
+    from stepgym.reference_graph import AgenticReferenceGraph, _key_fn
+    from stepgym.wrappers.arg import ARGWrapper
+
+    out: list[WrapperFn] = []
+    found: list[_ParentARG] = []
+    for w in wrappers:
+        fn, args, kw = (w.func, w.args, w.keywords) if isinstance(w, functools.partial) else (w, (), {})
+        if not (isinstance(fn, type) and issubclass(fn, ARGWrapper)):
+            out.append(w)
+            continue
+        bound = dict(inspect.signature(fn).bind_partial(None, *args, **kw).arguments)
+        bound.pop("env", None)
+        state_key, success_fn = bound.get("state_key"), bound.get("success_fn")
+        graph = bound.get("graph")
+        if graph is None:
+            graph = AgenticReferenceGraph(state_key, success_fn)
+        key = _key_fn(state_key) if state_key is not None else graph.state_key
+        found.append(
+            _ParentARG(
+                graph,
+                key,
+                success_fn if success_fn is not None else graph.success_fn,
+                bool(bound.get("grow", False)),
+                bound.get("warn_after", inspect.signature(ARGWrapper).parameters["warn_after"].default),
+            )
+        )
+        out.append(functools.partial(fn, **{**bound, "graph": graph, "grow": False}))
+    if len(found) > 1:
+        raise ValueError("a group's wrappers may hold one ARGWrapper (found several)")
+    return tuple(out), (found[0] if found else None)

@@ -398,6 +398,7 @@ class AgenticReferenceGraph:
 
     def __init__(self, state_key: StateKeyFn | str | None = None, success_fn: SuccessFn | None = None):
         self.state_key = _key_fn(state_key)
+        self._state_key_arg = state_key  # what crosses to another process (the key function may be a closure)
         self.success_fn: SuccessFn = success_fn if success_fn is not None else reached_goal
         self._tasks: dict[str, _TaskGraph] = {}
 
@@ -481,6 +482,10 @@ class AgenticReferenceGraph:
 
     __hash__ = None  # type: ignore[assignment] - mutable
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A graph crosses process boundaries (env workers, copies) as its JSON text, never as pickled objects.
+        return _graph_from_json, (self.to_json_text(), self._state_key_arg, self.success_fn)
+
     # -- persistence ----------------------------------------------------------------------------------------
     def _to_json(self) -> dict[str, Any]:
         return {
@@ -488,6 +493,10 @@ class AgenticReferenceGraph:
             "version": FORMAT_VERSION,
             "tasks": {tid: self._tasks[tid].to_json() for tid in sorted(self._tasks)},
         }
+
+    def to_json_text(self) -> str:
+        """The graph as the JSON text :meth:`save` writes (equal graphs give equal texts)."""
+        return json.dumps(self._to_json(), indent=1, sort_keys=True)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the graph as JSON, atomically (temporary file + fsync + rename in the same folder).
@@ -530,14 +539,20 @@ class AgenticReferenceGraph:
             ) from exc
         except UnicodeDecodeError as exc:
             raise CorruptDataError(f"{path} is not a text file: {exc}") from exc
+        return cls._from_data(data, str(path), state_key, success_fn)
+
+    @classmethod
+    def _from_data(
+        cls, data: Any, where: str, state_key: StateKeyFn | str | None, success_fn: SuccessFn | None
+    ) -> AgenticReferenceGraph:
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
             raise FormatVersionError(
-                f"{path} is not a stepgym ARG file (format {data.get('format') if isinstance(data, dict) else None!r})"
+                f"{where} is not a stepgym ARG file (format {data.get('format') if isinstance(data, dict) else None!r})"
             )
         version = data.get("version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise FormatVersionError(
-                f"{path} was written in ARG format version {version!r}; this stepgym reads versions <= "
+                f"{where} was written in ARG format version {version!r}; this stepgym reads versions <= "
                 f"{FORMAT_VERSION}. Upgrade stepgym to read it."
             )
         arg = cls(state_key, success_fn)
@@ -545,7 +560,7 @@ class AgenticReferenceGraph:
             for tid, tdata in data["tasks"].items():
                 arg._tasks[tid] = _TaskGraph.from_json(tdata)
         except (KeyError, TypeError, AttributeError) as exc:
-            raise CorruptDataError(f"{path}: malformed ARG content ({type(exc).__name__}: {exc})") from exc
+            raise CorruptDataError(f"{where}: malformed ARG content ({type(exc).__name__}: {exc})") from exc
         return arg
 
     # -- seeding --------------------------------------------------------------------------------------------
@@ -622,6 +637,13 @@ def _remove_stale_temporaries(path: Path) -> None:
         m = ours.fullmatch(tmp.name)
         if (m is not None and not _pid_running(int(m.group(1)))) or legacy.fullmatch(tmp.name):
             tmp.unlink(missing_ok=True)
+
+
+def _graph_from_json(
+    text: str, state_key: StateKeyFn | str | None, success_fn: SuccessFn | None
+) -> AgenticReferenceGraph:
+    """Rebuild a graph sent as its JSON text (``AgenticReferenceGraph.__reduce__``)."""
+    return AgenticReferenceGraph._from_data(json.loads(text), "an ARG sent as JSON", state_key, success_fn)
 
 
 def label_trajectory(graph: AgenticReferenceGraph, traj: Trajectory) -> ARGLabels:

@@ -16,7 +16,8 @@ Design rules (the pattern of Ray-based agent-RL trainers, with their failure mod
 * **Only recipes cross process boundaries.** An :class:`EnvRecipe` (env id or importable factory, kwargs,
   importable wrapper classes or ``functools.partial`` of them) is sent to each worker, which builds its copies
   there. Envs, engines, browsers and LLM clients never leave their worker. A recipe that cannot be pickled (a
-  lambda, a local class) is refused when the executor is created, with the reason.
+  lambda, a local class) is refused when the executor is created, with the reason. An ARG crosses as its JSON
+  text; ``GroupEnv`` keeps the one graph in the driver and grows it there (the ``arg_graph`` operation sends it).
 * **One remote call per worker per turn.** Requests are queued (:meth:`Executor.submit`) and sent together on the
   first :meth:`Executor.result`: every worker receives one message holding all of its pending operations, runs
   them in order and answers once. Many groups on one worker therefore cost one round trip per turn, which keeps
@@ -118,7 +119,8 @@ class EnvRecipe:
 class _Shard:
     """The env copies of one worker, keyed by slot. Operations: ``reset`` (seed, options), ``step`` (action),
     ``attr`` (a wrapper attribute, e.g. the text interface's ``prompt``), ``unwrapped_attr`` (e.g. ``task_ids``),
-    ``spaces`` (the observation and action spaces)."""
+    ``spaces`` (the observation and action spaces), ``arg_graph`` (the JSON text of the ARG that the copy's
+    ``ARGWrapper`` labels against from its next reset: ``GroupEnv`` keeps and grows the graph in the parent)."""
 
     def __init__(self, recipe: EnvRecipe, slots: Sequence[int]):
         self.envs = {s: recipe.build() for s in slots}
@@ -153,6 +155,8 @@ class _Shard:
             return getattr(env.unwrapped, name, default)
         if op == "spaces":
             return env.observation_space, env.action_space
+        if op == "arg_graph":
+            return _set_arg_graph(env, arg)
         raise ValueError(f"unknown operation {op!r}")
 
     def close(self) -> None:
@@ -164,6 +168,19 @@ class _Shard:
     def pid(self) -> int:
         """The worker's process id (:attr:`RayExecutor.pids`)."""
         return os.getpid()
+
+
+def _set_arg_graph(env: gym.Env, text: str) -> None:
+    """Make every ``ARGWrapper`` around ``env`` label against the graph sent as JSON ``text`` (keeping its state
+    key and success rule)."""
+    from stepgym.reference_graph import _graph_from_json
+    from stepgym.wrappers.arg import ARGWrapper
+
+    e: Any = env
+    while isinstance(e, gym.Wrapper):
+        if isinstance(e, ARGWrapper):
+            e.graph = _graph_from_json(text, e.graph._state_key_arg, e.graph.success_fn)
+        e = e.env
 
 
 def _worker_main(conn: Any, recipe: EnvRecipe, slots: list[int]) -> None:

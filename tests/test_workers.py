@@ -463,3 +463,176 @@ def test_alfworld_overlapped_collection_is_byte_identical_to_sequential(data_dir
     finally:
         pool.close()
         ref.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The ARG of an ARGWrapper in the wrappers: one graph, in the parent, sent to workers as JSON
+# ---------------------------------------------------------------------------------------------------------------
+def _arg_group(executor: str, graph, grow: bool) -> GroupEnv:
+    import functools
+
+    from stepgym.wrappers.arg import ARGWrapper
+
+    return GroupEnv(
+        "StepGym/CreditToy-v0",
+        group_size=3,
+        env_kwargs=TOY_KWARGS,
+        wrappers=[EnvFeedbackWrapper, functools.partial(ARGWrapper, graph=graph, grow=grow)],
+        executor=executor,
+        num_workers=2,
+    )
+
+
+def _arg_play(group: GroupEnv, n_groups: int, after_group=None) -> str:
+    """Play ``n_groups`` groups of one task (rollout 0 follows the expert, the others mostly); return every
+    trajectory, ARG labels included, as one string. ``after_group(group)`` runs when each group has finished."""
+    rng = np.random.default_rng(0)
+    record = []
+    for _ in range(n_groups):
+        obs, infos = group.reset(seed=7)
+        while group.agents:
+            actions = {
+                a: infos[a][schema.EXPERT_ACTION] if a == "rollout_0" or rng.random() < 0.7 else "wait"
+                for a in group.agents
+            }
+            _, _, _, _, new_infos = group.step(actions)
+            infos.update(new_infos)
+        record.append(
+            [(t.initial_info, [tuple(vars(s).values()) for s in t.steps]) for t in group.trajectories]
+        )
+        if after_group is not None:
+            after_group(group)
+    return repr(record)
+
+
+def _seeded_graph():
+    from stepgym.reference_graph import AgenticReferenceGraph
+
+    graph = AgenticReferenceGraph()
+    probe = _arg_group("inprocess", graph, grow=False)
+    try:
+        probe.reset(seed=7)
+        task = probe.task_id
+    finally:
+        probe.close()
+    import gymnasium as gym
+
+    base = gym.make("StepGym/CreditToy-v0", **TOY_KWARGS)
+    assert graph.seed_from_expert(base, [task]) == 1
+    return graph
+
+
+def test_arg_graph_crosses_process_boundaries_as_its_json():
+    import pickle
+
+    from stepgym.reference_graph import AgenticReferenceGraph
+
+    graph = _seeded_graph()
+    data = pickle.dumps(graph)
+    assert graph.to_json_text().encode() in data and b"networkx" not in data
+    assert pickle.loads(data) == graph
+    by_name = AgenticReferenceGraph(
+        state_key=schema.STATE_KEY
+    )  # its key function is a closure: the name travels
+    assert pickle.loads(pickle.dumps(by_name)).state_key({schema.STATE_KEY: ("a", 1)}) == "('a', 1)"
+
+
+def test_read_only_arg_labels_are_byte_identical_in_workers():
+    graph = _seeded_graph()
+    before = graph.to_json_text()
+    ref = _arg_group("inprocess", graph, grow=False)
+    try:
+        expected = _arg_play(ref, 2)
+    finally:
+        ref.close()
+    pool = _arg_group("process", graph, grow=False)
+    try:
+        assert pool.arg_graph is graph
+        assert _arg_play(pool, 2) == expected
+    finally:
+        pool.close()
+    assert graph.to_json_text() == before
+
+
+def test_growing_arg_grows_once_in_the_parent_and_workers_label_against_it():
+    from stepgym.reference_graph import AgenticReferenceGraph
+
+    # What growth at group boundaries gives: label a group read-only, then add its successes in rollout order.
+    ref_graph = AgenticReferenceGraph()
+    ref = _arg_group("inprocess", ref_graph, grow=False)
+
+    def grow_ref(group):
+        for t in group.trajectories:
+            if ref_graph.success_fn(t):
+                ref_graph.add_trajectory(t)
+
+    try:
+        expected = _arg_play(ref, 3, grow_ref)
+    finally:
+        ref.close()
+    assert ref_graph.stats()["trajectories"] > 0
+
+    graph = AgenticReferenceGraph()
+    pool = _arg_group("process", graph, grow=True)
+    sent: list[int] = []
+    submit = pool.executor.submit
+
+    def counting(op, slots, args):
+        if op == "arg_graph":
+            sent.append(len(slots))
+        return submit(op, slots, args)
+
+    pool.executor.submit = counting
+    try:
+        assert _arg_play(pool, 3) == expected  # later groups labelled against the parent's grown graph
+        assert graph == ref_graph and pool.arg_graph is graph
+        assert pool.get_wrapper_attr("grown", pool.possible_agents) == dict.fromkeys(pool.possible_agents, 0)
+        assert sent == [
+            3,
+            3,
+        ]  # before groups 2 and 3, each after a group that grew the graph; not before group 1
+    finally:
+        pool.close()
+    # and the grown labels are not those of an empty graph
+    empty = _arg_group("process", AgenticReferenceGraph(), grow=False)
+    try:
+        assert _arg_play(empty, 3) != expected
+    finally:
+        empty.close()
+
+
+def test_growing_arg_on_a_shared_remote_executor_is_refused():
+    import functools
+
+    from stepgym.wrappers.arg import ARGWrapper
+
+    recipe = EnvRecipe("StepGym/CreditToy-v0", TOY_KWARGS, (functools.partial(ARGWrapper, grow=True),))
+    ex = ProcessExecutor(recipe, 2, 1)
+    try:
+        with pytest.raises(ValueError, match="grow=True"):
+            GroupEnv("StepGym/CreditToy-v0", group_size=2, executor=ex)
+    finally:
+        ex.close()
+
+
+def test_growing_arg_in_the_parent_warns_when_nothing_succeeds():
+    import functools
+
+    from stepgym.wrappers.arg import ARGWrapper
+
+    group = GroupEnv(
+        "StepGym/CreditToy-v0",
+        group_size=2,
+        env_kwargs=TOY_KWARGS,
+        wrappers=[functools.partial(ARGWrapper, grow=True, warn_after=2)],
+        executor="process",
+        num_workers=1,
+    )
+    try:
+        group.reset(seed=1)
+        with pytest.warns(RuntimeWarning, match="none counted as a success"):
+            while group.agents:
+                group.step(dict.fromkeys(group.agents, "wait"))
+        assert group.arg_graph.stats()["trajectories"] == 0
+    finally:
+        group.close()

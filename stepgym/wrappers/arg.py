@@ -45,6 +45,33 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'stepgym.wrappers.arg' has no attribute {name!r}")
 
 
+def grow_graph(
+    graph: _rg.AgenticReferenceGraph,
+    traj: schema.Trajectory,
+    key: _rg.StateKeyFn,
+    success_fn: _rg.SuccessFn,
+) -> bool:
+    """``ARGWrapper(grow=True)``'s rule for one finished episode: add it to ``graph`` when ``success_fn`` counts it
+    as a success (states read with ``key``). Returns whether it was added. ``GroupEnv`` applies the same rule in
+    the parent process when the wrapper's copies run in workers."""
+    if not success_fn(traj):
+        return False
+    states, actions, errors = _rg.trajectory_path(traj, key)
+    graph.add_path(traj.task_id, states, actions, won=True, errors=errors)
+    return True
+
+
+def warn_never_grown(episodes: int, stacklevel: int) -> None:
+    """The ``RuntimeWarning`` of a growing graph that has seen ``episodes`` episodes end and no success."""
+    warnings.warn(
+        f"ARGWrapper(grow=True): {episodes} episodes ended and none counted as a success, so the "
+        f"graph has not grown. If this env signals success another way, pass success_fn= (the default "
+        "reads stepgym/won, else a positive reward on the terminating step).",
+        RuntimeWarning,
+        stacklevel=stacklevel,
+    )
+
+
 class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
     """Adds ``stepgym/arg_state``, ``arg_reasonable`` and ``arg_progress`` to every info, and ``arg_labels``
     (reasonable, progress, future_drift lists) to the info of the step that ends the episode.
@@ -132,16 +159,8 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
         traj = self._recorder.trajectory
         if not self.grow or traj is None:
             return
-        if self.success_fn(traj):
-            states, actions, errors = _rg.trajectory_path(traj, self._key)
-            self.graph.add_path(traj.task_id, states, actions, won=True, errors=errors)
+        if grow_graph(self.graph, traj, self._key, self.success_fn):
             self.grown += 1
         elif not self._warned and self.grown == 0 and self.episodes >= self.warn_after:
             self._warned = True
-            warnings.warn(
-                f"ARGWrapper(grow=True): {self.episodes} episodes ended and none counted as a success, so the "
-                f"graph has not grown. If this env signals success another way, pass success_fn= (the default "
-                "reads stepgym/won, else a positive reward on the terminating step).",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            warn_never_grown(self.episodes, stacklevel=4)
