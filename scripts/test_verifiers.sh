@@ -7,15 +7,9 @@
 # local OpenAI-compatible server). ~1 min to build; the venv is reused afterwards ($STEPGYM_VERIFIERS_VENV).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-VENV=${STEPGYM_VERIFIERS_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/stepgym/venv-verifiers}
-
-if [ ! -x "$VENV/bin/python" ]; then
-  mkdir -p "$(dirname "$VENV")"
-  "$PY" -m venv --system-site-packages "$VENV"
-fi
-VPY="$VENV/bin/python"
-"$VPY" -m pip install -q --disable-pip-version-check "verifiers==0.4.0" "uv==0.13.9"
+source scripts/_venv.sh
+venv_for verifiers "${STEPGYM_VERIFIERS_VENV:-}" --system-site-packages
+pipi "verifiers==0.4.0" "uv==0.13.9"
 "$VPY" -c "import verifiers.v1"  # fail here, loudly, rather than let the test module define nothing
 STEPGYM_VERIFIERS_TESTS=1 STEPGYM_NO_SKIPS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
   exec "$VPY" -m pytest -q -p no:cacheprovider tests/test_integrations_verifiers.py

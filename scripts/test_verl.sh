@@ -6,25 +6,14 @@
 # The venv is reused afterwards ($STEPGYM_VERL_VENV); a cold build is a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-VENV=${STEPGYM_VERL_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/stepgym/venv-verl}
-
-if [ ! -x "$VENV/bin/python" ]; then
-  mkdir -p "$(dirname "$VENV")"
-  "$PY" -m venv "$VENV"
-fi
-VPY="$VENV/bin/python"
-pipi() { "$VPY" -m pip install -q --disable-pip-version-check "$@"; }
+source scripts/_venv.sh
+venv_for verl "${STEPGYM_VERL_VENV:-}"
 pipi "torch==2.13.0"  # first: an unpinned torch pulls a multi-GB CUDA build
 # verl itself, and three packages of its `verl-core` extra that the agent loop module imports (the rest of that
 # extra, TransferQueue, torchcodec, qwen-vl-utils..., serves multimodal data and the v1 trainer's queue).
 pipi "verl==0.9.1" "cachetools==8.0.2" "fastapi==0.165.0" "uvicorn==0.54.0"
 # stepgym's own dependencies, without moving what verl pinned; stepgym itself is imported from this checkout.
-pins=$(mktemp)
-"$VPY" -m pip freeze | grep -i -E '^(torch|verl|transformers|tensordict|numpy|tokenizers|ray)==' >"$pins"
-pipi -c "$pins" "gymnasium==1.4.0" "pettingzoo==1.27.0" "networkx>=3.2" "tqdm>=4.66" "tyro>=0.9" \
-  "safetensors>=0.4" "pytest>=8" "pytest-timeout==2.4.0" || { rm -f "$pins"; exit 1; }
-rm -f "$pins"  # not an EXIT trap: the exec below would skip it
+pipi_keeping '^(torch|verl|transformers|tensordict|numpy|tokenizers|ray)==' "${STEPGYM_CORE_DEPS[@]}"
 "$VPY" -c "import verl.experimental.agent_loop, verl.trainer.ppo.core_algos"  # fail loudly, not a module skip
 RAY_USAGE_STATS_ENABLED=0 STEPGYM_NO_SKIPS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
   exec "$VPY" -m pytest -q -p no:cacheprovider tests/test_integrations_verl.py
