@@ -56,7 +56,14 @@ def test_episode_annotations_flatten_every_step_without_guessing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("package", "module", "extra"), [("trl", "trl", "trl"), ("skyrl_gym", "skyrl", "skyrl")]
+    ("package", "module", "extra"),
+    [
+        ("trl", "trl", "trl"),
+        ("skyrl_gym", "skyrl", "skyrl"),
+        ("verl", "verl", "verl"),
+        ("openrlhf", "openrlhf", "openrlhf"),
+        ("verifiers", "verifiers", "verifiers"),
+    ],
 )
 def test_a_missing_trainer_names_the_pip_command(
     monkeypatch: pytest.MonkeyPatch, package: str, module: str, extra: str
