@@ -59,3 +59,13 @@ def test_env_config_overrides_and_missing_env_id_is_refused() -> None:
 
     with pytest.raises(ValueError, match="no stepgym env id"):
         StepGymTextEnv(env_config={}, extras={})
+
+
+def test_an_env_without_a_text_format_is_refused_clearly() -> None:
+    """The adapter uses the text interface's own format rule: no format given and none registered for the env id
+    is a clear error at construction, and an explicit one is used as given."""
+    sid = register(TOY, "stepgym-toy-nofmt", env_kwargs=KW)
+    with pytest.raises(ValueError, match="no text format is registered for 'StepGym/CreditToy-v0'"):
+        skyrl_gym.make(sid, env_config={}, extras={})
+    env = skyrl_gym.make(sid, env_config={"fmt": "webshop"}, extras={})
+    assert env._env.fmt.name == "webshop"

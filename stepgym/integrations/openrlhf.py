@@ -35,7 +35,7 @@ import numpy as np
 from stepgym import _deps, schema
 from stepgym.integrations.annotations import episode_annotations, step_annotations
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper, family_of
+from stepgym.wrappers.text import TextInterfaceWrapper
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
 torch = _deps.require("torch", "openrlhf")
@@ -285,12 +285,12 @@ def agent_classes(
 
     probe = make()
     try:
-        name = fmt if fmt is not None else family_of(probe)
+        name = (
+            fmt if fmt is not None else TextInterfaceWrapper(probe).fmt.name
+        )  # the interface's rule and error
         ids = [str(t) for t in getattr(probe.unwrapped, "task_ids", [])]
     finally:
         probe.close()
-    if name is None:
-        raise ValueError(f"no text format is registered for {env!r}: pass fmt='alfworld', 'webshop' or 'qa'")
     spec = _Spec(make, name, history_length, system_prompt, np.random.default_rng(seed), ids)
     instance = type("AgentInstance", (_StepGymAgent,), {"spec": spec, "__module__": __name__})
     executor = type("AgentExecutor", (_StepGymExecutor,), {"instance_cls": instance, "__module__": __name__})

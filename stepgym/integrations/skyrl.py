@@ -21,7 +21,7 @@ import gymnasium as gym
 from stepgym import _deps, schema
 from stepgym.integrations.annotations import episode_annotations, step_annotations
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper, family_of
+from stepgym.wrappers.text import TextInterfaceWrapper
 
 skyrl_gym = _deps.require("skyrl_gym", "skyrl", what="the SkyRL-gym integration")
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
@@ -70,15 +70,15 @@ class StepGymTextEnv(BaseTextEnv):
             raise ValueError("no stepgym env id: register() the env or set env_config.stepgym_env")
         kwargs = {**dict(env_kwargs or {}), **dict(cfg.get("env_kwargs") or {})}
         inner = gym.make(env_id, **kwargs)
-        name = cfg.get("fmt", fmt) or family_of(inner)
-        if name is None:
-            inner.close()
-            raise ValueError(
-                f"no text format is registered for {env_id!r}: set fmt='alfworld', 'webshop' or 'qa'"
+        try:  # the wrapper's own rule: the given format, else the env's registered one, else a clear error
+            self._env = TextInterfaceWrapper(
+                EnvFeedbackWrapper(inner),
+                fmt=cfg.get("fmt", fmt) or None,
+                history_length=cfg.get("history_length", history_length),
             )
-        self._env = TextInterfaceWrapper(
-            EnvFeedbackWrapper(inner), fmt=name, history_length=cfg.get("history_length", history_length)
-        )
+        except ValueError:
+            inner.close()
+            raise
         row = dict(extras or {})
         self.task_id = row.get("task_id")
         self.seed = row.get("seed")

@@ -29,12 +29,12 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.group import GroupEnv
+from stepgym.group import EnvFactory, GroupEnv, WrapperFn
 from stepgym.integrations.annotations import credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_id_of_prompt
 from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper, family_of
+from stepgym.wrappers.text import TextInterfaceWrapper
 
 _deps.require("trl", "trl", what="the TRL integration")
 torch = _deps.require("torch", "trl")
@@ -54,8 +54,17 @@ __all__ = [
     "use_tool_chat_template",
 ]
 
-EnvFactory = Callable[..., gym.Env]
-WrapperFn = Callable[[gym.Env], gym.Env]
+
+def _format_name(make: Callable[[], gym.Env], fmt: Any) -> Any:
+    """The text format for the envs ``make`` builds: ``fmt`` when given, else the name registered for the env (the
+    text interface's own rule and error, read on a probe copy)."""
+    if fmt is not None:
+        return fmt
+    probe = make()
+    try:
+        return TextInterfaceWrapper(probe).fmt.name
+    finally:
+        probe.close()
 
 
 def _maker(env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None) -> Callable[[], gym.Env]:
@@ -310,15 +319,7 @@ class GroupRollout:
         if max_turn_tokens < 1:
             raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
         self._make = _maker(env, env_kwargs)
-        probe = self._make()
-        try:
-            name = fmt if fmt is not None else family_of(probe)
-        finally:
-            probe.close()
-        if name is None:
-            raise ValueError(
-                f"no text format is registered for {env!r}: pass fmt='alfworld', 'webshop' or 'qa'"
-            )
+        name = _format_name(self._make, fmt)
         self._wrappers: list[WrapperFn] = [
             EnvFeedbackWrapper,
             functools.partial(TextInterfaceWrapper, fmt=name, history_length=history_length),

@@ -40,12 +40,13 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
+from stepgym.group import WrapperFn
 from stepgym.integrations.annotations import INVALID_RULES, credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_rows
 from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers._recording import EpisodeRecorder
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper, family_of
+from stepgym.wrappers.text import TextInterfaceWrapper
 
 _deps.require("verl", "verl", what="the verl integration")
 torch = _deps.require("torch", "verl")
@@ -65,8 +66,6 @@ __all__ = [
     "step_batch_from_verl",
     "verl_rows",
 ]
-
-WrapperFn = Callable[[gym.Env], gym.Env]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -163,15 +162,13 @@ class StepGymAgentLoop(AgentLoopBase):
         if isinstance(kwargs, str):
             kwargs = json.loads(kwargs)
         inner = gym.make(str(env_id), **dict(kwargs or {}))
-        name = self.fmt or family_of(inner)
-        if name is None:
-            inner.close()
-            raise ValueError(
-                f"no text format is registered for {env_id!r}: set fmt='alfworld', 'webshop' or 'qa'"
+        try:  # the wrapper's own rule: the given format, else the env's registered one, else a clear error
+            env: gym.Env = TextInterfaceWrapper(
+                EnvFeedbackWrapper(inner), fmt=self.fmt or None, history_length=self.history_length
             )
-        env: gym.Env = TextInterfaceWrapper(
-            EnvFeedbackWrapper(inner), fmt=name, history_length=self.history_length
-        )
+        except ValueError:
+            inner.close()
+            raise
         for w in self.wrappers:
             env = w(env)
         return env
