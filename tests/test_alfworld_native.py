@@ -273,3 +273,89 @@ def test_reachability_from_a_played_state_equals_the_full_exploration():
                 assert grounder.reaches(atom, state) == (atom in full), atom
                 checked[atom in full] += 1
     assert checked[True] > 20 and checked[False] > 20, checked
+
+
+def _lisp_reference(text: str) -> list:
+    """FD's ``lisp_parser`` word by word: the reading ``pddl.tokenize`` must give (it cuts the text in bulk)."""
+    import re
+
+    words = (
+        re.sub(r";[^\n]*", "", text)
+        .replace("?", " ?")
+        .lower()
+        .replace("(", " ( ")
+        .replace(")", " ) ")
+        .split()
+    )
+    if not words or words[0] != "(":
+        raise CorruptDataError("no (")
+    stack: list[list] = [[]]
+    for word in words:
+        if word == "(":
+            stack.append([])
+        elif word == ")":
+            if len(stack) < 2:
+                raise CorruptDataError("unbalanced )")
+            done = stack.pop()
+            stack[-1].append(done)
+        else:
+            stack[-1].append(word)
+    if len(stack) != 1 or len(stack[0]) != 1:
+        raise CorruptDataError("unbalanced (")
+    return stack[0][0]
+
+
+def test_pddl_reading_equals_a_word_by_word_reading_and_rejects_unbalanced_text():
+    from stepgym.envs.alfworld.native.pddl import tokenize, typed_list
+
+    texts = ["(a)", "()", "(())", "( a (B ?x)() c ;note (\n d)", " (a(b)c(d)e)\n", "(a\t(b\n))  "]
+    texts += [json.loads(g.game_file.read_text())["pddl_problem"] for g in list_games("valid_unseen")[::40]]
+    for text in texts:
+        assert tokenize(text) == _lisp_reference(text), text[:80]
+    for bad in ["", "a (b)", "(a", "(a))", "(a) (b)", "(a) b", ")", "((a)"]:
+        with pytest.raises(CorruptDataError):
+            _lisp_reference(bad)
+        with pytest.raises(CorruptDataError, match="PDDL text"):
+            tokenize(bad)
+    # FD's typed lists: a type covers the names before it; names after the last type get the default
+    assert typed_list(["a", "-", "t", "b", "-", "u"]) == [("a", "t"), ("b", "u")]
+    assert typed_list(["a", "b", "-", "t", "c"]) == [("a", "t"), ("b", "t"), ("c", "object")]
+    assert typed_list(["a", "-", "t", "b", "c", "d"]) == [
+        ("a", "t"),
+        ("b", "object"),
+        ("c", "object"),
+        ("d", "object"),
+    ]
+    assert typed_list(["a", "-", "-", "b"]) == [("a", "-"), ("b", "object")]
+
+
+def test_grammar_parts_shared_by_games_are_parsed_once_and_a_broken_grammar_is_an_error():
+    from stepgym.envs.alfworld.native.grammar import parse_grammar
+
+    games = [g for g in list_games("valid_unseen") if g.task_type == "pick_and_place_simple"][:2]
+    first, second = (parse_grammar(json.loads(g.game_file.read_text())["grammar"]) for g in games)
+    assert first.rules["task"][0].symbols != second.rules["task"][0].symbols  # each game's own task
+    assert first.rules["examineObject.feedback"] == second.rules["examineObject.feedback"]
+    assert first.rules["look.feedback"][0] is second.rules["look.feedback"][0]  # shared, parsed once
+    assert first.actions["gotolocation"] is second.actions["gotolocation"]
+
+    text = (
+        '# a comment\ngrammar :: """\n  {"intro": [{"rhs": "#hello#"}], "hello": [{"rhs": "hi {o.name}"}]}\n""";\n'
+        'action Look {\n  template :: "look";\n  # about the feedback\n  feedback :: """\n    #hello#\n  """;\n'
+        '  grammar :: """\n  # not a rule\n  {"bye": [{"condition": "at(o:object)", "rhs": "bye"}]}\n  """;\n}\n'
+    )
+    grammar = parse_grammar(text)
+    assert list(grammar.rules) == ["intro", "hello", "bye"] and list(grammar.actions) == ["look"]
+    assert grammar.actions["look"].template == [("t", "look")]
+    assert grammar.actions["look"].feedback == parse_symbols("#hello#\n")
+    assert grammar.rules["bye"][0].condition.preds == (("at", (("o", "object"),)),)
+    # an action block without its "}", an unterminated """ string, a stray word, a field without its ";"
+    broken = [
+        text[: text.rindex("}")],
+        text[: text.rindex('"""')],
+        text + "actions X {}",
+        text.replace('look";', "look"),
+    ]
+    for bad in broken:
+        with pytest.raises(CorruptDataError, match="malformed game grammar"):
+            parse_grammar(bad)

@@ -16,16 +16,16 @@ engine continues exactly as if the actions leading to the snapshot had been repl
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections import Counter, OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, parse_symbols
 from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
-from stepgym.envs.alfworld.native.pddl import Domain, dnf, nnf, parse_domain, parse_problem
+from stepgym.envs.alfworld.native.pddl import Domain, atom_args, dnf, nnf, parse_domain, parse_problem
 from stepgym.envs.alfworld.state import describe_fact
 from stepgym.errors import CorruptDataError
 
@@ -76,26 +76,31 @@ class Fact:
     __repr__ = __str__
 
 
+_DEMANGLE = (("_bar_", "|"), ("_minus_", "-"), ("_plus_", "+"), ("_dot_", "."), ("_comma_", ","))
+
+
 def demangled_names(ids: list[str]) -> dict[str, str]:
     """ALFWorld's ``Demangler(shuffle=False)``: ``apple_bar__plus_01…`` → ``apple 2`` (numbered in sorted id
-    order, the highest number first), ids without ``_bar_`` → ``agent1 `` (with its trailing space)."""
+    order, the highest number first), ids without ``_bar_`` → ``agent1 `` (with its trailing space).
+
+    ``ids`` are PDDL names (no whitespace), so all of them are demangled in one string."""
     ids = sorted(ids)
-    count: Counter[str] = Counter()
-    for i in ids:
-        parts = i.split("_bar_", 1)
-        if len(parts) > 1:
-            count[parts[0] + ("basin" if "basin" in i else "")] += 1
-    numbers = {obj: list(range(1, n + 1)) for obj, n in count.most_common()}
+    if not ids:
+        return {}
+    text = "\n".join(ids)
+    for mangled, plain in _DEMANGLE:
+        text = text.replace(mangled, plain)
     out = {}
-    for i in ids:
-        text = i.replace("_bar_", "|").replace("_minus_", "-").replace("_plus_", "+")
-        text = text.replace("_dot_", ".").replace("_comma_", ",")
-        parts = text.split("|", 1)
-        if len(parts) == 1:
-            out[i] = f"{text} "
-        else:
-            name = parts[0] + ("basin" if "basin" in i else "")
-            out[i] = f"{name} {numbers[name].pop()}"
+    numbered: dict[str, int] = {}
+    for i, plain in zip(reversed(ids), reversed(text.split("\n")), strict=True):  # the last id gets number 1
+        name, bar, _ = plain.partition("|")
+        if not bar:
+            out[i] = f"{plain} "
+            continue
+        if "basin" in i:
+            name += "basin"
+        n = numbered[name] = numbered.get(name, 0) + 1
+        out[i] = f"{name} {n}"
     return out
 
 
@@ -136,10 +141,10 @@ _DOMAINS: dict[str, Domain] = {}
 
 
 def _domain(text: str) -> Domain:
-    key = hashlib.sha1(text.encode("utf-8")).hexdigest()
-    dom = _DOMAINS.get(key)
+    """The parsed domain of ``text``; every ALFWorld game has the same one, so it is parsed once per process."""
+    dom = _DOMAINS.get(text)
     if dom is None:
-        dom = _DOMAINS[key] = parse_domain(text)
+        dom = _DOMAINS[text] = parse_domain(text)
     return dom
 
 
@@ -578,8 +583,8 @@ def _goal_plans(goal: tuple, grounder: Grounder) -> Any:
 
 def _prepare(game_file: str) -> _Game:
     try:
-        with open(game_file, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(game_file, "rb") as f:
+            data = json.loads(f.read())
         domain = _domain(data["pddl_domain"])
         problem = parse_problem(data["pddl_problem"])
         grammar = parse_grammar(data["grammar"])
@@ -589,26 +594,26 @@ def _prepare(game_file: str) -> _Game:
             "Re-download the data with `stepgym download alfworld`."
         ) from exc
     grounder = Grounder(domain, problem)
-    init_true: dict[str, set[tuple]] = defaultdict(set)
-    for atom in problem.init:
-        if atom[0] in domain.fluents:
-            init_true[atom[0]].add(atom[1:])
-    ids = sorted({a for atom in problem.init for a in atom[1:]})
+    init_tw = tuple(dict.fromkeys(problem.init))
+    ids = sorted(set(chain.from_iterable(map(atom_args, init_tw))))
     names = demangled_names(ids)
     entities = {i: Entity(i, problem.objects.get(i, "object"), names[i]) for i in ids}
     fluent_tw = frozenset(domain.fluents | {"not_" + p for p in domain.fluents})
+    checked: set[str] = (
+        set()
+    )  # nonterminals already known to read no fluent (shared by the templates' checks)
     return _Game(
         walkthrough=list(data.get("walkthrough") or []),
         grounder=grounder,
         grammar=grammar,
         entities=entities,
         fluent_tw=fluent_tw,
-        init_true={p: frozenset(ts) for p, ts in init_true.items()},
-        init_tw=tuple(dict.fromkeys(problem.init)),
+        init_true={p: frozenset(ts) for p, ts in grounder.initial.items()},
+        init_tw=init_tw,
         goal=_goal_plans(problem.goal, grounder),
         facts_of={},
         commands={},
         options_cache={}
-        if all(_reads_only(a.template, grammar, fluent_tw) for a in grammar.actions.values())
+        if all(_reads_only(a.template, grammar, fluent_tw, checked) for a in grammar.actions.values())
         else None,
     )

@@ -186,81 +186,69 @@ class Grammar:
     actions: dict[str, ActionText]
 
 
-_BLOCK = re.compile(r'"""((?:.|\n)*?)"""')
-_STR = re.compile(r'"([^"]*)"')
-
-
-_SPACE_AND_COMMENTS = re.compile(r"\s*(?:#[^\n]*\n?)*\s*")
-_ACTION = re.compile(r"action\s+([\w/-]+)\s*\{")
-_FIELD = re.compile(r"(\w+)\s*::\s*")
-_FIELD_END = re.compile(r"\s*;")
-_GRAMMAR_FIELD = re.compile(r'grammar\s*::\s*"""((?:.|\n)*?)"""\s*;')
+# The ``.twl2`` layout: rule blocks (``grammar :: """{json}""";``) and action blocks (``action Name { key ::
+# "value"; … }``, a value quoted with ``"`` or ``"""``), with space and ``#`` comment lines around them. A
+# ``"""`` string ends at the first ``"""``; it is spelled out as runs of other characters because re steps through a
+# lazy ``.*?`` one character at a time. Atomic groups keep a malformed text from backtracking.
+_SPACE = r"(?>\s*(?:#[^\n]*\n?)*\s*)"
+_LONG = r'"""([^"]*(?:"(?!"")[^"]*)*)"""'
+_FIELD = rf'(?>(\w+)\s*::\s*(?:{_LONG}|"([^"]*)")\s*;)'
+_ACTION_HEAD = re.compile(r"action\s+([\w/-]+)\s*\{")
+_ITEM = re.compile(
+    _SPACE + rf"(?:grammar\s*::\s*{_LONG}\s*;|({_ACTION_HEAD.pattern}(?:{_SPACE}{_FIELD})*{_SPACE}\}}))",
+    re.S,
+)
+_FIELDS = re.compile(_SPACE + _FIELD, re.S)
+_END = re.compile(_SPACE + r"\Z")
 
 
 def parse_grammar(text: str) -> Grammar:
-    """A game's ``grammar`` field (TextWorld's ``.twl2`` logic format with JSON rule blocks)."""
+    """A game's ``grammar`` field (TextWorld's ``.twl2`` logic format with JSON rule blocks).
+
+    Games differ only in a few rules (the task's text), so each action block is parsed once per process (keyed by
+    its text), and so is each rule (keyed by its ``rhs`` and ``condition``); a rule block's JSON is decoded for
+    every game."""
     rules: dict[str, list[Rule]] = {}
     actions: dict[str, ActionText] = {}
     pos = 0
-    token = _SPACE_AND_COMMENTS
-    while True:
-        pos = token.match(text, pos).end()
-        if pos >= len(text):
-            break
-        if text.startswith("grammar", pos):
-            code, pos = _field_block(text, pos)
-            rules.update(_rule_block(textwrap.dedent(code)))
-        elif text.startswith("action", pos):
-            m = _ACTION.match(text, pos)
-            if m is None:
-                raise CorruptDataError("malformed action block in the game grammar")
-            name, pos = m.group(1), m.end()
-            fields: dict[str, str] = {}
-            while True:
-                pos = token.match(text, pos).end()
-                if text.startswith("}", pos):
-                    pos += 1
-                    break
-                key = _FIELD.match(text, pos)
-                if key is None:
-                    raise CorruptDataError(f"malformed field in action {name} of the game grammar")
-                pos = key.end()
-                if text.startswith('"""', pos):
-                    m2 = _BLOCK.match(text, pos)
-                    value = textwrap.dedent(m2.group(1))
-                else:
-                    m2 = _STR.match(text, pos)
-                    value = m2.group(1)
-                pos = _FIELD_END.match(text, m2.end()).end()
-                fields[key.group(1)] = value
-            if "grammar" in fields:
-                data = "\n".join(
-                    ln for ln in fields["grammar"].split("\n") if not ln.lstrip().startswith("#")
-                )
-                rules.update(_rule_block(data))
-            actions[name.lower()] = ActionText(
-                parse_symbols(fields.get("template", "")), parse_symbols(fields.get("feedback", ""))
-            )
+    while not _END.match(text, pos):
+        m = _ITEM.match(text, pos)
+        if m is None:
+            raise CorruptDataError(f"malformed game grammar at {text[pos : pos + 60].strip()!r}")
+        pos = m.end()
+        if m.group(1) is not None:
+            rules.update(_rules(json.loads(m.group(1))))
         else:
-            raise CorruptDataError(f"unexpected text in the game grammar at offset {pos}")
+            name, action, action_rules = _action_block(m.group(2))
+            rules.update(action_rules)
+            actions[name] = action
     return Grammar(rules, actions)
 
 
+@functools.lru_cache(maxsize=256)
+def _action_block(block: str) -> tuple[str, ActionText, dict[str, list[Rule]]]:
+    """Name, template and feedback of one action block, and the rules of its ``grammar`` field (whose lines
+    starting with ``#`` are comments). Callers only read the result."""
+    head = _ACTION_HEAD.match(block)
+    fields: dict[str, str] = {}
+    pos = head.end()
+    while (m := _FIELDS.match(block, pos)) is not None:
+        key, long, short = m.groups()
+        fields[key] = textwrap.dedent(long) if long is not None else short
+        pos = m.end()
+    rules = {}
+    if "grammar" in fields:
+        lines = [ln for ln in fields["grammar"].split("\n") if not ln.lstrip().startswith("#")]
+        rules = _rules(json.loads("\n".join(lines)))
+    template, feedback = (parse_symbols(fields.get(k, "")) for k in ("template", "feedback"))
+    return head.group(1).lower(), ActionText(template, feedback), rules
+
+
+def _rules(block: dict) -> dict[str, list[Rule]]:
+    """The rules of one decoded JSON rule block (a ``Rule`` is made once and shared by the games that have it)."""
+    return {name: [_rule(r["rhs"], r.get("condition")) for r in rs] for name, rs in block.items()}
+
+
 @functools.lru_cache(maxsize=4096)
-def _rule_block(code: str) -> dict[str, list[Rule]]:
-    """The rules of one JSON rule block; games share most blocks, so each is parsed once (keyed by its text).
-    Callers only read the result."""
-    return {
-        name: [
-            Rule(parse_symbols(r["rhs"]), parse_query(r["condition"]) if r.get("condition") else None)
-            for r in rs
-        ]
-        for name, rs in json.loads(code).items()
-    }
-
-
-def _field_block(text: str, pos: int) -> tuple[str, int]:
-    m = _GRAMMAR_FIELD.match(text, pos)
-    if m is None:
-        raise CorruptDataError("malformed grammar block in the game grammar")
-    return m.group(1), m.end()
+def _rule(rhs: str, condition: str | None) -> Rule:
+    return Rule(parse_symbols(rhs), parse_query(condition) if condition else None)

@@ -9,9 +9,11 @@ the state, so they are computed the first time the operator is seen and cached.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
-from stepgym.envs.alfworld.native.pddl import Domain, Problem
+from stepgym.envs.alfworld.native.pddl import Domain, Problem, atom_args
 from stepgym.errors import CorruptDataError
 
 # An operator: (name, schema index, binding of all parameters (incl. existential ones) by variable name).
@@ -126,27 +128,33 @@ class Grounder:
     def __init__(self, domain: Domain, problem: Problem):
         self.domain = domain
         self.objects = problem.objects
-        self.fluents = domain.fluents
+        self.fluents = fluents = domain.fluents
         self.init = set(problem.init)
+        # Objects by type, in the problem's order. Objects and atoms come in runs of one type or predicate, so each
+        # run is added in one call (a new game's reset builds these; fewer Python-level steps per atom).
         subtypes = {t: domain.subtypes(t) for t in set(domain.types) | set(problem.objects.values())}
         self._by_type: dict[str, list[str]] = defaultdict(list)
-        supertypes: dict[str, list[str]] = {}
-        for obj, typ in problem.objects.items():
-            sup = supertypes.get(typ)
-            if sup is None:
-                sup = supertypes[typ] = [t for t, subs in subtypes.items() if typ in subs]
-            for t in sup:
-                self._by_type[t].append(obj)
+        for typ, run in groupby(problem.objects.items(), itemgetter(1)):
+            names = list(map(itemgetter(0), run))
+            for t, subs in subtypes.items():
+                if typ in subs:
+                    self._by_type[t] += names
         self._type_ok: dict[str, frozenset[str]] = {t: frozenset(o) for t, o in self._by_type.items()}
+        # The init atoms by predicate: the static ones (indexed for joins) and the fluent ones (the initial state).
         self.static: dict[str, set[tuple]] = defaultdict(set)
-        for atom in problem.init:
-            if atom[0] not in self.fluents:
-                self.static[atom[0]].add(atom[1:])
+        self.initial: dict[str, set[tuple]] = defaultdict(set)
+        sizes: dict[
+            str, int
+        ] = {}  # rough table sizes for join orders (a fluent atom listed twice counts twice)
+        for pred, run in groupby(problem.init, itemgetter(0)):
+            if pred in fluents:
+                atoms = list(run)
+                self.initial[pred].update(map(atom_args, atoms))
+                sizes[pred] = sizes.get(pred, 0) + len(atoms)
+            else:
+                self.static[pred].update(map(atom_args, run))
+        self._sizes = {p: len(ts) for p, ts in self.static.items()} | sizes
         self._index: dict[tuple[str, tuple[int, ...]], dict[tuple, list[tuple]]] = {}
-        self._sizes = {p: len(ts) for p, ts in self.static.items()}
-        for atom in problem.init:
-            if atom[0] in self.fluents:
-                self._sizes[atom[0]] = self._sizes.get(atom[0], 0) + 1
         # Join orders depend only on the domain and rough table sizes: the first game's are kept for all.
         cached = _PLANS.get(id(domain))
         if cached is None or cached[0] is not domain:

@@ -22,54 +22,63 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from stepgym.errors import CorruptDataError
 
 Atom = tuple  # (predicate, arg, arg, ...)
+atom_args = itemgetter(slice(1, None))  # atom_args(atom) == atom[1:], as a C-level callable for map()
 
 
 _COMMENT = re.compile(r";[^\n]*")
 
 
 def tokenize(text: str) -> list[Any]:
-    """The nested list of ``text``, tokenised like FD's ``lisp_parser`` (lower case, ``;`` comments)."""
-    # "(", ")" and the runs of other non-space characters (str.split and re's \s agree on what is space)
-    text = _COMMENT.sub("", text).replace("?", " ?").lower()
-    tokens = text.replace("(", " ( ").replace(")", " ) ").split()
-    if not tokens or tokens[0] != "(":
+    """The nested list of ``text``, tokenised like FD's ``lisp_parser`` (lower case, ``;`` comments).
+
+    The text is cut at ``(`` and each piece at ``)``, so the words of a list come from one ``str.split`` (str.split
+    and re's ``\\s`` agree on what is space); a problem file has few lists but thousands of words."""
+    if ";" in text:
+        text = _COMMENT.sub("", text)
+    pieces = text.replace("?", " ?").lower().split("(")
+    if len(pieces) < 2 or (pieces[0] and not pieces[0].isspace()):
         raise CorruptDataError("PDDL text does not start with '('")
-    stack: list[list[Any]] = [[]]
-    top = stack[0]
-    for tok in tokens:
-        if tok == "(":
-            top = []
-            stack.append(top)
-        elif tok == ")":
-            if len(stack) < 2:
+    stack: list[list[Any]] = []
+    top: list[Any] = []
+    root = top
+    for piece in pieces[1:]:  # a list opens before each piece
+        stack.append(top)
+        words, close, rest = piece.partition(")")
+        top.append(top := words.split())
+        while close:  # and closes at each ")" in it; the words after a ")" belong to the enclosing list
+            if not stack:
                 raise CorruptDataError("unbalanced ')' in PDDL text")
-            done = stack.pop()
-            top = stack[-1]
-            top.append(done)
-        else:
-            top.append(tok)
-    if len(stack) != 1 or len(stack[0]) != 1:
+            top = stack.pop()
+            if rest.isspace():
+                break
+            words, close, rest = rest.partition(")")
+            top += words.split()
+    if stack or len(root) != 1:
         raise CorruptDataError("unbalanced '(' in PDDL text")
-    return stack[0][0]
+    return root[0]
 
 
 def typed_list(items: list[str], default: str = "object") -> list[tuple[str, str]]:
     """``[?a ?b - t ?c - u]`` → ``[(?a, t), (?b, t), (?c, u)]`` (FD's ``parse_typed_list``)."""
+    names, dashes, types = items[0::3], items[1::3], items[2::3]
+    if len(items) % 3 == 0 and dashes.count("-") == len(dashes) and "-" not in names:
+        return list(zip(names, types, strict=True))  # one name per type, as objects are listed: read at once
     out: list[tuple[str, str]] = []
     start, n = 0, len(items)
     while start < n:
         try:
             i = items.index("-", start)
         except ValueError:
-            out.extend((name, default) for name in items[start:])
+            out += [(name, default) for name in items[start:]]
             break
         typ = items[i + 1]
-        out.extend((name, typ) for name in items[start:i])
+        out += [(name, typ) for name in items[start:i]]
         start = i + 2
     return out
 
@@ -166,8 +175,13 @@ class Domain:
     types: dict[str, str | None]  # type -> supertype
     schemas: list[Schema]
     fluents: frozenset[str] = field(default_factory=frozenset)
+    _subtypes: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
 
-    def subtypes(self, typ: str) -> set[str]:
+    def subtypes(self, typ: str) -> frozenset[str]:
+        """``typ`` and the types below it (worked out once per type: every game shares the domain)."""
+        known = self._subtypes.get(typ)
+        if known is not None:
+            return known
         out = {typ}
         changed = True
         while changed:
@@ -176,7 +190,8 @@ class Domain:
                 if sup in out and t not in out:
                     out.add(t)
                     changed = True
-        return out
+        known = self._subtypes[typ] = frozenset(out)
+        return known
 
 
 def _parse_effects(node: Any, out: list[Effect], cond: list[tuple]) -> None:
@@ -242,12 +257,8 @@ def parse_problem(text: str) -> Problem:
         if part[0] == ":objects":
             objects.update(typed_list(part[1:]))
         elif part[0] == ":init":
-            for atom in part[1:]:
-                if atom[0] == "=":  # function values (total-cost, distances)
-                    continue
-                if atom[0] == "not":
-                    continue
-                init.append(tuple(atom))
+            # function values (total-cost, distances) and negated atoms are left out
+            init += [tuple(atom) for atom in part[1:] if atom[0] != "=" and atom[0] != "not"]
         elif part[0] == ":goal":
             goal = parse_formula(part[1])
     return Problem(objects, init, goal)
