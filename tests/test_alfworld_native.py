@@ -276,7 +276,8 @@ def test_reachability_from_a_played_state_equals_the_full_exploration():
 
 
 def _lisp_reference(text: str) -> list:
-    """FD's ``lisp_parser`` word by word: the reading ``pddl.tokenize`` must give (it cuts the text in bulk)."""
+    """FD's ``lisp_parser`` word by word: the reading ``pddl.tokenize`` must give (it cuts the text in bulk and
+    makes a list without sub-lists a tuple)."""
     import re
 
     words = (
@@ -297,7 +298,7 @@ def _lisp_reference(text: str) -> list:
             if len(stack) < 2:
                 raise CorruptDataError("unbalanced )")
             done = stack.pop()
-            stack[-1].append(done)
+            stack[-1].append(done if any(isinstance(x, (list, tuple)) for x in done) else tuple(done))
         else:
             stack[-1].append(word)
     if len(stack) != 1 or len(stack[0]) != 1:
@@ -306,7 +307,7 @@ def _lisp_reference(text: str) -> list:
 
 
 def test_pddl_reading_equals_a_word_by_word_reading_and_rejects_unbalanced_text():
-    from stepgym.envs.alfworld.native.pddl import tokenize, typed_list
+    from stepgym.envs.alfworld.native.pddl import parse_problem, tokenize, typed_list
 
     texts = ["(a)", "()", "(())", "( a (B ?x)() c ;note (\n d)", " (a(b)c(d)e)\n", "(a\t(b\n))  "]
     texts += [json.loads(g.game_file.read_text())["pddl_problem"] for g in list_games("valid_unseen")[::40]]
@@ -317,6 +318,10 @@ def test_pddl_reading_equals_a_word_by_word_reading_and_rejects_unbalanced_text(
             _lisp_reference(bad)
         with pytest.raises(CorruptDataError, match="PDDL text"):
             tokenize(bad)
+    problem = parse_problem("(define (problem p) (:objects a - t) (:init (P a) (= (f a) 2) (not (q a))))")
+    assert problem.init == [("p", "a")] and problem.objects == {"a": "t"}
+    with pytest.raises(CorruptDataError, match="non-atom"):
+        parse_problem("(define (problem p) (:init (p a) (q (a))))")
     # FD's typed lists: a type covers the names before it; names after the last type get the default
     assert typed_list(["a", "-", "t", "b", "-", "u"]) == [("a", "t"), ("b", "u")]
     assert typed_list(["a", "b", "-", "t", "c"]) == [("a", "t"), ("b", "t"), ("c", "object")]
