@@ -70,6 +70,26 @@ def test_corrupt_game_file_names_the_path(tmp_path, data_dir):
     assert str(trial / "game.tw-pddl") in str(err.value) and "stepgym download alfworld" in str(err.value)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "not utf-8", "no pddl_params"])
+def test_corrupt_trajectory_file_names_the_path(tmp_path, data_dir, damage):
+    from stepgym.envs.alfworld.games import traj_task
+
+    trial = _copy_one_game(data_dir / "alfworld", tmp_path)
+    traj = trial / "traj_data.json"
+    text = traj.read_bytes()
+    broken = {
+        "truncated": text[: len(text) // 2],
+        "not utf-8": text.replace(b'"pddl_params"', b'"pddl_\xff_params"', 1),
+        "no pddl_params": json.dumps({"task_type": "pick_and_place_simple"}).encode(),
+    }[damage]
+    traj.write_bytes(broken)
+    traj_task.cache_clear()
+    env = gym.make("StepGym/ALFWorld-v0", split="valid_seen", data_root=tmp_path)
+    with pytest.raises(CorruptDataError) as err:
+        env.reset(seed=0)
+    assert str(traj) in str(err.value) and "stepgym download alfworld" in str(err.value)
+
+
 def test_import_stepgym_stays_light():
     code = (
         "import sys, stepgym, gymnasium as gym\n"

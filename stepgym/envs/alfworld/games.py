@@ -63,8 +63,7 @@ def traj_task(traj_file: Path) -> tuple[dict, str | None]:
     """``pddl_params`` and ``task_type`` of a ``traj_data.json``, read once per file (the env's targets and
     the expert's task both come from them; the file is ~80 KB). Callers only read the result."""
     try:
-        with open(traj_file, encoding="utf-8") as f:
-            traj = json.load(f)
+        traj = json.loads(Path(traj_file).read_bytes())  # bytes: json decodes UTF-8 itself, no text layer
         params = traj["pddl_params"]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise CorruptDataError(

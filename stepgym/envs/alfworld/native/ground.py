@@ -122,6 +122,18 @@ class _Plan:
 _PLANS: dict[int, tuple[Domain, list[list[_Plan]]]] = {}
 
 
+def _grouped(atoms: list[tuple], positions: tuple[int, ...]) -> dict[tuple, list[tuple]]:
+    """``atoms`` by their values at ``positions``, each group in the order of ``atoms`` (a stable sort by the key
+    makes the groups runs; a new game builds several of these indexes in its first reset)."""
+    if not positions:
+        return {(): atoms} if atoms else {}
+    if len(positions) == 1:
+        at = positions[0]
+        return {(k,): list(run) for k, run in groupby(sorted(atoms, key=itemgetter(at)), itemgetter(at))}
+    key = itemgetter(*positions)
+    return {k: list(run) for k, run in groupby(sorted(atoms, key=key), key)}
+
+
 class Grounder:
     """The compiled game: objects, static facts, join plans, reachable atoms and SAS effects of operators."""
 
@@ -176,10 +188,7 @@ class Grounder:
     def _lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> list[tuple]:
         idx = self._index.get((pred, positions))
         if idx is None:
-            idx = defaultdict(list)
-            for args in sorted(self.static.get(pred, ())):
-                idx[tuple(args[i] for i in positions)].append(args)
-            idx = self._index[(pred, positions)] = dict(idx)
+            idx = self._index[(pred, positions)] = _grouped(sorted(self.static.get(pred, ())), positions)
         return idx.get(key, [])
 
     def _holds(self, lit: tuple, b: dict[str, str], facts: Tables) -> bool:
