@@ -205,9 +205,13 @@ _END = re.compile(_SPACE + r"\Z")
 def parse_grammar(text: str) -> Grammar:
     """A game's ``grammar`` field (TextWorld's ``.twl2`` logic format with JSON rule blocks).
 
-    Games differ only in a few rules (the task's text), so each action block is parsed once per process (keyed by
-    its text), and so is each rule (keyed by its ``rhs`` and ``condition``); a rule block's JSON is decoded for
-    every game."""
+    Games differ only in a few rules (the task's text), which come before the action blocks: the text from the
+    first action block on is parsed once per process (keyed by that text), and so is each rule (keyed by its
+    ``rhs`` and ``condition``); the rule blocks before it are decoded for every game."""
+    return _parse(text, share_tail=True)
+
+
+def _parse(text: str, share_tail: bool) -> Grammar:
     rules: dict[str, list[Rule]] = {}
     actions: dict[str, ActionText] = {}
     pos = 0
@@ -215,20 +219,30 @@ def parse_grammar(text: str) -> Grammar:
         m = _ITEM.match(text, pos)
         if m is None:
             raise CorruptDataError(f"malformed game grammar at {text[pos : pos + 60].strip()!r}")
-        pos = m.end()
         if m.group(1) is not None:
             rules.update(_rules(json.loads(m.group(1))))
+        elif share_tail:
+            tail = _tail(text[m.start(2) :])
+            rules.update(tail.rules)
+            actions.update(tail.actions)
+            break
         else:
             name, action, action_rules = _action_block(m.group(2))
             rules.update(action_rules)
             actions[name] = action
+        pos = m.end()
     return Grammar(rules, actions)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
+def _tail(text: str) -> Grammar:
+    """The grammar from an action block to the end of the text. Callers only read the result."""
+    return _parse(text, share_tail=False)
+
+
 def _action_block(block: str) -> tuple[str, ActionText, dict[str, list[Rule]]]:
     """Name, template and feedback of one action block, and the rules of its ``grammar`` field (whose lines
-    starting with ``#`` are comments). Callers only read the result."""
+    starting with ``#`` are comments)."""
     head = _ACTION_HEAD.match(block)
     fields: dict[str, str] = {}
     pos = head.end()
