@@ -199,6 +199,7 @@ _ITEM = re.compile(
     re.S,
 )
 _FIELDS = re.compile(_SPACE + _FIELD, re.S)
+_SKIP = re.compile(_SPACE)
 _END = re.compile(_SPACE + r"\Z")
 
 
@@ -218,7 +219,8 @@ def _parse(text: str, share_tail: bool) -> Grammar:
     while not _END.match(text, pos):
         m = _ITEM.match(text, pos)
         if m is None:
-            raise CorruptDataError(f"malformed game grammar at {text[pos : pos + 60].strip()!r}")
+            at = _SKIP.match(text, pos).end()
+            raise CorruptDataError(f"malformed game grammar at {text[at : at + 60]!r}")
         if m.group(1) is not None:
             rules.update(_rules(json.loads(m.group(1))))
         elif share_tail:
