@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,92 @@ def demangled_names(ids: list[str]) -> dict[str, str]:
     return out
 
 
+_NAME_EXPR = re.compile(r"\s*([A-Za-z_]\w*)(\.name)?\s*")
+
+
+@dataclass
+class _Template:
+    """How to write the command of one action: its grammar symbols, and what the text depends on.
+
+    ``key_params``: the action parameters whose values decide the text (those its expressions and queries
+    name; all of them when a query binds new placeholders, which must avoid every bound object), or None when
+    it cannot be cached (it reads a changing fact). ``parts``: ``(text, None)`` / ``("", parameter)`` when the template
+    is literal text and ``{x}`` / ``{x.name}`` expressions only (no rule, query or list), for a direct join.
+    """
+
+    symbols: list[tuple]
+    params: list[tuple[str, str]]
+    key_params: tuple[str, ...] | None
+    parts: list[tuple[str, str | None]] | None
+
+    @classmethod
+    def of(cls, game: _Game, si: int) -> _Template:
+        schema = game.grounder.domain.schemas[si]
+        symbols = game.grammar.actions[schema.name].template
+        by_name = {p.lstrip("?"): p for p, _ in schema.params}
+        read: set[str] = set()
+        key = None
+        if _reads_only(symbols, game.grammar, game.fluent_tw):
+            if not _names_read(symbols, game.grammar, set(by_name), read, set()):
+                read = set(by_name)
+            key = tuple(p for p, _ in schema.params if p.lstrip("?") in read)
+        parts: list[tuple[str, str | None]] | None = []
+        for sym in symbols:
+            if sym[0] == "t":
+                parts.append((sym[1], None))
+                continue
+            m = _NAME_EXPR.fullmatch(sym[1][2]) if sym[0] == "cond" and sym[1][0] == "eval" else None
+            if m is None or sym[2] is not None or m.group(1) not in by_name:
+                parts = None
+                break
+            parts.append(("", by_name[m.group(1)]))
+        return cls(symbols, schema.params, key, parts)
+
+
+def _names_read(symbols: list[tuple], grammar: Grammar, bound: set[str], read: set[str], seen: set) -> bool:
+    """Collect into ``read`` the placeholders that deriving ``symbols`` reads; False if a query binds one not
+    in ``bound`` (its matches then depend on every bound object)."""
+
+    def query(q: Query | None) -> bool:
+        if q is None:
+            return True
+        for _, args in q.preds:
+            for name, _ in args:
+                if name not in bound:
+                    return False
+                read.add(name)
+        return True
+
+    def expr(e: tuple) -> bool:
+        if e[0] == "nt":
+            return nonterminal(e[1])
+        read.update(n for n in e[1].co_names if n in bound)
+        return True
+
+    def nonterminal(name: str) -> bool:
+        if name in seen:
+            return True
+        seen.add(name)
+        return all(
+            query(r.condition) and _names_read(r.symbols, grammar, bound, read, seen)
+            for r in grammar.rules.get(name, [])
+        )
+
+    for sym in symbols:
+        kind = sym[0]
+        if kind == "nt" and not nonterminal(sym[1]):
+            return False
+        if kind in ("cond", "list"):
+            cond = sym[1] if kind == "list" else sym
+            if not (query(cond[2]) and expr(cond[1])):
+                return False
+            if kind == "list" and not all(
+                nonterminal(n) for n in ("list_empty", "list_separator", "list_last_separator")
+            ):
+                return False
+    return True
+
+
 @dataclass
 class _Game:
     """Everything about one game file that does not change while it is played."""
@@ -112,11 +199,12 @@ class _Game:
     init_tw: tuple[tuple, ...]
     goal: Any
     facts_of: dict[tuple, Fact]
-    commands: dict[str, str]
+    commands: dict[tuple, str]
     options_cache: dict[frozenset, tuple] | None
     intro: str = ""
     vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
     static_sorted: dict[tuple, dict[tuple, list[tuple]]] | None = None  # static facts by bound arguments
+    templates: dict[int, _Template] = field(default_factory=dict)  # command templates by schema index
 
 
 @dataclass(frozen=True)
@@ -332,18 +420,26 @@ class NativeEngine:
         return state
 
     def _command(self, op: Op) -> str:
-        """The command text of ``op``; cached when its template only reads facts that never change."""
+        """The command text of ``op``, cached per game by the values of the parameters its template reads
+        (``go to desk 1`` does not depend on where the agent comes from) when it reads no changing fact."""
         game = self._require()
-        cached = game.commands.get(op[0])
-        if cached is not None:
-            return cached
         _, si, b, _ = op
-        schema = game.grounder.domain.schemas[si]
-        symbols = game.grammar.actions[schema.name].template
-        text = self._derive(symbols, {(p.lstrip("?"), t): b[p] for p, t in schema.params})
-        if _reads_only(symbols, game.grammar, game.fluent_tw):
-            game.commands[op[0]] = text
+        template = game.templates.get(si)
+        if template is None:
+            template = game.templates[si] = _Template.of(game, si)
+        if template.key_params is None:
+            return self._derive_command(template, b)
+        key = (si, *[b[p] for p in template.key_params])
+        text = game.commands.get(key)
+        if text is None:
+            text = game.commands[key] = self._derive_command(template, b)
         return text
+
+    def _derive_command(self, template: _Template, b: dict[str, str]) -> str:
+        if template.parts is not None:  # literal text and entity names only
+            names = self._require().entities
+            return "".join([part if var is None else names[b[var]].name for part, var in template.parts])
+        return self._derive(template.symbols, {(p.lstrip("?"), t): b[p] for p, t in template.params})
 
     # -- text ---------------------------------------------------------------------------------------------------
     def _derive(self, symbols: list[tuple], mapping: dict[tuple[str, str], str]) -> str:

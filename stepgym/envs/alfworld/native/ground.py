@@ -8,7 +8,7 @@ the state, so they are computed the first time the operator is seen and cached.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any
 
 from stepgym.envs.alfworld.native.pddl import Domain, Problem
@@ -106,6 +106,19 @@ class _Plan:
             raise CorruptDataError(f"PDDL literals over unknown variables: {rest!r}")
         self.steps = steps
         self.types = dict(params)
+        self.prebound = tuple(prebound)
+        self.fluent_preds = frozenset(lit[1] for lit in literals if lit[1] in grounder.fluents)
+        self._join: Any = None
+
+    def join(self) -> Any:
+        """This plan as a Python function (generated once per join order, see :func:`_compile_join`)."""
+        if self._join is None:
+            key = (tuple(self.steps), tuple(sorted(self.types.items())), self.prebound, self.fluent_preds)
+            fn = _JOINS.get(key)
+            if fn is None:
+                fn = _JOINS[key] = _compile_join(self)
+            self._join = fn
+        return self._join
 
     @staticmethod
     def _ready_checks(rest: list[tuple], bound: set[str]) -> list[tuple]:
@@ -117,7 +130,96 @@ class _Plan:
         return out
 
 
-_PLANS: dict[int, tuple[Domain, list[list[_Plan]]]] = {}
+_PLANS: dict[int, tuple[Domain, list[list[_Plan]], list[list[Any]]]] = {}
+_DEMAND_RULES: dict[int, tuple[Domain, dict]] = {}
+_JOINS: dict[tuple, Any] = {}  # generated join functions by join order (shared by all games of a process)
+
+
+def _compile_join(plan: _Plan) -> Any:
+    """Generate the nested loops of ``plan`` as Python source and compile it.
+
+    The join is the innermost loop of a step (every applicable operator, every goal check), and an interpreter
+    over the plan's steps (a recursive call and a binding dict per candidate) cost most of it. The generated
+    function walks the same candidates in the same order, with each variable in a local::
+
+        def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init):
+            ts_v1 = type_ok.get('location', EMPTY)
+            for t0 in fl_lookup('atlocation', (0,), (v0,)):
+                v1 = t0[1]
+                if v1 not in ts_v1: continue
+                ...
+                out.append({**init, '?a': v0, '?l': v1})
+
+    ``fl_*`` are the fluent atoms of the state (:class:`Tables`), ``st_*`` the game's static ones, ``init`` the
+    pre-bound variables; at most ``limit`` bindings are collected when it is positive.
+    """
+    names: dict[str, str] = {}
+    head: list[str] = []
+    body: list[str] = []
+    depth = 1
+
+    def emit(line: str) -> None:
+        body.append("    " * depth + line)
+
+    def local(var: str) -> str:
+        names[var] = f"v{len(names)}"
+        return names[var]
+
+    def value(arg: str) -> str:
+        return names.get(arg) or repr(arg)
+
+    def tup(items: list[str]) -> str:
+        return "(" + "".join(f"{x}, " for x in items) + ")"
+
+    for var in plan.prebound:
+        head.append(f"    {local(var)} = init.get({var!r}, {var!r})")
+    for i, step in enumerate(plan.steps):
+        fail = "continue" if depth > 1 else "return"
+        if step[0] == "check":
+            negated, pred, args = step[1]
+            if pred == "=":
+                test = f"({value(args[0])} == {value(args[1])})"
+            else:
+                table = f"tab{i}"
+                source = "fl_data" if pred in plan.fluent_preds else "st_data"
+                head.append(f"    {table} = {source}.get({pred!r}, ())")
+                test = f"({tup([value(a) for a in args])} in {table})"
+            emit(f"if {test}: {fail}" if negated else f"if not {test}: {fail}")
+        elif step[0] == "enum":
+            _, var, typ = step
+            emit(f"for {local(var)} in by_type.get({typ!r}, ()):")
+            depth += 1
+        else:
+            _, pred, args, _, positions, bind = step
+            lookup = "fl_lookup" if pred in plan.fluent_preds else "st_lookup"
+            key = tup([value(args[j]) for j in positions])
+            emit(f"for t{i} in {lookup}({pred!r}, {positions!r}, {key}):")
+            depth += 1
+            for j, var in bind:
+                if var in names:  # the variable occurs twice in this literal
+                    emit(f"if t{i}[{j}] != {names[var]}: continue")
+                    continue
+                v = local(var)
+                head.append(f"    ts_{v} = type_ok.get({plan.types.get(var, 'object')!r}, EMPTY)")
+                emit(f"{v} = t{i}[{j}]")
+                emit(f"if {v} not in ts_{v}: continue")
+    fields = "".join(f"{var!r}: {v}, " for var, v in names.items())
+    emit(f"out.append({{**init, {fields}}})")
+    emit("if limit and len(out) >= limit: return")
+    source = "\n".join(
+        [
+            "def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init):",
+            *head,
+            *body,
+        ]
+    )
+    try:
+        code = compile(source, "<stepgym join>", "exec")
+    except SyntaxError as exc:  # Python allows 20 nested loops; ALFWorld's joins have at most 8
+        raise CorruptDataError(f"a PDDL condition is too deeply nested to join ({exc.msg})") from exc
+    namespace: dict[str, Any] = {"EMPTY": frozenset()}
+    exec(code, namespace)
+    return namespace["join"]
 
 
 class Grounder:
@@ -153,9 +255,11 @@ class Grounder:
             plans = [
                 [_Plan(s.params + extra, lits, self) for extra, lits in s.disjuncts] for s in domain.schemas
             ]
-            cached = _PLANS[id(domain)] = (domain, plans)
+            cached = _PLANS[id(domain)] = (domain, plans, self._change_probes())
         self.plans: list[list[_Plan]] = cached[1]
+        self._probes: list[list[Any]] = cached[2]
         self._reachable_by_cone: dict[frozenset[str] | None, set[tuple]] = {}
+        self._reach_memo: dict[tuple, bool] = {}
         self._effects: dict[str, tuple[SasEffect, ...]] = {}
 
     def table_size(self, pred: str) -> int:
@@ -174,69 +278,24 @@ class Grounder:
             idx = self._index[(pred, positions)] = dict(idx)
         return idx.get(key, [])
 
-    def _holds(self, lit: tuple, b: dict[str, str], facts: Tables) -> bool:
-        negated, pred, args = lit
-        vals = tuple(b.get(a, a) for a in args)
-        if pred == "=":
-            return (vals[0] == vals[1]) != negated
-        table = facts.data.get(pred, ()) if pred in self.fluents else self.static.get(pred, ())
-        return (vals in table) != negated
-
     def assignments(
         self, plan: _Plan, facts: Tables, b: dict[str, str] | None = None, limit: int = 0
     ) -> list[dict]:
         """The bindings of ``plan``'s parameters satisfying its literals in ``facts`` (the fluent atoms); at most
         ``limit`` of them when it is positive."""
         out: list[dict] = []
-        self._collect(plan, 0, dict(b or {}), facts, out, limit)
-        return out
-
-    def _collect(
-        self, plan: _Plan, i: int, b: dict[str, str], facts: Tables, out: list[dict], limit: int
-    ) -> bool:
-        """Depth-first join; appends complete bindings to ``out``; True once ``limit`` is reached."""
-        steps = plan.steps
-        if i == len(steps):
-            out.append(dict(b))
-            return 0 < limit <= len(out)
-        step = steps[i]
-        kind = step[0]
-        if kind == "check":
-            return self._holds(step[1], b, facts) and self._collect(plan, i + 1, b, facts, out, limit)
-        if kind == "enum":
-            name = step[1]
-            for obj in self._by_type.get(step[2], ()):
-                b[name] = obj
-                if self._collect(plan, i + 1, b, facts, out, limit):
-                    return True
-            b.pop(name, None)
-            return False
-        _, pred, args, new, positions, bind = step
-        key = tuple([b.get(args[j], args[j]) for j in positions])
-        cands = (
-            facts.lookup(pred, positions, key) if pred in self.fluents else self._lookup(pred, positions, key)
+        plan.join()(
+            facts.lookup,
+            facts.data,
+            self._lookup,
+            self.static,
+            self._type_ok,
+            self._by_type,
+            out,
+            limit,
+            b or {},
         )
-        if not cands:
-            return False
-        type_ok = self._type_ok
-        types = plan.types
-        for t in cands:
-            ok = True
-            for j, a in bind:
-                cur = b.get(a)
-                if cur is None:
-                    if t[j] not in type_ok.get(types.get(a, "object"), ()):
-                        ok = False
-                        break
-                    b[a] = t[j]
-                elif cur != t[j]:
-                    ok = False
-                    break
-            if ok and self._collect(plan, i + 1, b, facts, out, limit):
-                return True
-            for a in new:
-                b.pop(a, None)
-        return False
+        return out
 
     # -- operators ------------------------------------------------------------------------------------------
     def applicable(self, facts: Tables) -> list[Op]:
@@ -244,18 +303,51 @@ class Grounder:
         out: list[Op] = []
         seen: set[str] = set()
         for si, schema in enumerate(self.domain.schemas):
-            n_ext = len(schema.params)
+            params = [p for p, _ in schema.params]
             for di, plan in enumerate(self.plans[si]):
+                probe = self._probes[si][di]
                 for b in self.assignments(plan, facts):
-                    name = " ".join([schema.name, *(b[p] for p, _ in schema.params[:n_ext])])
+                    name = " ".join([schema.name, *[b[p] for p in params]])
                     if name in seen:
                         continue
-                    op = (name, si, dict(b), di)
-                    if not self.effects(op, facts):
+                    op = (name, si, b, di)
+                    if not (probe is True or self._changes_something(op, probe, facts)):
                         continue
                     seen.add(name)
                     out.append(op)
         return out
+
+    def _change_probes(self) -> list[list[Any]]:
+        """Per schema disjunct, what tells cheaply that an operator is not a noop (FD drops noops).
+
+        An unconditional add effect survives FD's pruning unless the precondition already requires its atom, so
+        an operator with one whose predicate no positive fluent precondition has is never a noop (``True``);
+        otherwise the probe lists the add effects and the fluent preconditions to compare once bound. Only when
+        every such add is already required are the operator's full SAS effects (and their reachability
+        analysis) needed to decide; for the operators applied, they are computed when applied.
+        """
+        probes: list[list[Any]] = []
+        for schema in self.domain.schemas:
+            adds = [(e.pred, e.args) for e in schema.effects if not e.negated and not e.condition]
+            row: list[Any] = []
+            for _, lits in schema.disjuncts:
+                pre = [(neg, p, a) for neg, p, a in lits if p != "=" and p in self.fluents]
+                required = {p for neg, p, _ in pre if not neg}
+                row.append(True if any(p not in required for p, _ in adds) else (pre, adds))
+            probes.append(row)
+        return probes
+
+    def _changes_something(self, op: Op, probe: tuple, state: Tables) -> bool:
+        """Whether ``op`` has an SAS effect (see :meth:`_change_probes`); exact."""
+        b = op[2]
+        pre_lits, adds = probe
+        pre: dict[tuple, int] = {}
+        for negated, pred, args in pre_lits:  # as in _sas_effects: the last literal on an atom wins
+            pre[(pred, *[b.get(a, a) for a in args])] = 1 if negated else 0
+        for pred, args in adds:
+            if pre.get((pred, *[b.get(a, a) for a in args]), -1) != 0:
+                return True
+        return bool(self.effects(op, state))
 
     def relaxed_rules(self) -> list[tuple[list[tuple[str, str]], list[tuple], list[tuple[str, tuple]]]]:
         """FD's relaxed rules: (parameters, positive body literals, added atoms); one per schema disjunct and
@@ -285,20 +377,95 @@ class Grounder:
         return self._reachable_by_cone[cone]
 
     def reaches(self, atom: tuple, state: Tables) -> bool:
-        """Whether ``atom`` is relaxed-reachable, given that the atoms of ``state`` are (any state reached by
-        playing). The exploration starts from them and the initial state, and stops as soon as ``atom`` is
-        added; the least fixpoint is the same as from the initial state alone, so a full run is cached."""
-        cone = self._cone(atom[0])
-        done = self._reachable_by_cone.get(cone)
-        if done is not None:
-            return atom in done
-        if self._explore(cone, Tables({p: set(ts) for p, ts in state.data.items()}), atom):
-            return True
-        return atom in self._reachable_by_cone[cone]
+        """Whether ``atom`` is relaxed-reachable (FD's exploration: negative literals and deletes ignored), given
+        that the atoms of ``state`` are (any state reached by playing is).
 
-    def _explore(self, cone: frozenset[str] | None, facts: Tables, target: tuple | None = None) -> bool:
-        """Semi-naive relaxed exploration of the rules producing ``cone`` from ``facts`` and the initial state.
-        True as soon as ``target`` is added; otherwise the fixpoint is cached for ``cone`` and False returned."""
+        Answered on demand instead of by exploring everything: the atoms a derivation of ``atom`` could use are
+        collected backwards (each rule producing a wanted atom, its static literals joined, its other
+        parameters enumerated by type, its fluent body atoms wanted in turn), breadth first, while the rule
+        instances met are propagated forwards with a count of missing body atoms per instance. It stops as soon
+        as ``atom`` is derived; otherwise every instance that could derive it has been met, so it is not
+        reachable. Same answer as :meth:`reachable` (tested), cached per atom.
+        """
+        hit = self._reach_memo.get(atom)
+        if hit is None:
+            hit = self._reach_memo[atom] = self._derive_on_demand(atom, state)
+        return hit
+
+    def _derive_on_demand(self, goal: tuple, state: Tables) -> bool:
+        init = self.init
+        if goal in init or goal in state:
+            return True
+        rules = self._demand_rules()
+        none = Tables()
+        derived: set[tuple] = set()
+        wanted = {goal}
+        queue = deque([goal])
+        waiting: dict[tuple, list[int]] = defaultdict(list)  # body atom -> instances missing it
+        missing_count: list[int] = []
+        heads: list[tuple] = []
+
+        def derive(atom: tuple) -> bool:
+            """Mark ``atom`` derived and propagate; True once the goal is."""
+            stack = [atom]
+            while stack:
+                a = stack.pop()
+                if a in derived:
+                    continue
+                if a == goal:
+                    return True
+                derived.add(a)
+                for k in waiting.pop(a, ()):
+                    missing_count[k] -= 1
+                    if missing_count[k] == 0:
+                        stack.append(heads[k])
+            return False
+
+        while queue:
+            atom = queue.popleft()
+            if atom in derived:
+                continue
+            for head_args, plan, body in rules.get(atom[0], ()):
+                b0 = self._bind(head_args, atom[1:], plan.types)
+                if b0 is None:
+                    continue
+                for b in self.assignments(plan, none, b0):
+                    needs = {(p, *[b.get(a, a) for a in args]) for p, args in body}
+                    missing = [x for x in needs if x not in derived and x not in init and x not in state]
+                    if not missing:
+                        if derive(atom):
+                            return True
+                        break
+                    k = len(heads)
+                    heads.append(atom)
+                    missing_count.append(len(missing))
+                    for x in missing:
+                        waiting[x].append(k)
+                        if x not in wanted:
+                            wanted.add(x)
+                            queue.append(x)
+                if atom in derived:
+                    break
+        return False
+
+    def _demand_rules(self) -> dict[str, list[tuple[tuple, _Plan, list[tuple[str, tuple]]]]]:
+        """The relaxed rules by head predicate: (head arguments, join plan of the static body literals with
+        the head's variables bound, fluent body literals)."""
+        cached = _DEMAND_RULES.get(id(self.domain))
+        if cached is None or cached[0] is not self.domain:
+            rules: dict[str, list] = defaultdict(list)
+            for params, body, heads in self.relaxed_rules():
+                static = [lit for lit in body if lit[1] not in self.fluents]
+                fluent = [(lit[1], lit[2]) for lit in body if lit[1] in self.fluents]
+                for pred, args in heads:
+                    bound = tuple(dict.fromkeys(a for a in args if a.startswith("?")))
+                    rules[pred].append((args, _Plan(params, static, self, bound), fluent))
+            cached = _DEMAND_RULES[id(self.domain)] = (self.domain, dict(rules))
+        return cached[1]
+
+    def _explore(self, cone: frozenset[str] | None, facts: Tables) -> None:
+        """Semi-naive relaxed exploration of the rules producing ``cone`` from ``facts`` and the initial state;
+        the fixpoint is cached for ``cone``."""
         for atom in self.init:
             if atom[0] in self.fluents:
                 facts.add(atom[0], atom[1:])
@@ -323,8 +490,6 @@ class Grounder:
             fresh = {p: ts for p, ts in fresh.items() if ts}
             if not fresh:
                 break
-            if target is not None and target[1:] in fresh.get(target[0], ()):
-                return True
             for pred, ts in fresh.items():
                 for t in ts:
                     facts.add(pred, t)
@@ -339,7 +504,6 @@ class Grounder:
                             for pred, args in heads:
                                 delta[pred].add(tuple(full.get(a, a) for a in args))
         self._reachable_by_cone[cone] = {(p, *a) for p, ts in facts.data.items() for a in ts} | self.init
-        return False
 
     def _cone(self, pred: str) -> frozenset[str]:
         """``pred`` and every fluent predicate in the body of a rule producing one already in the set."""
