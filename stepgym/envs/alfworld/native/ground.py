@@ -109,14 +109,50 @@ class _Plan:
         self.prebound = tuple(prebound)
         self.fluent_preds = frozenset(lit[1] for lit in literals if lit[1] in grounder.fluents)
         self._join: Any = None
+        self.consts: tuple[str, ...] = ()
 
     def join(self) -> Any:
-        """This plan as a Python function (generated once per join order, see :func:`_compile_join`)."""
+        """This plan as a Python function, generated once per join shape: plans that differ only in their
+        constants and variable names (a goal names its game's types; its variables are renamed apart) share
+        it. See :func:`_compile_join`."""
         if self._join is None:
-            key = (tuple(self.steps), tuple(sorted(self.types.items())), self.prebound, self.fluent_preds)
+            consts: list[str] = []
+            canon: dict[str, str] = {}
+
+            def var(a: str) -> str:
+                if a not in canon:
+                    canon[a] = f"?{len(canon)}"
+                return canon[a]
+
+            def shape(args: tuple) -> tuple:
+                out: list[Any] = []
+                for a in args:
+                    if a.startswith("?"):
+                        out.append(var(a))
+                    else:  # a constant becomes (its index in consts,)
+                        out.append((len(consts),))
+                        consts.append(a)
+                return tuple(out)
+
+            prebound = tuple(var(a) for a in self.prebound)
+            steps: list[tuple] = []
+            for step in self.steps:
+                if step[0] == "match":
+                    _, pred, args, new, positions, bind = step
+                    args = shape(args)
+                    new = tuple(var(a) for a in new)
+                    steps.append(("match", pred, args, new, positions, tuple((j, var(a)) for j, a in bind)))
+                elif step[0] == "check":
+                    negated, pred, args = step[1]
+                    steps.append(("check", (negated, pred, shape(args))))
+                else:
+                    steps.append(("enum", var(step[1]), step[2]))
+            types = {c: self.types.get(a, "object") for a, c in canon.items()}
+            key = (tuple(steps), tuple(types.items()), prebound, len(consts), self.fluent_preds)
             fn = _JOINS.get(key)
             if fn is None:
-                fn = _JOINS[key] = _compile_join(self)
+                fn = _JOINS[key] = _compile_join(steps, types, prebound, len(consts), self.fluent_preds)
+            self.consts = (*consts, *canon)  # the constants, then the variables' names in canonical order
             self._join = fn
         return self._join
 
@@ -135,25 +171,34 @@ _DEMAND_RULES: dict[int, tuple[Domain, dict]] = {}
 _JOINS: dict[tuple, Any] = {}  # generated join functions by join order (shared by all games of a process)
 
 
-def _compile_join(plan: _Plan) -> Any:
+def _compile_join(
+    steps: list[tuple],
+    types: dict[str, str],
+    prebound: tuple[str, ...],
+    n_consts: int,
+    fluent_preds: frozenset[str],
+) -> Any:
     """Generate the nested loops of ``plan`` as Python source and compile it.
 
     The join is the innermost loop of a step (every applicable operator, every goal check), and an interpreter
     over the plan's steps (a recursive call and a binding dict per candidate) cost most of it. The generated
-    function walks the same candidates in the same order, with each variable in a local::
+    function walks the same candidates in the same order, with each variable in a local. Variables are named
+    ``?0``, ``?1``… in ``steps`` and constants ``(i,)``; ``consts`` holds the constants, then the variables'
+    real names (for the bindings returned)::
 
-        def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init):
+        def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init, consts):
             ts_v1 = type_ok.get('location', EMPTY)
             for t0 in fl_lookup('atlocation', (0,), (v0,)):
                 v1 = t0[1]
                 if v1 not in ts_v1: continue
                 ...
-                out.append({**init, '?a': v0, '?l': v1})
+                out.append({**init, n0: v0, n1: v1})
 
     ``fl_*`` are the fluent atoms of the state (:class:`Tables`), ``st_*`` the game's static ones, ``init`` the
     pre-bound variables; at most ``limit`` bindings are collected when it is positive.
     """
     names: dict[str, str] = {}
+    consts: set[str] = set()
     head: list[str] = []
     body: list[str] = []
     depth = 1
@@ -165,15 +210,26 @@ def _compile_join(plan: _Plan) -> Any:
         names[var] = f"v{len(names)}"
         return names[var]
 
-    def value(arg: str) -> str:
-        return names.get(arg) or repr(arg)
+    def value(arg: str | tuple) -> str:
+        if isinstance(arg, tuple):
+            if f"c{arg[0]}" not in consts:
+                consts.add(f"c{arg[0]}")
+                head.append(f"    c{arg[0]} = consts[{arg[0]}]")
+            return f"c{arg[0]}"
+        return names[arg]
 
     def tup(items: list[str]) -> str:
         return "(" + "".join(f"{x}, " for x in items) + ")"
 
-    for var in plan.prebound:
-        head.append(f"    {local(var)} = init.get({var!r}, {var!r})")
-    for i, step in enumerate(plan.steps):
+    def real(var: str) -> str:  # the local holding the variable's real name
+        k = int(var[1:])
+        head.append(f"    n{k} = consts[{n_consts + k}]")
+        return f"n{k}"
+
+    for var in prebound:
+        name = real(var)
+        head.append(f"    {local(var)} = init.get({name}, {name})")
+    for i, step in enumerate(steps):
         fail = "continue" if depth > 1 else "return"
         if step[0] == "check":
             negated, pred, args = step[1]
@@ -181,7 +237,7 @@ def _compile_join(plan: _Plan) -> Any:
                 test = f"({value(args[0])} == {value(args[1])})"
             else:
                 table = f"tab{i}"
-                source = "fl_data" if pred in plan.fluent_preds else "st_data"
+                source = "fl_data" if pred in fluent_preds else "st_data"
                 head.append(f"    {table} = {source}.get({pred!r}, ())")
                 test = f"({tup([value(a) for a in args])} in {table})"
             emit(f"if {test}: {fail}" if negated else f"if not {test}: {fail}")
@@ -191,7 +247,7 @@ def _compile_join(plan: _Plan) -> Any:
             depth += 1
         else:
             _, pred, args, _, positions, bind = step
-            lookup = "fl_lookup" if pred in plan.fluent_preds else "st_lookup"
+            lookup = "fl_lookup" if pred in fluent_preds else "st_lookup"
             key = tup([value(args[j]) for j in positions])
             emit(f"for t{i} in {lookup}({pred!r}, {positions!r}, {key}):")
             depth += 1
@@ -200,15 +256,17 @@ def _compile_join(plan: _Plan) -> Any:
                     emit(f"if t{i}[{j}] != {names[var]}: continue")
                     continue
                 v = local(var)
-                head.append(f"    ts_{v} = type_ok.get({plan.types.get(var, 'object')!r}, EMPTY)")
+                head.append(f"    ts_{v} = type_ok.get({types.get(var, 'object')!r}, EMPTY)")
                 emit(f"{v} = t{i}[{j}]")
                 emit(f"if {v} not in ts_{v}: continue")
-    fields = "".join(f"{var!r}: {v}, " for var, v in names.items())
+    fields = "".join(
+        f"{real(var) if var not in prebound else 'n' + var[1:]}: {v}, " for var, v in names.items()
+    )
     emit(f"out.append({{**init, {fields}}})")
     emit("if limit and len(out) >= limit: return")
     source = "\n".join(
         [
-            "def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init):",
+            "def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init, consts):",
             *head,
             *body,
         ]
@@ -284,7 +342,8 @@ class Grounder:
         """The bindings of ``plan``'s parameters satisfying its literals in ``facts`` (the fluent atoms); at most
         ``limit`` of them when it is positive."""
         out: list[dict] = []
-        plan.join()(
+        join = plan.join()
+        join(
             facts.lookup,
             facts.data,
             self._lookup,
@@ -294,6 +353,7 @@ class Grounder:
             out,
             limit,
             b or {},
+            plan.consts,
         )
         return out
 
