@@ -66,7 +66,12 @@ class _Plan:
     """A join order for one conjunction of literals over some parameters."""
 
     def __init__(
-        self, params: list[tuple[str, str]], literals: list[tuple], grounder: Grounder, prebound: tuple = ()
+        self,
+        params: list[tuple[str, str]],
+        literals: list[tuple],
+        grounder: Grounder,
+        prebound: tuple = (),
+        op_name: tuple[str, list[str]] | None = None,
     ):
         self.params = params
         self.literals = literals
@@ -110,6 +115,8 @@ class _Plan:
         self.fluent_preds = frozenset(lit[1] for lit in literals if lit[1] in grounder.fluents)
         self._join: Any = None
         self.consts: tuple[str, ...] = ()
+        # (action, its declared parameters): the join then yields (operator name, binding) pairs
+        self.op_name = op_name
 
     def join(self) -> Any:
         """This plan as a Python function, generated once per join shape: plans that differ only in their
@@ -148,10 +155,15 @@ class _Plan:
                 else:
                     steps.append(("enum", var(step[1]), step[2]))
             types = {c: self.types.get(a, "object") for a, c in canon.items()}
-            key = (tuple(steps), tuple(types.items()), prebound, len(consts), self.fluent_preds)
+            op_name = (
+                None if self.op_name is None else (self.op_name[0], tuple(var(a) for a in self.op_name[1]))
+            )
+            key = (tuple(steps), tuple(types.items()), prebound, len(consts), self.fluent_preds, op_name)
             fn = _JOINS.get(key)
             if fn is None:
-                fn = _JOINS[key] = _compile_join(steps, types, prebound, len(consts), self.fluent_preds)
+                fn = _JOINS[key] = _compile_join(
+                    steps, types, prebound, len(consts), self.fluent_preds, op_name
+                )
             self.consts = (*consts, *canon)  # the constants, then the variables' names in canonical order
             self._join = fn
         return self._join
@@ -177,8 +189,9 @@ def _compile_join(
     prebound: tuple[str, ...],
     n_consts: int,
     fluent_preds: frozenset[str],
+    op_name: tuple[str, tuple[str, ...]] | None = None,
 ) -> Any:
-    """Generate the nested loops of ``plan`` as Python source and compile it.
+    """Generate the nested loops of a join plan (see :meth:`_Plan.join`) as Python source and compile it.
 
     The join is the innermost loop of a step (every applicable operator, every goal check), and an interpreter
     over the plan's steps (a recursive call and a binding dict per candidate) cost most of it. The generated
@@ -195,7 +208,8 @@ def _compile_join(
                 out.append({**init, n0: v0, n1: v1})
 
     ``fl_*`` are the fluent atoms of the state (:class:`Tables`), ``st_*`` the game's static ones, ``init`` the
-    pre-bound variables; at most ``limit`` bindings are collected when it is positive.
+    pre-bound variables; at most ``limit`` bindings are collected when it is positive. With ``op_name`` (an
+    action and its declared parameters) each binding comes with its operator's name, ``"action obj obj"``.
     """
     names: dict[str, str] = {}
     consts: set[str] = set()
@@ -262,7 +276,12 @@ def _compile_join(
     fields = "".join(
         f"{real(var) if var not in prebound else 'n' + var[1:]}: {v}, " for var, v in names.items()
     )
-    emit(f"out.append({{**init, {fields}}})")
+    binding = f"{{**init, {fields}}}"
+    if op_name is None:
+        emit(f"out.append({binding})")
+    else:
+        head.append(f"    op = {op_name[0]!r}")
+        emit(f'out.append((f"{{op}} {" ".join("{" + names[v] + "}" for v in op_name[1])}", {binding}))')
     emit("if limit and len(out) >= limit: return")
     source = "\n".join(
         [
@@ -311,11 +330,20 @@ class Grounder:
         cached = _PLANS.get(id(domain))
         if cached is None or cached[0] is not domain:
             plans = [
-                [_Plan(s.params + extra, lits, self) for extra, lits in s.disjuncts] for s in domain.schemas
+                [
+                    _Plan(s.params + extra, lits, self, op_name=(s.name, [p for p, _ in s.params]))
+                    for extra, lits in s.disjuncts
+                ]
+                for s in domain.schemas
             ]
             cached = _PLANS[id(domain)] = (domain, plans, self._change_probes())
         self.plans: list[list[_Plan]] = cached[1]
         self._probes: list[list[Any]] = cached[2]
+        self._action_plans = [
+            (si, di, plan, self._probes[si][di])
+            for si, plans in enumerate(self.plans)
+            for di, plan in enumerate(plans)
+        ]
         self._reachable_by_cone: dict[frozenset[str] | None, set[tuple]] = {}
         self._reach_memo: dict[tuple, bool] = {}
         self._effects: dict[str, tuple[SasEffect, ...]] = {}
@@ -362,29 +390,30 @@ class Grounder:
         """Applicable operators, one per operator name (the first disjunct that applies), noops left out."""
         out: list[Op] = []
         seen: set[str] = set()
-        for si, schema in enumerate(self.domain.schemas):
-            params = [p for p, _ in schema.params]
-            for di, plan in enumerate(self.plans[si]):
-                probe = self._probes[si][di]
-                for b in self.assignments(plan, facts):
-                    name = " ".join([schema.name, *[b[p] for p in params]])
-                    if name in seen:
-                        continue
-                    op = (name, si, b, di)
-                    if not (probe is True or self._changes_something(op, probe, facts)):
-                        continue
-                    seen.add(name)
-                    out.append(op)
+        fl_lookup, fl_data, st_lookup, st_data = facts.lookup, facts.data, self._lookup, self.static
+        type_ok, by_type = self._type_ok, self._by_type
+        for si, di, plan, probe in self._action_plans:
+            found: list[tuple[str, dict]] = []
+            plan.join()(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, found, 0, {}, plan.consts)
+            for name, b in found:
+                if name in seen:
+                    continue
+                op = (name, si, b, di)
+                if probe is not True and not self._changes_something(op, probe, facts):
+                    continue
+                seen.add(name)
+                out.append(op)
         return out
 
     def _change_probes(self) -> list[list[Any]]:
         """Per schema disjunct, what tells cheaply that an operator is not a noop (FD drops noops).
 
-        An unconditional add effect survives FD's pruning unless the precondition already requires its atom, so
-        an operator with one whose predicate no positive fluent precondition has is never a noop (``True``);
-        otherwise the probe lists the add effects and the fluent preconditions to compare once bound. Only when
-        every such add is already required are the operator's full SAS effects (and their reachability
-        analysis) needed to decide; for the operators applied, they are computed when applied.
+        An unconditional add effect survives FD's pruning unless the precondition requires its atom (the last
+        fluent literal on that atom is positive). So an operator with an add whose predicate no positive fluent
+        precondition has is never a noop (``True``); otherwise the probe lists, per add, the argument pairs to
+        compare with each precondition literal that could be the same atom, last literal first. Only when
+        every add is required are the operator's full SAS effects (and their reachability analysis) needed to
+        decide; for the operators applied, they are computed when applied.
         """
         probes: list[list[Any]] = []
         for schema in self.domain.schemas:
@@ -393,19 +422,32 @@ class Grounder:
             for _, lits in schema.disjuncts:
                 pre = [(neg, p, a) for neg, p, a in lits if p != "=" and p in self.fluents]
                 required = {p for neg, p, _ in pre if not neg}
-                row.append(True if any(p not in required for p, _ in adds) else (pre, adds))
+                if any(p not in required for p, _ in adds):
+                    row.append(True)
+                    continue
+                row.append(
+                    [
+                        [
+                            (neg, [(x, y) for x, y in zip(args, pre_args, strict=True) if x != y])
+                            for neg, p, pre_args in reversed(pre)
+                            if p == pred and len(pre_args) == len(args)
+                        ]
+                        for pred, args in adds
+                    ]
+                )
             probes.append(row)
         return probes
 
-    def _changes_something(self, op: Op, probe: tuple, state: Tables) -> bool:
+    def _changes_something(self, op: Op, probe: list, state: Tables) -> bool:
         """Whether ``op`` has an SAS effect (see :meth:`_change_probes`); exact."""
         b = op[2]
-        pre_lits, adds = probe
-        pre: dict[tuple, int] = {}
-        for negated, pred, args in pre_lits:  # as in _sas_effects: the last literal on an atom wins
-            pre[(pred, *[b.get(a, a) for a in args])] = 1 if negated else 0
-        for pred, args in adds:
-            if pre.get((pred, *[b.get(a, a) for a in args]), -1) != 0:
+        for candidates in probe:
+            for negated, pairs in candidates:
+                if all(b.get(x, x) == b.get(y, y) for x, y in pairs):  # the same atom
+                    if negated:
+                        return True
+                    break
+            else:
                 return True
         return bool(self.effects(op, state))
 
