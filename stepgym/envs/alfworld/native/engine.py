@@ -16,8 +16,10 @@ engine continues exactly as if the actions leading to the snapshot had been repl
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import keyword
 import re
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
@@ -475,8 +477,8 @@ class NativeEngine:
             self._nonterminal(expr[1], mapping, variables, out)
         else:
             ents = self._require().entities
-            value = eval(expr[1], {}, {k: ents[o] for k, o in variables.items()})
-            out.append(str(value))
+            fn = _expression(expr[2], tuple(variables))
+            out.append(str(fn(*[ents[o] for o in variables.values()])))
 
     def _nonterminal(self, name: str, mapping: dict, variables: dict, out: list[str]) -> None:
         rules = self._require().grammar.rules.get(name)
@@ -491,6 +493,8 @@ class NativeEngine:
     def _contexts(self, query: Query | None, mapping: dict, variables: dict) -> list[tuple[dict, dict]]:
         if query is None:
             return [(mapping, variables)]
+        if _all_bound(query, mapping):  # a test, not a search: the one context, or none
+            return [(dict(mapping), dict(variables))] if self._holds_bound(query, mapping) else []
         out = []
         for m in self._assignments(query, mapping):
             v = dict(variables)
@@ -500,9 +504,25 @@ class NativeEngine:
         return out
 
     def _first(self, query: Query, mapping: dict) -> bool:
+        if _all_bound(query, mapping):
+            return self._holds_bound(query, mapping)
         for _ in self._assignments(query, mapping, first=True):
             return True
         return False
+
+    def _holds_bound(self, query: Query, mapping: dict) -> bool:
+        """Whether a query whose placeholders are all bound matches: each fact is there and each object has its
+        placeholder's type (what :meth:`_assignments` finds then, without the search)."""
+        game = self._require()
+        by_pred = self._tw_by_pred
+        for pred, args in query.preds:
+            key = tuple([mapping[ph] for ph in args])
+            if key not in by_pred.get(pred, ()):
+                return False
+            for ph, obj in zip(args, key, strict=True):
+                if not _type_ok(game, obj, ph[1]):
+                    return False
+        return True
 
     def _assignments(self, query: Query, mapping: dict, first: bool = False) -> list[dict]:
         """TextWorld's ``State.all_assignments`` over its fact list, in its order.
@@ -569,12 +589,18 @@ class NativeEngine:
         self, pred: str, arity: int, positions: tuple[int, ...], key: tuple, game: _Game
     ) -> list[tuple]:
         """The facts of ``pred`` with ``arity`` arguments and ``key`` at ``positions``, in sorted order."""
-        if pred in game.fluent_tw:
-            return [
-                f
-                for f in sorted(self._tw_by_pred.get(pred, ()))
-                if len(f) == arity and all(f[j] == k for j, k in zip(positions, key, strict=True))
-            ]
+        if pred in game.fluent_tw:  # the matches, then sorted (the same order as filtering the sorted facts)
+            facts = self._tw_by_pred.get(pred, ())
+            if len(positions) == 1:
+                j, k = positions[0], key[0]
+                return sorted([f for f in facts if len(f) == arity and f[j] == k])
+            return sorted(
+                [
+                    f
+                    for f in facts
+                    if len(f) == arity and all(f[j] == k for j, k in zip(positions, key, strict=True))
+                ]
+            )
         cache = game.static_sorted
         if cache is None:
             cache = game.static_sorted = {}
@@ -612,6 +638,20 @@ def _reads_only(
                 if not _reads_only(rule.symbols, grammar, fluent, seen):
                     return False
     return True
+
+
+def _all_bound(query: Query, mapping: dict) -> bool:
+    return all(ph in mapping for _, args in query.preds for ph in args)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression(source: str, names: tuple[str, ...]) -> Any:
+    """A grammar expression as a function of the entities named ``names`` (what ``eval`` of it with those
+    entities as locals gives, without building a dict and entering ``eval`` for each use)."""
+    params = [
+        n if n.isidentifier() and not keyword.iskeyword(n) else f"_unnamed{i}" for i, n in enumerate(names)
+    ]
+    return eval(compile(f"lambda {', '.join(params)}: ({source})", "<grammar>", "eval"), {})
 
 
 def _type_ok(game: _Game, obj: str, typ: str) -> bool:
