@@ -374,7 +374,7 @@ def test_noop_probe_and_cached_command_texts_equal_their_definitions():
         for action in [*walkthrough, None]:
             game = engine._game
             grounder, true = game.grounder, engine._true
-            for si, di, plan, _ in grounder._action_plans:
+            for si, di, plan, *_ in grounder._action_plans:
                 for name, b in grounder.assignments(plan, true):
                     op = (name, si, b, di)
                     fresh = Grounder(grounder.domain, _problem_of(engine))

@@ -275,6 +275,7 @@ class NativeEngine:
         for game in self._games.values():
             if game.options_cache is not None:
                 game.options_cache.clear()
+            game.grounder.clear_state_cache()
 
     # -- playing ------------------------------------------------------------------------------------------------
     def reset(self) -> dict[str, Any]:

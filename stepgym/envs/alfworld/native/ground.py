@@ -21,13 +21,21 @@ SasEffect = tuple[tuple, int, tuple[tuple[tuple, int], ...]]
 
 
 class Tables:
-    """Atoms by predicate (``pred -> {args}``) with lazily built, incrementally kept indexes on bound positions."""
+    """Atoms by predicate (``pred -> {args}``) with lazily built, incrementally kept indexes on bound positions,
+    and each predicate's atoms as a frozenset (:meth:`frozen`, kept until the predicate changes)."""
 
-    __slots__ = ("_idx", "data")
+    __slots__ = ("_frozen", "_idx", "data")
 
     def __init__(self, data: dict[str, set[tuple]] | None = None):
         self.data: dict[str, set[tuple]] = data if data is not None else {}
         self._idx: dict[tuple[str, tuple[int, ...]], dict[tuple, list[tuple]]] = {}
+        self._frozen: dict[str, frozenset[tuple]] = {}
+
+    def frozen(self, pred: str) -> frozenset[tuple]:
+        f = self._frozen.get(pred)
+        if f is None:
+            f = self._frozen[pred] = frozenset(self.data.get(pred, ()))
+        return f
 
     def lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> Any:
         if not positions:
@@ -45,6 +53,7 @@ class Tables:
         if args in table:
             return
         table.add(args)
+        self._frozen.pop(pred, None)
         for (p, positions), ix in self._idx.items():
             if p == pred:
                 ix.setdefault(tuple(args[j] for j in positions), []).append(args)
@@ -54,6 +63,7 @@ class Tables:
         if not table or args not in table:
             return
         table.discard(args)
+        self._frozen.pop(pred, None)
         for (p, positions), ix in self._idx.items():
             if p == pred:
                 ix[tuple(args[j] for j in positions)].remove(args)
@@ -180,6 +190,7 @@ class _Plan:
 
 _PLANS: dict[int, tuple[Domain, list[list[_Plan]], list[list[Any]]]] = {}
 _DEMAND_RULES: dict[int, tuple[Domain, dict]] = {}
+_PLAN_MEMO_SIZE = 1 << 14  # action-disjunct results kept per game
 _JOINS: dict[tuple, Any] = {}  # generated join functions by join order (shared by all games of a process)
 
 
@@ -340,13 +351,18 @@ class Grounder:
         self.plans: list[list[_Plan]] = cached[1]
         self._probes: list[list[Any]] = cached[2]
         self._action_plans = [
-            (si, di, plan, self._probes[si][di])
+            (si, di, plan, self._probes[si][di], sorted(plan.fluent_preds))
             for si, plans in enumerate(self.plans)
             for di, plan in enumerate(plans)
         ]
+        self._plan_memo: dict[tuple, list[Op]] = {}
         self._reachable_by_cone: dict[frozenset[str] | None, set[tuple]] = {}
         self._reach_memo: dict[tuple, bool] = {}
         self._effects: dict[str, tuple[SasEffect, ...]] = {}
+
+    def clear_state_cache(self) -> None:
+        """Forget the operators kept per content of the fluent predicates (see :meth:`applicable`)."""
+        self._plan_memo.clear()
 
     def table_size(self, pred: str) -> int:
         return self._sizes.get(pred, 0)
@@ -387,21 +403,48 @@ class Grounder:
 
     # -- operators ------------------------------------------------------------------------------------------
     def applicable(self, facts: Tables) -> list[Op]:
-        """Applicable operators, one per operator name (the first disjunct that applies), noops left out."""
+        """Applicable operators, one per operator name (the first disjunct that applies), noops left out.
+
+        What one action disjunct yields depends only on the atoms of the fluent predicates its precondition
+        reads, and most steps change few of them (taking an object leaves where one can go unchanged), so each
+        disjunct's operators are kept per content of those predicates (``_plan_memo``, per game).
+        """
         out: list[Op] = []
         seen: set[str] = set()
-        fl_lookup, fl_data, st_lookup, st_data = facts.lookup, facts.data, self._lookup, self.static
-        type_ok, by_type = self._type_ok, self._by_type
-        for si, di, plan, probe in self._action_plans:
-            found: list[tuple[str, dict]] = []
-            plan.join()(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, found, 0, {}, plan.consts)
-            for name, b in found:
-                if name in seen:
-                    continue
-                op = (name, si, b, di)
-                if probe is not True and not self._changes_something(op, probe, facts):
-                    continue
-                seen.add(name)
+        memo = self._plan_memo
+        if len(memo) > _PLAN_MEMO_SIZE:
+            memo.clear()
+        for k, (si, di, plan, probe, reads) in enumerate(self._action_plans):
+            key = (k, *[facts.frozen(p) for p in reads])
+            ops = memo.get(key)
+            if ops is None:
+                ops = memo[key] = self._plan_ops(si, di, plan, probe, facts)
+            for op in ops:
+                if op[0] not in seen:
+                    seen.add(op[0])
+                    out.append(op)
+        return out
+
+    def _plan_ops(self, si: int, di: int, plan: _Plan, probe: Any, facts: Tables) -> list[Op]:
+        """The operators of one action disjunct in ``facts``, noops left out, in the join's order."""
+        found: list[tuple[str, dict]] = []
+        join = plan.join()
+        join(
+            facts.lookup,
+            facts.data,
+            self._lookup,
+            self.static,
+            self._type_ok,
+            self._by_type,
+            found,
+            0,
+            {},
+            plan.consts,
+        )
+        out: list[Op] = []
+        for name, b in found:
+            op = (name, si, b, di)
+            if probe is True or self._changes_something(op, probe, facts):
                 out.append(op)
         return out
 
