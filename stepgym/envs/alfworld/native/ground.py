@@ -690,6 +690,32 @@ class Grounder:
         return cached
 
     def _sas_effects(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
+        schema = self.domain.schemas[op[1]]
+        if any(e.condition for e in schema.effects):
+            return self._sas_effects_general(op, state)
+        return self._sas_effects_unconditional(op, state)
+
+    def _sas_effects_unconditional(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
+        """:meth:`_sas_effects_general` for an action without conditional effects (all of ALFWorld's), where
+        its rules reduce to: an add survives unless the precondition requires its atom; a delete survives if its
+        atom is reachable, not also added, and not already required false."""
+        _, si, b, di = op
+        schema = self.domain.schemas[si]
+        pre: dict[tuple, int] = {}
+        for negated, pred, args in schema.disjuncts[di][1]:
+            if pred != "=" and pred in self.fluents:
+                pre[(pred, *[b.get(a, a) for a in args])] = 1 if negated else 0
+        added = {(e.pred, *[b.get(a, a) for a in e.args]) for e in schema.effects if not e.negated}
+        out = {(atom, 0, ()) for atom in added if pre.get(atom, -1) != 0}
+        reach = _Reach(self, state, added)
+        for e in schema.effects:
+            if e.negated:
+                atom = (e.pred, *[b.get(a, a) for a in e.args])
+                if atom not in added and pre.get(atom, -1) != 1 and atom in reach:
+                    out.add((atom, 1, ()))
+        return tuple(sorted(out))
+
+    def _sas_effects_general(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
         _, si, b, di = op
         schema = self.domain.schemas[si]
 
