@@ -207,6 +207,7 @@ class _Game:
     vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
     static_sorted: dict[tuple, dict[tuple, list[tuple]]] | None = None  # static facts by bound arguments
     templates: dict[int, _Template] = field(default_factory=dict)  # command templates by schema index
+    command_of: dict[str, str] = field(default_factory=dict)  # cacheable command texts by operator name
 
 
 @dataclass(frozen=True)
@@ -374,12 +375,14 @@ class NativeEngine:
         game = self._require()
         key = None
         if game.options_cache is not None:
-            key = frozenset((p, t) for p, ts in self._true.data.items() for t in ts)
+            true = self._true  # the state as its predicates' atom sets (kept by the tables until they change)
+            key = tuple([(p, f) for p in sorted(true.data) if (f := true.frozen(p))])
             hit = game.options_cache.get(key)
             if hit is not None:
                 return hit
         ops = game.grounder.applicable(self._true)
-        commands = [self._command(op) for op in ops]
+        by_name = game.command_of
+        commands = [by_name.get(op[0]) or self._command(op) for op in ops]
         out = (ops, commands, tuple(sorted(set(commands))), self._won())
         if key is not None:
             if len(game.options_cache) >= _OPTIONS_CACHE_SIZE:
@@ -436,6 +439,7 @@ class NativeEngine:
         text = game.commands.get(key)
         if text is None:
             text = game.commands[key] = self._derive_command(template, b)
+        game.command_of[op[0]] = text  # the operator's name holds all its template's parameters
         return text
 
     def _derive_command(self, template: _Template, b: dict[str, str]) -> str:
