@@ -5,12 +5,17 @@ stored walkthrough). Raw upstream = ``textworld.gym.register_game`` + ``textworl
 ``AlfredDemangler`` and ``AlfredInfos`` wrappers and ``EnvInfos(won, admissible_commands, facts)``, the way
 ALFWorld's own ``AlfredTWEnv`` plays a game (it has no per-step annotations or expert).
 
+Each of the three is measured in a fresh process of its own, one after the other, so that neither the
+objects one of them keeps alive (TextWorld's games are large) nor its garbage collections slow another down.
+Each process first plays one game outside the sample (its walkthrough), so that imports and one-time set-up
+are not charged to the first measured game.
+
 Measured per game:
 * new-game reset: raw register+make+reset vs stepgym ``reset(options={"task_id": ...})`` on a game that env has
   not loaded yet. For the native engine that game file was never loaded before in the process, so everything
   parsed from *it* is parsed in the timed reset; what is shared by all games is parsed once per process and
   reused (the PDDL domain, identical in every game; the grammar's rule blocks and strings, keyed by their text;
-  the join plans of the domain's actions), as are Python's imports;
+  the join plans of the domain's actions and their generated code), as are Python's imports;
 * re-reset: resetting the same, already loaded game again (what a GRPO group does G times per task);
 * annotated step: mean seconds per walkthrough step of ``StepGym/ALFWorld-v0`` with all annotations and the
   expert's next action (raw: a plain upstream step). For the native engine twice: the first play of the game
@@ -24,6 +29,7 @@ Run: ``STEPGYM_DATA=../shared/data python benchmarks/alfworld_bench.py --games 2
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import platform
 import statistics
@@ -32,6 +38,7 @@ import time
 import stepgym  # noqa: F401 - registers the envs
 
 ENGINES = ("textworld", "native")
+KINDS = ("raw", *ENGINES)
 
 
 def raw_env(game_file: str, facts: bool = True):
@@ -59,52 +66,96 @@ def _timed_steps(env, actions: list[str]) -> float:
     return (time.perf_counter() - t) / len(actions)
 
 
-def bench(split: str, n_games: int, repeats: int) -> dict[str, list[float]]:
-    envs = {e: _make(split, e, cache=n_games + 1) for e in ENGINES}
-    games = envs["native"].games[:: max(1, len(envs["native"].games) // n_games)][:n_games]
+def _games(split: str, n_games: int):
+    from stepgym.envs.alfworld.games import list_games
+
+    games = list_games(split)
+    return games[:: max(1, len(games) // n_games)][:n_games]
+
+
+def _walkthrough(game) -> list[str]:
+    with open(game.game_file, encoding="utf-8") as f:
+        return list(json.load(f)["walkthrough"])
+
+
+def bench(kind: str, split: str, n_games: int, repeats: int) -> dict[str, list[float]]:
+    """The measures of one of ``KINDS`` on the bench's games (run in a process of its own)."""
     out: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:
-        out.setdefault(key, []).append(value)
+        out.setdefault(f"{kind}_{key}", []).append(value)
 
-    for g in games:
-        t = time.perf_counter()
-        raw = raw_env(str(g.game_file))
+    games = _games(split, n_games)
+    env = None if kind == "raw" else _make(split, kind, cache=n_games + 1)
+    # warm-up, the same for every kind: one game outside the sample is played first, so that imports and what
+    # is shared by all games are in place before the first measured game
+    from stepgym.envs.alfworld.games import list_games
+
+    warm = next(g for g in reversed(list_games(split)) if g not in games)
+    if env is None:
+        raw = raw_env(str(warm.game_file))
         raw.reset()
-        add("raw_cold", time.perf_counter() - t)
-        for _ in range(repeats):
+        for a in _walkthrough(warm):
+            raw.step(a)
+        raw.close()
+    else:
+        env.reset(options={"task_id": warm.task_id})
+        for a in env.walkthrough:
+            env.step(a)
+    for g in games:
+        walkthrough = _walkthrough(g)
+        if env is None:
             t = time.perf_counter()
+            raw = raw_env(str(g.game_file))
             raw.reset()
-            add("raw_rereset", time.perf_counter() - t)
-        for name, env in envs.items():
-            t = time.perf_counter()
-            env.reset(options={"task_id": g.task_id})
-            add(f"{name}_cold", time.perf_counter() - t)
+            add("cold", time.perf_counter() - t)
             for _ in range(repeats):
                 t = time.perf_counter()
-                env.reset(options={"task_id": g.task_id})
-                add(f"{name}_rereset", time.perf_counter() - t)
-        walkthrough = envs["textworld"].walkthrough
-        raw.reset()
-        add("raw_step", _timed_steps(raw, walkthrough))
-        raw.close()
-        envs["textworld"].reset(options={"task_id": g.task_id})
-        add("textworld_step", _timed_steps(envs["textworld"], walkthrough))
-        nat = envs["native"]
-        nat.engine.clear_state_cache()  # every state new on the first play
-        nat.reset(options={"task_id": g.task_id})
-        add("native_step", _timed_steps(nat, walkthrough))
-        nat.reset(options={"task_id": g.task_id})
-        add("native_step_seen", _timed_steps(nat, walkthrough))
-        for name, env in envs.items():  # the engine alone: no annotations, no expert
-            env.engine.load(g.game_file)
-            if name == "native":
-                env.engine.clear_state_cache()
-            env.engine.reset()
+                raw.reset()
+                add("rereset", time.perf_counter() - t)
+            raw.reset()
+            add("step", _timed_steps(raw, walkthrough))
+            raw.close()
+            continue
+        t = time.perf_counter()
+        env.reset(options={"task_id": g.task_id})
+        add("cold", time.perf_counter() - t)
+        for _ in range(repeats):
             t = time.perf_counter()
-            for a in walkthrough:
-                env.engine.step(a)
-            add(f"{name}_engine_step", (time.perf_counter() - t) / len(walkthrough))
+            env.reset(options={"task_id": g.task_id})
+            add("rereset", time.perf_counter() - t)
+        if kind == "native":
+            env.engine.clear_state_cache()  # every state new on the first play
+        env.reset(options={"task_id": g.task_id})
+        add("step", _timed_steps(env, walkthrough))
+        if kind == "native":
+            env.reset(options={"task_id": g.task_id})
+            add("step_seen", _timed_steps(env, walkthrough))
+        env.engine.load(g.game_file)  # the engine alone: no annotations, no expert
+        if kind == "native":
+            env.engine.clear_state_cache()
+        env.engine.reset()
+        t = time.perf_counter()
+        for a in walkthrough:
+            env.engine.step(a)
+        add("engine_step", (time.perf_counter() - t) / len(walkthrough))
+    return out
+
+
+def _bench_child(kind: str, split: str, n_games: int, repeats: int, queue: mp.Queue) -> None:
+    queue.put(bench(kind, split, n_games, repeats))
+
+
+def bench_all(split: str, n_games: int, repeats: int) -> dict[str, list[float]]:
+    """Every kind in a fresh process of its own, one after the other."""
+    ctx = mp.get_context("spawn")
+    out: dict[str, list[float]] = {}
+    for kind in KINDS:
+        queue = ctx.Queue()
+        proc = ctx.Process(target=_bench_child, args=(kind, split, n_games, repeats, queue))
+        proc.start()
+        out.update(queue.get(timeout=3600))
+        proc.join()
     return out
 
 
@@ -161,7 +212,7 @@ def main() -> None:
     ap.add_argument("--games", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3, help="re-resets per game")
     args = ap.parse_args()
-    r = bench(args.split, args.games, args.repeats)
+    r = bench_all(args.split, args.games, args.repeats)
     med = {k: statistics.median(v) for k, v in r.items()}
     mem = {k: memory_per_copy(k, args.split) / 2**20 for k in ("raw", *ENGINES)}
     print(

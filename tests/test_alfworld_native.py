@@ -251,8 +251,8 @@ def _grounder_in_play(task_id: str, steps: int):
 
 
 def test_reachability_from_a_played_state_equals_the_full_exploration():
-    """``Grounder.reaches`` starts the relaxed exploration from the current state and stops at the asked atom;
-    it must answer like FD's full exploration from the initial state, for reachable and unreachable atoms."""
+    """``Grounder.reaches`` derives the asked atom on demand, from the current state; it must answer like FD's
+    full exploration from the initial state, for reachable and unreachable atoms."""
     games = list_games("valid_seen")
     task_ids = [
         next(g.task_id for g in games if g.task_type == t) for t in ("pick_heat_then_place_in_recep",)
@@ -269,10 +269,151 @@ def test_reachability_from_a_played_state_equals_the_full_exploration():
             objects = sorted({x for a in atoms for x in a[1:]})
             atoms += [(pred, *objects[i : i + len(a) - 1]) for i, a in enumerate(atoms[:12])]
             for atom in atoms:
-                grounder._reachable_by_cone.clear()  # every question runs the exploration
+                grounder._reach_memo.clear()  # every question is derived again
                 assert grounder.reaches(atom, state) == (atom in full), atom
                 checked[atom in full] += 1
     assert checked[True] > 20 and checked[False] > 20, checked
+
+
+# -- the engine's fast paths against their plain definitions ---------------------------------------------------
+
+
+def _brute_force(grounder, params, literals, facts, init):
+    """Every binding of ``params`` (by type) satisfying ``literals``, by trying them all: the definition the
+    generated joins must meet (as a set: the join's order is its own)."""
+    import itertools
+
+    from stepgym.envs.alfworld.native.ground import Tables
+
+    assert isinstance(facts, Tables)
+    free = [(p, t) for p, t in params if p not in init]
+    out = set()
+    for objs in itertools.product(*(grounder._by_type.get(t, []) for _, t in free)):
+        b = {**init, **dict(zip([p for p, _ in free], objs, strict=True))}
+        ok = True
+        for negated, pred, args in literals:
+            vals = tuple(b.get(a, a) for a in args)
+            if pred == "=":
+                holds = vals[0] == vals[1]
+            else:
+                table = (
+                    facts.data.get(pred, ()) if pred in grounder.fluents else grounder.static.get(pred, ())
+                )
+                holds = vals in table
+            if holds == negated:
+                ok = False
+                break
+        if ok:
+            out.add(tuple(sorted(b.items())))
+    return out
+
+
+def test_generated_joins_equal_brute_force_enumeration():
+    """Repeated variables, constants, pre-bound variables, equality and negated literals, and ``limit``."""
+    from stepgym.envs.alfworld.native.ground import _Plan
+
+    engine, _ = _engine_in_play(_one_per_task_type("valid_seen")[0], 3)
+    grounder, true = engine._game.grounder, engine._true
+    agent = grounder._by_type["agent"][0]
+    rec, loc = sorted(grounder.static["receptacleatlocation"])[0]
+    cases = [
+        ([("?a", "agent"), ("?l", "location")], [(False, "atlocation", ("?a", "?l"))], {}),
+        # a variable twice in one literal: bound by its first occurrence, compared at its second
+        ([("?x", "object")], [(False, "atlocation", ("?x", "?x"))], {}),
+        ([("?x", "object")], [(False, "receptacleatlocation", ("?x", "?x"))], {}),
+        (
+            [("?r", "receptacle"), ("?l", "location"), ("?r2", "receptacle")],
+            [
+                (False, "receptacleatlocation", ("?r", "?l")),
+                (False, "receptacleatlocation", ("?r2", "?l")),
+                (True, "=", ("?r", "?r2")),
+                (True, "opened", ("?r",)),
+            ],
+            {},
+        ),
+        (
+            [("?o", "object"), ("?r", "receptacle")],
+            [(False, "inreceptacle", ("?o", "?r")), (False, "receptacleatlocation", ("?r", loc))],
+            {},
+        ),
+        (
+            [("?l", "location"), ("?r", "receptacle")],
+            [(False, "receptacleatlocation", ("?r", "?l"))],
+            {"?r": rec},
+        ),
+        ([("?a", "agent"), ("?o", "object")], [(True, "holds", ("?a", "?o"))], {"?a": agent}),
+    ]
+    for params, literals, init in cases:
+        plan = _Plan(params, literals, grounder, tuple(init))
+        got = grounder.assignments(plan, true, dict(init))
+        assert len({tuple(sorted(b.items())) for b in got}) == len(got)  # no duplicates
+        assert {tuple(sorted(b.items())) for b in got} == _brute_force(grounder, params, literals, true, init)
+        if len(got) > 1:
+            assert grounder.assignments(plan, true, dict(init), limit=1) == got[:1]
+
+
+def _engine_in_play(task_id: str, steps: int) -> tuple[NativeEngine, list[str]]:
+    game = next(g for g in list_games(task_id.split("/")[0]) if g.task_id == task_id)
+    engine = NativeEngine()
+    engine.load(game.game_file)
+    engine.reset()
+    for action in engine.walkthrough[:steps]:
+        engine.step(action)
+    return engine, engine.walkthrough
+
+
+def test_noop_probe_effects_and_cached_command_texts_equal_their_definitions():
+    """``applicable`` leaves out noops by a probe, not by the SAS effects; actions without conditional effects
+    get their SAS effects by a short rule; command texts are cached by the parameters their template reads. On
+    every state of two walkthroughs, each must equal the general rule: FD's effect translation; the text
+    derived from the template."""
+    from stepgym.envs.alfworld.native.ground import Grounder
+
+    checked = {True: 0, False: 0}
+    # the lettuce game: cooling lettuce would delete ishot(lettuce), which no action can reach (kept out)
+    lettuce = "valid_seen/pick_clean_then_place_in_recep-Lettuce-None-Fridge-19/trial_T20190908_100138_446072"
+    for task_id in [*_one_per_task_type("valid_unseen")[2:4], lettuce]:
+        engine, walkthrough = _engine_in_play(task_id, 0)
+        for action in [*walkthrough, None]:
+            game = engine._game
+            grounder, true = game.grounder, engine._true
+            for si, di, plan, *_ in grounder._action_plans:
+                for name, b in grounder.assignments(plan, true):
+                    op = (name, si, b, di)
+                    fresh = Grounder(grounder.domain, _problem_of(engine))
+                    general = fresh._sas_effects_general(op, true)
+                    assert grounder._sas_effects_unconditional(op, true) == general, name
+                    expected = bool(general)
+                    probe = grounder._probes[si][di]
+                    assert (probe is True or grounder._changes_something(op, probe, true)) == expected, name
+                    checked[expected] += 1
+            for op in engine._ops:
+                schema = grounder.domain.schemas[op[1]]
+                mapping = {(p.lstrip("?"), t): op[2][p] for p, t in schema.params}
+                assert engine._command(op) == engine._derive(
+                    game.grammar.actions[schema.name].template, mapping
+                )
+            if action is not None:
+                engine.step(action)
+    assert checked[True] > 100 and checked[False] > 3, checked
+
+
+def _problem_of(engine: NativeEngine):
+    from stepgym.envs.alfworld.native.pddl import parse_problem
+
+    with open(engine.game_file, encoding="utf-8") as f:
+        return parse_problem(json.load(f)["pddl_problem"])
+
+
+def test_grammar_expressions_read_like_eval():
+    from stepgym.envs.alfworld.native.engine import Entity, _expression
+
+    ents = [Entity("apple_bar_1", "object", "apple 1"), Entity("desk_bar_2", "receptacle", "desk 2")]
+    for source in ("o", "o.name ", "o.indefinite + ' ' + o.name", "r.name.upper() + str(len(o.name))"):
+        expected = eval(source, {}, {"o": ents[0], "r": ents[1]})
+        assert _expression(source, ("o", "r"))(*ents) == expected
+    # a placeholder that is no Python name (PDDL allows "l-start") cannot be read, but must not break the rest
+    assert _expression("o.name", ("l-start", "o"))(ents[1], ents[0]) == "apple 1"
 
 
 def _lisp_reference(text: str) -> list:

@@ -16,7 +16,10 @@ engine continues exactly as if the actions leading to the snapshot had been repl
 
 from __future__ import annotations
 
+import functools
 import json
+import keyword
+import re
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from itertools import chain
@@ -104,6 +107,92 @@ def demangled_names(ids: list[str]) -> dict[str, str]:
     return out
 
 
+_NAME_EXPR = re.compile(r"\s*([A-Za-z_]\w*)(\.name)?\s*")
+
+
+@dataclass
+class _Template:
+    """How to write the command of one action: its grammar symbols, and what the text depends on.
+
+    ``key_params``: the action parameters whose values decide the text (those its expressions and queries
+    name; all of them when a query binds new placeholders, which must avoid every bound object), or None when
+    it cannot be cached (it reads a changing fact). ``parts``: ``(text, None)`` / ``("", parameter)`` when the template
+    is literal text and ``{x}`` / ``{x.name}`` expressions only (no rule, query or list), for a direct join.
+    """
+
+    symbols: list[tuple]
+    params: list[tuple[str, str]]
+    key_params: tuple[str, ...] | None
+    parts: list[tuple[str, str | None]] | None
+
+    @classmethod
+    def of(cls, game: _Game, si: int) -> _Template:
+        schema = game.grounder.domain.schemas[si]
+        symbols = game.grammar.actions[schema.name].template
+        by_name = {p.lstrip("?"): p for p, _ in schema.params}
+        read: set[str] = set()
+        key = None
+        if _reads_only(symbols, game.grammar, game.fluent_tw):
+            if not _names_read(symbols, game.grammar, set(by_name), read, set()):
+                read = set(by_name)
+            key = tuple(p for p, _ in schema.params if p.lstrip("?") in read)
+        parts: list[tuple[str, str | None]] | None = []
+        for sym in symbols:
+            if sym[0] == "t":
+                parts.append((sym[1], None))
+                continue
+            m = _NAME_EXPR.fullmatch(sym[1][2]) if sym[0] == "cond" and sym[1][0] == "eval" else None
+            if m is None or sym[2] is not None or m.group(1) not in by_name:
+                parts = None
+                break
+            parts.append(("", by_name[m.group(1)]))
+        return cls(symbols, schema.params, key, parts)
+
+
+def _names_read(symbols: list[tuple], grammar: Grammar, bound: set[str], read: set[str], seen: set) -> bool:
+    """Collect into ``read`` the placeholders that deriving ``symbols`` reads; False if a query binds one not
+    in ``bound`` (its matches then depend on every bound object)."""
+
+    def query(q: Query | None) -> bool:
+        if q is None:
+            return True
+        for _, args in q.preds:
+            for name, _ in args:
+                if name not in bound:
+                    return False
+                read.add(name)
+        return True
+
+    def expr(e: tuple) -> bool:
+        if e[0] == "nt":
+            return nonterminal(e[1])
+        read.update(n for n in e[1].co_names if n in bound)
+        return True
+
+    def nonterminal(name: str) -> bool:
+        if name in seen:
+            return True
+        seen.add(name)
+        return all(
+            query(r.condition) and _names_read(r.symbols, grammar, bound, read, seen)
+            for r in grammar.rules.get(name, [])
+        )
+
+    for sym in symbols:
+        kind = sym[0]
+        if kind == "nt" and not nonterminal(sym[1]):
+            return False
+        if kind in ("cond", "list"):
+            cond = sym[1] if kind == "list" else sym
+            if not (query(cond[2]) and expr(cond[1])):
+                return False
+            if kind == "list" and not all(
+                nonterminal(n) for n in ("list_empty", "list_separator", "list_last_separator")
+            ):
+                return False
+    return True
+
+
 @dataclass
 class _Game:
     """Everything about one game file that does not change while it is played."""
@@ -117,11 +206,13 @@ class _Game:
     init_tw: tuple[tuple, ...]
     goal: Any
     facts_of: dict[tuple, Fact]
-    commands: dict[str, str]
+    commands: dict[tuple, str]
     options_cache: dict[frozenset, tuple] | None
     intro: str = ""
     vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
     static_sorted: dict[tuple, dict[tuple, list[tuple]]] | None = None  # static facts by bound arguments
+    templates: dict[int, _Template] = field(default_factory=dict)  # command templates by schema index
+    command_of: dict[str, str] = field(default_factory=dict)  # cacheable command texts by operator name
 
 
 @dataclass(frozen=True)
@@ -190,6 +281,7 @@ class NativeEngine:
         for game in self._games.values():
             if game.options_cache is not None:
                 game.options_cache.clear()
+            game.grounder.clear_state_cache()
 
     # -- playing ------------------------------------------------------------------------------------------------
     def reset(self) -> dict[str, Any]:
@@ -288,12 +380,14 @@ class NativeEngine:
         game = self._require()
         key = None
         if game.options_cache is not None:
-            key = frozenset((p, t) for p, ts in self._true.data.items() for t in ts)
+            true = self._true  # the state as its predicates' atom sets (kept by the tables until they change)
+            key = tuple([(p, f) for p in sorted(true.data) if (f := true.frozen(p))])
             hit = game.options_cache.get(key)
             if hit is not None:
                 return hit
         ops = game.grounder.applicable(self._true)
-        commands = [self._command(op) for op in ops]
+        by_name = game.command_of
+        commands = [by_name.get(op[0]) or self._command(op) for op in ops]
         out = (ops, commands, tuple(sorted(set(commands))), self._won())
         if key is not None:
             if len(game.options_cache) >= _OPTIONS_CACHE_SIZE:
@@ -337,18 +431,27 @@ class NativeEngine:
         return state
 
     def _command(self, op: Op) -> str:
-        """The command text of ``op``; cached when its template only reads facts that never change."""
+        """The command text of ``op``, cached per game by the values of the parameters its template reads
+        (``go to desk 1`` does not depend on where the agent comes from) when it reads no changing fact."""
         game = self._require()
-        cached = game.commands.get(op[0])
-        if cached is not None:
-            return cached
         _, si, b, _ = op
-        schema = game.grounder.domain.schemas[si]
-        symbols = game.grammar.actions[schema.name].template
-        text = self._derive(symbols, {(p.lstrip("?"), t): b[p] for p, t in schema.params})
-        if _reads_only(symbols, game.grammar, game.fluent_tw):
-            game.commands[op[0]] = text
+        template = game.templates.get(si)
+        if template is None:
+            template = game.templates[si] = _Template.of(game, si)
+        if template.key_params is None:
+            return self._derive_command(template, b)
+        key = (si, *[b[p] for p in template.key_params])
+        text = game.commands.get(key)
+        if text is None:
+            text = game.commands[key] = self._derive_command(template, b)
+        game.command_of[op[0]] = text  # the operator's name holds all its template's parameters
         return text
+
+    def _derive_command(self, template: _Template, b: dict[str, str]) -> str:
+        if template.parts is not None:  # literal text and entity names only
+            names = self._require().entities
+            return "".join([part if var is None else names[b[var]].name for part, var in template.parts])
+        return self._derive(template.symbols, {(p.lstrip("?"), t): b[p] for p, t in template.params})
 
     # -- text ---------------------------------------------------------------------------------------------------
     def _derive(self, symbols: list[tuple], mapping: dict[tuple[str, str], str]) -> str:
@@ -384,8 +487,8 @@ class NativeEngine:
             self._nonterminal(expr[1], mapping, variables, out)
         else:
             ents = self._require().entities
-            value = eval(expr[1], {}, {k: ents[o] for k, o in variables.items()})
-            out.append(str(value))
+            fn = _expression(expr[2], tuple(variables))
+            out.append(str(fn(*[ents[o] for o in variables.values()])))
 
     def _nonterminal(self, name: str, mapping: dict, variables: dict, out: list[str]) -> None:
         rules = self._require().grammar.rules.get(name)
@@ -400,6 +503,8 @@ class NativeEngine:
     def _contexts(self, query: Query | None, mapping: dict, variables: dict) -> list[tuple[dict, dict]]:
         if query is None:
             return [(mapping, variables)]
+        if _all_bound(query, mapping):  # a test, not a search: the one context, or none
+            return [(dict(mapping), dict(variables))] if self._holds_bound(query, mapping) else []
         out = []
         for m in self._assignments(query, mapping):
             v = dict(variables)
@@ -409,9 +514,25 @@ class NativeEngine:
         return out
 
     def _first(self, query: Query, mapping: dict) -> bool:
+        if _all_bound(query, mapping):
+            return self._holds_bound(query, mapping)
         for _ in self._assignments(query, mapping, first=True):
             return True
         return False
+
+    def _holds_bound(self, query: Query, mapping: dict) -> bool:
+        """Whether a query whose placeholders are all bound matches: each fact is there and each object has its
+        placeholder's type (what :meth:`_assignments` finds then, without the search)."""
+        game = self._require()
+        by_pred = self._tw_by_pred
+        for pred, args in query.preds:
+            key = tuple([mapping[ph] for ph in args])
+            if key not in by_pred.get(pred, ()):
+                return False
+            for ph, obj in zip(args, key, strict=True):
+                if not _type_ok(game, obj, ph[1]):
+                    return False
+        return True
 
     def _assignments(self, query: Query, mapping: dict, first: bool = False) -> list[dict]:
         """TextWorld's ``State.all_assignments`` over its fact list, in its order.
@@ -478,12 +599,18 @@ class NativeEngine:
         self, pred: str, arity: int, positions: tuple[int, ...], key: tuple, game: _Game
     ) -> list[tuple]:
         """The facts of ``pred`` with ``arity`` arguments and ``key`` at ``positions``, in sorted order."""
-        if pred in game.fluent_tw:
-            return [
-                f
-                for f in sorted(self._tw_by_pred.get(pred, ()))
-                if len(f) == arity and all(f[j] == k for j, k in zip(positions, key, strict=True))
-            ]
+        if pred in game.fluent_tw:  # the matches, then sorted (the same order as filtering the sorted facts)
+            facts = self._tw_by_pred.get(pred, ())
+            if len(positions) == 1:
+                j, k = positions[0], key[0]
+                return sorted([f for f in facts if len(f) == arity and f[j] == k])
+            return sorted(
+                [
+                    f
+                    for f in facts
+                    if len(f) == arity and all(f[j] == k for j, k in zip(positions, key, strict=True))
+                ]
+            )
         cache = game.static_sorted
         if cache is None:
             cache = game.static_sorted = {}
@@ -521,6 +648,20 @@ def _reads_only(
                 if not _reads_only(rule.symbols, grammar, fluent, seen):
                     return False
     return True
+
+
+def _all_bound(query: Query, mapping: dict) -> bool:
+    return all(ph in mapping for _, args in query.preds for ph in args)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression(source: str, names: tuple[str, ...]) -> Any:
+    """A grammar expression as a function of the entities named ``names`` (what ``eval`` of it with those
+    entities as locals gives, without building a dict and entering ``eval`` for each use)."""
+    params = [
+        n if n.isidentifier() and not keyword.iskeyword(n) else f"_unnamed{i}" for i, n in enumerate(names)
+    ]
+    return eval(compile(f"lambda {', '.join(params)}: ({source})", "<grammar>", "eval"), {})
 
 
 def _type_ok(game: _Game, obj: str, typ: str) -> bool:
@@ -599,9 +740,8 @@ def _prepare(game_file: str) -> _Game:
     names = demangled_names(ids)
     entities = {i: Entity(i, problem.objects.get(i, "object"), names[i]) for i in ids}
     fluent_tw = frozenset(domain.fluents | {"not_" + p for p in domain.fluents})
-    checked: set[str] = (
-        set()
-    )  # nonterminals already known to read no fluent (shared by the templates' checks)
+    # nonterminals already known to read no fluent (shared by the templates' checks)
+    checked: set[str] = set()
     return _Game(
         walkthrough=list(data.get("walkthrough") or []),
         grounder=grounder,

@@ -8,7 +8,7 @@ the state, so they are computed the first time the operator is seen and cached.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -23,13 +23,21 @@ SasEffect = tuple[tuple, int, tuple[tuple[tuple, int], ...]]
 
 
 class Tables:
-    """Atoms by predicate (``pred -> {args}``) with lazily built, incrementally kept indexes on bound positions."""
+    """Atoms by predicate (``pred -> {args}``) with lazily built, incrementally kept indexes on bound positions,
+    and each predicate's atoms as a frozenset (:meth:`frozen`, kept until the predicate changes)."""
 
-    __slots__ = ("_idx", "data")
+    __slots__ = ("_frozen", "_idx", "data")
 
     def __init__(self, data: dict[str, set[tuple]] | None = None):
         self.data: dict[str, set[tuple]] = data if data is not None else {}
         self._idx: dict[tuple[str, tuple[int, ...]], dict[tuple, list[tuple]]] = {}
+        self._frozen: dict[str, frozenset[tuple]] = {}
+
+    def frozen(self, pred: str) -> frozenset[tuple]:
+        f = self._frozen.get(pred)
+        if f is None:
+            f = self._frozen[pred] = frozenset(self.data.get(pred, ()))
+        return f
 
     def lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> Any:
         if not positions:
@@ -47,6 +55,7 @@ class Tables:
         if args in table:
             return
         table.add(args)
+        self._frozen.pop(pred, None)
         for (p, positions), ix in self._idx.items():
             if p == pred:
                 ix.setdefault(tuple(args[j] for j in positions), []).append(args)
@@ -56,6 +65,7 @@ class Tables:
         if not table or args not in table:
             return
         table.discard(args)
+        self._frozen.pop(pred, None)
         for (p, positions), ix in self._idx.items():
             if p == pred:
                 ix[tuple(args[j] for j in positions)].remove(args)
@@ -68,7 +78,12 @@ class _Plan:
     """A join order for one conjunction of literals over some parameters."""
 
     def __init__(
-        self, params: list[tuple[str, str]], literals: list[tuple], grounder: Grounder, prebound: tuple = ()
+        self,
+        params: list[tuple[str, str]],
+        literals: list[tuple],
+        grounder: Grounder,
+        prebound: tuple = (),
+        op_name: tuple[str, list[str]] | None = None,
     ):
         self.params = params
         self.literals = literals
@@ -108,6 +123,62 @@ class _Plan:
             raise CorruptDataError(f"PDDL literals over unknown variables: {rest!r}")
         self.steps = steps
         self.types = dict(params)
+        self.prebound = tuple(prebound)
+        self.fluent_preds = frozenset(lit[1] for lit in literals if lit[1] in grounder.fluents)
+        self._join: Any = None
+        self.consts: tuple[str, ...] = ()
+        # (action, its declared parameters): the join then yields (operator name, binding) pairs
+        self.op_name = op_name
+
+    def join(self) -> Any:
+        """This plan as a Python function, generated once per join shape: plans that differ only in their
+        constants and variable names (a goal names its game's types; its variables are renamed apart) share
+        it. See :func:`_compile_join`."""
+        if self._join is None:
+            consts: list[str] = []
+            canon: dict[str, str] = {}
+
+            def var(a: str) -> str:
+                if a not in canon:
+                    canon[a] = f"?{len(canon)}"
+                return canon[a]
+
+            def shape(args: tuple) -> tuple:
+                out: list[Any] = []
+                for a in args:
+                    if a.startswith("?"):
+                        out.append(var(a))
+                    else:  # a constant becomes (its index in consts,)
+                        out.append((len(consts),))
+                        consts.append(a)
+                return tuple(out)
+
+            prebound = tuple(var(a) for a in self.prebound)
+            steps: list[tuple] = []
+            for step in self.steps:
+                if step[0] == "match":
+                    _, pred, args, new, positions, bind = step
+                    args = shape(args)
+                    new = tuple(var(a) for a in new)
+                    steps.append(("match", pred, args, new, positions, tuple((j, var(a)) for j, a in bind)))
+                elif step[0] == "check":
+                    negated, pred, args = step[1]
+                    steps.append(("check", (negated, pred, shape(args))))
+                else:
+                    steps.append(("enum", var(step[1]), step[2]))
+            types = {c: self.types.get(a, "object") for a, c in canon.items()}
+            op_name = (
+                None if self.op_name is None else (self.op_name[0], tuple(var(a) for a in self.op_name[1]))
+            )
+            key = (tuple(steps), tuple(types.items()), prebound, len(consts), self.fluent_preds, op_name)
+            fn = _JOINS.get(key)
+            if fn is None:
+                fn = _JOINS[key] = _compile_join(
+                    steps, types, prebound, len(consts), self.fluent_preds, op_name
+                )
+            self.consts = (*consts, *canon)  # the constants, then the variables' names in canonical order
+            self._join = fn
+        return self._join
 
     @staticmethod
     def _ready_checks(rest: list[tuple], bound: set[str]) -> list[tuple]:
@@ -119,7 +190,126 @@ class _Plan:
         return out
 
 
-_PLANS: dict[int, tuple[Domain, list[list[_Plan]]]] = {}
+_PLANS: dict[int, tuple[Domain, list[list[_Plan]], list[list[Any]]]] = {}
+_DEMAND_RULES: dict[int, tuple[Domain, dict]] = {}
+_PLAN_MEMO_SIZE = 1 << 14  # action-disjunct results kept per game
+_JOINS: dict[tuple, Any] = {}  # generated join functions by join order (shared by all games of a process)
+
+
+def _compile_join(
+    steps: list[tuple],
+    types: dict[str, str],
+    prebound: tuple[str, ...],
+    n_consts: int,
+    fluent_preds: frozenset[str],
+    op_name: tuple[str, tuple[str, ...]] | None = None,
+) -> Any:
+    """Generate the nested loops of a join plan (see :meth:`_Plan.join`) as Python source and compile it.
+
+    The join is the innermost loop of a step (every applicable operator, every goal check), and an interpreter
+    over the plan's steps (a recursive call and a binding dict per candidate) cost most of it. The generated
+    function walks the same candidates in the same order, with each variable in a local. Variables are named
+    ``?0``, ``?1``… in ``steps`` and constants ``(i,)``; ``consts`` holds the constants, then the variables'
+    real names (for the bindings returned)::
+
+        def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init, consts):
+            ts_v1 = type_ok.get('location', EMPTY)
+            for t0 in fl_lookup('atlocation', (0,), (v0,)):
+                v1 = t0[1]
+                if v1 not in ts_v1: continue
+                ...
+                out.append({**init, n0: v0, n1: v1})
+
+    ``fl_*`` are the fluent atoms of the state (:class:`Tables`), ``st_*`` the game's static ones, ``init`` the
+    pre-bound variables; at most ``limit`` bindings are collected when it is positive. With ``op_name`` (an
+    action and its declared parameters) each binding comes with its operator's name, ``"action obj obj"``.
+    """
+    names: dict[str, str] = {}
+    consts: set[str] = set()
+    head: list[str] = []
+    body: list[str] = []
+    depth = 1
+
+    def emit(line: str) -> None:
+        body.append("    " * depth + line)
+
+    def local(var: str) -> str:
+        names[var] = f"v{len(names)}"
+        return names[var]
+
+    def value(arg: str | tuple) -> str:
+        if isinstance(arg, tuple):
+            if f"c{arg[0]}" not in consts:
+                consts.add(f"c{arg[0]}")
+                head.append(f"    c{arg[0]} = consts[{arg[0]}]")
+            return f"c{arg[0]}"
+        return names[arg]
+
+    def tup(items: list[str]) -> str:
+        return "(" + "".join(f"{x}, " for x in items) + ")"
+
+    def real(var: str) -> str:  # the local holding the variable's real name
+        k = int(var[1:])
+        head.append(f"    n{k} = consts[{n_consts + k}]")
+        return f"n{k}"
+
+    for var in prebound:
+        name = real(var)
+        head.append(f"    {local(var)} = init.get({name}, {name})")
+    for i, step in enumerate(steps):
+        fail = "continue" if depth > 1 else "return"
+        if step[0] == "check":
+            negated, pred, args = step[1]
+            if pred == "=":
+                test = f"({value(args[0])} == {value(args[1])})"
+            else:
+                table = f"tab{i}"
+                source = "fl_data" if pred in fluent_preds else "st_data"
+                head.append(f"    {table} = {source}.get({pred!r}, ())")
+                test = f"({tup([value(a) for a in args])} in {table})"
+            emit(f"if {test}: {fail}" if negated else f"if not {test}: {fail}")
+        elif step[0] == "enum":
+            _, var, typ = step
+            emit(f"for {local(var)} in by_type.get({typ!r}, ()):")
+            depth += 1
+        else:
+            _, pred, args, _, positions, bind = step
+            lookup = "fl_lookup" if pred in fluent_preds else "st_lookup"
+            key = tup([value(args[j]) for j in positions])
+            emit(f"for t{i} in {lookup}({pred!r}, {positions!r}, {key}):")
+            depth += 1
+            for j, var in bind:
+                if var in names:  # the variable occurs twice in this literal
+                    emit(f"if t{i}[{j}] != {names[var]}: continue")
+                    continue
+                v = local(var)
+                head.append(f"    ts_{v} = type_ok.get({types.get(var, 'object')!r}, EMPTY)")
+                emit(f"{v} = t{i}[{j}]")
+                emit(f"if {v} not in ts_{v}: continue")
+    fields = "".join(
+        f"{real(var) if var not in prebound else 'n' + var[1:]}: {v}, " for var, v in names.items()
+    )
+    binding = f"{{**init, {fields}}}"
+    if op_name is None:
+        emit(f"out.append({binding})")
+    else:
+        head.append(f"    op = {op_name[0]!r}")
+        emit(f'out.append((f"{{op}} {" ".join("{" + names[v] + "}" for v in op_name[1])}", {binding}))')
+    emit("if limit and len(out) >= limit: return")
+    source = "\n".join(
+        [
+            "def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init, consts):",
+            *head,
+            *body,
+        ]
+    )
+    try:
+        code = compile(source, "<stepgym join>", "exec")
+    except SyntaxError as exc:  # Python allows 20 nested loops; ALFWorld's joins have at most 8
+        raise CorruptDataError(f"a PDDL condition is too deeply nested to join ({exc.msg})") from exc
+    namespace: dict[str, Any] = {"EMPTY": frozenset()}
+    exec(code, namespace)
+    return namespace["join"]
 
 
 def _grouped(atoms: list[tuple], positions: tuple[int, ...]) -> dict[tuple, list[tuple]]:
@@ -155,9 +345,8 @@ class Grounder:
         # The init atoms by predicate: the static ones (indexed for joins) and the fluent ones (the initial state).
         self.static: dict[str, set[tuple]] = defaultdict(set)
         self.initial: dict[str, set[tuple]] = defaultdict(set)
-        sizes: dict[
-            str, int
-        ] = {}  # rough table sizes for join orders (a fluent atom listed twice counts twice)
+        # rough table sizes for join orders (a fluent atom listed twice counts twice)
+        sizes: dict[str, int] = {}
         for pred, run in groupby(problem.init, itemgetter(0)):
             if pred in fluents:
                 atoms = list(run)
@@ -171,12 +360,28 @@ class Grounder:
         cached = _PLANS.get(id(domain))
         if cached is None or cached[0] is not domain:
             plans = [
-                [_Plan(s.params + extra, lits, self) for extra, lits in s.disjuncts] for s in domain.schemas
+                [
+                    _Plan(s.params + extra, lits, self, op_name=(s.name, [p for p, _ in s.params]))
+                    for extra, lits in s.disjuncts
+                ]
+                for s in domain.schemas
             ]
-            cached = _PLANS[id(domain)] = (domain, plans)
+            cached = _PLANS[id(domain)] = (domain, plans, self._change_probes())
         self.plans: list[list[_Plan]] = cached[1]
+        self._probes: list[list[Any]] = cached[2]
+        self._action_plans = [
+            (si, di, plan, self._probes[si][di], sorted(plan.fluent_preds))
+            for si, plans in enumerate(self.plans)
+            for di, plan in enumerate(plans)
+        ]
+        self._plan_memo: dict[tuple, list[Op]] = {}
         self._reachable_by_cone: dict[frozenset[str] | None, set[tuple]] = {}
+        self._reach_memo: dict[tuple, bool] = {}
         self._effects: dict[str, tuple[SasEffect, ...]] = {}
+
+    def clear_state_cache(self) -> None:
+        """Forget the operators kept per content of the fluent predicates (see :meth:`applicable`)."""
+        self._plan_memo.clear()
 
     def table_size(self, pred: str) -> int:
         return self._sizes.get(pred, 0)
@@ -191,88 +396,119 @@ class Grounder:
             idx = self._index[(pred, positions)] = _grouped(sorted(self.static.get(pred, ())), positions)
         return idx.get(key, [])
 
-    def _holds(self, lit: tuple, b: dict[str, str], facts: Tables) -> bool:
-        negated, pred, args = lit
-        vals = tuple(b.get(a, a) for a in args)
-        if pred == "=":
-            return (vals[0] == vals[1]) != negated
-        table = facts.data.get(pred, ()) if pred in self.fluents else self.static.get(pred, ())
-        return (vals in table) != negated
-
     def assignments(
         self, plan: _Plan, facts: Tables, b: dict[str, str] | None = None, limit: int = 0
     ) -> list[dict]:
         """The bindings of ``plan``'s parameters satisfying its literals in ``facts`` (the fluent atoms); at most
         ``limit`` of them when it is positive."""
         out: list[dict] = []
-        self._collect(plan, 0, dict(b or {}), facts, out, limit)
-        return out
-
-    def _collect(
-        self, plan: _Plan, i: int, b: dict[str, str], facts: Tables, out: list[dict], limit: int
-    ) -> bool:
-        """Depth-first join; appends complete bindings to ``out``; True once ``limit`` is reached."""
-        steps = plan.steps
-        if i == len(steps):
-            out.append(dict(b))
-            return 0 < limit <= len(out)
-        step = steps[i]
-        kind = step[0]
-        if kind == "check":
-            return self._holds(step[1], b, facts) and self._collect(plan, i + 1, b, facts, out, limit)
-        if kind == "enum":
-            name = step[1]
-            for obj in self._by_type.get(step[2], ()):
-                b[name] = obj
-                if self._collect(plan, i + 1, b, facts, out, limit):
-                    return True
-            b.pop(name, None)
-            return False
-        _, pred, args, new, positions, bind = step
-        key = tuple([b.get(args[j], args[j]) for j in positions])
-        cands = (
-            facts.lookup(pred, positions, key) if pred in self.fluents else self._lookup(pred, positions, key)
+        join = plan.join()
+        join(
+            facts.lookup,
+            facts.data,
+            self._lookup,
+            self.static,
+            self._type_ok,
+            self._by_type,
+            out,
+            limit,
+            b or {},
+            plan.consts,
         )
-        if not cands:
-            return False
-        type_ok = self._type_ok
-        types = plan.types
-        for t in cands:
-            ok = True
-            for j, a in bind:
-                cur = b.get(a)
-                if cur is None:
-                    if t[j] not in type_ok.get(types.get(a, "object"), ()):
-                        ok = False
-                        break
-                    b[a] = t[j]
-                elif cur != t[j]:
-                    ok = False
-                    break
-            if ok and self._collect(plan, i + 1, b, facts, out, limit):
-                return True
-            for a in new:
-                b.pop(a, None)
-        return False
+        return out
 
     # -- operators ------------------------------------------------------------------------------------------
     def applicable(self, facts: Tables) -> list[Op]:
-        """Applicable operators, one per operator name (the first disjunct that applies), noops left out."""
+        """Applicable operators, one per operator name (the first disjunct that applies), noops left out.
+
+        What one action disjunct yields depends only on the atoms of the fluent predicates its precondition
+        reads, and most steps change few of them (taking an object leaves where one can go unchanged), so each
+        disjunct's operators are kept per content of those predicates (``_plan_memo``, per game).
+        """
         out: list[Op] = []
         seen: set[str] = set()
-        for si, schema in enumerate(self.domain.schemas):
-            n_ext = len(schema.params)
-            for di, plan in enumerate(self.plans[si]):
-                for b in self.assignments(plan, facts):
-                    name = " ".join([schema.name, *(b[p] for p, _ in schema.params[:n_ext])])
-                    if name in seen:
-                        continue
-                    op = (name, si, dict(b), di)
-                    if not self.effects(op, facts):
-                        continue
-                    seen.add(name)
+        memo = self._plan_memo
+        if len(memo) > _PLAN_MEMO_SIZE:
+            memo.clear()
+        for k, (si, di, plan, probe, reads) in enumerate(self._action_plans):
+            key = (k, *[facts.frozen(p) for p in reads])
+            ops = memo.get(key)
+            if ops is None:
+                ops = memo[key] = self._plan_ops(si, di, plan, probe, facts)
+            for op in ops:
+                if op[0] not in seen:
+                    seen.add(op[0])
                     out.append(op)
         return out
+
+    def _plan_ops(self, si: int, di: int, plan: _Plan, probe: Any, facts: Tables) -> list[Op]:
+        """The operators of one action disjunct in ``facts``, noops left out, in the join's order."""
+        found: list[tuple[str, dict]] = []
+        join = plan.join()
+        join(
+            facts.lookup,
+            facts.data,
+            self._lookup,
+            self.static,
+            self._type_ok,
+            self._by_type,
+            found,
+            0,
+            {},
+            plan.consts,
+        )
+        out: list[Op] = []
+        for name, b in found:
+            op = (name, si, b, di)
+            if probe is True or self._changes_something(op, probe, facts):
+                out.append(op)
+        return out
+
+    def _change_probes(self) -> list[list[Any]]:
+        """Per schema disjunct, what tells cheaply that an operator is not a noop (FD drops noops).
+
+        An unconditional add effect survives FD's pruning unless the precondition requires its atom (the last
+        fluent literal on that atom is positive). So an operator with an add whose predicate no positive fluent
+        precondition has is never a noop (``True``); otherwise the probe lists, per add, the argument pairs to
+        compare with each precondition literal that could be the same atom, last literal first. Only when
+        every add is required are the operator's full SAS effects (and their reachability analysis) needed to
+        decide; for the operators applied, they are computed when applied.
+        """
+        probes: list[list[Any]] = []
+        for schema in self.domain.schemas:
+            adds = [(e.pred, e.args) for e in schema.effects if not e.negated and not e.condition]
+            row: list[Any] = []
+            for _, lits in schema.disjuncts:
+                pre = [(neg, p, a) for neg, p, a in lits if p != "=" and p in self.fluents]
+                required = {p for neg, p, _ in pre if not neg}
+                if any(p not in required for p, _ in adds):
+                    row.append(True)
+                    continue
+                row.append(
+                    [
+                        [
+                            (neg, [(x, y) for x, y in zip(args, pre_args, strict=True) if x != y])
+                            for neg, p, pre_args in reversed(pre)
+                            if p == pred and len(pre_args) == len(args)
+                        ]
+                        for pred, args in adds
+                    ]
+                )
+            probes.append(row)
+        return probes
+
+    def _changes_something(self, op: Op, probe: list, state: Tables) -> bool:
+        """Whether ``op`` has an SAS effect (see :meth:`_change_probes`); exact."""
+        b = op[2]
+        for candidates in probe:
+            for negated, pairs in candidates:
+                if all(b.get(x, x) == b.get(y, y) for x, y in pairs):  # the same atom
+                    if negated:
+                        return True
+                    break
+            else:
+                return True
+        return bool(self.effects(op, state))
 
     def relaxed_rules(self) -> list[tuple[list[tuple[str, str]], list[tuple], list[tuple[str, tuple]]]]:
         """FD's relaxed rules: (parameters, positive body literals, added atoms); one per schema disjunct and
@@ -302,20 +538,95 @@ class Grounder:
         return self._reachable_by_cone[cone]
 
     def reaches(self, atom: tuple, state: Tables) -> bool:
-        """Whether ``atom`` is relaxed-reachable, given that the atoms of ``state`` are (any state reached by
-        playing). The exploration starts from them and the initial state, and stops as soon as ``atom`` is
-        added; the least fixpoint is the same as from the initial state alone, so a full run is cached."""
-        cone = self._cone(atom[0])
-        done = self._reachable_by_cone.get(cone)
-        if done is not None:
-            return atom in done
-        if self._explore(cone, Tables({p: set(ts) for p, ts in state.data.items()}), atom):
-            return True
-        return atom in self._reachable_by_cone[cone]
+        """Whether ``atom`` is relaxed-reachable (FD's exploration: negative literals and deletes ignored), given
+        that the atoms of ``state`` are (any state reached by playing is).
 
-    def _explore(self, cone: frozenset[str] | None, facts: Tables, target: tuple | None = None) -> bool:
-        """Semi-naive relaxed exploration of the rules producing ``cone`` from ``facts`` and the initial state.
-        True as soon as ``target`` is added; otherwise the fixpoint is cached for ``cone`` and False returned."""
+        Answered on demand instead of by exploring everything: the atoms a derivation of ``atom`` could use are
+        collected backwards (each rule producing a wanted atom, its static literals joined, its other
+        parameters enumerated by type, its fluent body atoms wanted in turn), breadth first, while the rule
+        instances met are propagated forwards with a count of missing body atoms per instance. It stops as soon
+        as ``atom`` is derived; otherwise every instance that could derive it has been met, so it is not
+        reachable. Same answer as :meth:`reachable` (tested), cached per atom.
+        """
+        hit = self._reach_memo.get(atom)
+        if hit is None:
+            hit = self._reach_memo[atom] = self._derive_on_demand(atom, state)
+        return hit
+
+    def _derive_on_demand(self, goal: tuple, state: Tables) -> bool:
+        init = self.init
+        if goal in init or goal in state:
+            return True
+        rules = self._demand_rules()
+        none = Tables()
+        derived: set[tuple] = set()
+        wanted = {goal}
+        queue = deque([goal])
+        waiting: dict[tuple, list[int]] = defaultdict(list)  # body atom -> instances missing it
+        missing_count: list[int] = []
+        heads: list[tuple] = []
+
+        def derive(atom: tuple) -> bool:
+            """Mark ``atom`` derived and propagate; True once the goal is."""
+            stack = [atom]
+            while stack:
+                a = stack.pop()
+                if a in derived:
+                    continue
+                if a == goal:
+                    return True
+                derived.add(a)
+                for k in waiting.pop(a, ()):
+                    missing_count[k] -= 1
+                    if missing_count[k] == 0:
+                        stack.append(heads[k])
+            return False
+
+        while queue:
+            atom = queue.popleft()
+            if atom in derived:
+                continue
+            for head_args, plan, body in rules.get(atom[0], ()):
+                b0 = self._bind(head_args, atom[1:], plan.types)
+                if b0 is None:
+                    continue
+                for b in self.assignments(plan, none, b0):
+                    needs = {(p, *[b.get(a, a) for a in args]) for p, args in body}
+                    missing = [x for x in needs if x not in derived and x not in init and x not in state]
+                    if not missing:
+                        if derive(atom):
+                            return True
+                        break
+                    k = len(heads)
+                    heads.append(atom)
+                    missing_count.append(len(missing))
+                    for x in missing:
+                        waiting[x].append(k)
+                        if x not in wanted:
+                            wanted.add(x)
+                            queue.append(x)
+                if atom in derived:
+                    break
+        return False
+
+    def _demand_rules(self) -> dict[str, list[tuple[tuple, _Plan, list[tuple[str, tuple]]]]]:
+        """The relaxed rules by head predicate: (head arguments, join plan of the static body literals with
+        the head's variables bound, fluent body literals)."""
+        cached = _DEMAND_RULES.get(id(self.domain))
+        if cached is None or cached[0] is not self.domain:
+            rules: dict[str, list] = defaultdict(list)
+            for params, body, heads in self.relaxed_rules():
+                static = [lit for lit in body if lit[1] not in self.fluents]
+                fluent = [(lit[1], lit[2]) for lit in body if lit[1] in self.fluents]
+                for pred, args in heads:
+                    bound = tuple(dict.fromkeys(a for a in args if a.startswith("?")))
+                    rules[pred].append((args, _Plan(params, static, self, bound), fluent))
+            cached = _DEMAND_RULES[id(self.domain)] = (self.domain, dict(rules))
+        return cached[1]
+
+    def _explore(self, cone: frozenset[str] | None, facts: Tables) -> None:
+        """Semi-naive relaxed exploration of the rules producing ``cone`` from ``facts`` and the initial state;
+        the fixpoint is cached for ``cone``."""
         for atom in self.init:
             if atom[0] in self.fluents:
                 facts.add(atom[0], atom[1:])
@@ -340,8 +651,6 @@ class Grounder:
             fresh = {p: ts for p, ts in fresh.items() if ts}
             if not fresh:
                 break
-            if target is not None and target[1:] in fresh.get(target[0], ()):
-                return True
             for pred, ts in fresh.items():
                 for t in ts:
                     facts.add(pred, t)
@@ -356,7 +665,6 @@ class Grounder:
                             for pred, args in heads:
                                 delta[pred].add(tuple(full.get(a, a) for a in args))
         self._reachable_by_cone[cone] = {(p, *a) for p, ts in facts.data.items() for a in ts} | self.init
-        return False
 
     def _cone(self, pred: str) -> frozenset[str]:
         """``pred`` and every fluent predicate in the body of a rule producing one already in the set."""
@@ -398,6 +706,32 @@ class Grounder:
         return cached
 
     def _sas_effects(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
+        schema = self.domain.schemas[op[1]]
+        if any(e.condition for e in schema.effects):
+            return self._sas_effects_general(op, state)
+        return self._sas_effects_unconditional(op, state)
+
+    def _sas_effects_unconditional(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
+        """:meth:`_sas_effects_general` for an action without conditional effects (all of ALFWorld's), where
+        its rules reduce to: an add survives unless the precondition requires its atom; a delete survives if its
+        atom is reachable, not also added, and not already required false."""
+        _, si, b, di = op
+        schema = self.domain.schemas[si]
+        pre: dict[tuple, int] = {}
+        for negated, pred, args in schema.disjuncts[di][1]:
+            if pred != "=" and pred in self.fluents:
+                pre[(pred, *[b.get(a, a) for a in args])] = 1 if negated else 0
+        added = {(e.pred, *[b.get(a, a) for a in e.args]) for e in schema.effects if not e.negated}
+        out = {(atom, 0, ()) for atom in added if pre.get(atom, -1) != 0}
+        reach = _Reach(self, state, added)
+        for e in schema.effects:
+            if e.negated:
+                atom = (e.pred, *[b.get(a, a) for a in e.args])
+                if atom not in added and pre.get(atom, -1) != 1 and atom in reach:
+                    out.add((atom, 1, ()))
+        return tuple(sorted(out))
+
+    def _sas_effects_general(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
         _, si, b, di = op
         schema = self.domain.schemas[si]
 
