@@ -342,3 +342,23 @@ def test_alfworld_garbage_is_not_format_valid_and_harmless(alfworld) -> None:
             info[schema.PARSED_ACTION] is None and isinstance(obs, str) and obs.startswith("Invalid format")
         )
         assert info[schema.STATE_KEY] == key and info[schema.EFFECTIVE] is False and r == 0.0
+
+
+def test_credit_toys_have_their_format_in_the_one_registry() -> None:
+    """The credit toys' format is registered with the others: the wrapper and the trainer find it by env id."""
+    from stepgym.trainers.formats import CREDIT_FORMAT, resolve_format
+    from stepgym.wrappers.text import ENV_FAMILIES, get_format
+
+    for env_id in ("StepGym/CreditToy-v0", "StepGym/CreditFamily-v0"):
+        assert ENV_FAMILIES[env_id] == "credit"
+        assert resolve_format(env_id) is get_format("credit") is CREDIT_FORMAT
+        env = TextInterfaceWrapper(gym.make(env_id))
+        _, info = env.reset(seed=0)
+        prompt = env.prompt
+        assert prompt.startswith("Task: ") and "Reply with <action>one action</action>." in prompt
+        action = info[schema.ADMISSIBLE_ACTIONS][0]
+        assert env.step(f"<action>{action}</action>")[4][schema.ADMISSIBLE] is True
+        assert env.step("no tags")[4][schema.FORMAT_VALID] is False
+        env.close()
+    with pytest.raises(ValueError, match="no text format known"):
+        resolve_format("MyOrg/Unknown-v0")

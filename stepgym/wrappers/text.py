@@ -237,6 +237,19 @@ QA_TEMPLATE = PromptTemplate(
     instruction="Continue with your next turn.",
 )
 
+# The credit-assignment toys' compact format: prompts a tiny model trained from scratch can read (~100 tokens per
+# turn instead of ~600), no <think> block (a 100k-parameter model has nothing to reason with); the reply is
+# <action>…</action>, read by the same strict parser as ALFWorld's, so validity means the same thing.
+CREDIT_TEMPLATE = PromptTemplate(
+    intro="Task: {task}.",
+    history_header="Last steps:",
+    history_item="{observation} > {action}",
+    current="Now: {observation}",
+    current_first="Now: {observation}",
+    admissible="Actions: {admissible}.",
+    instruction="Reply with <action>one action</action>.",
+)
+
 
 @dataclass(frozen=True)
 class TextFormat:
@@ -265,9 +278,14 @@ def _search_r1_feedback(reason: str) -> str:
     return SEARCH_R1_INVALID_FEEDBACK
 
 
+def _credit_feedback(reason: str) -> str:
+    return f"Invalid reply: {reason}. Reply with one admissible action inside <action> </action>."
+
+
 # Module-level parsers (not lambdas), so that a TextFormat pickles and can travel to env workers (stepgym.workers).
 _parse_react_lowercase = functools.partial(parse_react, lowercase=True)
 _parse_search_r1_lenient = functools.partial(parse_search_r1, strict=False)
+_parse_react_no_think = functools.partial(parse_react, require_think=False)
 
 FORMATS: dict[str, TextFormat] = {
     "alfworld": TextFormat(
@@ -287,6 +305,9 @@ FORMATS: dict[str, TextFormat] = {
         _search_r1_feedback,
         history_length=None,
     ),
+    "credit": TextFormat(
+        "credit", CREDIT_TEMPLATE, _parse_react_no_think, _credit_feedback, history_length=2
+    ),
 }
 
 #: Registered env ids → their text format. Looked up by exact id; any other env names its format explicitly.
@@ -295,11 +316,14 @@ ENV_FAMILIES: dict[str, str] = {
     "StepGym/WebShop-v0": "webshop",
     "StepGym/WebShopSite-v0": "webshop",
     "StepGym/SearchQA-v0": "qa",
+    "StepGym/CreditToy-v0": "credit",
+    "StepGym/CreditFamily-v0": "credit",
 }
 
 
 def get_format(fmt: str | TextFormat) -> TextFormat:
-    """A :class:`TextFormat` by name (``"alfworld"``, ``"webshop"``, ``"qa"``) or the object itself."""
+    """A :class:`TextFormat` by name (``"alfworld"``, ``"webshop"``, ``"qa"``, ``"qa-lenient"``, ``"credit"``) or
+    the object itself."""
     if isinstance(fmt, TextFormat):
         return fmt
     try:

@@ -16,7 +16,6 @@ engine continues exactly as if the actions leading to the snapshot had been repl
 
 from __future__ import annotations
 
-import functools
 import json
 import keyword
 import re
@@ -486,12 +485,13 @@ class NativeEngine:
         if expr[0] == "nt":
             self._nonterminal(expr[1], mapping, variables, out)
         else:
-            ents = self._require().entities
-            fn = _expression(expr[2], tuple(variables))
+            key = (expr[2], tuple(variables))
+            fn = _EXPRESSIONS.get(key) or _expression(*key)
+            ents = self._game.entities  # type: ignore[union-attr]
             out.append(str(fn(*[ents[o] for o in variables.values()])))
 
     def _nonterminal(self, name: str, mapping: dict, variables: dict, out: list[str]) -> None:
-        rules = self._require().grammar.rules.get(name)
+        rules = self._game.grammar.rules.get(name)  # type: ignore[union-attr]
         if not rules:
             raise CorruptDataError(f"the game grammar has no rule for #{name}#")
         for rule in rules:
@@ -503,8 +503,8 @@ class NativeEngine:
     def _contexts(self, query: Query | None, mapping: dict, variables: dict) -> list[tuple[dict, dict]]:
         if query is None:
             return [(mapping, variables)]
-        if _all_bound(query, mapping):  # a test, not a search: the one context, or none
-            return [(dict(mapping), dict(variables))] if self._holds_bound(query, mapping) else []
+        if _all_bound(query, mapping):  # a test, not a search: the one context (read only), or none
+            return [(mapping, variables)] if self._holds_bound(query, mapping) else []
         out = []
         for m in self._assignments(query, mapping):
             v = dict(variables)
@@ -654,14 +654,25 @@ def _all_bound(query: Query, mapping: dict) -> bool:
     return all(ph in mapping for _, args in query.preds for ph in args)
 
 
-@functools.lru_cache(maxsize=4096)
+_EXPRESSIONS: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
 def _expression(source: str, names: tuple[str, ...]) -> Any:
     """A grammar expression as a function of the entities named ``names`` (what ``eval`` of it with those
-    entities as locals gives, without building a dict and entering ``eval`` for each use)."""
-    params = [
-        n if n.isidentifier() and not keyword.iskeyword(n) else f"_unnamed{i}" for i, n in enumerate(names)
-    ]
-    return eval(compile(f"lambda {', '.join(params)}: ({source})", "<grammar>", "eval"), {})
+    entities as locals gives, without building a dict and entering ``eval`` for each use); made once per process
+    (grammars share their expressions)."""
+    fn = _EXPRESSIONS.get((source, names))
+    if fn is None:
+        params = [
+            n if n.isidentifier() and not keyword.iskeyword(n) else f"_unnamed{i}"
+            for i, n in enumerate(names)
+        ]
+        if len(_EXPRESSIONS) > 1 << 14:
+            _EXPRESSIONS.clear()
+        fn = _EXPRESSIONS[(source, names)] = eval(
+            compile(f"lambda {', '.join(params)}: ({source})", "<grammar>", "eval"), {}
+        )
+    return fn
 
 
 def _type_ok(game: _Game, obj: str, typ: str) -> bool:

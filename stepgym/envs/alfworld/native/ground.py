@@ -39,16 +39,16 @@ class Tables:
             f = self._frozen[pred] = frozenset(self.data.get(pred, ()))
         return f
 
-    def lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> Any:
-        if not positions:
-            return self.data.get(pred, ())
+    def index(self, pred: str, positions: tuple[int, ...]) -> dict[tuple, list[tuple]]:
+        """The atoms of ``pred`` by their values at ``positions`` (built on first use, then kept up to date by
+        :meth:`add` and :meth:`discard`)."""
         ix = self._idx.get((pred, positions))
         if ix is None:
             ix = {}
             for t in self.data.get(pred, ()):
                 ix.setdefault(tuple(t[j] for j in positions), []).append(t)
             self._idx[(pred, positions)] = ix
-        return ix.get(key, ())
+        return ix
 
     def add(self, pred: str, args: tuple) -> None:
         table = self.data.setdefault(pred, set())
@@ -212,15 +212,17 @@ def _compile_join(
     ``?0``, ``?1``… in ``steps`` and constants ``(i,)``; ``consts`` holds the constants, then the variables'
     real names (for the bindings returned)::
 
-        def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init, consts):
+        def join(fl_index, fl_data, st_index, st_data, type_ok, by_type, out, limit, init, consts):
             ts_v1 = type_ok.get('location', EMPTY)
-            for t0 in fl_lookup('atlocation', (0,), (v0,)):
+            ix0 = fl_index('atlocation', (0,))
+            for t0 in ix0.get((v0,), ()):
                 v1 = t0[1]
                 if v1 not in ts_v1: continue
                 ...
                 out.append({**init, n0: v0, n1: v1})
 
-    ``fl_*`` are the fluent atoms of the state (:class:`Tables`), ``st_*`` the game's static ones, ``init`` the
+    ``fl_*`` are the fluent atoms of the state (:class:`Tables`), ``st_*`` the game's static ones (their indexes
+    by bound positions are fetched once per call), ``init`` the
     pre-bound variables; at most ``limit`` bindings are collected when it is positive. With ``op_name`` (an
     action and its declared parameters) each binding comes with its operator's name, ``"action obj obj"``.
     """
@@ -274,9 +276,12 @@ def _compile_join(
             depth += 1
         else:
             _, pred, args, _, positions, bind = step
-            lookup = "fl_lookup" if pred in fluent_preds else "st_lookup"
-            key = tup([value(args[j]) for j in positions])
-            emit(f"for t{i} in {lookup}({pred!r}, {positions!r}, {key}):")
+            if pred in fluent_preds and not positions:
+                emit(f"for t{i} in fl_data.get({pred!r}, ()):")
+            else:
+                index = "fl_index" if pred in fluent_preds else "st_index"
+                head.append(f"    ix{i} = {index}({pred!r}, {positions!r})")
+                emit(f"for t{i} in ix{i}.get({tup([value(args[j]) for j in positions])}, ()):")
             depth += 1
             for j, var in bind:
                 if var in names:  # the variable occurs twice in this literal
@@ -298,7 +303,7 @@ def _compile_join(
     emit("if limit and len(out) >= limit: return")
     source = "\n".join(
         [
-            "def join(fl_lookup, fl_data, st_lookup, st_data, type_ok, by_type, out, limit, init, consts):",
+            "def join(fl_index, fl_data, st_index, st_data, type_ok, by_type, out, limit, init, consts):",
             *head,
             *body,
         ]
@@ -390,11 +395,12 @@ class Grounder:
         return self._type_ok.get(typ, frozenset())
 
     # -- joins ----------------------------------------------------------------------------------------------
-    def _lookup(self, pred: str, positions: tuple[int, ...], key: tuple) -> list[tuple]:
+    def _static_index(self, pred: str, positions: tuple[int, ...]) -> dict[tuple, list[tuple]]:
+        """The static atoms of ``pred`` by their values at ``positions``, each group in sorted order."""
         idx = self._index.get((pred, positions))
         if idx is None:
             idx = self._index[(pred, positions)] = _grouped(sorted(self.static.get(pred, ())), positions)
-        return idx.get(key, [])
+        return idx
 
     def assignments(
         self, plan: _Plan, facts: Tables, b: dict[str, str] | None = None, limit: int = 0
@@ -404,9 +410,9 @@ class Grounder:
         out: list[dict] = []
         join = plan.join()
         join(
-            facts.lookup,
+            facts.index,
             facts.data,
-            self._lookup,
+            self._static_index,
             self.static,
             self._type_ok,
             self._by_type,
@@ -446,9 +452,9 @@ class Grounder:
         found: list[tuple[str, dict]] = []
         join = plan.join()
         join(
-            facts.lookup,
+            facts.index,
             facts.data,
-            self._lookup,
+            self._static_index,
             self.static,
             self._type_ok,
             self._by_type,
