@@ -258,3 +258,21 @@ def test_expert_is_a_function_of_the_seed_of_each_reset():
         assert _expert_trace(used, 7, task_id) == _expert_trace(fresh, 7, task_id), task_id
     used.close()
     fresh.close()
+
+
+def test_expert_leaves_the_global_random_state_alone(env):
+    """The expert draws (repeating "look" triggers its repetition guard) from a private generator only: the
+    user's global ``random`` state is untouched, and ALFWorld's expert module still sees the global one outside
+    the env's calls."""
+    from alfworld.agents.expert import handcoded_expert
+
+    random.seed(99)
+    before = random.getstate()
+    env.reset(seed=3, options={"task_id": env.unwrapped.task_ids[0]})
+    experts = [env.step("look")[4][schema.EXPERT_ACTION] for _ in range(6)]
+    assert random.getstate() == before
+    assert any(a not in (None, "look") for a in experts)
+    random.seed(5)
+    upstream = [handcoded_expert.random.choice(range(1000)) for _ in range(3)]
+    random.seed(5)
+    assert upstream == [random.choice(range(1000)) for _ in range(3)]
