@@ -26,7 +26,7 @@ from typing import Any
 from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, parse_symbols
 from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
 from stepgym.envs.alfworld.native.pddl import Domain, dnf, nnf, parse_domain, parse_problem
-from stepgym.envs.alfworld.state import describe_fact
+from stepgym.envs.alfworld.state import KeyFacts, describe_fact
 from stepgym.errors import CorruptDataError
 
 __all__ = ["NativeEngine", "NativeSnapshot"]
@@ -115,6 +115,7 @@ class _Game:
     commands: dict[str, str]
     options_cache: dict[frozenset, tuple] | None
     intro: str = ""
+    init_keys: KeyFacts | None = None  # KeyFacts of init_tw (made on the first reset)
     vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
     static_sorted: dict[tuple, dict[tuple, list[tuple]]] | None = None  # static facts by bound arguments
 
@@ -130,6 +131,7 @@ class NativeSnapshot:
     last: dict[str, Any]
     ops: tuple = ()
     commands: tuple[str, ...] = ()
+    keys: KeyFacts | None = None  # never changed: restoring copies it
 
 
 _DOMAINS: dict[str, Domain] = {}
@@ -156,6 +158,7 @@ class NativeEngine:
         self._true = Tables()
         self._tw: dict[tuple, Fact] = {}  # TextWorld's fact list, in its order: atom -> its Fact
         self._tw_by_pred: dict[str, set[tuple]] = {}
+        self._keys = KeyFacts()  # what the state keys read of self._tw, kept up to date by _apply
         self._ops: list[Op] = []
         self._commands: list[str] = []
         self._moves = 0
@@ -190,7 +193,11 @@ class NativeEngine:
     def reset(self) -> dict[str, Any]:
         game = self._require()
         self._true = Tables({p: set(ts) for p, ts in game.init_true.items()})
-        self._set_tw(game.init_tw)
+        if game.init_keys is None:
+            self._set_tw(game.init_tw)
+            game.init_keys = self._keys.copy()
+        else:
+            self._set_tw(game.init_tw, game.init_keys)
         self._moves = 0
         if not game.intro:
             game.intro = self._derive(parse_symbols("#intro#"), {})
@@ -225,8 +232,10 @@ class NativeEngine:
             raise RuntimeError("load() a game before reset()/step()")
         return self._game
 
-    def _set_tw(self, facts: tuple[tuple, ...]) -> None:
+    def _set_tw(self, facts: tuple[tuple, ...], keys: KeyFacts | None = None) -> None:
+        """Make ``facts`` TextWorld's fact list; ``keys``: their KeyFacts if known (copied, never changed)."""
         self._tw = {f: self._fact(f) for f in facts}
+        self._keys = KeyFacts(f.stepgym_texts for f in self._tw.values()) if keys is None else keys.copy()
         by_pred: dict[str, set[tuple]] = defaultdict(set)
         for f in facts:
             by_pred[f[0]].add(f[1:])
@@ -245,7 +254,7 @@ class NativeEngine:
                 true.add(atom[0], atom[1:])
             else:
                 true.discard(atom[0], atom[1:])
-        tw, by_pred = self._tw, self._tw_by_pred
+        tw, by_pred, keys = self._tw, self._tw_by_pred, self._keys
         for atom, val, _ in effects:
             pred = atom[0]
             if val == 0:
@@ -253,11 +262,16 @@ class NativeEngine:
             else:
                 neg, pos = atom, ("not_" + pred, *atom[1:])
             if neg in tw:
-                del tw[neg]
+                keys.discard(tw.pop(neg).stepgym_texts)
                 by_pred[neg[0]].discard(neg[1:])
             if pos not in tw:
-                tw[pos] = self._fact(pos)
+                fact = tw[pos] = self._fact(pos)
+                keys.add(fact.stepgym_texts)
                 by_pred.setdefault(pos[0], set()).add(pos[1:])
+
+    def key_facts(self) -> KeyFacts:
+        """What the state keys read of the current state's facts (kept up to date step by step; do not change it)."""
+        return self._keys
 
     def _gather(self, feedback: str) -> dict[str, Any]:
         self._require()
@@ -315,6 +329,7 @@ class NativeEngine:
             dict(self._state),
             tuple(self._ops),
             tuple(self._commands),
+            self._keys.copy(),
         )
 
     def set_state(self, snapshot: NativeSnapshot) -> dict[str, Any]:
@@ -322,7 +337,7 @@ class NativeEngine:
         if self.game_file is None or snapshot.game_file != str(self.game_file):
             self.load(snapshot.game_file)
         self._true = Tables({p: set(ts) for p, ts in snapshot.true_atoms})
-        self._set_tw(snapshot.tw_facts)
+        self._set_tw(snapshot.tw_facts, snapshot.keys)
         self._moves = snapshot.moves
         state = dict(snapshot.last)
         state["facts"] = list(state["facts"])
