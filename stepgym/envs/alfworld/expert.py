@@ -127,6 +127,7 @@ class RobustExpert:
                 agent.task_params, max_steps=agent.max_steps
             )
         agent.policy.remove_num_ids = _remove_num_ids
+        agent.policy.get_facts = _get_facts
         agent.observe(self._intro)
         return agent
 
@@ -192,6 +193,19 @@ def _remove_num_ids(text: str) -> str:
     from alfworld.agents.expert.handcoded_expert import BasePolicy
 
     return BasePolicy.remove_num_ids(None, text)
+
+
+def _get_facts(game_state: Any) -> list[str]:
+    """Upstream's ``get_facts`` (a ``"pred arg arg"`` line per fact), memoised per fact like ``_remove_num_ids``:
+    the native engine's facts are made once per game, so most lines are a lookup."""
+    return [_fact_line(fact) for fact in game_state["facts"]]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _fact_line(fact: Any) -> str:
+    from alfworld.agents.expert.handcoded_expert import BasePolicy
+
+    return BasePolicy.get_facts(None, {"facts": [fact]})[0]
 
 
 _EXPERT_PREDICATES = frozenset({"holds", "ishot", "iscool", "isclean"})
