@@ -15,6 +15,7 @@ steps that differ only in them fall into one class.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -68,9 +69,21 @@ class FactTexts(NamedTuple):
 
 def describe_fact(name: str, args: Iterable[str]) -> FactTexts:
     """The texts of the fact ``name(args)`` (the one rule for which facts describe the world now)."""
-    name, args = name.lower(), tuple(args)
-    dropped = name.startswith("not_") or name in STATIC_PREDICATES or name in HISTORY_PREDICATES
-    return FactTexts(name, args, "" if dropped else f"{name}({', '.join(args)})")
+    return FactTexts._make(fact_text_fields(name, tuple(args)))
+
+
+def fact_text_fields(name: str, args: tuple[str, ...]) -> tuple[str, tuple[str, ...], str]:
+    """``describe_fact`` as a plain tuple (for facts made by the hundred: the garbage collector stops tracking
+    tuples of strings)."""
+    name, world = _predicate(name)
+    return (name, args, f"{name}({', '.join(args)})" if world else "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _predicate(name: str) -> tuple[str, bool]:
+    """A predicate's lower-case name, and whether its facts are world facts (decided once per name)."""
+    name = name.lower()
+    return name, not (name.startswith("not_") or name in STATIC_PREDICATES or name in HISTORY_PREDICATES)
 
 
 def fact_texts(fact: Any) -> FactTexts:
@@ -190,7 +203,7 @@ class KeyFacts:
 
     __slots__ = ("_by_pred", "_progress", "_targets", "_world")
 
-    def __init__(self, texts: Iterable[FactTexts] = ()):
+    def __init__(self, texts: Iterable[tuple[str, tuple[str, ...], str]] = ()):
         self._world: dict[str, int] = {}  # world-fact text -> count
         self._by_pred: dict[str, dict[tuple[str, ...], int]] = {}  # of _KEYED_PREDICATES: args -> count
         self._targets: TaskTargets | None = None  # the task whose progress facts ``_progress`` counts
@@ -198,8 +211,8 @@ class KeyFacts:
         for texts_ in texts:
             self.add(texts_)
 
-    def add(self, texts: FactTexts) -> None:
-        """Add one fact (``fact_texts`` of it)."""
+    def add(self, texts: tuple[str, tuple[str, ...], str]) -> None:
+        """Add one fact: its ``fact_texts`` (or the same three fields as a plain tuple)."""
         name, args, world = texts
         if world:
             _count_in(self._world, world)
@@ -210,7 +223,7 @@ class KeyFacts:
                 if progress:
                     _count_in(self._progress, progress)
 
-    def discard(self, texts: FactTexts) -> None:
+    def discard(self, texts: tuple[str, tuple[str, ...], str]) -> None:
         """Remove one fact added before."""
         name, args, world = texts
         if world:

@@ -26,7 +26,7 @@ from typing import Any
 from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, parse_symbols
 from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
 from stepgym.envs.alfworld.native.pddl import Domain, dnf, nnf, parse_domain, parse_problem
-from stepgym.envs.alfworld.state import KeyFacts, describe_fact
+from stepgym.envs.alfworld.state import FactTexts, KeyFacts, fact_text_fields
 from stepgym.errors import CorruptDataError
 
 __all__ = ["NativeEngine", "NativeSnapshot"]
@@ -59,16 +59,25 @@ class Var:
 
 
 class Fact:
-    """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``; made once per game
-    and never changed, so it also carries the texts the state keys read (``stepgym_texts``)."""
+    """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``.
 
-    __slots__ = ("arguments", "name", "names", "stepgym_texts")
+    Made once per game and never changed, so it also carries what the state keys read of it: ``texts``, its
+    ``fact_text_fields`` (``describe_fact`` as a plain tuple, which the garbage collector stops tracking: a new
+    game makes hundreds of facts); ``names`` is that tuple's argument names (a tuple, as in TextWorld).
+    """
+
+    __slots__ = ("arguments", "name", "names", "texts")
 
     def __init__(self, name: str, arguments: tuple[Var, ...]):
         self.name = name
         self.arguments = arguments
-        self.names = [v.name for v in arguments]
-        self.stepgym_texts = describe_fact(name, self.names)
+        self.texts = texts = fact_text_fields(name, tuple([v.name for v in arguments]))
+        self.names = texts[1]
+
+    @property
+    def stepgym_texts(self) -> FactTexts:
+        """``describe_fact`` of this fact (see ``state.fact_texts``)."""
+        return FactTexts._make(self.texts)
 
     def __str__(self) -> str:
         return "{}({})".format(self.name, ", ".join(map(str, self.arguments)))
@@ -115,7 +124,7 @@ class _Game:
     commands: dict[str, str]
     options_cache: dict[frozenset, tuple] | None
     intro: str = ""
-    init_keys: KeyFacts | None = None  # KeyFacts of init_tw (made on the first reset)
+    init_view: tuple | None = None  # the engine's views of init_tw (``_set_tw``), made on the first reset
     vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
     static_sorted: dict[tuple, dict[tuple, list[tuple]]] | None = None  # static facts by bound arguments
 
@@ -193,11 +202,14 @@ class NativeEngine:
     def reset(self) -> dict[str, Any]:
         game = self._require()
         self._true = Tables({p: set(ts) for p, ts in game.init_true.items()})
-        if game.init_keys is None:
+        if game.init_view is None:
             self._set_tw(game.init_tw)
-            game.init_keys = self._keys.copy()
-        else:
-            self._set_tw(game.init_tw, game.init_keys)
+            by_pred = {p: frozenset(ts) for p, ts in self._tw_by_pred.items()}
+            game.init_view = (dict(self._tw), by_pred, self._keys.copy())
+        else:  # copies of the views: no fact is looked up again
+            tw, by_pred, keys = game.init_view
+            self._tw, self._keys = dict(tw), keys.copy()
+            self._tw_by_pred = {p: set(ts) for p, ts in by_pred.items()}
         self._moves = 0
         if not game.intro:
             game.intro = self._derive(parse_symbols("#intro#"), {})
@@ -234,11 +246,12 @@ class NativeEngine:
 
     def _set_tw(self, facts: tuple[tuple, ...], keys: KeyFacts | None = None) -> None:
         """Make ``facts`` TextWorld's fact list; ``keys``: their KeyFacts if known (copied, never changed)."""
-        self._tw = {f: self._fact(f) for f in facts}
-        self._keys = KeyFacts(f.stepgym_texts for f in self._tw.values()) if keys is None else keys.copy()
-        by_pred: dict[str, set[tuple]] = defaultdict(set)
+        fact = self._fact
+        self._tw = {f: fact(f) for f in facts}
+        self._keys = KeyFacts(f.texts for f in self._tw.values()) if keys is None else keys.copy()
+        by_pred: dict[str, set[tuple]] = {}
         for f in facts:
-            by_pred[f[0]].add(f[1:])
+            by_pred.setdefault(f[0], set()).add(f[1:])
         self._tw_by_pred = by_pred
 
     def _apply(self, op: Op) -> None:
@@ -262,11 +275,11 @@ class NativeEngine:
             else:
                 neg, pos = atom, ("not_" + pred, *atom[1:])
             if neg in tw:
-                keys.discard(tw.pop(neg).stepgym_texts)
+                keys.discard(tw.pop(neg).texts)
                 by_pred[neg[0]].discard(neg[1:])
             if pos not in tw:
                 fact = tw[pos] = self._fact(pos)
-                keys.add(fact.stepgym_texts)
+                keys.add(fact.texts)
                 by_pred.setdefault(pos[0], set()).add(pos[1:])
 
     def key_facts(self) -> KeyFacts:
@@ -538,7 +551,8 @@ def _type_ok(game: _Game, obj: str, typ: str) -> bool:
 
 
 def _make_fact(atom: tuple, game: _Game) -> Fact:
-    return Fact(atom[0], tuple(_var(a, game) for a in atom[1:]))
+    known = game.vars
+    return Fact(atom[0], tuple([known.get(a) or _var(a, game) for a in atom[1:]]))
 
 
 def _var(obj: str, game: _Game) -> Var:
