@@ -276,3 +276,18 @@ def test_expert_leaves_the_global_random_state_alone(env):
     upstream = [handcoded_expert.random.choice(range(1000)) for _ in range(3)]
     random.seed(5)
     assert upstream == [random.choice(range(1000)) for _ in range(3)]
+
+
+def test_expert_digit_stripping_equals_upstreams():
+    """The expert's memoised ``remove_num_ids`` (a translation table for ASCII texts) answers as upstream's."""
+    from alfworld.agents.expert.handcoded_expert import BasePolicy
+
+    from stepgym.envs.alfworld.expert import _remove_num_ids
+
+    rng = random.Random(0)
+    texts = ["go to countertop 12", " inreceptacle  apple 1\tfridge 1 ", "", "42", "x²3 y", "٣ apple 1"]
+    texts += [
+        "".join(rng.choice("ab 1\t9\n\x0b\x1c.|-_") for _ in range(rng.randrange(30))) for _ in range(500)
+    ]
+    for text in texts:
+        assert _remove_num_ids(text) == BasePolicy.remove_num_ids(None, text), repr(text)

@@ -189,10 +189,16 @@ class RobustExpert:
 @functools.lru_cache(maxsize=1 << 16)
 def _remove_num_ids(text: str) -> str:
     """Upstream's ``remove_num_ids`` (digits dropped, whitespace collapsed), memoised: the policies call it on
-    every admissible command and fact on every step, and the same strings come back step after step."""
+    every admissible command and fact on every step, and the same strings come back step after step. ALFWorld's
+    texts are ASCII, where ``str.isdigit`` (upstream's test) holds for 0-9 only, so those drop them by a table."""
+    if text.isascii():
+        return " ".join(text.translate(_ASCII_DIGITS).split())
     from alfworld.agents.expert.handcoded_expert import BasePolicy
 
     return BasePolicy.remove_num_ids(None, text)
+
+
+_ASCII_DIGITS = str.maketrans("", "", "0123456789")
 
 
 def _get_facts(game_state: Any) -> list[str]:
@@ -209,17 +215,9 @@ def _fact_line(fact: Any) -> str:
 
 
 _EXPERT_PREDICATES = frozenset({"holds", "ishot", "iscool", "isclean"})
-
-
-class _ExpertReads(dict):
-    """predicate name -> whether the expert reads its facts (decided once per name)."""
-
-    def __missing__(self, name: str) -> bool:
-        reads = self[name] = name in _EXPERT_PREDICATES or "inreceptacle" in name
-        return reads
-
-
-_EXPERT_READS = _ExpertReads()
+_EXPERT_READS: dict[
+    str, bool
+] = {}  # predicate name -> whether the expert reads its facts (a plain dict: fast)
 
 
 def _expert_view(state: Any) -> dict[str, Any]:
@@ -230,5 +228,10 @@ def _expert_view(state: Any) -> dict[str, Any]:
     every one of the ~300 facts on each step was most of the expert's time.
     """
     reads = _EXPERT_READS
-    facts = [f for f in state["facts"] if reads[f.name]]
+    try:
+        facts = [f for f in state["facts"] if reads[f.name]]
+    except KeyError:  # a predicate not seen before: decide it once
+        for name in {f.name for f in state["facts"]} - reads.keys():
+            reads[name] = name in _EXPERT_PREDICATES or "inreceptacle" in name
+        facts = [f for f in state["facts"] if reads[f.name]]
     return {**state, "facts": facts}
