@@ -123,10 +123,13 @@ class TaskTargets:
         self.objects = {t for t in (low("object_target"), low("mrecep_target")) if t}
         self.parent = low("parent_target")
         self.toggle = low("toggle_target")
+        self._types: dict[str, str] = {}  # object name -> its type (asked again on every reset)
 
-    @staticmethod
-    def _type_of(name: str) -> str:
-        return name.rsplit(" ", 1)[0].lower()
+    def _type_of(self, name: str) -> str:
+        kind = self._types.get(name)
+        if kind is None:
+            kind = self._types[name] = name.rsplit(" ", 1)[0].lower()
+        return kind
 
     def is_target_object(self, name: str) -> bool:
         return self._type_of(name) in self.objects
@@ -201,13 +204,14 @@ class KeyFacts:
     once per time it is added (a multiset), so adding then discarding it always restores the previous keys.
     """
 
-    __slots__ = ("_by_pred", "_progress", "_targets", "_world")
+    __slots__ = ("_by_pred", "_progress", "_state_key", "_targets", "_world")
 
     def __init__(self, texts: Iterable[tuple[str, tuple[str, ...], str]] = ()):
         self._world: dict[str, int] = {}  # world-fact text -> count
         self._by_pred: dict[str, dict[tuple[str, ...], int]] = {}  # of _KEYED_PREDICATES: args -> count
         self._targets: TaskTargets | None = None  # the task whose progress facts ``_progress`` counts
         self._progress: dict[str, int] = {}
+        self._state_key = ""  # of _world, "" until asked (again) after a change
         for texts_ in texts:
             self.add(texts_)
 
@@ -216,6 +220,7 @@ class KeyFacts:
         name, args, world = texts
         if world:
             _count_in(self._world, world)
+            self._state_key = ""
         if name in _KEYED_PREDICATES:
             _count_in(self._by_pred.setdefault(name, {}), args)
             if self._targets is not None and name in _PROGRESS_PREDICATES:
@@ -228,6 +233,7 @@ class KeyFacts:
         name, args, world = texts
         if world:
             _count_out(self._world, world)
+            self._state_key = ""
         if name in _KEYED_PREDICATES:
             _count_out(self._by_pred[name], args)
             if self._targets is not None and name in _PROGRESS_PREDICATES:
@@ -240,6 +246,7 @@ class KeyFacts:
         new._world = dict(self._world)
         new._by_pred = {name: dict(args) for name, args in self._by_pred.items()}
         new._targets, new._progress = self._targets, dict(self._progress)
+        new._state_key = self._state_key
         return new
 
     def world(self) -> frozenset[str]:
@@ -247,9 +254,11 @@ class KeyFacts:
         return frozenset(self._world)
 
     def state_key(self) -> str:
-        """See ``state_key``."""
-        text = "\n".join(sorted(self._world))
-        return "alfworld:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+        """See ``state_key`` (kept until the world facts change: many steps leave them as they are)."""
+        if not self._state_key:
+            text = "\n".join(sorted(self._world))
+            self._state_key = "alfworld:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+        return self._state_key
 
     def location(self) -> str:
         """See ``agent_location``: the agent is where the last ``atlocation`` fact puts it."""
