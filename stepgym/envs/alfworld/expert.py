@@ -207,7 +207,7 @@ def _get_facts(game_state: Any) -> list[str]:
     return [_fact_line(fact) for fact in game_state["facts"]]
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 14)  # the expert reads ~50 facts of a game: some hundred games' worth
 def _fact_line(fact: Any) -> str:
     from alfworld.agents.expert.handcoded_expert import BasePolicy
 

@@ -11,6 +11,10 @@ location, or ``start``) (and whether it is open) plus the *progress facts*: what
 task's objects (clean/hot/cool/sliced, placed in a receptacle of the goal's type, the lamp switched on). World
 details that do not matter for the task (a drawer left open, an object moved elsewhere) do not split it, so
 steps that differ only in them fall into one class.
+
+Every key is computed from a ``KeyFacts``: what the keys read of a state's facts. The native engine keeps one per
+state, updated with the few facts each step adds and removes, so a step's keys never re-read the ~250 facts of
+the state; for the TextWorld engine (and the functions below that take a fact list) one is built from the list.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ __all__ = [
     "TaskTargets",
     "agent_location",
     "describe_fact",
+    "fact_text_fields",
     "fact_texts",
     "progress_facts",
     "state_key",
@@ -68,13 +73,13 @@ class FactTexts(NamedTuple):
 
 
 def describe_fact(name: str, args: Iterable[str]) -> FactTexts:
-    """The texts of the fact ``name(args)`` (the one rule for which facts describe the world now)."""
+    """The texts of the fact ``name(args)``."""
     return FactTexts._make(fact_text_fields(name, tuple(args)))
 
 
 def fact_text_fields(name: str, args: tuple[str, ...]) -> tuple[str, tuple[str, ...], str]:
-    """``describe_fact`` as a plain tuple (for facts made by the hundred: the garbage collector stops tracking
-    tuples of strings)."""
+    """``describe_fact`` as a plain tuple, the one rule for which facts describe the world now (a plain tuple
+    for facts made by the hundred: the garbage collector stops tracking tuples of strings)."""
     name, world = _predicate(name)
     return (name, args, f"{name}({', '.join(args)})" if world else "")
 
