@@ -291,3 +291,34 @@ def test_expert_digit_stripping_equals_upstreams():
     ]
     for text in texts:
         assert _remove_num_ids(text) == BasePolicy.remove_num_ids(None, text), repr(text)
+
+
+def test_expert_generator_is_private_to_each_thread():
+    """While one thread's expert call runs, another thread sees the global ``random`` (outside a call) or its own
+    private generator (inside one), and neither disturbs the other's draws."""
+    import threading
+
+    from stepgym.envs.alfworld.expert import _EXPERT_RANDOM, _PrivateRandom
+
+    inside, done, seen = threading.Event(), threading.Event(), {}
+
+    def other() -> None:
+        inside.wait()
+        random.seed(1)
+        seen["outside"] = _EXPERT_RANDOM.random()
+        random.seed(1)
+        seen["global"] = random.random()
+        with _PrivateRandom(5):
+            seen["own"] = _EXPERT_RANDOM.random()
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with _PrivateRandom(3):
+        inside.set()
+        done.wait()
+        mine = _EXPERT_RANDOM.random()
+    thread.join()
+    assert mine == random.Random(3).random()
+    assert seen["outside"] == seen["global"]
+    assert seen["own"] == random.Random(5).random()
