@@ -215,9 +215,8 @@ def _fact_line(fact: Any) -> str:
 
 
 _EXPERT_PREDICATES = frozenset({"holds", "ishot", "iscool", "isclean"})
-_EXPERT_READS: dict[
-    str, bool
-] = {}  # predicate name -> whether the expert reads its facts (a plain dict: fast)
+# predicate name -> whether the expert reads its facts (a plain dict: faster than one with __missing__)
+_EXPERT_READS: dict[str, bool] = {}
 
 
 def _expert_view(state: Any) -> dict[str, Any]:

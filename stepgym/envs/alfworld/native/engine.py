@@ -4,11 +4,13 @@ It plays the same ``game.tw-pddl`` files and gives the same observations, admiss
 as :class:`stepgym.envs.alfworld.engine.AlfredEngine` (``tests/test_alfworld_native.py`` and
 ``scripts/alfworld_native_equality.py`` compare them), but nothing of TextWorld's runs in a step: no Fast Downward,
 no TatSu, no deep copies. What is parsed from a game (its PDDL, its grammar, the operators' effects) is parsed
-once and kept in a small LRU cache, so re-resetting a game is a copy of two sets.
+once and kept in a small LRU cache, so re-resetting a game is a copy of its kept initial state.
 
 Two views of the world are kept, because TextWorld keeps two (see :mod:`.pddl`): the true atoms (Fast
 Downward's state: what is applicable, whether the goal holds) and TextWorld's fact list, which also records the
 negated atoms (``not_…``) of every effect of the applied operator and drives the text and ``state["facts"]``.
+What the state keys read of that list (:class:`~stepgym.envs.alfworld.state.KeyFacts`, ``key_facts()``) is kept
+up to date with the facts each step adds and removes, so the env's keys never re-read the whole list.
 
 ``get_state()``/``set_state()`` snapshot and restore both views and the step counter in microseconds; a restored
 engine continues exactly as if the actions leading to the snapshot had been replayed.
