@@ -258,3 +258,67 @@ def test_expert_is_a_function_of_the_seed_of_each_reset():
         assert _expert_trace(used, 7, task_id) == _expert_trace(fresh, 7, task_id), task_id
     used.close()
     fresh.close()
+
+
+def test_expert_leaves_the_global_random_state_alone(env):
+    """The expert draws (repeating "look" triggers its repetition guard) from a private generator only: the
+    user's global ``random`` state is untouched, and ALFWorld's expert module still sees the global one outside
+    the env's calls."""
+    from alfworld.agents.expert import handcoded_expert
+
+    random.seed(99)
+    before = random.getstate()
+    env.reset(seed=3, options={"task_id": env.unwrapped.task_ids[0]})
+    experts = [env.step("look")[4][schema.EXPERT_ACTION] for _ in range(6)]
+    assert random.getstate() == before
+    assert any(a not in (None, "look") for a in experts)
+    random.seed(5)
+    upstream = [handcoded_expert.random.choice(range(1000)) for _ in range(3)]
+    random.seed(5)
+    assert upstream == [random.choice(range(1000)) for _ in range(3)]
+
+
+def test_expert_digit_stripping_equals_upstreams():
+    """The expert's memoised ``remove_num_ids`` (a translation table for ASCII texts) answers as upstream's."""
+    from alfworld.agents.expert.handcoded_expert import BasePolicy
+
+    from stepgym.envs.alfworld.expert import _remove_num_ids
+
+    rng = random.Random(0)
+    texts = ["go to countertop 12", " inreceptacle  apple 1\tfridge 1 ", "", "42", "x²3 y", "٣ apple 1"]
+    texts += [
+        "".join(rng.choice("ab 1\t9\n\x0b\x1c.|-_") for _ in range(rng.randrange(30))) for _ in range(500)
+    ]
+    for text in texts:
+        assert _remove_num_ids(text) == BasePolicy.remove_num_ids(None, text), repr(text)
+
+
+def test_expert_generator_is_private_to_each_thread():
+    """While one thread's expert call runs, another thread sees the global ``random`` (outside a call) or its own
+    private generator (inside one), and neither disturbs the other's draws."""
+    import threading
+
+    from stepgym.envs.alfworld.expert import _EXPERT_RANDOM, _PrivateRandom
+
+    inside, done, seen = threading.Event(), threading.Event(), {}
+
+    def other() -> None:
+        inside.wait()
+        random.seed(1)
+        seen["outside"] = _EXPERT_RANDOM.random()
+        random.seed(1)
+        seen["global"] = random.random()
+        with _PrivateRandom(5):
+            seen["own"] = _EXPERT_RANDOM.random()
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with _PrivateRandom(3):
+        inside.set()
+        done.wait()
+        mine = _EXPERT_RANDOM.random()
+    thread.join()
+    assert mine == random.Random(3).random()
+    assert seen["outside"] == seen["global"]
+    assert seen["own"] == random.Random(5).random()

@@ -416,6 +416,66 @@ def test_grammar_expressions_read_like_eval():
     assert _expression("o.name", ("l-start", "o"))(ents[1], ents[0]) == "apple 1"
 
 
+def _keys_of(key_facts, targets) -> tuple:
+    return (*key_facts.keys(targets), key_facts.world(), key_facts.location(), key_facts.progress(targets))
+
+
+def test_key_facts_kept_step_by_step_equal_the_keys_of_the_whole_fact_list():
+    """The native engine updates what the keys read from each step's added and removed facts; that must give the
+    keys of the whole fact list after every step, after snapshots are restored, and after a new reset (which
+    also equals the first one: playing never changes the game's kept initial state)."""
+    from stepgym.envs.alfworld.state import KeyFacts, TaskTargets, fact_texts
+
+    games = list_games("valid_seen")
+    engine = NativeEngine()
+    rng = np.random.default_rng(11)
+    seen_progress = 0
+    for game in games[::35]:
+        targets = TaskTargets(game.task_params())
+        engine.load(game.game_file)
+        first = None
+        for _ in range(3):  # later resets start from copies of the game's kept initial views
+            state = engine.reset()
+            first = first or _view(state)
+            assert _view(state) == first
+            snaps = []
+            for _ in range(25):
+                whole = _keys_of(KeyFacts(map(fact_texts, state["facts"])), targets)
+                assert _keys_of(engine.key_facts(), targets) == whole
+                seen_progress += bool(whole[-1])
+                snaps.append((engine.get_state(), whole))
+                cmds = state["admissible_commands"]
+                state = engine.step(cmds[int(rng.integers(len(cmds)))])
+            for snap, whole in snaps[::6]:
+                engine.set_state(snap)
+                assert _keys_of(engine.key_facts(), targets) == whole
+    assert seen_progress > 10
+
+
+def test_key_facts_are_a_multiset_of_facts():
+    """Adding a fact twice and discarding it once keeps it; discarding it again restores the keys before."""
+    from stepgym.envs.alfworld.state import KeyFacts, TaskTargets, describe_fact
+
+    targets = TaskTargets({"object_target": "Apple", "parent_target": "Fridge"})
+    facts = [
+        describe_fact("atlocation", ["agent1 ", "loc 3"]),
+        describe_fact("receptacleatlocation", ["fridge 1", "loc 3"]),
+        describe_fact("inreceptacle", ["apple 1", "fridge 1"]),
+    ]
+    keys = KeyFacts(facts)
+    before = _keys_of(keys.copy(), targets)
+    assert before[1] == "at(fridge 1); in(apple 1, fridge 1)"
+    opened = describe_fact("opened", ["fridge 1"])
+    keys.add(opened)
+    keys.add(opened)
+    keys.add(facts[2])
+    keys.discard(opened)
+    keys.discard(facts[2])
+    assert keys.subgoal_key(targets) == "at(fridge 1 (open)); in(apple 1, fridge 1)"
+    keys.discard(opened)
+    assert _keys_of(keys, targets) == before
+
+
 def _lisp_reference(text: str) -> list:
     """FD's ``lisp_parser`` word by word: the reading ``pddl.tokenize`` must give (it cuts the text in bulk and
     makes a list without sub-lists a tuple)."""

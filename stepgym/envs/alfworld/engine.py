@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stepgym._deps import require
+from stepgym.envs.alfworld.state import KeyFacts, fact_texts
 
 __all__ = ["AlfredEngine"]
 
@@ -37,17 +38,23 @@ class AlfredEngine:
         infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=True)
         self._env = ReusablePddlEnv(infos, cache_size)
         self.game_file: Path | None = None
+        self._state: Any = None
 
     def load(self, game_file: Path) -> None:
         self._env.load(str(game_file))
         self.game_file = game_file
 
     def reset(self) -> Any:
-        return self._env.reset()
+        self._state = self._env.reset()
+        return self._state
 
     def step(self, command: str) -> Any:
-        state, _score, _done = self._env.step(command)
-        return state
+        self._state, _score, _done = self._env.step(command)
+        return self._state
+
+    def key_facts(self) -> KeyFacts:
+        """What the state keys read of the current state's facts."""
+        return KeyFacts(map(fact_texts, self._state["facts"]))
 
     @property
     def walkthrough(self) -> list[str]:

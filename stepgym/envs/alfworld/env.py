@@ -31,7 +31,7 @@ from stepgym._deps import require
 from stepgym.envs.alfworld.engine import AlfredEngine
 from stepgym.envs.alfworld.expert import RobustExpert
 from stepgym.envs.alfworld.games import GameRecord, list_games, resolve_root
-from stepgym.envs.alfworld.state import TaskTargets, step_keys, world_facts
+from stepgym.envs.alfworld.state import TaskTargets, world_facts
 from stepgym.envs.base import TextEnv, sanitize_action
 
 __all__ = ["NOTHING_HAPPENS", "ALFWorldEnv", "EnvSnapshot"]
@@ -254,7 +254,7 @@ class ALFWorldEnv(TextEnv):
     ) -> dict[str, Any]:
         assert self._game is not None and self._targets is not None
         self._last_expert = expert_action
-        self._state_key, subgoal = step_keys(self._state["facts"], self._targets)
+        self._state_key, subgoal = self._engine.key_facts().keys(self._targets)
         return {
             schema.TASK_ID: self._game.task_id,
             schema.TASK_TYPE: self._game.task_type,

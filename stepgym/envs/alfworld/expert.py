@@ -5,9 +5,12 @@ engine's facts and proposes the next command. Two upstream problems are handled 
 
 * **Randomness.** It draws from the *global* ``random`` module (``random.choice`` among candidate objects, and a
   random admissible command when it would repeat itself). To make the expert a function of the env's seed without
-  seeding the user's global RNG, each call runs with the global ``random`` state swapped for a private one (drawn
-  from the env's ``np_random`` of the current episode, which ``reset(seed=...)`` replaces) and restored
-  afterwards, under a lock.
+  touching the user's global RNG, the ``random`` name inside ALFWorld's expert module is pointed at
+  ``_EXPERT_RANDOM``: during a call of ours it is a private ``random.Random`` seeded from a number drawn from the
+  env's ``np_random`` of the current episode (which ``reset(seed=...)`` replaces), per thread; outside our calls it
+  is the global ``random`` module, as upstream expects. The generator is only built and seeded when the policy
+  actually draws (rarely), so a step costs one draw from ``np_random`` instead of saving, seeding and restoring
+  the global state (~20 µs and ~600 objects a step); its draws are those of ``random.seed(seed)``.
 * **Crashes.** It raises ``IndexError`` (``Cannot choose from an empty sequence``) after some invalid commands,
   and ``HandCodedAgentFailed``/``Timeout`` in dead ends. The env never sees these. **Fallback:** after a crash, a
   fresh expert is built, primed with the game's intro text and the current observation, and asked again (it then
@@ -29,8 +32,6 @@ import numpy as np
 
 __all__ = ["ExpertStats", "RobustExpert"]
 
-_GLOBAL_RANDOM_LOCK = threading.Lock()
-
 
 @dataclass
 class ExpertStats:
@@ -42,21 +43,43 @@ class ExpertStats:
     none: int = 0
 
 
-class _PrivateGlobalRandom:
-    """Run a block with the global ``random`` state set from ``seed``, and restore the caller's state after."""
+class _ExpertRandom:
+    """What ``random`` is inside ALFWorld's expert module: the generator of the current :class:`_PrivateRandom`
+    block of this thread, or the global ``random`` module outside one."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        block = getattr(self._local, "block", None)
+        return getattr(random if block is None else block.generator(), name)
+
+
+_EXPERT_RANDOM = _ExpertRandom()
+
+
+class _PrivateRandom:
+    """Run a block in which ``_EXPERT_RANDOM`` draws as ``random.seed(seed)`` would make the global one draw."""
+
+    __slots__ = ("_random", "_saved", "seed")
 
     def __init__(self, seed: int):
         self.seed = seed
+        self._random: random.Random | None = None
         self._saved: Any = None
 
+    def generator(self) -> random.Random:
+        if self._random is None:  # seeded on the first draw: most calls never draw
+            self._random = random.Random(self.seed)
+        return self._random
+
     def __enter__(self) -> None:
-        _GLOBAL_RANDOM_LOCK.acquire()
-        self._saved = random.getstate()
-        random.seed(self.seed)
+        local = _EXPERT_RANDOM._local
+        self._saved = getattr(local, "block", None)
+        local.block = self
 
     def __exit__(self, *exc: object) -> None:
-        random.setstate(self._saved)
-        _GLOBAL_RANDOM_LOCK.release()
+        _EXPERT_RANDOM._local.block = self._saved
 
 
 def _upstream_task_params(game_file: Path) -> dict[str, Any] | None:
@@ -78,7 +101,10 @@ class RobustExpert:
     """Wraps one ``HandCodedTWAgent`` per episode; ``observe_reset`` then ``next_action`` after every step."""
 
     def __init__(self) -> None:
+        from alfworld.agents.expert import handcoded_expert
         from alfworld.agents.expert.handcoded_expert_tw import HandCodedTWAgent
+
+        handcoded_expert.random = _EXPERT_RANDOM  # see the module docstring
 
         self._agent_cls = HandCodedTWAgent
         self._rng: np.random.Generator | None = None
@@ -101,6 +127,7 @@ class RobustExpert:
                 agent.task_params, max_steps=agent.max_steps
             )
         agent.policy.remove_num_ids = _remove_num_ids
+        agent.policy.get_facts = _get_facts
         agent.observe(self._intro)
         return agent
 
@@ -117,7 +144,7 @@ class RobustExpert:
         if str(game_file) != self._game_file:
             self._game_file, self._task_params = str(game_file), None
         self._intro = state["feedback"]
-        with _PrivateGlobalRandom(self._seed()):
+        with _PrivateRandom(self._seed()):
             self._agent = self._fresh()
         return "look" if "look" in state["admissible_commands"] else None
 
@@ -132,7 +159,7 @@ class RobustExpert:
     def next_action(self, state: Any, last_command: str) -> str | None:
         """The expert's next command in ``state`` after ``last_command`` was played, or None."""
         self.stats.calls += 1
-        with _PrivateGlobalRandom(self._seed()):
+        with _PrivateRandom(self._seed()):
             action = self._ask(self._agent, state, last_command)
             if action is None:
                 self.stats.crashes += 1
@@ -153,33 +180,43 @@ class RobustExpert:
             return None
         admissible = state["admissible_commands"]
         # Upstream's repetition guard: never propose the command just played (or an inadmissible one after
-        # "look"); pick an admissible command instead, here from the private RNG.
+        # "look"); pick an admissible command instead, here from the private generator.
         if action == last_command or (last_command == "look" and action not in admissible):
-            return admissible[random.randrange(len(admissible))] if admissible else None
+            return admissible[_EXPERT_RANDOM.randrange(len(admissible))] if admissible else None
         return action
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _remove_num_ids(text: str) -> str:
     """Upstream's ``remove_num_ids`` (digits dropped, whitespace collapsed), memoised: the policies call it on
-    every admissible command and fact on every step, and the same strings come back step after step."""
+    every admissible command and fact on every step, and the same strings come back step after step. ALFWorld's
+    texts are ASCII, where ``str.isdigit`` (upstream's test) holds for 0-9 only, so those drop them by a table."""
+    if text.isascii():
+        return " ".join(text.translate(_ASCII_DIGITS).split())
     from alfworld.agents.expert.handcoded_expert import BasePolicy
 
     return BasePolicy.remove_num_ids(None, text)
 
 
+_ASCII_DIGITS = str.maketrans("", "", "0123456789")
+
+
+def _get_facts(game_state: Any) -> list[str]:
+    """Upstream's ``get_facts`` (a ``"pred arg arg"`` line per fact), memoised per fact like ``_remove_num_ids``:
+    the native engine's facts are made once per game, so most lines are a lookup."""
+    return [_fact_line(fact) for fact in game_state["facts"]]
+
+
+@functools.lru_cache(maxsize=1 << 14)  # the expert reads ~50 facts of a game: some hundred games' worth
+def _fact_line(fact: Any) -> str:
+    from alfworld.agents.expert.handcoded_expert import BasePolicy
+
+    return BasePolicy.get_facts(None, {"facts": [fact]})[0]
+
+
 _EXPERT_PREDICATES = frozenset({"holds", "ishot", "iscool", "isclean"})
-
-
-class _ExpertReads(dict):
-    """predicate name -> whether the expert reads its facts (decided once per name)."""
-
-    def __missing__(self, name: str) -> bool:
-        reads = self[name] = name in _EXPERT_PREDICATES or "inreceptacle" in name
-        return reads
-
-
-_EXPERT_READS = _ExpertReads()
+# predicate name -> whether the expert reads its facts (a plain dict: faster than one with __missing__)
+_EXPERT_READS: dict[str, bool] = {}
 
 
 def _expert_view(state: Any) -> dict[str, Any]:
@@ -190,5 +227,10 @@ def _expert_view(state: Any) -> dict[str, Any]:
     every one of the ~300 facts on each step was most of the expert's time.
     """
     reads = _EXPERT_READS
-    facts = [f for f in state["facts"] if reads[f.name]]
+    try:
+        facts = [f for f in state["facts"] if reads[f.name]]
+    except KeyError:  # a predicate not seen before: decide it once
+        for name in {f.name for f in state["facts"]} - reads.keys():
+            reads[name] = name in _EXPERT_PREDICATES or "inreceptacle" in name
+        facts = [f for f in state["facts"] if reads[f.name]]
     return {**state, "facts": facts}

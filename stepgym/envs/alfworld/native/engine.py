@@ -4,11 +4,13 @@ It plays the same ``game.tw-pddl`` files and gives the same observations, admiss
 as :class:`stepgym.envs.alfworld.engine.AlfredEngine` (``tests/test_alfworld_native.py`` and
 ``scripts/alfworld_native_equality.py`` compare them), but nothing of TextWorld's runs in a step: no Fast Downward,
 no TatSu, no deep copies. What is parsed from a game (its PDDL, its grammar, the operators' effects) is parsed
-once and kept in a small LRU cache, so re-resetting a game is a copy of two sets.
+once and kept in a small LRU cache, so re-resetting a game is a copy of its kept initial state.
 
 Two views of the world are kept, because TextWorld keeps two (see :mod:`.pddl`): the true atoms (Fast
 Downward's state: what is applicable, whether the goal holds) and TextWorld's fact list, which also records the
 negated atoms (``not_…``) of every effect of the applied operator and drives the text and ``state["facts"]``.
+What the state keys read of that list (:class:`~stepgym.envs.alfworld.state.KeyFacts`, ``key_facts()``) is kept
+up to date with the facts each step adds and removes, so the env's keys never re-read the whole list.
 
 ``get_state()``/``set_state()`` snapshot and restore both views and the step counter in microseconds; a restored
 engine continues exactly as if the actions leading to the snapshot had been replayed.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, parse_symbols
 from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
 from stepgym.envs.alfworld.native.pddl import Domain, atom_args, dnf, nnf, parse_domain, parse_problem
-from stepgym.envs.alfworld.state import describe_fact
+from stepgym.envs.alfworld.state import FactTexts, KeyFacts, fact_text_fields
 from stepgym.errors import CorruptDataError
 
 __all__ = ["NativeEngine", "NativeSnapshot"]
@@ -61,16 +63,25 @@ class Var:
 
 
 class Fact:
-    """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``; made once per game
-    and never changed, so it also carries the texts the state keys read (``stepgym_texts``)."""
+    """One fact of ``state["facts"]``, shaped like TextWorld's human-readable ``Proposition``.
 
-    __slots__ = ("arguments", "name", "names", "stepgym_texts")
+    Made once per game and never changed, so it also carries what the state keys read of it: ``texts``, its
+    ``fact_text_fields`` (``describe_fact`` as a plain tuple, which the garbage collector stops tracking: a new
+    game makes hundreds of facts); ``names`` is that tuple's argument names (a tuple, as in TextWorld).
+    """
+
+    __slots__ = ("arguments", "name", "names", "texts")
 
     def __init__(self, name: str, arguments: tuple[Var, ...]):
         self.name = name
         self.arguments = arguments
-        self.names = [v.name for v in arguments]
-        self.stepgym_texts = describe_fact(name, self.names)
+        self.texts = texts = fact_text_fields(name, tuple([v.name for v in arguments]))
+        self.names = texts[1]
+
+    @property
+    def stepgym_texts(self) -> FactTexts:
+        """``describe_fact`` of this fact (see ``state.fact_texts``)."""
+        return FactTexts._make(self.texts)
 
     def __str__(self) -> str:
         return "{}({})".format(self.name, ", ".join(map(str, self.arguments)))
@@ -208,6 +219,7 @@ class _Game:
     commands: dict[tuple, str]
     options_cache: dict[frozenset, tuple] | None
     intro: str = ""
+    init_view: tuple | None = None  # the engine's views of init_tw (``_set_tw``), made on the first reset
     vars: dict[str, Var] = field(default_factory=dict)  # Var of each object (shared by its facts)
     static_sorted: dict[tuple, dict[tuple, list[tuple]]] | None = None  # static facts by bound arguments
     templates: dict[int, _Template] = field(default_factory=dict)  # command templates by schema index
@@ -225,6 +237,7 @@ class NativeSnapshot:
     last: dict[str, Any]
     ops: tuple = ()
     commands: tuple[str, ...] = ()
+    keys: KeyFacts | None = None  # never changed: restoring copies it
 
 
 _DOMAINS: dict[str, Domain] = {}
@@ -251,6 +264,7 @@ class NativeEngine:
         self._true = Tables()
         self._tw: dict[tuple, Fact] = {}  # TextWorld's fact list, in its order: atom -> its Fact
         self._tw_by_pred: dict[str, set[tuple]] = {}
+        self._keys = KeyFacts()  # what the state keys read of self._tw, kept up to date by _apply
         self._ops: list[Op] = []
         self._commands: list[str] = []
         self._moves = 0
@@ -286,7 +300,14 @@ class NativeEngine:
     def reset(self) -> dict[str, Any]:
         game = self._require()
         self._true = Tables({p: set(ts) for p, ts in game.init_true.items()})
-        self._set_tw(game.init_tw)
+        if game.init_view is None:
+            self._set_tw(game.init_tw)
+            by_pred = {p: frozenset(ts) for p, ts in self._tw_by_pred.items()}
+            game.init_view = (dict(self._tw), by_pred, self._keys.copy())
+        else:  # copies of the views: no fact is looked up again
+            tw, by_pred, keys = game.init_view
+            self._tw, self._keys = dict(tw), keys.copy()
+            self._tw_by_pred = {p: set(ts) for p, ts in by_pred.items()}
         self._moves = 0
         if not game.intro:
             game.intro = self._derive(parse_symbols("#intro#"), {})
@@ -321,11 +342,14 @@ class NativeEngine:
             raise RuntimeError("load() a game before reset()/step()")
         return self._game
 
-    def _set_tw(self, facts: tuple[tuple, ...]) -> None:
-        self._tw = {f: self._fact(f) for f in facts}
-        by_pred: dict[str, set[tuple]] = defaultdict(set)
+    def _set_tw(self, facts: tuple[tuple, ...], keys: KeyFacts | None = None) -> None:
+        """Make ``facts`` TextWorld's fact list; ``keys``: their KeyFacts if known (copied, never changed)."""
+        fact = self._fact
+        self._tw = {f: fact(f) for f in facts}
+        self._keys = KeyFacts(f.texts for f in self._tw.values()) if keys is None else keys.copy()
+        by_pred: dict[str, set[tuple]] = {}
         for f in facts:
-            by_pred[f[0]].add(f[1:])
+            by_pred.setdefault(f[0], set()).add(f[1:])
         self._tw_by_pred = by_pred
 
     def _apply(self, op: Op) -> None:
@@ -341,7 +365,7 @@ class NativeEngine:
                 true.add(atom[0], atom[1:])
             else:
                 true.discard(atom[0], atom[1:])
-        tw, by_pred = self._tw, self._tw_by_pred
+        tw, by_pred, keys = self._tw, self._tw_by_pred, self._keys
         for atom, val, _ in effects:
             pred = atom[0]
             if val == 0:
@@ -349,11 +373,16 @@ class NativeEngine:
             else:
                 neg, pos = atom, ("not_" + pred, *atom[1:])
             if neg in tw:
-                del tw[neg]
+                keys.discard(tw.pop(neg).texts)
                 by_pred[neg[0]].discard(neg[1:])
             if pos not in tw:
-                tw[pos] = self._fact(pos)
+                fact = tw[pos] = self._fact(pos)
+                keys.add(fact.texts)
                 by_pred.setdefault(pos[0], set()).add(pos[1:])
+
+    def key_facts(self) -> KeyFacts:
+        """What the state keys read of the current state's facts (kept up to date step by step; do not change it)."""
+        return self._keys
 
     def _gather(self, feedback: str) -> dict[str, Any]:
         self._require()
@@ -413,6 +442,7 @@ class NativeEngine:
             dict(self._state),
             tuple(self._ops),
             tuple(self._commands),
+            self._keys.copy(),
         )
 
     def set_state(self, snapshot: NativeSnapshot) -> dict[str, Any]:
@@ -420,7 +450,7 @@ class NativeEngine:
         if self.game_file is None or snapshot.game_file != str(self.game_file):
             self.load(snapshot.game_file)
         self._true = Tables({p: set(ts) for p, ts in snapshot.true_atoms})
-        self._set_tw(snapshot.tw_facts)
+        self._set_tw(snapshot.tw_facts, snapshot.keys)
         self._moves = snapshot.moves
         state = dict(snapshot.last)
         state["facts"] = list(state["facts"])
@@ -680,7 +710,8 @@ def _type_ok(game: _Game, obj: str, typ: str) -> bool:
 
 
 def _make_fact(atom: tuple, game: _Game) -> Fact:
-    return Fact(atom[0], tuple(_var(a, game) for a in atom[1:]))
+    known = game.vars
+    return Fact(atom[0], tuple([known.get(a) or _var(a, game) for a in atom[1:]]))
 
 
 def _var(obj: str, game: _Game) -> Var:
