@@ -126,14 +126,17 @@ class _Template:
 
     ``key_params``: the action parameters whose values decide the text (those its expressions and queries
     name; all of them when a query binds new placeholders, which must avoid every bound object), or None when
-    it cannot be cached (it reads a changing fact). ``parts``: ``(text, None)`` / ``("", parameter)`` when the template
-    is literal text and ``{x}`` / ``{x.name}`` expressions only (no rule, query or list), for a direct join.
+    it cannot be cached (it reads a changing fact). ``parts``: ``(text, None, None)`` / ``("", parameter, guard)``
+    when the template is literal text and ``{x}`` / ``{x.name}`` expressions (alone, or as a ``[...]`` list),
+    for a direct join; an expression's query may only name the action's parameters (``go to [{r.name |
+    receptacleatlocation(r, lend)}]``), and it becomes a ``guard``: the facts that must hold (as the query's one
+    match) for the name to be written; when one does not, the template is derived in full.
     """
 
     symbols: list[tuple]
     params: list[tuple[str, str]]
     key_params: tuple[str, ...] | None
-    parts: list[tuple[str, str | None]] | None
+    parts: list[tuple[str, str | None, tuple | None]] | None
 
     @classmethod
     def of(cls, game: _Game, si: int) -> _Template:
@@ -146,16 +149,27 @@ class _Template:
             if not _names_read(symbols, game.grammar, set(by_name), read, set()):
                 read = set(by_name)
             key = tuple(p for p, _ in schema.params if p.lstrip("?") in read)
-        parts: list[tuple[str, str | None]] | None = []
+        params = {(p.lstrip("?"), t): p for p, t in schema.params}
+        parts: list[tuple[str, str | None, tuple | None]] | None = []
         for sym in symbols:
             if sym[0] == "t":
-                parts.append((sym[1], None))
+                parts.append((sym[1], None, None))
                 continue
-            m = _NAME_EXPR.fullmatch(sym[1][2]) if sym[0] == "cond" and sym[1][0] == "eval" else None
-            if m is None or sym[2] is not None or m.group(1) not in by_name:
+            cond = sym[1] if sym[0] == "list" else sym if sym[0] == "cond" else None
+            m = _NAME_EXPR.fullmatch(cond[1][2]) if cond is not None and cond[1][0] == "eval" else None
+            guard = None
+            if m is not None and cond[2] is not None:  # a query on parameters only: a test of bound facts
+                phs = [ph for _, args in cond[2].preds for ph in args]
+                if all(ph in params for ph in phs):
+                    guard = tuple(
+                        (pred, tuple((params[ph], ph[1]) for ph in args)) for pred, args in cond[2].preds
+                    )
+                else:
+                    m = None
+            if m is None or m.group(1) not in by_name:
                 parts = None
                 break
-            parts.append(("", by_name[m.group(1)]))
+            parts.append(("", by_name[m.group(1)], guard))
         return cls(symbols, schema.params, key, parts)
 
 
@@ -477,9 +491,23 @@ class NativeEngine:
         return text
 
     def _derive_command(self, template: _Template, b: dict[str, str]) -> str:
-        if template.parts is not None:  # literal text and entity names only
-            names = self._require().entities
-            return "".join([part if var is None else names[b[var]].name for part, var in template.parts])
+        if template.parts is not None:  # literal text and entity names (see _Template)
+            game = self._require()
+            out = []
+            for text, var, guard in template.parts:
+                if var is None:
+                    out.append(text)
+                    continue
+                for pred, args in guard or ():
+                    key = tuple([b[p] for p, _ in args])
+                    if key not in self._tw_by_pred.get(pred, ()) or not all(
+                        _type_ok(game, obj, typ) for obj, (_, typ) in zip(key, args, strict=True)
+                    ):
+                        return self._derive(
+                            template.symbols, {(p.lstrip("?"), t): b[p] for p, t in template.params}
+                        )
+                out.append(game.entities[b[var]].name)
+            return "".join(out)
         return self._derive(template.symbols, {(p.lstrip("?"), t): b[p] for p, t in template.params})
 
     # -- text ---------------------------------------------------------------------------------------------------
