@@ -190,7 +190,7 @@ class _Plan:
         return out
 
 
-_PLANS: dict[int, tuple[Domain, list[list[_Plan]], list[list[Any]]]] = {}
+_PLANS: dict[int, tuple[Domain, list[list[_Plan]], list[list[Any]], list[tuple]]] = {}
 _DEMAND_RULES: dict[int, tuple[Domain, dict]] = {}
 _PLAN_MEMO_SIZE = 1 << 14  # action-disjunct results kept per game
 _JOINS: dict[tuple, Any] = {}  # generated join functions by join order (shared by all games of a process)
@@ -371,14 +371,16 @@ class Grounder:
                 ]
                 for s in domain.schemas
             ]
-            cached = _PLANS[id(domain)] = (domain, plans, self._change_probes())
+            probes = self._change_probes()
+            action_plans = [  # (schema, disjunct, plan, noop probe, the fluent predicates it reads)
+                (si, di, plan, probes[si][di], sorted(plan.fluent_preds))
+                for si, row in enumerate(plans)
+                for di, plan in enumerate(row)
+            ]
+            cached = _PLANS[id(domain)] = (domain, plans, probes, action_plans)
         self.plans: list[list[_Plan]] = cached[1]
         self._probes: list[list[Any]] = cached[2]
-        self._action_plans = [
-            (si, di, plan, self._probes[si][di], sorted(plan.fluent_preds))
-            for si, plans in enumerate(self.plans)
-            for di, plan in enumerate(plans)
-        ]
+        self._action_plans: list[tuple] = cached[3]
         self._plan_memo: dict[tuple, list[Op]] = {}
         self._reachable_by_cone: dict[frozenset[str] | None, set[tuple]] = {}
         self._reach_memo: dict[tuple, bool] = {}
