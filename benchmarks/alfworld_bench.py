@@ -14,8 +14,9 @@ Measured per game:
 * new-game reset: raw register+make+reset vs stepgym ``reset(options={"task_id": ...})`` on a game that env has
   not loaded yet. For the native engine that game file was never loaded before in the process, so everything
   parsed from *it* is parsed in the timed reset; what is shared by all games is parsed once per process and
-  reused (the PDDL domain, identical in every game; the grammar's rule blocks and strings, keyed by their text;
-  the join plans of the domain's actions and their generated code), as are Python's imports;
+  reused (the PDDL domain, identical in every game; the grammar's action blocks, every grammar rule and string,
+  keyed by their text, while the rule block holding the game's own task is decoded in each reset; the join plans
+  of the domain's actions and their generated code), as are Python's imports;
 * re-reset: resetting the same, already loaded game again (what a GRPO group does G times per task);
 * annotated step: mean seconds per walkthrough step of ``StepGym/ALFWorld-v0`` with all annotations and the
   expert's next action (raw: a plain upstream step). For the native engine twice: the first play of the game
