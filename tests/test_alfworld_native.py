@@ -241,12 +241,7 @@ def test_env_snapshots_need_the_native_engine():
 
 def _grounder_in_play(task_id: str, steps: int):
     """A fresh engine's grounder and its true atoms after ``steps`` walkthrough steps of ``task_id``."""
-    game = next(g for g in list_games(task_id.split("/")[0]) if g.task_id == task_id)
-    engine = NativeEngine()
-    engine.load(game.game_file)
-    engine.reset()
-    for action in engine.walkthrough[:steps]:
-        engine.step(action)
+    engine, _ = _engine_in_play(task_id, steps)
     return engine._game.grounder, engine._true
 
 

@@ -406,10 +406,11 @@ class Grounder:
 
     def assignments(
         self, plan: _Plan, facts: Tables, b: dict[str, str] | None = None, limit: int = 0
-    ) -> list[dict]:
+    ) -> list[Any]:
         """The bindings of ``plan``'s parameters satisfying its literals in ``facts`` (the fluent atoms); at most
-        ``limit`` of them when it is positive."""
-        out: list[dict] = []
+        ``limit`` of them when it is positive. An action's plan (``op_name``) gives ``(operator name, binding)``
+        pairs."""
+        out: list[Any] = []
         join = plan.join()
         join(
             facts.index,
@@ -451,22 +452,10 @@ class Grounder:
 
     def _plan_ops(self, si: int, di: int, plan: _Plan, probe: Any, facts: Tables) -> list[Op]:
         """The operators of one action disjunct in ``facts``, noops left out, in the join's order."""
-        found: list[tuple[str, dict]] = []
-        join = plan.join()
-        join(
-            facts.index,
-            facts.data,
-            self._static_index,
-            self.static,
-            self._type_ok,
-            self._by_type,
-            found,
-            0,
-            {},
-            plan.consts,
-        )
         out: list[Op] = []
-        for name, b in found:
+        for name, b in self.assignments(
+            plan, facts
+        ):  # an action's plan yields (operator name, binding) pairs
             op = (name, si, b, di)
             if probe is True or self._changes_something(op, probe, facts):
                 out.append(op)
