@@ -338,7 +338,7 @@ class NativeEngine:
         self._apply(op)
         name, si, b, _ = op
         schema = game.grounder.domain.schemas[si]
-        mapping = {(p.lstrip("?"), t): b[p] for p, t in schema.params}
+        mapping = _placeholders(schema.params, b)
         text = game.grammar.actions[schema.name]
         feedback = self._derive(text.feedback, mapping)
         self._moves += 1
@@ -503,12 +503,10 @@ class NativeEngine:
                     if key not in self._tw_by_pred.get(pred, ()) or not all(
                         _type_ok(game, obj, typ) for obj, (_, typ) in zip(key, args, strict=True)
                     ):
-                        return self._derive(
-                            template.symbols, {(p.lstrip("?"), t): b[p] for p, t in template.params}
-                        )
+                        return self._derive(template.symbols, _placeholders(template.params, b))
                 out.append(game.entities[b[var]].name)
             return "".join(out)
-        return self._derive(template.symbols, {(p.lstrip("?"), t): b[p] for p, t in template.params})
+        return self._derive(template.symbols, _placeholders(template.params, b))
 
     # -- text ---------------------------------------------------------------------------------------------------
     def _derive(self, symbols: list[tuple], mapping: dict[tuple[str, str], str]) -> str:
@@ -706,6 +704,11 @@ def _reads_only(
                 if not _reads_only(rule.symbols, grammar, fluent, seen):
                     return False
     return True
+
+
+def _placeholders(params: list[tuple[str, str]], b: dict[str, str]) -> dict[tuple[str, str], str]:
+    """An operator's binding as the grammar's placeholders: ``("r", "receptacle") -> object``."""
+    return {(p.lstrip("?"), t): b[p] for p, t in params}
 
 
 def _all_bound(query: Query, mapping: dict) -> bool:
