@@ -81,6 +81,15 @@ def test_truncated_raw_array(ws: Path, tmp_path: Path) -> None:
     assert len(list(iter_json_array(path, chunk_chars=1000))) == 13
 
 
+def test_raw_array_values_cut_by_a_chunk_boundary_are_read_whole(tmp_path: Path) -> None:
+    """A number split across two reads (``12`` | ``3``) is one value, not ``12`` followed by a syntax error."""
+    path = tmp_path / "items.json"
+    values = [123, 4567, -8.25e10, {"a": 10}, "tail"]
+    path.write_text(json.dumps(values), encoding="utf-8")
+    for chunk in (1, 2, 3, 5):
+        assert list(iter_json_array(path, chunk_chars=chunk)) == values
+
+
 def test_raw_processing_reproduces_upstream_documents(ws: Path) -> None:
     attrs = json.loads((ws / "data" / "items_ins_v2_1000.json").read_text())
     raw = json.loads((ws / "data" / "items_shuffle_1000.first13.json").read_text())

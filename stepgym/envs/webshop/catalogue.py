@@ -262,81 +262,106 @@ def iter_json_array(path: str | os.PathLike[str], *, chunk_chars: int = 1 << 20)
     Raises :class:`CorruptDataError` with the character offset when the file is not one well-formed array.
     """
     decoder = json.JSONDecoder()
-    buf = ""
-    offset = 0  # characters consumed before buf
-    pos = 0
-    started = False
     with open(path, encoding="utf-8") as f:
-        eof = False
-
-        def fill() -> bool:
-            nonlocal buf, pos, offset, eof
-            block = f.read(chunk_chars)
-            if not block:
-                eof = True
-                return False
-            offset += pos
-            buf = buf[pos:] + block
-            pos = 0
-            return True
-
-        def skip_ws() -> None:
-            nonlocal pos
-            while True:
-                while pos < len(buf) and buf[pos] in " \t\r\n":
-                    pos += 1
-                if pos < len(buf) or not fill():
-                    return
-
-        fill()
-        skip_ws()
-        if pos >= len(buf) or buf[pos] != "[":
+        text = _ChunkedText(f, chunk_chars)
+        text.fill()
+        text.skip_ws()
+        if text.peek() != "[":
             raise CorruptDataError(
-                f"{path}: expected a JSON array of products at character {offset + pos}. Fix: {FIX}."
+                f"{path}: expected a JSON array of products at character {text.at()}. Fix: {FIX}."
             )
-        pos += 1
-        started = True
+        text.pos += 1
         expect_value = True
         first = True
         while True:
-            skip_ws()
-            if pos >= len(buf):
+            text.skip_ws()
+            ch = text.peek()
+            if not ch:
                 raise CorruptDataError(
-                    f"{path}: the JSON array ends early at character {offset + pos} "
-                    f"(truncated file). Fix: {FIX}."
+                    f"{path}: the JSON array ends early at character {text.at()} (truncated file). Fix: {FIX}."
                 )
-            ch = buf[pos]
             if ch == "]" and (first or not expect_value):
-                pos += 1
+                text.pos += 1
                 break
             if not expect_value:
                 if ch != ",":
                     raise CorruptDataError(
-                        f"{path}: expected ',' or ']' at character {offset + pos}. Fix: {FIX}."
+                        f"{path}: expected ',' or ']' at character {text.at()}. Fix: {FIX}."
                     )
-                pos += 1
+                text.pos += 1
                 expect_value = True
                 continue
-            while True:
-                try:
-                    value, end = decoder.raw_decode(buf, pos)
-                    break
-                except json.JSONDecodeError as exc:
-                    if eof or not fill():
-                        raise CorruptDataError(
-                            f"{path}: invalid or truncated JSON at character {offset + pos} "
-                            f"({exc.msg}). Fix: {FIX}."
-                        ) from exc
-            yield value
-            pos = end
+            yield text.decode(decoder, path)
             first = False
             expect_value = False
-        skip_ws()
-        if pos < len(buf):
+        text.skip_ws()
+        if text.peek():
             raise CorruptDataError(
-                f"{path}: unexpected data after the product array at character {offset + pos}. Fix: {FIX}."
+                f"{path}: unexpected data after the product array at character {text.at()}. Fix: {FIX}."
             )
-    assert started
+
+
+_NUMBER_TAIL = re.compile(r"[0-9eE.+-]*")  # what may still follow the part of a number decoded so far
+
+
+def _number_may_go_on(value: Any, buf: str, end: int) -> bool:
+    """Whether ``value``, decoded from ``buf`` up to ``end``, is a number that more text could still extend."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    tail = _NUMBER_TAIL.match(buf, end)
+    return tail is not None and tail.end() == len(buf)
+
+
+class _ChunkedText:
+    """A text file read ``chunk_chars`` at a time, with a cursor: ``buf[pos:]`` is not consumed yet and
+    ``offset`` is the file position (in characters) of ``buf[0]``, so errors can name where they are."""
+
+    def __init__(self, f: Any, chunk_chars: int) -> None:
+        self.f, self.chunk_chars = f, chunk_chars
+        self.buf, self.pos, self.offset, self.eof = "", 0, 0, False
+
+    def at(self) -> int:
+        return self.offset + self.pos
+
+    def peek(self) -> str:
+        """The next character, or "" at the end of the file."""
+        return self.buf[self.pos] if self.pos < len(self.buf) else ""
+
+    def fill(self) -> bool:
+        """Append the next chunk, dropping what is consumed; False at the end of the file."""
+        block = self.f.read(self.chunk_chars)
+        if not block:
+            self.eof = True
+            return False
+        self.offset += self.pos
+        self.buf = self.buf[self.pos :] + block
+        self.pos = 0
+        return True
+
+    def skip_ws(self) -> None:
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
+                self.pos += 1
+            if self.pos < len(self.buf) or not self.fill():
+                return
+
+    def decode(self, decoder: json.JSONDecoder, path: Any) -> Any:
+        """The JSON value at the cursor, reading more chunks until it is whole.
+
+        A number followed only by characters a number may hold (``12`` | ``3``, ``12.`` | ``5``) may go on in the
+        next chunk, so it is decoded again with more text before it counts; other values end with their last
+        character."""
+        while True:
+            try:
+                value, end = decoder.raw_decode(self.buf, self.pos)
+                if not _number_may_go_on(value, self.buf, end) or self.eof or not self.fill():
+                    self.pos = end
+                    return value
+            except json.JSONDecodeError as exc:
+                if self.eof or not self.fill():
+                    raise CorruptDataError(
+                        f"{path}: invalid or truncated JSON at character {self.at()} ({exc.msg}). Fix: {FIX}."
+                    ) from exc
 
 
 def _read_json(path: Path) -> Any:

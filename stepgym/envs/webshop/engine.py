@@ -174,6 +174,33 @@ class Page:
         return {"has_search_bar": self.has_search_bar, "clickables": list(self.clickables)}
 
 
+class _PageParts:
+    """The elements of a page being built and its clickables, in upstream's order (buttons are added as they
+    appear; product links and options are added after the buttons by the page builders)."""
+
+    def __init__(self) -> None:
+        self.els: list[Element] = []
+        self.clickables: OrderedDict[str, Element] = OrderedDict()
+
+    def button(self, text: str, target: ShopState | None, **attrs: Any) -> Element:
+        el = Element("button", text=text, key=click_key(text), tag="button", target=target, attrs=attrs)
+        self.els.append(el)
+        self.clickables[el.key] = el
+        return el
+
+
+def _done_page(state: ShopState, reward: tuple[float, dict[str, Any]] | None) -> Page:
+    """The page after ``Buy Now``: the score, and the reward's breakdown for the site's scripts (no clickables)."""
+    r, info = reward if reward is not None else (0.0, {})
+    data = {"reward": r, "reward_info": info, "asin": state.asin, "options": state.options_dict}
+    els = [
+        Element("heading", text="Thank you for shopping with us!", tag="h1"),
+        Element("heading", tag="h3", attrs={"texts": ["Your score (min 0.0, max 1.0)", str(r)]}),
+        Element("json", tag="script", attrs={"data": data}),
+    ]
+    return Page(state, els, False, OrderedDict(), reward=r, reward_info=info)
+
+
 class ShopEngine:
     """Pages and transitions for one catalogue and search backend; one engine serves many sessions."""
 
@@ -220,115 +247,54 @@ class ShopEngine:
     def page(
         self, state: ShopState, goal: Goal, *, reward: tuple[float, dict[str, Any]] | None = None
     ) -> Page:
-        instr = [Element("heading", tag="h4", attrs={"texts": ["Instruction:", goal.instruction_text]})]
-        els: list[Element] = []
-        clickables: OrderedDict[str, Element] = OrderedDict()
-        has_search = False
-
-        def button(text: str, target: ShopState | None, **attrs: Any) -> Element:
-            el = Element("button", text=text, key=click_key(text), tag="button", target=target, attrs=attrs)
-            els.append(el)
-            clickables[el.key] = el
-            return el
-
-        back = ShopState()
-        if state.page == "search":
-            has_search = True
-            els.append(Element("heading", text="WebShop", tag="h2"))
-            els += instr
-            els.append(Element("search", text="Search", key="search", tag="button"))
-            clickables["search"] = els[-1]  # upstream lists it; click[search] is refused
-        elif state.page == "results":
-            els += instr
-            button(BACK_TO_SEARCH, back)
-            total = len(self.results(state.query))
-            els.append(Element("heading", text=f"Page {state.page_num} (Total results: {total})", tag="h3"))
-            if state.page_num > 1:
-                button(PREV_PAGE, replace(state, page_num=state.page_num - 1))
-            button(NEXT_PAGE, replace(state, page_num=state.page_num + 1))
-            for asin in self.page_products(state):
-                p = self.catalogue.by_asin[asin]
-                target = ShopState("item", state.query, state.page_num, asin, ())
-                el = Element(
-                    "link",
-                    text=asin,
-                    key=click_key(asin),
-                    tag="a",
-                    target=target,
-                    attrs={"title": p["Title"], "price": p["Price"], "image": p.get("MainImage", "")},
-                )
-                els.append(el)
-                els.append(Element("heading", text=p["Title"], tag="h4"))
-                els.append(Element("text", text=p["Price"], tag="h5"))
-            # product links come after the buttons in upstream's clickable order
-            for el in els:
-                if el.kind == "link":
-                    clickables[el.key] = el
-        elif state.page == "item":
-            self._item_page(state, goal, instr, els, clickables, button)
-        elif state.page == "item_sub":
-            p = self.catalogue.by_asin[state.asin]
-            els += instr
-            button(BACK_TO_SEARCH, back)
-            button(PREV_PAGE, replace(state, page="item", sub=""))
-            if state.sub == "Description":
-                els.append(Element("text", text=p["Description"], tag="p"))
-            elif state.sub == "Features":
-                for bullet in p["BulletPoints"]:
-                    els.append(Element("text", text=f" {bullet}", tag="li"))
-            else:
-                for review in p["Reviews"]:
-                    els.append(
-                        Element(
-                            "text",
-                            tag="div",
-                            attrs={
-                                "texts": [
-                                    f'"{review.get("title", "")}"',
-                                    str(review.get("score", "")),
-                                    str(review.get("body", "")),
-                                ]
-                            },
-                        )
-                    )
-        elif state.page == "done":
-            r, info = reward if reward is not None else (0.0, {})
-            els.append(Element("heading", text="Thank you for shopping with us!", tag="h1"))
-            els.append(
-                Element("heading", tag="h3", attrs={"texts": ["Your score (min 0.0, max 1.0)", str(r)]})
-            )
-            els.append(
-                Element(
-                    "json",
-                    tag="script",
-                    attrs={
-                        "data": {
-                            "reward": r,
-                            "reward_info": info,
-                            "asin": state.asin,
-                            "options": state.options_dict,
-                        }
-                    },
-                )
-            )
-            return Page(state, els, False, clickables, reward=r, reward_info=info)
-        else:  # pragma: no cover - states are built by this module only
+        """The page ``state`` shows for ``goal``; the ``done`` page shows ``reward`` (the score and breakdown)."""
+        if state.page == "done":
+            return _done_page(state, reward)
+        build = {
+            "search": self._search_page,
+            "results": self._results_page,
+            "item": self._item_page,
+            "item_sub": self._sub_page,
+        }.get(state.page)
+        if build is None:  # pragma: no cover - states are built by this module only
             raise ValueError(f"unknown page {state.page!r}")
-        return Page(state, els, has_search, clickables)
+        instr = Element("heading", tag="h4", attrs={"texts": ["Instruction:", goal.instruction_text]})
+        parts = _PageParts()
+        build(state, instr, parts)
+        return Page(state, parts.els, state.page == "search", parts.clickables)
 
-    def _item_page(
-        self,
-        state: ShopState,
-        goal: Goal,
-        instr: list[Element],
-        els: list[Element],
-        clickables: OrderedDict[str, Element],
-        button: Any,
-    ) -> None:
+    def _search_page(self, state: ShopState, instr: Element, parts: _PageParts) -> None:
+        parts.els += [Element("heading", text="WebShop", tag="h2"), instr]
+        search = Element("search", text="Search", key="search", tag="button")
+        parts.els.append(search)
+        parts.clickables["search"] = search  # upstream lists it; click[search] is refused
+
+    def _results_page(self, state: ShopState, instr: Element, parts: _PageParts) -> None:
+        parts.els.append(instr)
+        parts.button(BACK_TO_SEARCH, ShopState())
+        total = len(self.results(state.query))
+        parts.els.append(Element("heading", text=f"Page {state.page_num} (Total results: {total})", tag="h3"))
+        if state.page_num > 1:
+            parts.button(PREV_PAGE, replace(state, page_num=state.page_num - 1))
+        parts.button(NEXT_PAGE, replace(state, page_num=state.page_num + 1))
+        links: list[Element] = []
+        for asin in self.page_products(state):
+            p = self.catalogue.by_asin[asin]
+            target = ShopState("item", state.query, state.page_num, asin, ())
+            attrs = {"title": p["Title"], "price": p["Price"], "image": p.get("MainImage", "")}
+            links.append(Element("link", text=asin, key=click_key(asin), tag="a", target=target, attrs=attrs))
+            parts.els.append(links[-1])
+            parts.els.append(Element("heading", text=p["Title"], tag="h4"))
+            parts.els.append(Element("text", text=p["Price"], tag="h5"))
+        for el in links:  # product links come after the buttons in upstream's clickable order
+            parts.clickables[el.key] = el
+
+    def _item_page(self, state: ShopState, instr: Element, parts: _PageParts) -> None:
         p = self.catalogue.by_asin[state.asin]
-        els += instr
-        button(BACK_TO_SEARCH, ShopState())
-        button(PREV_PAGE, ShopState("results", state.query, state.page_num))
+        els = parts.els
+        els.append(instr)
+        parts.button(BACK_TO_SEARCH, ShopState())
+        parts.button(PREV_PAGE, ShopState("results", state.query, state.page_num))
         els.append(Element("image", tag="img", attrs={"src": p.get("MainImage", "")}))
         chosen = state.options_dict
         options: list[Element] = []
@@ -352,10 +318,28 @@ class ShopEngine:
         els.append(Element("heading", text=f"Price: {p['Price']}", tag="h4"))
         els.append(Element("heading", text=f"Rating: {p['Rating']}", tag="h4"))
         for sub in SUB_PAGES:
-            button(sub, replace(state, page="item_sub", sub=sub))
-        button(BUY_NOW, None, purchase=True)
+            parts.button(sub, replace(state, page="item_sub", sub=sub))
+        parts.button(BUY_NOW, None, purchase=True)
         for el in options:  # options after buttons; a value shared by two groups: the later group wins
-            clickables[el.key] = el
+            parts.clickables[el.key] = el
+
+    def _sub_page(self, state: ShopState, instr: Element, parts: _PageParts) -> None:
+        p = self.catalogue.by_asin[state.asin]
+        parts.els.append(instr)
+        parts.button(BACK_TO_SEARCH, ShopState())
+        parts.button(PREV_PAGE, replace(state, page="item", sub=""))
+        if state.sub == "Description":
+            parts.els.append(Element("text", text=p["Description"], tag="p"))
+        elif state.sub == "Features":
+            parts.els += [Element("text", text=f" {bullet}", tag="li") for bullet in p["BulletPoints"]]
+        else:
+            for review in p["Reviews"]:
+                texts = [
+                    f'"{review.get("title", "")}"',
+                    str(review.get("score", "")),
+                    str(review.get("body", "")),
+                ]
+                parts.els.append(Element("text", tag="div", attrs={"texts": texts}))
 
     # -- transitions -------------------------------------------------------------------------------------------
     def transition(self, state: ShopState, action: str) -> tuple[ShopState, str]:
