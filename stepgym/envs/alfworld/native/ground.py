@@ -226,88 +226,18 @@ def _compile_join(
     pre-bound variables; at most ``limit`` bindings are collected when it is positive. With ``op_name`` (an
     action and its declared parameters) each binding comes with its operator's name, ``"action obj obj"``.
     """
-    names: dict[str, str] = {}
-    consts: set[str] = set()
-    head: list[str] = []
-    body: list[str] = []
-    depth = 1
-
-    def emit(line: str) -> None:
-        body.append("    " * depth + line)
-
-    def local(var: str) -> str:
-        names[var] = f"v{len(names)}"
-        return names[var]
-
-    def value(arg: str | tuple) -> str:
-        if isinstance(arg, tuple):
-            if f"c{arg[0]}" not in consts:
-                consts.add(f"c{arg[0]}")
-                head.append(f"    c{arg[0]} = consts[{arg[0]}]")
-            return f"c{arg[0]}"
-        return names[arg]
-
-    def tup(items: list[str]) -> str:
-        return "(" + "".join(f"{x}, " for x in items) + ")"
-
-    def real(var: str) -> str:  # the local holding the variable's real name
-        k = int(var[1:])
-        head.append(f"    n{k} = consts[{n_consts + k}]")
-        return f"n{k}"
-
+    src = _JoinSource(types, n_consts, fluent_preds)
     for var in prebound:
-        name = real(var)
-        head.append(f"    {local(var)} = init.get({name}, {name})")
+        name = src.real(var)
+        src.head.append(f"    {src.local(var)} = init.get({name}, {name})")
     for i, step in enumerate(steps):
-        fail = "continue" if depth > 1 else "return"
         if step[0] == "check":
-            negated, pred, args = step[1]
-            if pred == "=":
-                test = f"({value(args[0])} == {value(args[1])})"
-            else:
-                table = f"tab{i}"
-                source = "fl_data" if pred in fluent_preds else "st_data"
-                head.append(f"    {table} = {source}.get({pred!r}, ())")
-                test = f"({tup([value(a) for a in args])} in {table})"
-            emit(f"if {test}: {fail}" if negated else f"if not {test}: {fail}")
+            src.check(i, *step[1])
         elif step[0] == "enum":
-            _, var, typ = step
-            emit(f"for {local(var)} in by_type.get({typ!r}, ()):")
-            depth += 1
+            src.enum(step[1], step[2])
         else:
-            _, pred, args, _, positions, bind = step
-            if pred in fluent_preds and not positions:
-                emit(f"for t{i} in fl_data.get({pred!r}, ()):")
-            else:
-                index = "fl_index" if pred in fluent_preds else "st_index"
-                head.append(f"    ix{i} = {index}({pred!r}, {positions!r})")
-                emit(f"for t{i} in ix{i}.get({tup([value(args[j]) for j in positions])}, ()):")
-            depth += 1
-            for j, var in bind:
-                if var in names:  # the variable occurs twice in this literal
-                    emit(f"if t{i}[{j}] != {names[var]}: continue")
-                    continue
-                v = local(var)
-                head.append(f"    ts_{v} = type_ok.get({types.get(var, 'object')!r}, EMPTY)")
-                emit(f"{v} = t{i}[{j}]")
-                emit(f"if {v} not in ts_{v}: continue")
-    fields = "".join(
-        f"{real(var) if var not in prebound else 'n' + var[1:]}: {v}, " for var, v in names.items()
-    )
-    binding = f"{{**init, {fields}}}"
-    if op_name is None:
-        emit(f"out.append({binding})")
-    else:
-        head.append(f"    op = {op_name[0]!r}")
-        emit(f'out.append((f"{{op}} {" ".join("{" + names[v] + "}" for v in op_name[1])}", {binding}))')
-    emit("if limit and len(out) >= limit: return")
-    source = "\n".join(
-        [
-            "def join(fl_index, fl_data, st_index, st_data, type_ok, by_type, out, limit, init, consts):",
-            *head,
-            *body,
-        ]
-    )
+            src.match(i, step[1], step[2], step[4], step[5])
+    source = src.finish(prebound, op_name)
     try:
         code = compile(source, "<stepgym join>", "exec")
     except SyntaxError as exc:  # Python allows 20 nested loops; ALFWorld's joins have at most 8
@@ -315,6 +245,102 @@ def _compile_join(
     namespace: dict[str, Any] = {"EMPTY": frozenset()}
     exec(code, namespace)
     return namespace["join"]
+
+
+class _JoinSource:
+    """The source of one generated join (see :func:`_compile_join`), written one plan step at a time: ``head``
+    holds what is looked up once per call (indexes, tables, constants, type sets), ``body`` the nested loops;
+    ``names`` maps each variable (``?k``) to the local holding its value."""
+
+    def __init__(self, types: dict[str, str], n_consts: int, fluent_preds: frozenset[str]) -> None:
+        self.types, self.n_consts, self.fluent_preds = types, n_consts, fluent_preds
+        self.names: dict[str, str] = {}
+        self.consts: set[str] = set()
+        self.head: list[str] = []
+        self.body: list[str] = []
+        self.depth = 1
+
+    def emit(self, line: str) -> None:
+        self.body.append("    " * self.depth + line)
+
+    def local(self, var: str) -> str:
+        self.names[var] = f"v{len(self.names)}"
+        return self.names[var]
+
+    def value(self, arg: str | tuple) -> str:
+        """The expression for an argument: a bound variable's local, or a constant (``(i,)``) read once."""
+        if isinstance(arg, tuple):
+            if f"c{arg[0]}" not in self.consts:
+                self.consts.add(f"c{arg[0]}")
+                self.head.append(f"    c{arg[0]} = consts[{arg[0]}]")
+            return f"c{arg[0]}"
+        return self.names[arg]
+
+    @staticmethod
+    def tup(items: list[str]) -> str:
+        return "(" + "".join(f"{x}, " for x in items) + ")"
+
+    def real(self, var: str) -> str:
+        """The local holding the variable's real name (the key of the bindings returned)."""
+        k = int(var[1:])
+        self.head.append(f"    n{k} = consts[{self.n_consts + k}]")
+        return f"n{k}"
+
+    def check(self, i: int, negated: bool, pred: str, args: tuple) -> None:
+        """A literal whose arguments are all bound: skip the candidate (or return, outside any loop) unless it holds."""
+        fail = "continue" if self.depth > 1 else "return"
+        if pred == "=":
+            test = f"({self.value(args[0])} == {self.value(args[1])})"
+        else:
+            table = f"tab{i}"
+            source = "fl_data" if pred in self.fluent_preds else "st_data"
+            self.head.append(f"    {table} = {source}.get({pred!r}, ())")
+            test = f"({self.tup([self.value(a) for a in args])} in {table})"
+        self.emit(f"if {test}: {fail}" if negated else f"if not {test}: {fail}")
+
+    def enum(self, var: str, typ: str) -> None:
+        """A variable no literal binds: a loop over the objects of its type."""
+        self.emit(f"for {self.local(var)} in by_type.get({typ!r}, ()):")
+        self.depth += 1
+
+    def match(self, i: int, pred: str, args: tuple, positions: tuple, bind: tuple) -> None:
+        """A loop over the atoms of ``pred`` agreeing with the bound ``positions``, binding the others (``bind``:
+        (position, variable)), each checked against its variable's type."""
+        if pred in self.fluent_preds and not positions:
+            self.emit(f"for t{i} in fl_data.get({pred!r}, ()):")
+        else:
+            index = "fl_index" if pred in self.fluent_preds else "st_index"
+            self.head.append(f"    ix{i} = {index}({pred!r}, {positions!r})")
+            self.emit(f"for t{i} in ix{i}.get({self.tup([self.value(args[j]) for j in positions])}, ()):")
+        self.depth += 1
+        for j, var in bind:
+            if var in self.names:  # the variable occurs twice in this literal
+                self.emit(f"if t{i}[{j}] != {self.names[var]}: continue")
+                continue
+            v = self.local(var)
+            self.head.append(f"    ts_{v} = type_ok.get({self.types.get(var, 'object')!r}, EMPTY)")
+            self.emit(f"{v} = t{i}[{j}]")
+            self.emit(f"if {v} not in ts_{v}: continue")
+
+    def finish(self, prebound: tuple[str, ...], op_name: tuple[str, tuple[str, ...]] | None) -> str:
+        """The innermost statement (collect the binding, with the operator's name for an action; stop at
+        ``limit``) and the whole function's source."""
+        fields = "".join(
+            f"{self.real(var) if var not in prebound else 'n' + var[1:]}: {v}, "
+            for var, v in self.names.items()
+        )
+        binding = f"{{**init, {fields}}}"
+        if op_name is None:
+            self.emit(f"out.append({binding})")
+        else:
+            self.head.append(f"    op = {op_name[0]!r}")
+            args = " ".join("{" + self.names[v] + "}" for v in op_name[1])
+            self.emit(f'out.append((f"{{op}} {args}", {binding}))')
+        self.emit("if limit and len(out) >= limit: return")
+        signature = (
+            "def join(fl_index, fl_data, st_index, st_data, type_ok, by_type, out, limit, init, consts):"
+        )
+        return "\n".join([signature, *self.head, *self.body])
 
 
 def _grouped(atoms: list[tuple], positions: tuple[int, ...]) -> dict[tuple, list[tuple]]:
@@ -729,6 +755,8 @@ class Grounder:
         return tuple(sorted(out))
 
     def _sas_effects_general(self, op: Op, state: Tables) -> tuple[SasEffect, ...]:
+        """FD's ``translate_strips_operator`` for one operator: its effects with their conditions, deletes
+        guarded by "no add of the same atom fires", then what the precondition already fixes dropped."""
         _, si, b, di = op
         schema = self.domain.schemas[si]
 
@@ -763,53 +791,7 @@ class Grounder:
                 adds.append((atom, cond))
             elif atom in reach:
                 dels.append((atom, cond))
-        dels = [d for d in dels if d not in adds]
-        by_var: dict[tuple, dict[int, list[dict]]] = {}
-        add_conds: dict[tuple, list[dict]] = defaultdict(list)
-        for atom, cond in adds:
-            c = dict(cond)
-            by_var.setdefault(atom, {}).setdefault(0, []).append(c)
-            add_conds[atom].append(c)
-        for atom, cond in dels:
-            no_add = _negate_dnf(add_conds[atom])
-            if no_add is None:
-                continue
-            c = dict(cond)
-            if c.get(atom, 0) != 0:
-                continue
-            c[atom] = 0
-            for extra in no_add:
-                merged = dict(c)
-                if all(merged.setdefault(v, val) == val for v, val in extra.items()):
-                    by_var.setdefault(atom, {}).setdefault(1, []).append(merged)
-        out: set[SasEffect] = set()
-        for atom, posts in by_var.items():
-            orig_pre = pre.get(atom, -1)
-            for post, conds in posts.items():
-                if orig_pre == post:
-                    continue
-                lists = [sorted(c.items()) for c in conds]
-                if (1 - post) not in posts and lists != [[]]:
-                    dual = (atom, 1 - post)
-                    for lst in lists:
-                        while dual in lst:
-                            lst.remove(dual)
-                        if not lst:
-                            lists = [[]]
-                            break
-                for lst in lists:
-                    filtered = []
-                    contradicts = False
-                    for var, val in lst:
-                        if var in pre:
-                            if pre[var] != val:
-                                contradicts = True
-                                break
-                        else:
-                            filtered.append((var, val))
-                    if not contradicts:
-                        out.add((atom, post, tuple(filtered)))
-        return tuple(sorted(out, key=lambda e: (e[0], e[1], e[2])))
+        return _sas_output(_conditions_by_value(adds, [d for d in dels if d not in adds]), pre)
 
     def _condition(self, lits: list[tuple], inst: Any, reach: _Reach) -> frozenset | None:
         """An effect condition as {atom: value}, static parts evaluated; None if it can never hold."""
@@ -845,6 +827,67 @@ class _Reach:
         if atom in g.init or atom in self.state or atom in self.known:
             return True
         return g.reaches(atom, self.state)
+
+
+def _conditions_by_value(
+    adds: list[tuple[tuple, frozenset]], dels: list[tuple[tuple, frozenset]]
+) -> dict[tuple, dict[int, list[dict]]]:
+    """Per atom and new value (0 added, 1 deleted), the conditions under which the operator sets it: an add's
+    own condition; a delete's condition with the atom true and no add of the same atom firing ("add wins")."""
+    by_var: dict[tuple, dict[int, list[dict]]] = {}
+    add_conds: dict[tuple, list[dict]] = defaultdict(list)
+    for atom, cond in adds:
+        c = dict(cond)
+        by_var.setdefault(atom, {}).setdefault(0, []).append(c)
+        add_conds[atom].append(c)
+    for atom, cond in dels:
+        no_add = _negate_dnf(add_conds[atom])
+        if no_add is None:
+            continue
+        c = dict(cond)
+        if c.get(atom, 0) != 0:
+            continue
+        c[atom] = 0
+        for extra in no_add:
+            merged = dict(c)
+            if all(merged.setdefault(v, val) == val for v, val in extra.items()):
+                by_var.setdefault(atom, {}).setdefault(1, []).append(merged)
+    return by_var
+
+
+def _sas_output(by_var: dict[tuple, dict[int, list[dict]]], pre: dict[tuple, int]) -> tuple[SasEffect, ...]:
+    """The SAS effects of :func:`_conditions_by_value` in FD's canonical order. An effect setting the value the
+    precondition ``pre`` already fixes is dropped; when the operator never sets the atom's other value, a
+    condition that the atom has that other value is dropped (with the new value already there the effect changes
+    nothing); condition parts ``pre`` fixes are left out, and a condition contradicting ``pre`` drops its effect."""
+    out: set[SasEffect] = set()
+    for atom, posts in by_var.items():
+        orig_pre = pre.get(atom, -1)
+        for post, conds in posts.items():
+            if orig_pre == post:
+                continue
+            lists = [sorted(c.items()) for c in conds]
+            if (1 - post) not in posts and lists != [[]]:
+                dual = (atom, 1 - post)
+                for lst in lists:
+                    while dual in lst:
+                        lst.remove(dual)
+                    if not lst:
+                        lists = [[]]
+                        break
+            for lst in lists:
+                filtered = []
+                contradicts = False
+                for var, val in lst:
+                    if var in pre:
+                        if pre[var] != val:
+                            contradicts = True
+                            break
+                    else:
+                        filtered.append((var, val))
+                if not contradicts:
+                    out.add((atom, post, tuple(filtered)))
+    return tuple(sorted(out, key=lambda e: (e[0], e[1], e[2])))
 
 
 def _negate_dnf(conds: list[dict]) -> list[dict] | None:
