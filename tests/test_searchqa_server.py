@@ -7,6 +7,7 @@ import json
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -413,3 +414,56 @@ def test_unreachable_url_is_a_clear_error() -> None:
         client.search(["q"])
     with pytest.raises(ValueError, match="http://host:port"):
         HTTPRetriever("ftp://x")
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with an RST instead of a FIN (what a killed client or a dropped network link leaves)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _read_answer(sock: socket.socket) -> bytes:
+    """One whole HTTP answer (headers, then Content-Length bytes of body) from a keep-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")).split(b":")[1]
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head
+
+
+def test_client_resetting_the_connection_is_no_traceback_and_the_server_serves_on(
+    bm25: Retriever, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A client that resets its connection (between requests, before reading an answer, mid-body) is nobody to
+    answer: nothing on stderr, and the next client is served."""
+    srv = start_server(bm25)
+    try:
+        host, port = srv.server_address[:2]
+        started = set(threading.enumerate())
+        health = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+        for _ in range(3):
+            idle = socket.create_connection((host, port), timeout=10)  # reset while the server waits for more
+            idle.sendall(health)
+            assert _read_answer(idle).startswith(b"HTTP/1.1 200")
+            _reset(idle)
+            eager = socket.create_connection((host, port), timeout=10)  # reset before the answer is read
+            eager.sendall(health * 20)
+            _reset(eager)
+            cut = socket.create_connection((host, port), timeout=10)  # reset halfway through a body
+            cut.sendall(b"POST /retrieve HTTP/1.1\r\nContent-Length: 1000\r\n\r\n" + b"{" * 10)
+            _reset(cut)
+        client = HTTPRetriever(srv.retrieve_url, deadline=30)
+        assert len(client.search(["nobel prize"], 2)[0]) == 2  # accepted after every reset connection
+        client.close()
+        for thread in set(threading.enumerate()) - started:  # each reset connection's handler has finished
+            thread.join(timeout=30)
+            assert not thread.is_alive(), thread
+    finally:
+        srv.stop()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err and "ConnectionReset" not in err, err

@@ -15,6 +15,7 @@ Search-R1 serves its index over HTTP so that every rollout worker shares one cop
   404 unknown path, 405 wrong method, 411 missing length, 413 body too large or a request asking for more than
   ``max_results`` passages in all (``len(queries) * topk``; the bound on one request's work and memory), 415 not
   JSON. A retriever failure is a 500 with the message; no request drops the connection or kills the thread.
+  A client that resets its connection gets no answer and leaves no traceback on stderr.
 
 :func:`start_server` runs one in a background thread (tests, the benchmark, notebooks); ``stepgym retriever serve``
 runs one in the foreground.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -250,6 +252,20 @@ class RetrievalServer(ThreadingHTTPServer):
         self.verbose = verbose
         self.info = dict(retriever.describe())
         super().__init__((host, port), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (reset or closed its connection while the server read or answered) is nobody to
+        answer and no fault of the server: one line when ``verbose``, no traceback. Anything else is a bug and
+        keeps ``socketserver``'s traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            if self.verbose:
+                print(
+                    f"client {client_address[0]}:{client_address[1]} went away ({type(exc).__name__})",
+                    file=sys.stderr,
+                )
+            return
+        super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
