@@ -274,6 +274,32 @@ def test_dead_part_is_a_clear_error_and_close_leaves_nothing(ws: Path, kill, nam
 @needs_browser
 @pytest.mark.browser
 @pytest.mark.network
+def test_browser_writes_nothing_in_the_users_home(ws: Path, tmp_path: Path, monkeypatch) -> None:
+    """Chromium keeps its crash reports under $XDG_CONFIG_HOME/chromium and dconf under $XDG_CACHE_HOME whatever
+    --user-data-dir says; the env points them into its profile folder, so the home it runs in stays empty."""
+    from stepgym.data import cache_dir
+
+    monkeypatch.setenv("STEPGYM_CACHE", str(cache_dir()))  # stepgym's own index cache stays where it is
+    home, config, cache = tmp_path / "home", tmp_path / "config", tmp_path / "cache"
+    for path in (home, config, cache):
+        path.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    env = gym.make("StepGym/WebShopSite-v0", split="all").unwrapped
+    try:
+        env.reset(options={"goal_index": 3})
+        env.step("search[shoes]")
+        pids, profile = _env_processes(env)
+    finally:
+        env.close()
+    _assert_nothing_left(pids, profile)
+    assert [str(p) for p in tmp_path.rglob("*") if p not in (home, config, cache)] == []
+
+
+@needs_browser
+@pytest.mark.browser
+@pytest.mark.network
 def test_interpreter_exit_leaves_nothing(ws: Path) -> None:
     """A program that never calls close() (here with chromedriver already dead) leaves no process or folder."""
     code = (

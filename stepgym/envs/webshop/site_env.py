@@ -14,7 +14,8 @@ A part that dies (the server stopped, Chromium or chromedriver killed) makes the
 :class:`~stepgym.errors.ServiceUnavailableError` naming what died and what to do, and so does every call after it.
 ``close()`` (and the interpreter's exit, through a finalizer) ends every process the env started, whatever state
 the driver is in: it asks chromedriver to quit, then kills what is left, found by the unique profile folder on
-Chromium's command lines and by process ancestry, and removes that folder.
+Chromium's command lines and by process ancestry, and removes that folder. Chromium's home and XDG folders point
+into the profile folder too, so nothing is written under the user's ``~/.config`` or ``~/.cache``.
 
 Like upstream's ``WebAgentSiteEnv`` this is slow (a page load per step) and meant for checking that what an agent
 learned in text mode transfers to a real page, not for RL at scale.
@@ -207,6 +208,24 @@ class _Parts:
             self.profile = None
 
 
+def _browser_environment(profile: str) -> dict[str, str]:
+    """chromedriver's (and so Chromium's) environment: ours, with the home and XDG folders inside the profile.
+
+    ``--user-data-dir`` moves the profile, but Chromium still writes its crash-report database under
+    ``$XDG_CONFIG_HOME/chromium``, GTK's dconf under ``$XDG_CACHE_HOME``, NSS under ``$HOME/.pki``; inside the
+    profile folder they go when it is removed, so an env leaves nothing in the user's home."""
+    home = os.path.join(profile, "home")
+    env = dict(os.environ)
+    env["HOME"] = home
+    for var, sub in (
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_DATA_HOME", ".local/share"),
+    ):
+        env[var] = os.path.join(home, sub)
+    return env
+
+
 def _wait_gone(pids: set[int], timeout: float = 5.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end and any(_proc_stat(p) is not None for p in pids):
@@ -310,7 +329,7 @@ class WebShopSiteEnv(TextEnv):
             opts.add_argument(flag)
         opts.add_argument(f"--user-data-dir={parts.profile}")
         opts.page_load_strategy = "normal"
-        service = Service(executable_path=chromedriver)
+        service = Service(executable_path=chromedriver, env=_browser_environment(parts.profile))
         try:
             driver = self._webdriver.Chrome(service=service, options=opts)
         except WebDriverException as exc:
