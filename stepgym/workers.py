@@ -213,18 +213,27 @@ class Executor:
     :meth:`submit` queues operations and returns a ticket; :meth:`send` starts everything queued (one message
     per worker) without waiting; :meth:`result` sends the ticket if it is still queued, waits, and returns its
     results in order. :meth:`call` does both.
+
+    Answers wait for their :meth:`result` call, but only the latest :attr:`max_uncollected` of them: a ticket
+    nobody collects (a ``get_wrapper_attr_async`` never called, a group dropped mid-call) would otherwise keep
+    its observations and infos for the executor's life. Answers arrive in ticket order, so the oldest are
+    dropped first, and collecting a dropped ticket later raises ``ValueError`` saying so.
     """
 
     n: int
     recipe: EnvRecipe
+    #: How many answered but uncollected tickets are kept (more than any lockstep collection leaves at once:
+    #: one or two per group); set it on an instance to change it.
+    max_uncollected: int = 4096
 
     def __init__(self, recipe: EnvRecipe, n: int):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"an executor needs at least one env copy, got {n!r}")
         self.recipe, self.n = recipe, n
         self._pending: list[tuple[int, list[tuple[str, int, Any]]]] = []
-        self._results: dict[int, list[Any]] = {}
-        self._errors: dict[int, EnvWorkerError] = {}
+        # Answered tickets, in ticket order (the order answers arrive): the results, or the error that replaced them.
+        self._answers: dict[int, list[Any] | EnvWorkerError] = {}
+        self._dropped_upto = -1  # the newest ticket whose answer was dropped uncollected
         self._in_flight: list[tuple[list[int], dict[int, list[tuple[str, int, Any]]], list[Any], Any]] = []
         self._next_ticket = 0
 
@@ -259,14 +268,20 @@ class Executor:
     def result(self, ticket: int) -> list[Any]:
         if any(t == ticket for t, _ in self._pending):
             self.send()
-        while ticket not in self._results and ticket not in self._errors and self._in_flight:
+        while ticket not in self._answers and self._in_flight:
             self._receive_oldest()
-        if ticket in self._errors:
-            raise self._errors.pop(ticket)
-        try:
-            return self._results.pop(ticket)
-        except KeyError:
-            raise ValueError(f"unknown or already collected ticket {ticket}") from None
+        if ticket not in self._answers:
+            dropped = (
+                f", or dropped: more than {self.max_uncollected} answers were left uncollected after it"
+                if ticket <= self._dropped_upto
+                else ""
+            )
+            raise ValueError(f"unknown or already collected ticket {ticket}{dropped}")
+        answer = self._answers.pop(ticket)
+        self._drop_uncollected()
+        if isinstance(answer, EnvWorkerError):
+            raise answer
+        return answer
 
     def call(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> list[Any]:
         return self.result(self.submit(op, slots, args))
@@ -297,25 +312,32 @@ class Executor:
     def _receive_oldest(self) -> None:
         tickets, batches, where, handle = self._in_flight.pop(0)
         answers = self._wait_batches(batches, handle)
-        for ticket in tickets:
-            self._results[ticket] = []
+        got: dict[int, list[Any] | EnvWorkerError] = {ticket: [] for ticket in tickets}
         for ticket, w, k in where:
-            if ticket in self._errors:
+            done = got[ticket]
+            if isinstance(done, EnvWorkerError):
                 continue
             ans = answers[w]
             if isinstance(ans, EnvWorkerError):
-                self._errors[ticket] = ans
-                self._results.pop(ticket, None)
+                got[ticket] = ans
                 continue
             ok, value = ans[k]
             if not ok:
                 op, slot, _ = batches[w][k]
-                self._errors[ticket] = EnvWorkerError(
+                got[ticket] = EnvWorkerError(
                     f"{type(self).__name__}: the env in slot {slot} (worker {w}) raised during {op!r}:\n{value}"
                 )
-                self._results.pop(ticket, None)
                 continue
-            self._results[ticket].append(value)
+            done.append(value)
+        self._answers.update(got)
+
+    def _drop_uncollected(self) -> None:
+        """Forget the oldest answers beyond :attr:`max_uncollected` (called once the asked-for one is taken)."""
+        while len(self._answers) > max(0, self.max_uncollected):
+            # dicts keep insertion order, and answers arrive in ticket order
+            oldest = next(iter(self._answers))
+            del self._answers[oldest]
+            self._dropped_upto = max(self._dropped_upto, oldest)
 
 
 def _shards(n: int, workers: int) -> list[list[int]]:

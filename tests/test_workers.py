@@ -8,6 +8,7 @@ the call fails naming it; a group is never stepped on a fresh copy without a res
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -226,6 +227,39 @@ def test_remote_group_reads_wrapper_and_unwrapped_attributes():
         group.close()
         local.close()
     assert isinstance(local.executor, InProcessExecutor)
+
+
+def test_results_nobody_collects_are_dropped_oldest_first_and_bounded():
+    """A ticket whose caller walked away (an async attribute read never waited for) must not keep its answer for
+    the executor's life: only the newest ``max_uncollected`` answers wait, and a dropped one says so."""
+    group = _toy_group("inprocess")
+    ex = group.executor
+    ex.max_uncollected = 5
+    try:
+        group.reset(seed=1)
+        abandoned = []
+        for turn in range(40):
+            abandoned.append(group.get_wrapper_attr_async("spec"))  # answered with the step, never waited for
+            if not group.agents:
+                group.reset(seed=turn)
+            group.step({a: "look" for a in group.agents})
+            assert len(ex._answers) <= 5
+        outcomes = []
+        for wait in abandoned:
+            try:
+                outcomes.append(isinstance(wait(), dict))
+            except ValueError as e:
+                assert re.search(r"ticket \d+, or dropped: more than 5 answers were left uncollected", str(e))
+                outcomes.append("dropped")
+        assert outcomes == ["dropped"] * 35 + [True] * 5
+        kept = [ex.submit("unwrapped_attr", [0], [("task_ids", None)]) for _ in range(6)]
+        ids = [group.envs[0].unwrapped.task_ids]
+        assert ex.result(kept[-1]) == ids and [ex.result(t) for t in kept[:-1]] == [ids] * 5
+        assert len(ex._answers) == 0
+        with pytest.raises(ValueError, match=r"unknown or already collected ticket \d+$"):
+            ex.result(kept[0])
+    finally:
+        group.close()
 
 
 def _toy_collector(
