@@ -35,6 +35,7 @@ __all__ = [
     "data_root",
     "file_sha256",
     "sample_tasks",
+    "stratified_order",
     "index_dir",
 ]
 
@@ -157,29 +158,42 @@ def check_split(env_id: str, split: str | None, *, flag: str = "--split") -> str
     return split
 
 
+def stratified_order(
+    task_ids: Sequence[str], *, seed: int = 0, group: Callable[[str], str] | None = None
+) -> list[str]:
+    """Every task of ``task_ids`` in a seeded order whose every prefix is a stratified sample.
+
+    The tasks of each group (task type, :func:`task_group`) are shuffled with ``random.Random(seed)`` and the k-th
+    of a group of n is placed at ``(k + 0.5) / n``; sorting by place interleaves the groups in proportion (a
+    systematic stratified sample: any prefix holds each type within one task of its share)."""
+    key = group or task_group
+    groups: dict[str, list[str]] = defaultdict(list)
+    for tid in task_ids:
+        groups[key(tid)].append(tid)
+    rng = random.Random(seed)
+    placed: list[tuple[float, str, int, str]] = []
+    for g in sorted(groups):
+        members = groups[g]
+        rng.shuffle(members)
+        placed += [((k + 0.5) / len(members), g, k, tid) for k, tid in enumerate(members)]
+    return [tid for *_, tid in sorted(placed)]
+
+
 def sample_tasks(
     task_ids: Sequence[str], limit: int, *, seed: int = 0, group: Callable[[str], str] | None = None
 ) -> list[str]:
-    """``limit`` of ``task_ids`` (all when ``limit`` is 0 or covers them), stratified by ``group`` and seeded.
+    """``limit`` of ``task_ids`` (all when ``limit`` is 0 or covers them), stratified by task type and seeded, in
+    the split's order.
 
     A split's fixed order is sorted by task id, and ALFWorld's ids start with the task type, so "the first N
-    tasks" would all be one type. Instead each group (task type) gets its share of the ``limit`` (largest
-    remainders first, ties by group name), the tasks of a group are drawn with ``random.Random(seed)``, and the
-    sample is returned in the split's order: the same ``limit`` and ``seed`` always give the same tasks.
+    tasks" would all be one type. The sample is the first ``limit`` of :func:`stratified_order`: the same ``seed``
+    always gives the same tasks, and a smaller ``limit`` gives a subset of a larger one (an evaluation resumed with
+    a larger ``--limit`` keeps its finished episodes).
     """
     ids = list(task_ids)
     if limit <= 0 or limit >= len(ids):
         return ids
-    key = group or task_group
-    groups: dict[str, list[str]] = defaultdict(list)
-    for tid in ids:
-        groups[key(tid)].append(tid)
-    exact = {g: limit * len(members) / len(ids) for g, members in groups.items()}
-    quota = {g: int(x) for g, x in exact.items()}
-    for g in sorted(groups, key=lambda g: (-(exact[g] - quota[g]), g))[: limit - sum(quota.values())]:
-        quota[g] += 1
-    rng = random.Random(seed)
-    chosen = {t for g in sorted(groups) for t in rng.sample(groups[g], quota[g])}
+    chosen = set(stratified_order(ids, seed=seed, group=group)[:limit])
     return [t for t in ids if t in chosen]
 
 

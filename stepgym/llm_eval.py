@@ -19,7 +19,7 @@ the :mod:`stepgym.recording` format that ``stepgym view`` reads, with every step
 the recording module's writer is also what makes the run resumable (one fsynced member per episode, an OS lock per
 file, a torn last member dropped, each episode read back once). An interrupted run (Ctrl-C, the server dying, a
 crash) is resumed by running the same command again: finished tasks are read back and skipped, and the task list
-is the env's fixed order, so no episode is lost or counted twice. ``run.json`` records what was evaluated;
+is a fixed (seeded) order of the split, so no episode is lost or counted twice. ``run.json`` records what was evaluated;
 resuming with different settings is refused.
 
 Pieces usable from Python: :class:`LLMAgent` (a :class:`stepgym.agents.Agent` that asks the endpoint),
@@ -170,8 +170,8 @@ def make_text_env(
 def episode_records(
     index: int, traj: schema.Trajectory, usage: Mapping[str, int], seconds: float
 ) -> list[dict[str, Any]]:
-    """The recording of one evaluated episode: task ``index`` (the position in the split's fixed order) is its
-    ``group``; every text is kept whole so :func:`~stepgym.recording.episode_trajectory` gives it back exactly."""
+    """The recording of one evaluated episode: task ``index`` (its position in the seeded
+    :func:`stepgym.data.stratified_order`) is its ``group``; every text is kept whole so :func:`~stepgym.recording.episode_trajectory` gives it back exactly."""
     extra = {"usage": dict(usage), "seconds": seconds}
     return trajectory_records(
         traj, iteration=0, group=index, rollout=0, episode_extra=extra, max_text_chars=0
@@ -339,9 +339,9 @@ def evaluate_endpoint(
 ) -> dict[str, Any]:
     """Evaluate the endpoint's model on every task of ``env_id``'s ``split`` (a sample of ``limit`` if set).
 
-    Tasks are played in the env's fixed ``task_ids`` order, each reset with ``seed`` (as the trainer's evaluation
-    does), ``concurrency`` at a time; ``limit > 0`` plays a fixed sample stratified by task type
-    (:func:`stepgym.data.sample_tasks`, seeded with ``seed``). Episodes are recorded in
+    Every task of the split is played, each reset with ``seed`` (as the trainer's evaluation does),
+    ``concurrency`` at a time, in :func:`stepgym.data.stratified_order` (seeded with ``seed``), so ``limit > 0``
+    plays a fixed sample stratified by task type (the same tasks as :func:`stepgym.data.sample_tasks`). Episodes are recorded in
     ``out_dir/episodes.jsonl.gz`` as they finish (``stepgym view out_dir`` shows them); the summary of the
     recorded episodes (see :func:`summarise_records`, plus ``wall_seconds`` of this call, ``episodes_resumed``,
     ``complete`` and ``out_dir``) goes to ``out_dir/summary.json`` and is returned. ``budgets`` defaults to
@@ -381,7 +381,7 @@ def evaluate_endpoint(
         first = make()
         created.append(first)
         pool.put(first)
-        ids = _sample(list(first.unwrapped.task_ids), limit, seed)
+        ids = _plan(list(first.unwrapped.task_ids), limit, seed)
         budgets = tuple(budgets) if budgets else default_budgets(_step_limit(first))
         todo = [(i, tid) for i, tid in enumerate(ids) if tid not in done]
         error = _run_tasks(
@@ -400,10 +400,14 @@ def evaluate_endpoint(
     return summary
 
 
-def _sample(ids: list[str], limit: int, seed: int) -> list[str]:
-    from stepgym.data import sample_tasks
+def _plan(ids: list[str], limit: int, seed: int) -> list[str]:
+    """The tasks to play, in :func:`stepgym.data.stratified_order` (``limit > 0``: its first ``limit``). A task's
+    position there is its ``group`` in the recording and its sampling-seed offset: the same task has the same
+    index whatever ``limit`` is, so a run resumed with another ``limit`` never confuses two tasks."""
+    from stepgym.data import stratified_order
 
-    return sample_tasks(ids, limit, seed=seed)
+    order = stratified_order(ids, seed=seed)
+    return order[:limit] if limit > 0 else order
 
 
 def _open_writer(folder: Path, header: Mapping[str, Any]) -> EpisodeWriter:

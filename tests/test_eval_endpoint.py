@@ -30,9 +30,10 @@ import numpy as np
 import pytest
 
 from stepgym import schema
+from stepgym.data import sample_tasks
 from stepgym.errors import CorruptDataError
 from stepgym.llm_client import ChatClient, LLMConfigError, LLMUnavailableError
-from stepgym.llm_eval import EndpointBackend, EvalRunError, Sampling, evaluate_endpoint
+from stepgym.llm_eval import EndpointBackend, EvalRunError, Sampling, default_budgets, evaluate_endpoint
 from stepgym.recording import FILE_NAME, EpisodeWriter, episode_trajectory, read_recording, read_records
 from stepgym.trainers.backends import GenerationRequest, ScriptedBackend, make_backend
 from stepgym.trainers.collector import Collector
@@ -310,7 +311,10 @@ def test_endpoint_matches_in_process(name: str, serve, tmp_path: Path, request) 
     trajs = in_process(env_id, kwargs, [r["task_id"] for r in records])
     assert len(records) == n and summary["complete"] and summary["episodes_resumed"] == 0
     assert_same_episodes(records, trajs)
-    reference = summarise(trajs, (10, 20, 30, 40, 50))
+    # the budgets default to five spread up to the env's own step limit (credit toy: 10 steps)
+    limit = kwargs.get("max_steps") or {"credit": 10, "alfworld": 50, "webshop": 15, "searchqa": 5}[name]
+    assert list(summary["within"]) == [str(b) for b in default_budgets(limit)]
+    reference = summarise(trajs, default_budgets(limit))
     assert {k: summary[k] for k in SUMMARY_KEYS} == {k: reference[k] for k in SUMMARY_KEYS}
     steps = sum(len(t.steps) for t in trajs)
     assert summary["usage"]["requests"] == steps == server.answered
@@ -377,7 +381,7 @@ def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
             encoder=trainer.encoder,
             backend=trainer.backend,
         )
-        ids = col.task_ids()[:3]
+        ids = sample_tasks(col.task_ids(), 3, seed=0)  # what limit=3 plays: a seeded sample
         trajs = col.collect(
             [(t, 0) for t in ids], seed_rng=np.random.default_rng(0), greedy=True
         ).trajectories
@@ -393,11 +397,13 @@ def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
                 sampling=Sampling(max_tokens=8),
                 limit=3,
                 concurrency=2,
+                budgets=(10, 20, 30, 40, 50),
             )
     finally:
         trainer.close()
     records = episodes(tmp_path / "eval")
-    assert_same_episodes(records, trajs)
+    by_id = {t.task_id: t for t in trajs}
+    assert_same_episodes(records, [by_id[r["task_id"]] for r in records if r["task_id"] in by_id])
     reference = summarise(trajs, (10, 20, 30, 40, 50))
     assert {k: summary[k] for k in SUMMARY_KEYS} == {k: reference[k] for k in SUMMARY_KEYS}
 
