@@ -65,6 +65,7 @@ class ChatServer:
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.dead = False
+        self.models: list[dict[str, Any]] = [{"id": MODEL, "object": "model"}]  # what GET /v1/models lists
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -73,7 +74,7 @@ class ChatServer:
 
             def do_GET(self) -> None:
                 if self.path == "/v1/models":
-                    self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+                    self._json(200, {"object": "list", "data": outer.models})
                 else:
                     self._json(404, {"error": "not found"})
 
@@ -592,6 +593,57 @@ def test_cli_eval_and_rollout(serve, tmp_path: Path, capsys, monkeypatch) -> Non
     # unknown model: a clear message and exit code 1, nothing written
     assert main(["eval", "--model", "nope", *common, "--out", str(tmp_path / "c")]) == 1
     assert "does not serve model 'nope'" in capsys.readouterr().err
+
+
+def test_cli_uses_the_only_served_model(serve, tmp_path: Path, capsys, monkeypatch) -> None:
+    """No --model: the server's only model is used; several: a one-line error listing them. No --split: the
+    env's evaluation split (the credit toy's ``valid``)."""
+    from stepgym.cli import main
+
+    server = serve(scripted_reply)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.delenv("STEPGYM_LLM_MODEL", raising=False)
+    common = ["--env", CREDIT[0], "--limit", "2", "--no-progress", "--concurrency", "2"]
+    assert main(["eval", "--base-url", server.url, *common, "--out", str(tmp_path / "a")]) == 0
+    assert f"{MODEL} on {CREDIT[0]} (valid): success 1.000 over 2 of 2 tasks" in capsys.readouterr().out
+    server.models = [{"id": MODEL}, {"id": "other-model"}]
+    assert main(["eval", "--base-url", server.url, *common, "--out", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err
+    assert f"serves 2: {MODEL}, other-model" in err and "--model NAME" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "b").exists()
+
+
+def test_default_output_is_keyed_by_served_weights_and_settings(serve, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Re-serving another checkpoint under the same name, or changing the sampling or the seed, never resumes the
+    old episodes: the default folder is keyed by all of them, and an explicit --out refuses to mix."""
+    from stepgym.cli import main
+
+    server = serve(scripted_reply)
+    server.models = [{"id": MODEL, "object": "model", "root": "/ckpt/step-100"}]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    args = ["eval", "--model", MODEL, "--env", CREDIT[0], "--limit", "2", "--no-progress"]
+
+    def folders() -> set[Path]:
+        return {p.parent for p in (tmp_path / "runs" / "eval").glob("*/*/summary.json")}
+
+    assert main(args) == 0 and len(folders()) == 1
+    assert main(args) == 0 and len(folders()) == 1  # the same command resumes
+    assert "(2 episodes resumed)" in capsys.readouterr().out
+    server.models[0]["root"] = "/ckpt/step-200"
+    assert main(args) == 0 and len(folders()) == 2
+    assert "(0 episodes resumed)" in capsys.readouterr().out
+    assert main([*args, "--temperature", "0.7", "--sampling-seed", "1"]) == 0 and len(folders()) == 3
+    assert main([*args, "--seed", "1"]) == 0 and len(folders()) == 4
+    run = json.loads((sorted(folders())[0] / "run.json").read_text())
+    assert run["served"]["root"].startswith("/ckpt/step-")
+    explicit = ["eval", "--model", MODEL, "--env", CREDIT[0], "--limit", "2", "--no-progress", "--out", "x"]
+    assert main(explicit) == 0
+    capsys.readouterr()
+    server.models[0]["root"] = "/ckpt/step-300"
+    assert main(explicit) == 1
+    err = capsys.readouterr().err
+    assert "other weights under this model name" in err and "step-200" in err and "step-300" in err
 
 
 def test_eval_help_describes_evaluation(capsys) -> None:
