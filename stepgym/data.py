@@ -30,13 +30,13 @@ __all__ = [
     "DATA_ENV_VAR",
     "ENV_SPLITS",
     "EnvSplits",
-    "check_split",
     "cache_dir",
+    "check_split",
     "data_root",
     "file_sha256",
+    "index_dir",
     "sample_tasks",
     "stratified_order",
-    "index_dir",
 ]
 
 DATA_ENV_VAR = "STEPGYM_DATA"

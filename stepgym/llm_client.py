@@ -142,7 +142,9 @@ class ChatClient:
 
         httpx = _deps.require("httpx", "llm", what="OpenAI-compatible endpoints")
         if max_retries < 0 or timeout <= 0:
-            raise LLMConfigError(f"max_retries must be >= 0 and timeout > 0, got {max_retries} and {timeout:g}")
+            raise LLMConfigError(
+                f"max_retries must be >= 0 and timeout > 0, got {max_retries} and {timeout:g}"
+            )
         base, self.model, self.api_key = resolve_settings(
             base_url, model, api_key, require_model=not discover_model
         )

@@ -47,7 +47,6 @@ from typing import Any
 from stepgym import schema
 from stepgym.errors import StepGymError
 from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
-from stepgym.trainers.endpoint_backend import EndpointBackend, Sampling, chat_messages
 from stepgym.recording import (
     FILE_NAME,
     EpisodeWriter,
@@ -56,6 +55,7 @@ from stepgym.recording import (
     read_recording,
     trajectory_records,
 )
+from stepgym.trainers.endpoint_backend import EndpointBackend, Sampling, chat_messages
 
 __all__ = [
     "EndpointBackend",
@@ -262,9 +262,7 @@ def _check_run(folder: Path, settings: _Settings) -> None:
         have = json.loads(path.read_text(encoding="utf-8"))
         diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
         if diff:
-            why = (
-                " (the server now serves other weights under this model name)" if "served" in diff else ""
-            )
+            why = " (the server now serves other weights under this model name)" if "served" in diff else ""
             raise EvalRunError(
                 f"{folder} holds an evaluation with different settings{why} ({', '.join(diff)}: "
                 f"{ {k: have.get(k) for k in diff} } there, { {k: want.get(k) for k in diff} } now); "
@@ -362,11 +360,21 @@ def evaluate_endpoint(
     if check_model:
         client.check_model(entries)
     settings = _Settings(
-        env_id, split, kwargs, fmt, history, client.model, system, asdict(sampling), int(seed),
+        env_id,
+        split,
+        kwargs,
+        fmt,
+        history,
+        client.model,
+        system,
+        asdict(sampling),
+        int(seed),
         served=served_identity(entries, client.model),
     )
     folder = Path(out_dir) / settings.key() if key_by_settings else Path(out_dir)
-    writer = _open_writer(folder, {"source": "eval", "method": client.model, "env_id": env_id, "split": split})
+    writer = _open_writer(
+        folder, {"source": "eval", "method": client.model, "env_id": env_id, "split": split}
+    )
     build = env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history))
     created: list[Any] = []
     try:

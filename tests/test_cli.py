@@ -118,14 +118,23 @@ TOY = "StepGym/CreditToy-v0"
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["train", "--preset", "alfworld-gigp"], ["unknown preset 'alfworld-gigp'", "--preset alfworld-gigpo"]),
+        (
+            ["train", "--preset", "alfworld-gigp"],
+            ["unknown preset 'alfworld-gigp'", "--preset alfworld-gigpo"],
+        ),
         (["eval", "--preset", "nope"], ["unknown preset 'nope'", "--list-presets"]),
         (["rollout", "--env", TOY, "--split", "valid_seen"], ["has no split 'valid_seen'", "train, valid"]),
         (["arg", "stats", "--env", TOY, "--split", "test"], ["has no split 'test'", "--split valid"]),
         (["eval", "--model", "m", "--env", TOY, "--split", "x"], ["has no split 'x'", "train, valid"]),
-        (["rollout", "--env", TOY, "--agent", "noisy", "--error-rate", "-0.5"], ["--error-rate", "between 0 and 1"]),
+        (
+            ["rollout", "--env", TOY, "--agent", "noisy", "--error-rate", "-0.5"],
+            ["--error-rate", "between 0 and 1"],
+        ),
         (["rollout", "--env", TOY, "--max-steps", "-1"], ["--max-steps must be 0 or more", "env's default"]),
-        (["rollout", "--env", TOY, "--limit", "-3"], ["--limit must be 0 or more, got -3", "the whole split"]),
+        (
+            ["rollout", "--env", TOY, "--limit", "-3"],
+            ["--limit must be 0 or more, got -3", "the whole split"],
+        ),
         (["arg", "build", "--env", TOY, "--out", "x.json", "--limit", "-3"], ["--limit must be 0 or more"]),
         (["eval", "--model", "m", "--env", TOY, "--limit", "-3"], ["--limit must be 0 or more"]),
         (["train", "--run.iterations", "-1"], ["--run.iterations must be 0 or more, got -1"]),
@@ -159,8 +168,16 @@ def test_the_split_defaults_to_the_envs_evaluation_split() -> None:
 
 def test_limit_zero_is_the_whole_split(tmp_path: Path) -> None:
     out = _stepgym(
-        "rollout", "--env", TOY, "--env-kwarg", "n_tasks=5", "--limit", "0", "--no-progress",
-        "--out", str(tmp_path / "e.jsonl"),
+        "rollout",
+        "--env",
+        TOY,
+        "--env-kwarg",
+        "n_tasks=5",
+        "--limit",
+        "0",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "e.jsonl"),
     )
     assert out.returncode == 0, out.stderr
     assert len((tmp_path / "e.jsonl").read_text().splitlines()) == 5
@@ -168,8 +185,7 @@ def test_limit_zero_is_the_whole_split(tmp_path: Path) -> None:
 
 def test_env_splits_match_the_envs_own_tables() -> None:
     from stepgym.data import ENV_SPLITS
-    from stepgym.envs import ENV_IDS
-    from stepgym.envs import credit, credit_family
+    from stepgym.envs import ENV_IDS, credit, credit_family
     from stepgym.envs.alfworld import games
     from stepgym.envs.searchqa import datasets
     from stepgym.envs.webshop import goals
@@ -223,14 +239,36 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path: Path, monkeypatc
 
     (tmp_path / "run" / "checkpoints" / checkpoint_name(4)).mkdir(parents=True)
     (tmp_path / "run" / "checkpoints" / checkpoint_name(4) / "trainer_state.json").write_text("{}")
-    assert "--run.resume auto" in _train_interrupt_note(cfg) and checkpoint_name(4) in _train_interrupt_note(cfg)
+    assert "--run.resume auto" in _train_interrupt_note(cfg) and checkpoint_name(4) in _train_interrupt_note(
+        cfg
+    )
 
 
 def test_helps_show_what_a_new_user_needs() -> None:
     out = _stepgym("rollout", "--help")
     assert out.returncode == 0 and "--base-url" in out.stdout and "--concurrency" in out.stdout
     out = _stepgym("arg", "stats", "--help")
-    assert out.returncode == 0 and "Progress-Advancing" in out.stdout and "the env's evaluation split" in out.stdout
+    assert (
+        out.returncode == 0
+        and "Progress-Advancing" in out.stdout
+        and "the env's evaluation split" in out.stdout
+    )
     out = _stepgym("train", "--help")
     head = " ".join(out.stdout.split()[:200])
-    assert out.returncode == 0 and "--preset NAME" in head and "alfworld-gigpo" in head and "--run.resume" in head
+    assert (
+        out.returncode == 0
+        and "--preset NAME" in head
+        and "alfworld-gigpo" in head
+        and "--run.resume" in head
+    )
+
+
+def test_presets_give_each_env_its_own_budgets_and_comparisons() -> None:
+    from stepgym.trainers.presets import PRESETS
+
+    step_limit = {"StepGym/ALFWorld-v0": 50, "StepGym/WebShop-v0": 15, "StepGym/SearchQA-v0": 5, TOY: 10}
+    for name, (_, cfg) in PRESETS.items():
+        limit = cfg.eval.max_steps or cfg.env.max_steps or step_limit[cfg.env.id]
+        assert max(cfg.eval.budgets) == limit, name  # budgets reach the episode's end, never past it
+        if "ALFWorld" not in cfg.env.id:
+            assert "alfworld" not in cfg.record.compare[0], name  # the viewer's second column

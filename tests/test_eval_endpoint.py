@@ -613,7 +613,9 @@ def test_cli_uses_the_only_served_model(serve, tmp_path: Path, capsys, monkeypat
     assert not (tmp_path / "b").exists()
 
 
-def test_default_output_is_keyed_by_served_weights_and_settings(serve, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_default_output_is_keyed_by_served_weights_and_settings(
+    serve, tmp_path: Path, capsys, monkeypatch
+) -> None:
     """Re-serving another checkpoint under the same name, or changing the sampling or the seed, never resumes the
     old episodes: the default folder is keyed by all of them, and an explicit --out refuses to mix."""
     from stepgym.cli import main

@@ -75,7 +75,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
                 state[path.pop()] = 2
                 stack.pop()
             elif state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             elif not state.get(nxt) and nxt in graph:
                 state[nxt] = 1
                 path.append(nxt)

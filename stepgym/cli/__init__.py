@@ -85,7 +85,9 @@ def _report(prog: str, exc: BaseException) -> None:
     if isinstance(exc, OSError) and not isinstance(exc, StepGymError) and exc.filename:
         message = f"{exc.strerror or type(exc).__name__}: {exc.filename}"
     message = " ".join(message.split())
-    print(f"{prog}: error: {message} (traceback: `stepgym --debug ...` or {DEBUG_ENV_VAR}=1)", file=sys.stderr)
+    print(
+        f"{prog}: error: {message} (traceback: `stepgym --debug ...` or {DEBUG_ENV_VAR}=1)", file=sys.stderr
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

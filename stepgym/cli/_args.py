@@ -43,7 +43,9 @@ def check_count(flag: str, value: int | None, *, meaning_of_zero: str = "", mini
 def check_probability(flag: str, value: float) -> float:
     """``value`` when it lies in [0, 1], else an error naming ``flag``."""
     if not 0.0 <= value <= 1.0:
-        raise InvalidArgumentError(f"{flag} is a probability between 0 and 1, got {value:g} (e.g. {flag} 0.2)")
+        raise InvalidArgumentError(
+            f"{flag} is a probability between 0 and 1, got {value:g} (e.g. {flag} 0.2)"
+        )
     return value
 
 

@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "build":
             p.add_argument("--out", required=True, help="JSON file to write")
         else:
-            p.add_argument("--error-rate", type=float, default=0.2, help="the noisy expert's random-action rate")
+            p.add_argument(
+                "--error-rate", type=float, default=0.2, help="the noisy expert's random-action rate"
+            )
             p.add_argument("--seed", type=int, default=0, help="seed of the agents' random choices")
             p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)

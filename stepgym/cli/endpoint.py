@@ -41,14 +41,22 @@ def _history(value: str) -> int | str | None:
 
 def _add_server_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("server")
-    g.add_argument("--base-url", default=None, help="API root, e.g. http://localhost:8000/v1 ($OPENAI_BASE_URL)")
     g.add_argument(
-        "--model", default=None, help="the served model name ($STEPGYM_LLM_MODEL; default: the server's only one)"
+        "--base-url", default=None, help="API root, e.g. http://localhost:8000/v1 ($OPENAI_BASE_URL)"
     )
-    g.add_argument("--api-key", default=None, help="bearer token; prefer $OPENAI_API_KEY (not in shell history)")
+    g.add_argument(
+        "--model",
+        default=None,
+        help="the served model name ($STEPGYM_LLM_MODEL; default: the server's only one)",
+    )
+    g.add_argument(
+        "--api-key", default=None, help="bearer token; prefer $OPENAI_API_KEY (not in shell history)"
+    )
     g.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once")
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    g.add_argument("--max-retries", type=int, default=5, help="retries per request (429, 5xx, timeouts, drops)")
+    g.add_argument(
+        "--max-retries", type=int, default=5, help="retries per request (429, 5xx, timeouts, drops)"
+    )
     g.add_argument("--no-check", action="store_true", help="skip the GET /models check of the model name")
 
 
@@ -64,19 +72,32 @@ def _add_task_args(ap: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-steps", type=int, default=0, help="step limit per episode (0: the env's default)")
     g.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
-    g.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON)")
-    g.add_argument("--seed", type=int, default=0, help="env reset seed of every episode (and of the --limit sample)")
     g.add_argument(
-        "--budgets", default="", help="interaction budgets for success-within-B, e.g. 10,20,30 (default: five up "
-        "to the env's step limit)"
+        "--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON)"
+    )
+    g.add_argument(
+        "--seed", type=int, default=0, help="env reset seed of every episode (and of the --limit sample)"
+    )
+    g.add_argument(
+        "--budgets",
+        default="",
+        help="interaction budgets for success-within-B, e.g. 10,20,30 (default: five up "
+        "to the env's step limit)",
     )
 
 
 def _add_prompt_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("prompt and sampling")
-    g.add_argument("--format", default="", help="text format: alfworld, webshop, qa, qa-lenient, credit ('': from the env id)")
     g.add_argument(
-        "--history", type=_history, default="default", help="K, steps shown in the prompt (default: the format's; -1: all)"
+        "--format",
+        default="",
+        help="text format: alfworld, webshop, qa, qa-lenient, credit ('': from the env id)",
+    )
+    g.add_argument(
+        "--history",
+        type=_history,
+        default="default",
+        help="K, steps shown in the prompt (default: the format's; -1: all)",
     )
     g.add_argument("--system", default="", help="a system message sent before every prompt")
     g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
@@ -106,7 +127,9 @@ def _budgets(text: str) -> tuple[int, ...] | None:
     try:
         budgets = tuple(int(b) for b in text.split(",") if b.strip())
     except ValueError:
-        raise InvalidArgumentError(f"--budgets takes whole numbers separated by commas, got {text!r}") from None
+        raise InvalidArgumentError(
+            f"--budgets takes whole numbers separated by commas, got {text!r}"
+        ) from None
     if any(b < 1 for b in budgets):
         raise InvalidArgumentError(f"--budgets must be 1 or more steps each, got {text!r}")
     return budgets or None
@@ -173,8 +196,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
     )
     out_dir = Path(args.out or "runs/eval")
     on_interrupt(
-        lambda: f"the finished episodes are recorded under {out_dir}; run the same command again to continue "
-        "where it stopped"
+        lambda: (
+            f"the finished episodes are recorded under {out_dir}; run the same command again to continue "
+            "where it stopped"
+        )
     )
     with client:
         if not client.model:

@@ -35,8 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["expert", "random", "noisy", "llm"],
         help="llm: a model behind an OpenAI-compatible endpoint (its options follow)",
     )
-    ap.add_argument("--error-rate", type=float, default=0.2, help="noisy expert: probability of a random action")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the agent's random choices and of the --limit sample")
+    ap.add_argument(
+        "--error-rate", type=float, default=0.2, help="noisy expert: probability of a random action"
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, help="seed of the agent's random choices and of the --limit sample"
+    )
     ap.add_argument(
         "--limit",
         type=int,
@@ -50,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", default=None, help="write one JSON line per episode here")
     ap.add_argument(
-        "--record", default=None, metavar="DIR", help="record the episodes for `stepgym view` (DIR/episodes.jsonl.gz)"
+        "--record",
+        default=None,
+        metavar="DIR",
+        help="record the episodes for `stepgym view` (DIR/episodes.jsonl.gz)",
     )
     ap.add_argument("--no-progress", action="store_true")
     return ap
@@ -60,8 +67,10 @@ def _help_with_llm_options(ap: argparse.ArgumentParser) -> int:
     from stepgym.cli.endpoint import build_parser as llm_parser
 
     llm = llm_parser("stepgym rollout --agent llm").format_help()
-    print(ap.format_help() + "\n--agent llm (a served model; its own flags, and --env/--split/--limit/... as "
-          "above):\n\n" + llm)
+    print(
+        ap.format_help() + "\n--agent llm (a served model; its own flags, and --env/--split/--limit/... as "
+        "above):\n\n" + llm
+    )
     return 0
 
 
@@ -108,12 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         from stepgym.recording import GroupRecorder
 
-        recorder = GroupRecorder(args.record, meta={"source": "rollout", "method": args.agent, "env_id": args.env})
+        recorder = GroupRecorder(
+            args.record, meta={"source": "rollout", "method": args.agent, "env_id": args.env}
+        )
     saved = [f for f in (args.out, args.record) if f]
     on_interrupt(
-        lambda: f"the finished episodes are in {' and '.join(saved)}; a rollout does not resume, run it again"
-        if saved
-        else "nothing was saved (pass --out FILE or --record DIR to keep the episodes)"
+        lambda: (
+            f"the finished episodes are in {' and '.join(saved)}; a rollout does not resume, run it again"
+            if saved
+            else "nothing was saved (pass --out FILE or --record DIR to keep the episodes)"
+        )
     )
     try:
 

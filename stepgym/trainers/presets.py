@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stepgym.errors import InvalidArgumentError
+from stepgym.recording import RecordConfig
 from stepgym.trainers.config import (
     EnvConfig,
     EvalConfig,
@@ -62,6 +63,15 @@ _SEARCHQA_ENV = EnvConfig(
 )
 
 
+#: Shapers recomputed on each recorded batch for the viewer's side-by-side (``record.compare``), named for each env:
+#: the recorder's default (ALFWorld's recipes) made ``grpo-alfworld`` the viewer's second column on other envs.
+_COMPARE = {
+    _ALFWORLD_ENV.id: ("grpo-alfworld", "gigpo-alfworld"),
+    _WEBSHOP_ENV.id: ("grpo", "gigpo-webshop"),
+    _SEARCHQA_ENV.id: ("grpo",),
+    "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
+}
+
 #: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
 #: Search-QA ``max_turns`` 4 + 1 answer): ALFWorld's 10..50 would say nothing about a 15-step WebShop episode.
 _BUDGETS = {
@@ -81,6 +91,7 @@ def _paper(env: EnvConfig, shaper: ShapeConfig, name: str, **over: object) -> Tr
         loss=LossConfig(kl_coef=0.01),
         optim=OptimConfig(lr=1e-6, mini_batches=4, micro_batch_tokens=16384),
         eval=EvalConfig(every=10, budgets=_BUDGETS[env.id]),
+        record=RecordConfig(compare=_COMPARE[env.id]),
     )
     return replace(base, **over)  # type: ignore[arg-type]
 
@@ -134,6 +145,7 @@ def _credit(shaper: ShapeConfig, name: str) -> TrainConfig:
         optim=OptimConfig(lr=5e-4),
         warmup=WarmupConfig(steps=200),
         eval=EvalConfig(limit=24, budgets=(6, 8, 10)),
+        record=RecordConfig(compare=_COMPARE["StepGym/CreditToy-v0"]),
     )
 
 
