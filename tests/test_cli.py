@@ -272,3 +272,18 @@ def test_presets_give_each_env_its_own_budgets_and_comparisons() -> None:
         assert max(cfg.eval.budgets) == limit, name  # budgets reach the episode's end, never past it
         if "ALFWorld" not in cfg.env.id:
             assert "alfworld" not in cfg.record.compare[0], name  # the viewer's second column
+
+
+def test_a_webshop_rollout_needs_no_split(data_dir: Path) -> None:
+    """The README's WebShop command: no --split (it used to default to ALFWorld's valid_seen and crash)."""
+    out = _stepgym(
+        "rollout",
+        "--env",
+        "StepGym/WebShop-v0",
+        "--limit",
+        "2",
+        "--no-progress",
+        extra_env={"STEPGYM_DATA": str(data_dir)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "expert on StepGym/WebShop-v0 (test, a stratified sample of 2 tasks" in out.stdout
