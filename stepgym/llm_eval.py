@@ -356,36 +356,16 @@ def evaluate_endpoint(
     kwargs = dict(env_kwargs or {})
     if split:
         kwargs["split"] = split
-    entries = client.served_models() if check_model else []
-    if check_model:
-        client.check_model(entries)
-    settings = _Settings(
-        env_id,
-        split,
-        kwargs,
-        fmt,
-        history,
-        client.model,
-        system,
-        asdict(sampling),
-        int(seed),
-        served=served_identity(entries, client.model),
-    )
+    settings = _settings(client, check_model, env_id, split, kwargs, fmt, history, system, sampling, seed)
     folder = Path(out_dir) / settings.key() if key_by_settings else Path(out_dir)
     writer = _open_writer(
         folder, {"source": "eval", "method": client.model, "env_id": env_id, "split": split}
     )
-    build = env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history))
+    make = _env_maker(env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history)))
     created: list[Any] = []
+    pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
     try:
         done = _recorded_tasks(writer, folder, settings)
-        env_lock = threading.Lock()
-
-        def make() -> _Serialised:
-            with env_lock:
-                return _Serialised(build(), env_lock)
-
-        pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
         first = make()
         created.append(first)
         pool.put(first)
@@ -406,6 +386,40 @@ def evaluate_endpoint(
     if error is not None:
         _raise_with_resume_note(error, summary["n_tasks"], len(ids), writer.path)
     return summary
+
+
+def _settings(
+    client: ChatClient,
+    check_model: bool,
+    env_id: str,
+    split: str,
+    kwargs: dict[str, Any],
+    fmt: str,
+    history: int | str | None,
+    system: str,
+    sampling: Sampling,
+    seed: int,
+) -> _Settings:
+    """What identifies this evaluation, the served weights included (one ``GET /models``, which also checks that
+    the model is served, when ``check_model``)."""
+    entries = client.served_models() if check_model else []
+    if check_model:
+        client.check_model(entries)
+    served = served_identity(entries, client.model)
+    return _Settings(
+        env_id, split, kwargs, fmt, history, client.model, system, asdict(sampling), int(seed), served=served
+    )
+
+
+def _env_maker(build: Callable[[], Any]) -> Callable[[], _Serialised]:
+    """Builds env copies one at a time, each serialised by the lock all copies share (see :class:`_Serialised`)."""
+    lock = threading.Lock()
+
+    def make() -> _Serialised:
+        with lock:
+            return _Serialised(build(), lock)
+
+    return make
 
 
 def _plan(ids: list[str], limit: int, seed: int) -> list[str]:
