@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-tasks", type=int, default=24, help="held-out valid tasks (greedy)")
     p.add_argument("--lr", type=float, default=20.0, help="SGD step on the token-mean loss")
     p.add_argument("--hint-strength", type=float, default=2.0, help="modelled teachers' logit bonus")
-    p.add_argument("--smooth", type=int, default=2, help="iterations averaged for the it→50%/80% levels")
+    p.add_argument("--smooth", type=int, default=2, help="iterations averaged for the it→50%%/80%% levels")
     p.add_argument("--workers", type=int, default=1, help="cells run in this many processes")
     p.add_argument("--report-only", action="store_true", help="only rebuild the CSV, table and plots")
     p.add_argument("--cells", default=None, help="report from this results file (.jsonl or .jsonl.gz)")

@@ -17,17 +17,26 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from stepgym.errors import DataNotFoundError
+from stepgym.errors import DataNotFoundError, InvalidArgumentError
 
 __all__ = [
     "BENCHMARKS",
     "DATA_ENV_VAR",
+    "ENV_SPLITS",
+    "EnvSplits",
     "cache_dir",
+    "check_split",
     "data_root",
     "file_sha256",
     "index_dir",
+    "sample_tasks",
+    "stratified_order",
 ]
 
 DATA_ENV_VAR = "STEPGYM_DATA"
@@ -104,3 +113,92 @@ def file_sha256(path: str | os.PathLike[str], *, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class EnvSplits:
+    """The ``split=`` values an env accepts and the one an evaluation uses when none is named (the papers'
+    evaluation split: ALFWorld's in-distribution ``valid_seen``, WebShop's and Search-QA's ``test``)."""
+
+    names: tuple[str, ...]
+    evaluation: str
+
+
+_WEBSHOP_SPLITS = EnvSplits(("train", "eval", "test", "all"), "test")
+_TOY_SPLITS = EnvSplits(("train", "valid"), "valid")
+
+#: The splits of stepgym's envs, kept here (not in the env modules) so a command can default and check a split
+#: without importing an engine; tests/test_cli.py checks them against each env module's own table.
+ENV_SPLITS: dict[str, EnvSplits] = {
+    "StepGym/ALFWorld-v0": EnvSplits(("train", "valid_seen", "valid_unseen"), "valid_seen"),
+    "StepGym/WebShop-v0": _WEBSHOP_SPLITS,
+    "StepGym/WebShopSite-v0": _WEBSHOP_SPLITS,
+    "StepGym/SearchQA-v0": EnvSplits(("train", "test"), "test"),
+    "StepGym/CreditToy-v0": _TOY_SPLITS,
+    "StepGym/CreditFamily-v0": _TOY_SPLITS,
+}
+
+
+def check_split(env_id: str, split: str | None, *, flag: str = "--split") -> str:
+    """The split to use for ``env_id``: ``split`` itself when the env has it, the env's evaluation split when
+    ``split`` is ``None``; an env stepgym does not know keeps ``split`` as given ('' when ``None``).
+
+    Raises :class:`~stepgym.errors.InvalidArgumentError` listing the env's splits for one it does not have.
+    """
+    known = ENV_SPLITS.get(env_id)
+    if known is None:
+        return split or ""
+    if split is None:
+        return known.evaluation
+    if split not in known.names:
+        raise InvalidArgumentError(
+            f"{env_id} has no split {split!r}; its splits are {', '.join(known.names)} "
+            f"(e.g. {flag} {known.evaluation}, its evaluation split)"
+        )
+    return split
+
+
+def stratified_order(
+    task_ids: Sequence[str], *, seed: int = 0, group: Callable[[str], str] | None = None
+) -> list[str]:
+    """Every task of ``task_ids`` in a seeded order whose every prefix is a stratified sample.
+
+    The tasks of each group (task type, :func:`task_group`) are shuffled with ``random.Random(seed)`` and the k-th
+    of a group of n is placed at ``(k + 0.5) / n``; sorting by place interleaves the groups in proportion (a
+    systematic stratified sample: any prefix holds each type within one task of its share)."""
+    key = group or task_group
+    groups: dict[str, list[str]] = defaultdict(list)
+    for tid in task_ids:
+        groups[key(tid)].append(tid)
+    rng = random.Random(seed)
+    placed: list[tuple[float, str, int, str]] = []
+    for g in sorted(groups):
+        members = groups[g]
+        rng.shuffle(members)
+        placed += [((k + 0.5) / len(members), g, k, tid) for k, tid in enumerate(members)]
+    return [tid for *_, tid in sorted(placed)]
+
+
+def sample_tasks(
+    task_ids: Sequence[str], limit: int, *, seed: int = 0, group: Callable[[str], str] | None = None
+) -> list[str]:
+    """``limit`` of ``task_ids`` (all when ``limit`` is 0 or covers them), stratified by task type and seeded, in
+    the split's order.
+
+    A split's fixed order is sorted by task id, and ALFWorld's ids start with the task type, so "the first N
+    tasks" would all be one type. The sample is the first ``limit`` of :func:`stratified_order`: the same ``seed``
+    always gives the same tasks, and a smaller ``limit`` gives a subset of a larger one (an evaluation resumed with
+    a larger ``--limit`` keeps its finished episodes).
+    """
+    ids = list(task_ids)
+    if limit <= 0 or limit >= len(ids):
+        return ids
+    chosen = set(stratified_order(ids, seed=seed, group=group)[:limit])
+    return [t for t in ids if t in chosen]
+
+
+def task_group(task_id: str) -> str:
+    """The stratum of a task id in :func:`sample_tasks`: an ALFWorld id's task type
+    (``<split>/<task_type>-<Obj>-.../trial_...``); '' (one stratum) for the other envs' ids."""
+    parts = task_id.split("/")
+    return parts[1].split("-", 1)[0] if len(parts) >= 3 else ""

@@ -13,6 +13,7 @@ __all__ = [
     "DataNotFoundError",
     "DependencyNotInstalled",
     "FormatVersionError",
+    "InvalidArgumentError",
     "ServiceUnavailableError",
     "StepGymError",
 ]
@@ -36,3 +37,8 @@ class FormatVersionError(CorruptDataError):
 
 class ServiceUnavailableError(StepGymError, ConnectionError):
     """A service stepgym talks to over HTTP (retriever, LLM analyzer, web site) did not answer in time."""
+
+
+class InvalidArgumentError(StepGymError, ValueError):
+    """A setting given on the command line (or to a public function) is out of range or unknown: a negative
+    count, a misspelled preset or split. The message names the value, what is accepted and what to type instead."""

@@ -69,11 +69,16 @@ class ChatReply:
 
 
 def resolve_settings(
-    base_url: str | None = None, model: str | None = None, api_key: str | None = None
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    *,
+    require_model: bool = True,
 ) -> tuple[str, str, str | None]:
     """``(base_url, model, api_key)`` from the arguments, else the environment (see the module docstring).
 
-    Raises :class:`LLMConfigError` naming the variable to set when the URL or the model is missing.
+    Raises :class:`LLMConfigError` naming the variable to set when the URL or (``require_model``) the model is
+    missing; without ``require_model`` a missing model is ``""``.
     """
     base_url = base_url or os.environ.get("STEPGYM_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
     model = model or os.environ.get("STEPGYM_LLM_MODEL")
@@ -83,9 +88,9 @@ def resolve_settings(
             "no server base URL: pass base_url='http://host:port/v1' (--base-url) or set STEPGYM_LLM_BASE_URL "
             "or OPENAI_BASE_URL"
         )
-    if not model:
+    if not model and require_model:
         raise LLMConfigError("no model name: pass model=... (--model) or set STEPGYM_LLM_MODEL")
-    return base_url.rstrip("/"), model, api_key or None
+    return base_url.rstrip("/"), model or "", api_key or None
 
 
 def _clip(text: Any, n: int = 200) -> str:
@@ -116,6 +121,7 @@ class ChatClient:
         backoff, max_backoff: the exponential back-off between attempts.
         max_connections: connections kept open to the server (set it to the number of requests in flight).
         sleep: how to wait between attempts (tests pass a recorder).
+        discover_model: accept a missing model name; :meth:`use_only_served_model` then asks the server.
     """
 
     def __init__(
@@ -130,13 +136,18 @@ class ChatClient:
         max_backoff: float = 30.0,
         max_connections: int = 16,
         sleep: Callable[[float], None] = time.sleep,
+        discover_model: bool = False,
     ) -> None:
         from stepgym import _deps
 
         httpx = _deps.require("httpx", "llm", what="OpenAI-compatible endpoints")
         if max_retries < 0 or timeout <= 0:
-            raise ValueError("max_retries must be >= 0 and timeout > 0")
-        base, self.model, self.api_key = resolve_settings(base_url, model, api_key)
+            raise LLMConfigError(
+                f"max_retries must be >= 0 and timeout > 0, got {max_retries} and {timeout:g}"
+            )
+        base, self.model, self.api_key = resolve_settings(
+            base_url, model, api_key, require_model=not discover_model
+        )
         self.base_url = base.removesuffix("/chat/completions")
         self.url = self.base_url + "/chat/completions"
         self.timeout = float(timeout)
@@ -248,13 +259,11 @@ class ChatClient:
             last_error=last,
         )
 
-    def check_model(self) -> list[str]:
-        """Fail early and clearly: GET ``{base_url}/models`` and check that the model is served.
-
-        Returns the served model ids. Raises :class:`LLMUnavailableError` when the server cannot be reached and
-        :class:`LLMConfigError` when it refuses the request or does not list the model. A server without the
-        ``/models`` route (404) is not an error: the first chat request will tell.
-        """
+    def served_models(self) -> list[dict[str, Any]]:
+        """The entries of ``GET {base_url}/models`` (each with an ``id``; vLLM and SGLang add ``root``, the weights'
+        path or hub id). ``[]`` when the server has no such route (404), is busy (429/5xx: the chat requests retry)
+        or answers something else. Raises :class:`LLMUnavailableError` when the server cannot be reached and
+        :class:`LLMConfigError` when it refuses the request."""
         httpx = self._httpx
         try:
             resp = self._http.get(self.base_url + "/models")
@@ -265,19 +274,43 @@ class ChatClient:
                 attempts=1,
                 last_error=str(exc),
             ) from None
-        if resp.status_code == 404:
+        if resp.status_code == 404 or resp.status_code == 429 or resp.status_code >= 500:
             return []
-        if resp.status_code == 429 or resp.status_code >= 500:
-            return []  # busy or flaky: the chat requests retry
         if resp.status_code >= 400:
             raise self._config_error(resp.status_code, _clip(resp.text))
         try:
-            served = [str(m["id"]) for m in resp.json()["data"]]
-        except (ValueError, KeyError, TypeError):
+            entries = [dict(m) for m in resp.json()["data"] if "id" in m]
+        except (ValueError, KeyError, TypeError, AttributeError):
             return []
+        return entries
+
+    def check_model(self, entries: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
+        """Fail early and clearly: check that the model is among the server's :meth:`served_models` (``entries``
+        when the caller already fetched them).
+
+        Returns the served model ids. Raises :class:`LLMUnavailableError` when the server cannot be reached and
+        :class:`LLMConfigError` when it refuses the request or does not list the model. A server without the
+        ``/models`` route (404) is not an error: the first chat request will tell.
+        """
+        served = [str(m["id"]) for m in (self.served_models() if entries is None else entries)]
         if served and self.model not in served:
             raise LLMConfigError(
                 f"the LLM server at {self.base_url} does not serve model {self.model!r}; it serves: "
                 f"{', '.join(served[:10])}. Pass one of them with --model (or STEPGYM_LLM_MODEL)"
             )
         return served
+
+    def use_only_served_model(self) -> str:
+        """Set :attr:`model` to the one model the server serves (for a client built without a model name).
+
+        Raises :class:`LLMConfigError` listing the models when the server serves several (or none, or cannot
+        list them), since picking one would be a guess."""
+        served = [str(m["id"]) for m in self.served_models()]
+        if len(served) != 1:
+            listed = f"it serves {len(served)}: {', '.join(served[:10])}" if served else "it lists no model"
+            raise LLMConfigError(
+                f"no model name given and the LLM server at {self.base_url} cannot name one ({listed}); "
+                "pass one with --model NAME (or STEPGYM_LLM_MODEL)"
+            )
+        self.model = served[0]
+        return self.model

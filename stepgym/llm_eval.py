@@ -19,18 +19,19 @@ the :mod:`stepgym.recording` format that ``stepgym view`` reads, with every step
 the recording module's writer is also what makes the run resumable (one fsynced member per episode, an OS lock per
 file, a torn last member dropped, each episode read back once). An interrupted run (Ctrl-C, the server dying, a
 crash) is resumed by running the same command again: finished tasks are read back and skipped, and the task list
-is the env's fixed order, so no episode is lost or counted twice. ``run.json`` records what was evaluated;
+is a fixed (seeded) order of the split, so no episode is lost or counted twice. ``run.json`` records what was evaluated;
 resuming with different settings is refused.
 
 Pieces usable from Python: :class:`LLMAgent` (a :class:`stepgym.agents.Agent` that asks the endpoint),
-:class:`EndpointBackend` (a trainer rollout backend, ``make_backend("openai", ...)``), :func:`make_text_env`,
-:func:`evaluate_endpoint`.
+:class:`EndpointBackend` (a trainer rollout backend, ``make_backend("openai", ...)``, defined in
+:mod:`stepgym.trainers.endpoint_backend` and re-exported here), :func:`make_text_env`, :func:`evaluate_endpoint`.
+The command line (``stepgym eval --model``, ``stepgym rollout --agent llm``) is :mod:`stepgym.cli.endpoint`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import hashlib
 import json
 import os
 import queue
@@ -54,15 +55,18 @@ from stepgym.recording import (
     read_recording,
     trajectory_records,
 )
+from stepgym.trainers.endpoint_backend import EndpointBackend, Sampling, chat_messages
 
 __all__ = [
     "EndpointBackend",
     "EvalRunError",
     "LLMAgent",
     "Sampling",
+    "chat_messages",
+    "default_budgets",
     "evaluate_endpoint",
-    "main",
     "make_text_env",
+    "served_identity",
 ]
 
 RUN = "run.json"
@@ -71,35 +75,6 @@ SUMMARY = "summary.json"
 
 class EvalRunError(StepGymError, ValueError):
     """The output folder belongs to another evaluation (different env, split, model or settings) or is in use."""
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling settings of every request. ``temperature=0`` is greedy (the default, as in the trainer's
-    evaluation). ``seed`` (when set) is sent per request as ``seed + 1000 * task index + turn``, so a sampled
-    evaluation is reproducible on servers that honour it (vLLM, SGLang)."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 512
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-
-    def params(self, request_seed: int | None = None) -> dict[str, Any]:
-        p: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
-        if self.top_p != 1.0:
-            p["top_p"] = self.top_p
-        if self.stop:
-            p["stop"] = list(self.stop)
-        if request_seed is not None:
-            p["seed"] = int(request_seed)
-        return p
-
-
-def chat_messages(prompt: str, system: str = "") -> list[dict[str, str]]:
-    """The messages for one turn: the system text (if any) and the prompt as the user message (what the
-    trainer's ``PromptEncoder`` renders through the chat template)."""
-    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -164,45 +139,6 @@ class _Cancelled(Exception):
     """The run is stopping (an endpoint error or Ctrl-C elsewhere): this unfinished episode is dropped."""
 
 
-class EndpointBackend:
-    """A trainer rollout backend (:class:`stepgym.trainers.backends.RolloutBackend`) that asks an endpoint.
-
-    Each request's ``prompt`` text goes out as :func:`chat_messages`; up to ``concurrency`` requests are in flight.
-    An endpoint returns text, not the trainer's token ids, so ``response_ids`` are empty: the backend serves
-    evaluation (``trainers.evaluate.evaluate`` with a collector), not training updates.
-    """
-
-    def __init__(
-        self,
-        client: ChatClient,
-        sampling: Sampling | None = None,
-        *,
-        system: str = "",
-        concurrency: int = 8,
-    ) -> None:
-        self.client = client
-        self.sampling = sampling or Sampling()
-        self.system = system
-        self.concurrency = max(1, int(concurrency))
-
-    def sync_weights(self, model: Any) -> None:
-        return None  # the served weights are the server's business
-
-    def generate(self, requests: Sequence[Any], *, seed: int, greedy: bool = False) -> list[Any]:
-        from stepgym.trainers.backends import Generation
-
-        temp = 0.0 if greedy else self.sampling.temperature
-        sampling = Sampling(temp, self.sampling.top_p, self.sampling.max_tokens, None, self.sampling.stop)
-
-        def one(i: int) -> Generation:
-            params = sampling.params(None if greedy else seed + i)
-            r = self.client.chat(chat_messages(requests[i].prompt, self.system), **params)
-            return Generation([], r.content, r.finish_reason != "length")
-
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(requests)))) as pool:
-            return list(pool.map(one, range(len(requests))))
-
-
 def make_text_env(
     env_id: str,
     env_kwargs: Mapping[str, Any] | None = None,
@@ -234,8 +170,8 @@ def make_text_env(
 def episode_records(
     index: int, traj: schema.Trajectory, usage: Mapping[str, int], seconds: float
 ) -> list[dict[str, Any]]:
-    """The recording of one evaluated episode: task ``index`` (the position in the split's fixed order) is its
-    ``group``; every text is kept whole so :func:`~stepgym.recording.episode_trajectory` gives it back exactly."""
+    """The recording of one evaluated episode: task ``index`` (its position in the seeded
+    :func:`stepgym.data.stratified_order`) is its ``group``; every text is kept whole so :func:`~stepgym.recording.episode_trajectory` gives it back exactly."""
     extra = {"usage": dict(usage), "seconds": seconds}
     return trajectory_records(
         traj, iteration=0, group=index, rollout=0, episode_extra=extra, max_text_chars=0
@@ -281,7 +217,11 @@ def summarise_records(episodes: Sequence[Mapping[str, Any]], budgets: Sequence[i
 
 @dataclass
 class _Settings:
-    """What identifies an evaluation (``run.json``): resuming with anything else here different is refused."""
+    """What identifies an evaluation (``run.json``): resuming with anything else here different is refused.
+
+    ``served`` is what the server says about the model behind the name (``root``: the weights' path or hub id,
+    ``revision``, where its ``/models`` route reports them), so a new checkpoint served under the old name is not
+    mixed with the old one's episodes."""
 
     env: str
     split: str
@@ -293,6 +233,26 @@ class _Settings:
     sampling: dict[str, Any]
     seed: int
     extra: dict[str, Any] = field(default_factory=dict)
+    served: dict[str, Any] | None = None
+
+    def key(self) -> str:
+        """A short hash of every setting: the subfolder of a run keyed by what changes its result."""
+        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+#: Fields of a ``/models`` entry that tell two models served under one name apart (vLLM and SGLang: ``root``).
+_IDENTITY_FIELDS = ("root", "revision", "parent")
+
+
+def served_identity(entries: Sequence[Mapping[str, Any]], model: str) -> dict[str, Any] | None:
+    """The identifying fields (:data:`_IDENTITY_FIELDS`) of ``model``'s entry in the server's ``/models`` list;
+    ``None`` when the server reports none of them."""
+    for entry in entries:
+        if str(entry.get("id")) == model:
+            found = {k: entry[k] for k in _IDENTITY_FIELDS if entry.get(k) not in (None, "")}
+            return found or None
+    return None
 
 
 def _check_run(folder: Path, settings: _Settings) -> None:
@@ -302,8 +262,9 @@ def _check_run(folder: Path, settings: _Settings) -> None:
         have = json.loads(path.read_text(encoding="utf-8"))
         diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
         if diff:
+            why = " (the server now serves other weights under this model name)" if "served" in diff else ""
             raise EvalRunError(
-                f"{folder} holds an evaluation with different settings ({', '.join(diff)}: "
+                f"{folder} holds an evaluation with different settings{why} ({', '.join(diff)}: "
                 f"{ {k: have.get(k) for k in diff} } there, { {k: want.get(k) for k in diff} } now); "
                 "resume it with the same settings or choose another --out"
             )
@@ -342,6 +303,18 @@ def _play(
     return play_episode(env, _PromptFromEnv(env, agent, stop), seed=seed, options={"task_id": task_id})
 
 
+def default_budgets(max_steps: int) -> tuple[int, ...]:
+    """Five interaction budgets evenly spread up to an env's step limit (ALFWorld's 50 steps: 10, 20, ..., 50;
+    WebShop's 15: 3, 6, ..., 15), so every env is scored within budgets that fit its own episodes."""
+    n = max(1, int(max_steps))
+    return tuple(sorted({max(1, round(n * k / 5)) for k in range(1, 6)}))
+
+
+def _step_limit(env: Any) -> int:
+    spec = getattr(env.unwrapped, "spec", None)
+    return int(getattr(env.unwrapped, "max_steps", 0) or getattr(spec, "max_episode_steps", 0) or 50)
+
+
 def evaluate_endpoint(
     client: ChatClient,
     env_id: str,
@@ -356,19 +329,24 @@ def evaluate_endpoint(
     concurrency: int = 8,
     limit: int = 0,
     seed: int = 0,
-    budgets: Sequence[int] = (10, 20, 30, 40, 50),
+    budgets: Sequence[int] | None = None,
     check_model: bool = True,
     progress: bool = False,
     env_factory: Callable[[], Any] | None = None,
+    key_by_settings: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate the endpoint's model on every task of ``env_id``'s ``split`` (its first ``limit`` if set).
+    """Evaluate the endpoint's model on every task of ``env_id``'s ``split`` (a sample of ``limit`` if set).
 
-    Tasks are played in the env's fixed ``task_ids`` order, each reset with ``seed`` (as the trainer's evaluation
-    does), ``concurrency`` at a time. Episodes are recorded in ``out_dir/episodes.jsonl.gz`` as they finish
-    (``stepgym view out_dir`` shows them); the summary of the recorded episodes (see :func:`summarise_records`,
-    plus ``wall_seconds`` of this call, ``episodes_resumed`` and ``complete``) goes to ``out_dir/summary.json``
-    and is returned. Running it again on the same folder resumes (see the module
-    docstring). When the endpoint fails for good, the finished episodes stay recorded and the error
+    Every task of the split is played, each reset with ``seed`` (as the trainer's evaluation does),
+    ``concurrency`` at a time, in :func:`stepgym.data.stratified_order` (seeded with ``seed``), so ``limit > 0``
+    plays a fixed sample stratified by task type (the same tasks as :func:`stepgym.data.sample_tasks`). Episodes are recorded in
+    ``out_dir/episodes.jsonl.gz`` as they finish (``stepgym view out_dir`` shows them); the summary of the
+    recorded episodes (see :func:`summarise_records`, plus ``wall_seconds`` of this call, ``episodes_resumed``,
+    ``complete`` and ``out_dir``) goes to ``out_dir/summary.json`` and is returned. ``budgets`` defaults to
+    :func:`default_budgets` of the env's step limit. With ``key_by_settings`` the folder is
+    ``out_dir/<hash of the settings>``, so a run with other settings (or another checkpoint served under the same
+    model name) never shares one. Running it again on the same folder resumes (see the module docstring). When
+    the endpoint fails for good, the finished episodes stay recorded and the error
     (:class:`~stepgym.llm_client.LLMUnavailableError` or :class:`~stepgym.llm_client.LLMConfigError`) is raised
     with a note on how to resume. ``env_factory`` replaces :func:`make_text_env` for an env that needs building by
     hand; it must return the text-interface env (``env_id`` then only names the run).
@@ -378,45 +356,22 @@ def evaluate_endpoint(
     kwargs = dict(env_kwargs or {})
     if split:
         kwargs["split"] = split
-    folder = Path(out_dir)
-    settings = _Settings(
-        env_id, split, kwargs, fmt, history, client.model, system, asdict(sampling), int(seed)
+    settings = _settings(client, check_model, env_id, split, kwargs, fmt, history, system, sampling, seed)
+    folder = Path(out_dir) / settings.key() if key_by_settings else Path(out_dir)
+    writer = _open_writer(
+        folder, {"source": "eval", "method": client.model, "env_id": env_id, "split": split}
     )
-    if check_model:
-        client.check_model()
-    header = {"source": "eval", "method": client.model, "env_id": env_id, "split": split}
-    try:
-        writer = EpisodeWriter(folder / FILE_NAME, header, exclusive=True)
-    except RecordingLockedError:
-        raise EvalRunError(
-            f"another evaluation is writing to {folder}; wait for it or use another --out"
-        ) from None
+    make = _env_maker(env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history)))
     created: list[Any] = []
+    pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
     try:
-        recorded = read_recording(writer.path)
-        if recorded.header.get("source") != "eval":
-            raise EvalRunError(
-                f"{writer.path} holds a recording of another kind ({recorded.header.get('source')!r}, not an "
-                "evaluation); choose another --out"
-            )
-        _check_run(folder, settings)
-        done = {e["task_id"] for e in recorded.episodes}
-        env_lock = threading.Lock()
-        build = env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history))
-
-        def make() -> _Serialised:
-            with env_lock:
-                return _Serialised(build(), env_lock)
-
-        pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        done = _recorded_tasks(writer, folder, settings)
         first = make()
         created.append(first)
         pool.put(first)
-        ids = list(first.unwrapped.task_ids)
-        if limit > 0:
-            ids = ids[:limit]
+        ids = _plan(list(first.unwrapped.task_ids), limit, seed)
+        budgets = tuple(budgets) if budgets else default_budgets(_step_limit(first))
         todo = [(i, tid) for i, tid in enumerate(ids) if tid not in done]
-        resumed = len(ids) - len(todo)
         error = _run_tasks(
             client, todo, writer, make, pool, created, sampling, system, seed, concurrency, progress
         )
@@ -425,31 +380,108 @@ def evaluate_endpoint(
         for env in created:
             with contextlib.suppress(Exception):
                 env.close()
-    wanted = set(ids)  # the summary is of what is on disk, i.e. what `stepgym view` shows
-    episodes = [e for e in read_recording(writer.path).episodes if e["task_id"] in wanted]
+    summary = _write_summary(folder, writer.path, ids, budgets, settings)
+    summary.update(episodes_resumed=len(ids) - len(todo), wall_seconds=time.perf_counter() - t_start)
+    _atomic_write(folder / SUMMARY, json.dumps(summary, indent=1).encode())
+    if error is not None:
+        _raise_with_resume_note(error, summary["n_tasks"], len(ids), writer.path)
+    return summary
+
+
+def _settings(
+    client: ChatClient,
+    check_model: bool,
+    env_id: str,
+    split: str,
+    kwargs: dict[str, Any],
+    fmt: str,
+    history: int | str | None,
+    system: str,
+    sampling: Sampling,
+    seed: int,
+) -> _Settings:
+    """What identifies this evaluation, the served weights included (one ``GET /models``, which also checks that
+    the model is served, when ``check_model``)."""
+    entries = client.served_models() if check_model else []
+    if check_model:
+        client.check_model(entries)
+    served = served_identity(entries, client.model)
+    return _Settings(
+        env_id, split, kwargs, fmt, history, client.model, system, asdict(sampling), int(seed), served=served
+    )
+
+
+def _env_maker(build: Callable[[], Any]) -> Callable[[], _Serialised]:
+    """Builds env copies one at a time, each serialised by the lock all copies share (see :class:`_Serialised`)."""
+    lock = threading.Lock()
+
+    def make() -> _Serialised:
+        with lock:
+            return _Serialised(build(), lock)
+
+    return make
+
+
+def _plan(ids: list[str], limit: int, seed: int) -> list[str]:
+    """The tasks to play, in :func:`stepgym.data.stratified_order` (``limit > 0``: its first ``limit``). A task's
+    position there is its ``group`` in the recording and its sampling-seed offset: the same task has the same
+    index whatever ``limit`` is, so a run resumed with another ``limit`` never confuses two tasks."""
+    from stepgym.data import stratified_order
+
+    order = stratified_order(ids, seed=seed)
+    return order[:limit] if limit > 0 else order
+
+
+def _open_writer(folder: Path, header: Mapping[str, Any]) -> EpisodeWriter:
+    try:
+        return EpisodeWriter(folder / FILE_NAME, dict(header), exclusive=True)
+    except RecordingLockedError:
+        raise EvalRunError(
+            f"another evaluation is writing to {folder}; wait for it or use another --out"
+        ) from None
+
+
+def _recorded_tasks(writer: EpisodeWriter, folder: Path, settings: _Settings) -> set[str]:
+    """The task ids already recorded in ``folder``, after checking it holds this evaluation (not another one)."""
+    recorded = read_recording(writer.path)
+    if recorded.header.get("source") != "eval":
+        raise EvalRunError(
+            f"{writer.path} holds a recording of another kind ({recorded.header.get('source')!r}, not an "
+            "evaluation); choose another --out"
+        )
+    _check_run(folder, settings)
+    return {e["task_id"] for e in recorded.episodes}
+
+
+def _write_summary(
+    folder: Path, path: Path, ids: Sequence[str], budgets: Sequence[int], settings: _Settings
+) -> dict[str, Any]:
+    """The summary of what is on disk for ``ids`` (what ``stepgym view`` shows), not only of this call's work."""
+    wanted = set(ids)
+    episodes = [e for e in read_recording(path).episodes if e["task_id"] in wanted]
     episodes.sort(key=lambda e: e["group"])
     summary = summarise_records(episodes, budgets)
     summary.update(
-        env=env_id,
-        split=split,
-        model=client.model,
+        env=settings.env,
+        split=settings.split,
+        model=settings.model,
         n_planned=len(ids),
         complete=len(episodes) == len(ids),
-        episodes_resumed=resumed,
-        wall_seconds=time.perf_counter() - t_start,
+        out_dir=str(folder),
     )
-    _atomic_write(folder / SUMMARY, json.dumps(summary, indent=1).encode())
-    if error is not None:
-        note = (
-            f" {len(episodes)} of {len(ids)} episodes are recorded in {writer.path}; run the same evaluation "
-            "again to continue where it stopped."
-        )
-        if isinstance(error, LLMUnavailableError):
-            raise LLMUnavailableError(
-                str(error) + "." + note, attempts=error.attempts, last_error=error.last_error
-            ) from error
-        raise type(error)(str(error) + note) from error
     return summary
+
+
+def _raise_with_resume_note(error: Exception, n_done: int, n_planned: int, path: Path) -> None:
+    note = (
+        f" {n_done} of {n_planned} episodes are recorded in {path}; run the same evaluation "
+        "again to continue where it stopped."
+    )
+    if isinstance(error, LLMUnavailableError):
+        raise LLMUnavailableError(
+            str(error) + "." + note, attempts=error.attempts, last_error=error.last_error
+        ) from error
+    raise type(error)(str(error) + note) from error
 
 
 def _run_tasks(
@@ -523,134 +555,3 @@ def _run_tasks(
             if bar is not None:
                 bar.close()
     return error
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Command line: `stepgym eval --model NAME ...` and `stepgym rollout --agent llm ...`
-# ---------------------------------------------------------------------------------------------------------------
-def _history(value: str) -> int | str | None:
-    if value == "default":
-        return value
-    k = int(value)
-    return None if k < 0 else k
-
-
-def build_parser(prog: str = "stepgym eval") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Evaluate a model served behind an OpenAI-compatible chat-completions endpoint (vLLM, SGLang, "
-            "llama.cpp, a hosted API) on every task of an env split, with the training text interface (same "
-            "prompts, history window, action parsing and validity flags as `stepgym train`). Prints success per "
-            "task type and within interaction budgets, the valid-action ratios, token usage and wall time; writes "
-            "every episode to OUT/episodes.jsonl.gz (`stepgym view OUT` shows them) and the summary to "
-            "OUT/summary.json. Interrupted? Run the same "
-            "command again: it continues where it stopped. Settings not given as flags come from OPENAI_BASE_URL "
-            "(or STEPGYM_LLM_BASE_URL), OPENAI_API_KEY (or STEPGYM_LLM_API_KEY) and STEPGYM_LLM_MODEL."
-        ),
-    )
-    ap.add_argument(
-        "--base-url", default=None, help="API root, e.g. http://localhost:8000/v1 ($OPENAI_BASE_URL)"
-    )
-    ap.add_argument("--model", default=None, help="the served model name ($STEPGYM_LLM_MODEL)")
-    ap.add_argument(
-        "--api-key", default=None, help="bearer token; prefer $OPENAI_API_KEY (not in shell history)"
-    )
-    ap.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
-    ap.add_argument("--split", default="valid_seen", help="the split (whole split, fixed order; '' for none)")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N tasks of the split (0: all)")
-    ap.add_argument("--max-steps", type=int, default=0, help="step limit per episode (0: the env's default)")
-    ap.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
-    ap.add_argument(
-        "--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON)"
-    )
-    ap.add_argument(
-        "--format",
-        default="",
-        help="text format: alfworld, webshop, qa, qa-lenient, credit ('': from the env id)",
-    )
-    ap.add_argument(
-        "--history",
-        type=_history,
-        default="default",
-        help="K, steps shown in the prompt (default: the format's; -1: all)",
-    )
-    ap.add_argument("--system", default="", help="a system message sent before every prompt")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--max-tokens", type=int, default=512, help="reply budget per turn")
-    ap.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
-    ap.add_argument(
-        "--sampling-seed", type=int, default=None, help="send per-request seeds derived from this"
-    )
-    ap.add_argument("--seed", type=int, default=0, help="env reset seed of every episode")
-    ap.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    ap.add_argument(
-        "--max-retries", type=int, default=5, help="retries per request (429, 5xx, timeouts, drops)"
-    )
-    ap.add_argument("--budgets", default="10,20,30,40,50", help="interaction budgets for success-within-B")
-    ap.add_argument("--out", default=None, help="output folder (default: runs/eval/<model>-<env>-<split>)")
-    ap.add_argument("--no-check", action="store_true", help="skip the GET /models check of the model name")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--agent", default="llm", choices=["llm"], help=argparse.SUPPRESS)
-    return ap
-
-
-def _print_summary(s: Mapping[str, Any], out: Path) -> None:
-    from stepgym.trainers.evaluate import format_summary
-
-    print(format_summary(s, f"{s['model']} on {s['env']} ({s['split'] or 'no split'})"))
-    print(f"written: {out / FILE_NAME} (`stepgym view {out}` shows the episodes), {out / SUMMARY}")
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
-    """Entry point of ``stepgym eval --model ...`` and ``stepgym rollout --agent llm``."""
-    from stepgym.cli.rollout import _parse_kv
-
-    args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
-    kwargs = _parse_kv(args.env_kwarg)
-    if args.max_steps > 0:
-        kwargs["max_steps"] = args.max_steps
-    if args.data_root is not None:
-        kwargs["data_root"] = args.data_root
-    budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
-    sampling = Sampling(args.temperature, args.top_p, args.max_tokens, args.sampling_seed, tuple(args.stop))
-    try:
-        client = ChatClient(
-            args.base_url,
-            args.model,
-            args.api_key,
-            timeout=args.timeout,
-            max_retries=args.max_retries,
-            max_connections=args.concurrency,
-        )
-    except LLMConfigError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    slug = "-".join(x.replace("/", "_") for x in (client.model, args.env, args.split) if x)
-    out = Path(args.out or f"runs/eval/{slug}")
-    try:
-        with client:
-            summary = evaluate_endpoint(
-                client,
-                args.env,
-                out_dir=out,
-                split=args.split,
-                env_kwargs=kwargs,
-                fmt=args.format,
-                history=args.history,
-                sampling=sampling,
-                system=args.system,
-                concurrency=args.concurrency,
-                limit=args.limit,
-                seed=args.seed,
-                budgets=budgets,
-                check_model=not args.no_check,
-                progress=not args.no_progress,
-            )
-    except (LLMConfigError, LLMUnavailableError, EvalRunError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
-    _print_summary(summary, out)
-    return 0

@@ -102,3 +102,188 @@ def test_unknown_command_and_help() -> None:
     assert out.returncode == 2 and "unknown command 'nope'" in out.stderr
     out = _stepgym("--help")
     assert out.returncode == 0 and "--debug" in out.stdout and "rollout" in out.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad values end in one line naming the fix (issue 28: items 6, 7, 8, 14)
+# ---------------------------------------------------------------------------------------------------------------
+def _assert_one_line(out: subprocess.CompletedProcess, *fragments: str) -> None:
+    _assert_clean_failure(out, *fragments)
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+TOY = "StepGym/CreditToy-v0"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (
+            ["train", "--preset", "alfworld-gigp"],
+            ["unknown preset 'alfworld-gigp'", "--preset alfworld-gigpo"],
+        ),
+        (["eval", "--preset", "nope"], ["unknown preset 'nope'", "--list-presets"]),
+        (["rollout", "--env", TOY, "--split", "valid_seen"], ["has no split 'valid_seen'", "train, valid"]),
+        (["arg", "stats", "--env", TOY, "--split", "test"], ["has no split 'test'", "--split valid"]),
+        (["eval", "--model", "m", "--env", TOY, "--split", "x"], ["has no split 'x'", "train, valid"]),
+        (
+            ["rollout", "--env", TOY, "--agent", "noisy", "--error-rate", "-0.5"],
+            ["--error-rate", "between 0 and 1"],
+        ),
+        (["rollout", "--env", TOY, "--max-steps", "-1"], ["--max-steps must be 0 or more", "env's default"]),
+        (
+            ["rollout", "--env", TOY, "--limit", "-3"],
+            ["--limit must be 0 or more, got -3", "the whole split"],
+        ),
+        (["arg", "build", "--env", TOY, "--out", "x.json", "--limit", "-3"], ["--limit must be 0 or more"]),
+        (["eval", "--model", "m", "--env", TOY, "--limit", "-3"], ["--limit must be 0 or more"]),
+        (["train", "--run.iterations", "-1"], ["--run.iterations must be 0 or more, got -1"]),
+        (["train", "--preset", "credit-grpo", "--eval.limit", "-2"], ["--eval.limit must be 0 or more"]),
+        (["rollout", "--env", TOY, "--env-kwarg", "max_steps"], ["--env-kwarg expects KEY=VALUE"]),
+    ],
+)
+def test_bad_values_are_one_line(args: list[str], fragments: list[str]) -> None:
+    out = _stepgym(*args, extra_env={"OPENAI_BASE_URL": f"http://127.0.0.1:{_closed_port()}/v1"})
+    _assert_one_line(out, *fragments)
+
+
+def test_training_into_a_used_folder_names_resume_and_output_dir(tmp_path: Path) -> None:
+    from stepgym.trainers.checkpoint import checkpoint_name
+
+    run = tmp_path / "run"
+    state = run / "checkpoints" / checkpoint_name(2) / "trainer_state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text("{}")
+    out = _stepgym("train", "--preset", "credit-grpo", "--run.output-dir", str(run))
+    _assert_one_line(out, "already holds a training run", "--run.resume auto", "--run.output-dir")
+    out = _stepgym("train", "--preset", "credit-grpo", "--run.resume", str(tmp_path / "nothing-here"))
+    _assert_one_line(out, "--run.resume", "not a complete stepgym checkpoint")
+
+
+def test_the_split_defaults_to_the_envs_evaluation_split() -> None:
+    out = _stepgym("rollout", "--env", TOY, "--limit", "2", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert f"expert on {TOY} (valid, a stratified sample of 2 tasks (seed 0))" in out.stdout
+
+
+def test_limit_zero_is_the_whole_split(tmp_path: Path) -> None:
+    out = _stepgym(
+        "rollout",
+        "--env",
+        TOY,
+        "--env-kwarg",
+        "n_tasks=5",
+        "--limit",
+        "0",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "e.jsonl"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert len((tmp_path / "e.jsonl").read_text().splitlines()) == 5
+
+
+def test_env_splits_match_the_envs_own_tables() -> None:
+    from stepgym.data import ENV_SPLITS
+    from stepgym.envs import ENV_IDS, credit, credit_family
+    from stepgym.envs.alfworld import games
+    from stepgym.envs.searchqa import datasets
+    from stepgym.envs.webshop import goals
+
+    assert set(ENV_SPLITS) == set(ENV_IDS)
+    own = {
+        "StepGym/ALFWorld-v0": set(games.SPLITS),
+        "StepGym/WebShop-v0": {*goals.HUMAN_SPLITS, "all"},
+        "StepGym/WebShopSite-v0": {*goals.HUMAN_SPLITS, "all"},
+        "StepGym/SearchQA-v0": set(datasets.SPLITS),
+        "StepGym/CreditToy-v0": set(credit._SPLIT_OFFSET),
+        "StepGym/CreditFamily-v0": set(credit_family._SPLIT_OFFSET),
+    }
+    for env_id, splits in ENV_SPLITS.items():
+        assert set(splits.names) == own[env_id] and splits.evaluation in splits.names, env_id
+
+
+def test_limit_takes_a_seeded_stratified_sample(data_dir: Path) -> None:
+    """ALFWorld's split order is sorted by task type, so the first 12 valid_seen games are of one type or two; the
+    sample of 12 holds every type, is the same for the same seed, and grows by adding tasks."""
+    from stepgym.data import sample_tasks, task_group
+    from stepgym.envs.alfworld.games import list_games
+
+    ids = [g.task_id for g in list_games("valid_seen", root=data_dir / "alfworld")]
+    types = {task_group(t) for t in ids}
+    assert len(types) == 6 and len({task_group(t) for t in ids[:12]}) <= 2
+    sample = sample_tasks(ids, 12, seed=0)
+    assert {task_group(t) for t in sample} == types and sample == sample_tasks(ids, 12, seed=0)
+    assert sample != sample_tasks(ids, 12, seed=1) and set(sample) < set(sample_tasks(ids, 30, seed=0))
+    assert sample == [t for t in ids if t in set(sample)]  # in the split's order
+    assert sample_tasks(ids, 0) == ids
+
+
+def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path: Path, monkeypatch, capsys) -> None:
+    import stepgym.cli as cli
+    from stepgym.cli import _args
+    from stepgym.cli.train import _train_interrupt_note
+    from stepgym.trainers.config import RunConfig, TrainConfig
+
+    def interrupted(argv: list[str]) -> int:
+        _args.on_interrupt(lambda: "3 episodes are recorded in OUT; run the same command again")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys.modules[__name__], "interrupted", interrupted, raising=False)
+    monkeypatch.setitem(cli.SUBCOMMANDS, "fake", (f"{__name__}:interrupted", ""))
+    assert cli.main(["fake"]) == 130
+    assert "stepgym fake: interrupted; 3 episodes are recorded in OUT" in capsys.readouterr().err
+    cfg = TrainConfig(run=RunConfig(output_dir=str(tmp_path / "run")))
+    assert "no checkpoint was saved yet" in _train_interrupt_note(cfg)
+    from stepgym.trainers.checkpoint import checkpoint_name
+
+    (tmp_path / "run" / "checkpoints" / checkpoint_name(4)).mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / checkpoint_name(4) / "trainer_state.json").write_text("{}")
+    assert "--run.resume auto" in _train_interrupt_note(cfg) and checkpoint_name(4) in _train_interrupt_note(
+        cfg
+    )
+
+
+def test_helps_show_what_a_new_user_needs() -> None:
+    out = _stepgym("rollout", "--help")
+    assert out.returncode == 0 and "--base-url" in out.stdout and "--concurrency" in out.stdout
+    out = _stepgym("arg", "stats", "--help")
+    assert (
+        out.returncode == 0
+        and "Progress-Advancing" in out.stdout
+        and "the env's evaluation split" in out.stdout
+    )
+    out = _stepgym("train", "--help")
+    head = " ".join(out.stdout.split()[:200])
+    assert (
+        out.returncode == 0
+        and "--preset NAME" in head
+        and "alfworld-gigpo" in head
+        and "--run.resume" in head
+    )
+
+
+def test_presets_give_each_env_its_own_budgets_and_comparisons() -> None:
+    from stepgym.trainers.presets import PRESETS
+
+    step_limit = {"StepGym/ALFWorld-v0": 50, "StepGym/WebShop-v0": 15, "StepGym/SearchQA-v0": 5, TOY: 10}
+    for name, (_, cfg) in PRESETS.items():
+        limit = cfg.eval.max_steps or cfg.env.max_steps or step_limit[cfg.env.id]
+        assert max(cfg.eval.budgets) == limit, name  # budgets reach the episode's end, never past it
+        if "ALFWorld" not in cfg.env.id:
+            assert "alfworld" not in cfg.record.compare[0], name  # the viewer's second column
+
+
+def test_a_webshop_rollout_needs_no_split(data_dir: Path) -> None:
+    """The README's WebShop command: no --split (it used to default to ALFWorld's valid_seen and crash)."""
+    out = _stepgym(
+        "rollout",
+        "--env",
+        "StepGym/WebShop-v0",
+        "--limit",
+        "2",
+        "--no-progress",
+        extra_env={"STEPGYM_DATA": str(data_dir)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "expert on StepGym/WebShop-v0 (test, a stratified sample of 2 tasks" in out.stdout

@@ -53,8 +53,11 @@ def test_build_and_eval(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFi
         )
         == 0
     )
-    table = capsys.readouterr().out
+    captured = capsys.readouterr()
+    table = captured.out
     assert "| bamboogle | 40 |" in table and "overlap@3" in table
+    # each long step says what it is doing on stderr (the tables stay alone on stdout)
+    assert "bm25: ready in" in captured.err and "answer recall on nq (40 questions)" in captured.err
     report = json.loads(out.read_text())
     run = report["runs"]["bm25"]
     assert set(run["recall"]) == {"bamboogle", "nq"} and run["agreement"]["all"]["n"] == 200

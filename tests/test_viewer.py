@@ -26,6 +26,7 @@ from stepgym.recording import (
     read_records,
 )
 from stepgym.viewer import ViewerServer, export_html, load_run
+from stepgym.viewer.server import _template, unpack_bundle
 
 
 def _steps(path: Path) -> list[dict]:
@@ -324,9 +325,12 @@ def test_export_embeds_data_without_markup(tmp_path: Path, capsys: pytest.Captur
     html = out.read_text(encoding="utf-8")
     assert "<script>window.__pwned" not in html and "<img src=x" not in html
     assert "connect-src 'none'" in html
-    start = html.index('id="stepgym-data">') + len('id="stepgym-data">')
-    bundle = json.loads(html[start : html.index("</script>", start)])
-    assert bundle == json.loads(json.dumps(load_run(tmp_path / "run").as_bundle()))
+    tag = 'id="stepgym-data" data-encoding="gzip-base64">'
+    start = html.index(tag) + len(tag)
+    bundle = unpack_bundle(html[start : html.index("</script>", start)])
+    plain = json.dumps(load_run(tmp_path / "run").as_bundle())
+    assert bundle == json.loads(plain)
+    assert len(html) < len(_template()) + len(plain) / 2  # compressed: the export is not the JSON's size
     assert export_html(load_run(tmp_path / "run"), out) == out
 
 

@@ -4,9 +4,9 @@ This module only dispatches, importing the subcommand's module when it is called
 imports torch). ``python -m stepgym.cli`` is the same as the ``stepgym`` console script.
 
 An expected failure (:data:`EXPECTED_ERRORS`: stepgym's own errors, whose messages name the fix, a missing extra,
-an unknown env id, a file or a server that is not there) prints one message to stderr and exits with status 1;
+an unknown env id, a file or a server that is not there) prints one line to stderr and exits with status 1;
 its traceback is for developers, shown with ``stepgym --debug ...`` or ``STEPGYM_DEBUG=1``. Anything else is a
-bug and keeps its traceback.
+bug and keeps its traceback. Ctrl-C prints what the subcommand saved and how to resume it (exit status 130).
 """
 
 from __future__ import annotations
@@ -80,11 +80,14 @@ def _pop_debug(argv: list[str]) -> tuple[list[str], bool]:
 
 
 def _report(prog: str, exc: BaseException) -> None:
+    """One line on stderr: the message (its own line breaks folded) and how to see the traceback."""
     message = str(exc).strip() or type(exc).__name__
     if isinstance(exc, OSError) and not isinstance(exc, StepGymError) and exc.filename:
         message = f"{exc.strerror or type(exc).__name__}: {exc.filename}"
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    print(f"(rerun with `stepgym --debug ...` or {DEBUG_ENV_VAR}=1 for the traceback)", file=sys.stderr)
+    message = " ".join(message.split())
+    print(
+        f"{prog}: error: {message} (traceback: `stepgym --debug ...` or {DEBUG_ENV_VAR}=1)", file=sys.stderr
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         if debug:
             traceback.print_exc()
-        print(f"stepgym {name}: interrupted", file=sys.stderr)
+        from stepgym.cli._args import interrupt_note
+
+        print(f"stepgym {name}: interrupted; {interrupt_note()}", file=sys.stderr)
         return 130
     return int(result or 0)

@@ -2,7 +2,7 @@
 
 * ``stepgym arg build --env StepGym/ALFWorld-v0 --split train --out arg.json`` seeds per-task graphs from the
   stored walkthroughs (``--source walkthroughs``, ALFWorld) or from the env's expert (``--source expert``).
-* ``stepgym arg stats --split valid_seen`` seeds the graphs of a split (``--source``), then plays the
+* ``stepgym arg stats`` (default: the env's evaluation split) seeds the graphs of a split (``--source``), then plays the
   expert, a noisy expert and a random agent on every game and prints, per task type, the share of steps that
   are Reasonable and Progress-Advancing, and the share of *unreasonable* steps inside *successful* episodes
   (ProAS reports 41.6% for GRPO's successful ALFWorld trajectories).
@@ -19,6 +19,8 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.agents import make_agent
+from stepgym.cli._args import check_count, check_probability
+from stepgym.data import check_split, sample_tasks
 from stepgym.reference_graph import AgenticReferenceGraph
 from stepgym.rollout import play_episode
 
@@ -26,10 +28,18 @@ from stepgym.rollout import play_episode
 def _make_env(args: argparse.Namespace) -> gym.Env:
     import stepgym  # noqa: F401 - registers the envs
 
-    kwargs: dict[str, Any] = {"split": args.split}
+    check_count("--limit", args.limit, meaning_of_zero="the whole split")
+    if args.cmd == "stats":
+        check_probability("--error-rate", args.error_rate)
+    args.split = check_split(args.env, args.split)
+    kwargs: dict[str, Any] = {"split": args.split} if args.split else {}
     if args.data_root:
         kwargs["data_root"] = args.data_root
     return gym.make(args.env, **kwargs)
+
+
+def _task_ids(env: gym.Env, args: argparse.Namespace) -> list[str]:
+    return sample_tasks(env.unwrapped.task_ids, args.limit, seed=getattr(args, "seed", 0))
 
 
 def _seed(arg: AgenticReferenceGraph, env: gym.Env, source: str, task_ids: list[str]) -> int:
@@ -45,7 +55,7 @@ def _seed(arg: AgenticReferenceGraph, env: gym.Env, source: str, task_ids: list[
 
 def build(args: argparse.Namespace) -> int:
     env = _make_env(args)
-    ids = env.unwrapped.task_ids[: args.limit] if args.limit else env.unwrapped.task_ids
+    ids = _task_ids(env, args)
     arg = AgenticReferenceGraph()
     n = _seed(arg, env, args.source, ids)
     arg.save(args.out)
@@ -91,7 +101,7 @@ def measure(
 
 def stats(args: argparse.Namespace) -> int:
     env = _make_env(args)
-    ids = env.unwrapped.task_ids[: args.limit] if args.limit else env.unwrapped.task_ids
+    ids = _task_ids(env, args)
     arg = AgenticReferenceGraph()
     _seed(arg, env, args.source, ids)
     agents = {
@@ -113,23 +123,40 @@ def stats(args: argparse.Namespace) -> int:
     return 0
 
 
+_HELP = {
+    "build": "seed per-task reference graphs of a split and write them to a JSON file",
+    "stats": "seed the graphs of a split, play the expert, a noisy expert and a random agent on it, and print per "
+    "task type the share of Reasonable and Progress-Advancing steps (and of unreasonable steps in won episodes)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="stepgym arg", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("build", "stats"):
-        p = sub.add_parser(name)
-        p.add_argument("--env", default="StepGym/ALFWorld-v0")
-        p.add_argument("--split", default="valid_seen")
+    for name, help_ in _HELP.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
+        p.add_argument("--split", default=None, help="the split (default: the env's evaluation split)")
         p.add_argument(
-            "--source", choices=["walkthroughs", "expert", "walkthroughs+expert"], default="walkthroughs"
+            "--source",
+            choices=["walkthroughs", "expert", "walkthroughs+expert"],
+            default="walkthroughs",
+            help="what seeds the graphs: the stored walkthroughs (ALFWorld), the env's expert, or both",
         )
-        p.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
-        p.add_argument("--data-root", default=None)
+        p.add_argument(
+            "--limit",
+            type=int,
+            default=0,
+            help="a fixed sample of N tasks, stratified by task type (seeded with --seed; 0: the whole split)",
+        )
+        p.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
         if name == "build":
             p.add_argument("--out", required=True, help="JSON file to write")
         else:
-            p.add_argument("--error-rate", type=float, default=0.2)
-            p.add_argument("--seed", type=int, default=0)
-            p.add_argument("--no-progress", action="store_true")
+            p.add_argument(
+                "--error-rate", type=float, default=0.2, help="the noisy expert's random-action rate"
+            )
+            p.add_argument("--seed", type=int, default=0, help="seed of the agents' random choices")
+            p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     return build(args) if args.cmd == "build" else stats(args)

@@ -7,30 +7,13 @@ import json
 import sys
 from typing import Any
 
-import gymnasium as gym
-
-from stepgym.agents import make_agent
-from stepgym.rollout import evaluate
-from stepgym.schema import Trajectory
+from stepgym.cli._args import check_count, check_probability, on_interrupt, parse_kv
 
 __all__ = ["main"]
 
 
-def _parse_kv(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"--env-kwarg expects key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
-
-
 def _llm_requested(argv: list[str] | None) -> bool:
-    """``--agent llm`` is played by :mod:`stepgym.llm_eval` (concurrent, resumable, its own options)."""
+    """``--agent llm`` is played by :mod:`stepgym.cli.endpoint` (concurrent, resumable, its own options)."""
     args = list(sys.argv[1:] if argv is None else argv)
     return any(
         a == "--agent=llm" or (a == "--agent" and i + 1 < len(args) and args[i + 1] == "llm")
@@ -38,28 +21,33 @@ def _llm_requested(argv: list[str] | None) -> bool:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    if _llm_requested(argv):
-        from stepgym.llm_eval import main as llm_main
-
-        return llm_main(argv, prog="stepgym rollout")
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="stepgym rollout", description="Run an agent on a stepgym env and print success per task type."
+        prog="stepgym rollout",
+        description="Run an agent on a stepgym env and print success per task type. The options of "
+        "`--agent llm` (a served model) are listed after these.",
     )
     ap.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
-    ap.add_argument("--split", default="valid_seen", help="the split to evaluate (whole split, fixed order)")
+    ap.add_argument("--split", default=None, help="the split to play (default: the env's evaluation split)")
     ap.add_argument(
         "--agent",
         default="expert",
         choices=["expert", "random", "noisy", "llm"],
-        help="llm: a model behind an OpenAI-compatible endpoint (`stepgym rollout --agent llm --help`)",
+        help="llm: a model behind an OpenAI-compatible endpoint (its options follow)",
     )
     ap.add_argument(
         "--error-rate", type=float, default=0.2, help="noisy expert: probability of a random action"
     )
-    ap.add_argument("--seed", type=int, default=0, help="seed of the agent's random choices")
-    ap.add_argument("--limit", type=int, default=None, help="only the first N tasks of the split")
-    ap.add_argument("--max-steps", type=int, default=None, help="step limit (env default if omitted)")
+    ap.add_argument(
+        "--seed", type=int, default=0, help="seed of the agent's random choices and of the --limit sample"
+    )
+    ap.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="a fixed sample of N tasks, stratified by task type and seeded with --seed (0: the whole split)",
+    )
+    ap.add_argument("--max-steps", type=int, default=0, help="step limit (0: the env's default)")
     ap.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
     ap.add_argument(
         "--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON values)"
@@ -72,17 +60,58 @@ def main(argv: list[str] | None = None) -> int:
         help="record the episodes for `stepgym view` (DIR/episodes.jsonl.gz)",
     )
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
 
-    import stepgym  # noqa: F401 - registers the envs
 
-    kwargs = {"split": args.split, **_parse_kv(args.env_kwarg)}
-    if args.max_steps is not None:
+def _help_with_llm_options(ap: argparse.ArgumentParser) -> int:
+    from stepgym.cli.endpoint import build_parser as llm_parser
+
+    llm = llm_parser("stepgym rollout --agent llm").format_help()
+    print(
+        ap.format_help() + "\n--agent llm (a served model; its own flags, and --env/--split/--limit/... as "
+        "above):\n\n" + llm
+    )
+    return 0
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    from stepgym.data import check_split
+
+    check_count("--limit", args.limit, meaning_of_zero="the whole split")
+    check_count("--max-steps", args.max_steps, meaning_of_zero="the env's default")
+    check_probability("--error-rate", args.error_rate)
+    kwargs: dict[str, Any] = {"split": check_split(args.env, args.split), **parse_kv(args.env_kwarg)}
+    if not kwargs["split"]:
+        del kwargs["split"]
+    if args.max_steps > 0:
         kwargs["max_steps"] = args.max_steps
     if args.data_root is not None:
         kwargs["data_root"] = args.data_root
+    return kwargs
+
+
+def main(argv: list[str] | None = None) -> int:
+    if _llm_requested(argv):
+        from stepgym.cli.endpoint import main as llm_main
+
+        return llm_main(argv, prog="stepgym rollout")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = build_parser()
+    if "-h" in argv or "--help" in argv:
+        return _help_with_llm_options(ap)
+    args = ap.parse_args(argv)
+    kwargs = _env_kwargs(args)
+
+    import gymnasium as gym
+
+    import stepgym  # noqa: F401 - registers the envs
+    from stepgym.agents import make_agent
+    from stepgym.data import sample_tasks
+    from stepgym.rollout import evaluate
+
     env = gym.make(args.env, **kwargs)
     agent = make_agent(args.agent, seed=args.seed, error_rate=args.error_rate)
+    ids = sample_tasks(env.unwrapped.task_ids, args.limit, seed=args.seed)
     sink = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115 - closed below
     recorder = None
     if args.record:
@@ -91,20 +120,29 @@ def main(argv: list[str] | None = None) -> int:
         recorder = GroupRecorder(
             args.record, meta={"source": "rollout", "method": args.agent, "env_id": args.env}
         )
+    saved = [f for f in (args.out, args.record) if f]
+    on_interrupt(
+        lambda: (
+            f"the finished episodes are in {' and '.join(saved)}; a rollout does not resume, run it again"
+            if saved
+            else "nothing was saved (pass --out FILE or --record DIR to keep the episodes)"
+        )
+    )
     try:
 
-        def write(ep: dict[str, Any], traj: Trajectory) -> None:
+        def write(ep: dict[str, Any], traj: Any) -> None:
             if sink is not None:
                 sink.write(json.dumps(ep) + "\n")
                 sink.flush()
             if recorder is not None:
                 recorder.record_trajectories([traj])
 
-        result = evaluate(env, agent, limit=args.limit, progress=not args.no_progress, on_episode=write)
+        result = evaluate(env, agent, task_ids=ids, progress=not args.no_progress, on_episode=write)
     finally:
         if sink is not None:
             sink.close()
         env.close()
-    print(f"{args.agent} on {args.env} ({args.split}):")
+    sample = f", a stratified sample of {len(ids)} tasks (seed {args.seed})" if args.limit else ""
+    print(f"{args.agent} on {args.env} ({kwargs.get('split', 'no split')}{sample}):")
     print(result.table())
     return 0

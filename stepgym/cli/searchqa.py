@@ -108,6 +108,11 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(text: str) -> None:
+    """A progress line on stderr (stdout keeps only the report tables)."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def _eval(args: argparse.Namespace) -> int:
     from stepgym.envs.searchqa.datasets import load_split
     from stepgym.envs.searchqa.evaluation import agreement, answer_recall, load_search_log
@@ -124,11 +129,18 @@ def _eval(args: argparse.Namespace) -> int:
     }
     for spec in args.retrievers.split(","):
         t0 = time.perf_counter()
+        if spec.startswith("dense"):
+            _say(
+                f"{spec}: loading the index, or, on the first run, encoding all {len(corpus):,} passages (a bar "
+                "follows; minutes on a CPU, then cached)"
+            )
         r = make_retriever(corpus=corpus, progress=True, **parse_spec(spec))
         build_s = time.perf_counter() - t0
+        _say(f"{spec}: ready in {build_s:.1f} s")
         recall = {}
         for name in args.datasets.split(","):
             rows = load_split(name, "test", args.data_root)
+            _say(f"{spec}: answer recall on {name} ({len(rows[: args.limit or None]):,} questions)")
             recall[name] = {
                 "n": len(rows[: args.limit or None]),
                 **answer_recall(r, rows[: args.limit or None], ks),

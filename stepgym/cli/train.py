@@ -18,7 +18,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-__all__ = ["eval_main", "parse_config", "train_main"]
+from stepgym.cli._args import check_count, on_interrupt
+from stepgym.errors import InvalidArgumentError
+
+__all__ = ["check_config", "eval_main", "parse_config", "train_main"]
 
 
 def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str], argparse.Namespace]:
@@ -44,13 +47,78 @@ def parse_config(argv: Sequence[str], prog: str = "stepgym train") -> Any:
 
     preset, rest, _ = _split_preset(argv, prog)
     default = get_preset(preset) if preset else TrainConfig()
-    desc = (
-        f"{prog}: GRPO with step-level shapers. Preset: {preset or '(defaults)'}. Use --list-presets to see them; "
-        "--shaper-module MODULE_OR_FILE imports shapers you registered yourself."
-    )
+    desc = _TRAIN_DESCRIPTION.format(preset=preset or "(defaults)", presets=_preset_names())
     if prog == "stepgym eval":
         desc = _EVAL_DESCRIPTION.format(preset=preset or "(defaults)")
-    return tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
+    cfg = tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
+    check_config(cfg)
+    return cfg
+
+
+#: Integer settings whose negative values mean something (documented in the config): the lowest value allowed.
+_INT_MINIMUM = {"env.history": -1}
+
+
+def check_config(cfg: Any, prefix: str = "") -> None:
+    """Reject negative counts anywhere in the config (``--run.iterations -1`` ran nothing and exited 0): an
+    :class:`~stepgym.errors.InvalidArgumentError` naming the flag."""
+    import dataclasses
+
+    for f in dataclasses.fields(cfg):
+        value, name = getattr(cfg, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            check_config(value, name + ".")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            check_count(f"--{name.replace('_', '-')}", value, minimum=_INT_MINIMUM.get(name, 0))
+
+
+def _preset_names() -> str:
+    from stepgym.trainers.presets import PRESETS
+
+    return ", ".join(PRESETS)
+
+
+_TRAIN_DESCRIPTION = (
+    "stepgym train: GRPO with step-level shapers. Preset: {preset}. Start from a preset with --preset NAME (one of "
+    "{presets}; --list-presets describes them), then override any field below. The common ones: "
+    "--run.output-dir DIR, --run.iterations N, --run.resume auto (continue a run in --run.output-dir), "
+    "--model.name, --env.id, --rollout.n-tasks, --rollout.group-size, --shaper.base. "
+    "--shaper-module MODULE_OR_FILE imports shapers you registered yourself."
+)
+
+
+def _check_output_dir(cfg: Any) -> None:
+    """A fresh run into a folder that already holds a run's checkpoints, or a ``--run.resume`` that names no
+    checkpoint, is refused here with the flags that fix it (the trainer would raise a ``CheckpointError``)."""
+    from pathlib import Path
+
+    from stepgym.trainers.checkpoint import CheckpointError, find_latest, read_state, resume_path
+
+    out = Path(cfg.run.output_dir)
+    if not cfg.run.resume and find_latest(out / "checkpoints") is not None:
+        raise InvalidArgumentError(
+            f"{out} already holds a training run; continue it with --run.resume auto, or start a new one in "
+            "another folder with --run.output-dir DIR"
+        )
+    if cfg.run.resume and cfg.run.resume != "auto":
+        try:
+            read_state(resume_path(cfg.run.resume, out / "checkpoints"))
+        except CheckpointError as exc:
+            raise InvalidArgumentError(f"--run.resume {cfg.run.resume}: {exc}") from None
+
+
+def _train_interrupt_note(cfg: Any) -> str:
+    from pathlib import Path
+
+    from stepgym.trainers.checkpoint import find_latest
+
+    last = find_latest(Path(cfg.run.output_dir) / "checkpoints")
+    if last is None:
+        return (
+            f"no checkpoint was saved yet (every {cfg.run.save_every} iterations, --run.save-every); run the "
+            "command again to start over"
+        )
+    return f"the last checkpoint is {last}; continue with the same command plus --run.resume auto"
 
 
 def _list_presets() -> int:
@@ -69,8 +137,10 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     if ns.list_presets:
         return _list_presets()
     cfg = parse_config(argv, "stepgym train")
+    _check_output_dir(cfg)
     from stepgym.trainers.grpo import GRPOTrainer
 
+    on_interrupt(lambda: _train_interrupt_note(cfg))
     trainer = GRPOTrainer(cfg)
     try:
         result = trainer.train()
@@ -108,7 +178,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     OpenAI-compatible endpoint with ``--model NAME`` (:mod:`stepgym.llm_eval`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if _endpoint_requested(argv):
-        from stepgym.llm_eval import main as endpoint_main
+        from stepgym.cli.endpoint import main as endpoint_main
 
         return endpoint_main(argv, prog="stepgym eval")
     _, _, ns = _split_preset(argv, "stepgym eval")
@@ -127,6 +197,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         cfg = replace(cfg, run=replace(cfg.run, output_dir=cfg.run.output_dir + "-eval", tensorboard=False))
+    on_interrupt(lambda: "nothing was written (eval.json is written at the end); run the command again")
     trainer = GRPOTrainer(cfg)
     try:
         results = trainer.evaluate() if trainer.dist.is_main else []  # torchrun: rank 0 evaluates

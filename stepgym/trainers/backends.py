@@ -240,7 +240,7 @@ def make_backend(kind: str, **kwargs: Any) -> RolloutBackend:
 
         return VLLMBackend(**kwargs)
     if kind == "openai":  # an OpenAI-compatible endpoint, for evaluation (stepgym.llm_eval)
-        from stepgym.llm_eval import EndpointBackend
+        from stepgym.trainers.endpoint_backend import EndpointBackend
 
         return EndpointBackend(**kwargs)
     raise ValueError(f"unknown rollout backend {kind!r}; expected one of {BACKENDS}")

@@ -87,16 +87,17 @@ def evaluate(
     seed: int = 0,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Play every task of ``collector``'s env (its first ``limit`` tasks if set) once and summarise.
+    """Play every task of ``collector``'s env once (a fixed sample of ``limit`` tasks, stratified by task type
+    and seeded with ``seed``, when ``limit > 0``: :func:`stepgym.data.sample_tasks`) and summarise.
 
     ``collector`` must have ``group_size == 1``. Episodes are reset with ``seed`` (fixed), and sampling seeds come
     from a generator seeded with it, so an evaluation is reproducible and does not touch the training RNG.
     """
     if collector.group_size != 1:
         raise ValueError("evaluation plays each task once: build the collector with group_size=1")
-    ids = collector.task_ids()
-    if limit > 0:
-        ids = ids[:limit]
+    from stepgym.data import sample_tasks
+
+    ids = sample_tasks(collector.task_ids(), limit, seed=seed)
     rng = np.random.default_rng(seed)
     trajs: list[schema.Trajectory] = []
     bar = None

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from stepgym.errors import InvalidArgumentError
+from stepgym.recording import RecordConfig
 from stepgym.trainers.config import (
     EnvConfig,
     EvalConfig,
@@ -36,7 +38,7 @@ from stepgym.trainers.config import (
 )
 from stepgym.trainers.shapers import ShapeConfig
 
-__all__ = ["PRESETS", "get_preset"]
+__all__ = ["PRESETS", "UnknownPresetError", "get_preset"]
 
 PAPER_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -61,6 +63,24 @@ _SEARCHQA_ENV = EnvConfig(
 )
 
 
+#: Shapers recomputed on each recorded batch for the viewer's side-by-side (``record.compare``), named for each env:
+#: the recorder's default (ALFWorld's recipes) made ``grpo-alfworld`` the viewer's second column on other envs.
+_COMPARE = {
+    _ALFWORLD_ENV.id: ("grpo-alfworld", "gigpo-alfworld"),
+    _WEBSHOP_ENV.id: ("grpo", "gigpo-webshop"),
+    _SEARCHQA_ENV.id: ("grpo",),
+    "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
+}
+
+#: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
+#: Search-QA ``max_turns`` 4 + 1 answer): ALFWorld's 10..50 would say nothing about a 15-step WebShop episode.
+_BUDGETS = {
+    _ALFWORLD_ENV.id: (10, 20, 30, 40, 50),
+    _WEBSHOP_ENV.id: (3, 6, 9, 12, 15),
+    _SEARCHQA_ENV.id: (1, 2, 3, 4, 5),
+}
+
+
 def _paper(env: EnvConfig, shaper: ShapeConfig, name: str, **over: object) -> TrainConfig:
     base = TrainConfig(
         run=RunConfig(output_dir=f"runs/{name}", iterations=150, save_every=10),
@@ -70,7 +90,8 @@ def _paper(env: EnvConfig, shaper: ShapeConfig, name: str, **over: object) -> Tr
         shaper=shaper,
         loss=LossConfig(kl_coef=0.01),
         optim=OptimConfig(lr=1e-6, mini_batches=4, micro_batch_tokens=16384),
-        eval=EvalConfig(every=10),
+        eval=EvalConfig(every=10, budgets=_BUDGETS[env.id]),
+        record=RecordConfig(compare=_COMPARE[env.id]),
     )
     return replace(base, **over)  # type: ignore[arg-type]
 
@@ -124,6 +145,7 @@ def _credit(shaper: ShapeConfig, name: str) -> TrainConfig:
         optim=OptimConfig(lr=5e-4),
         warmup=WarmupConfig(steps=200),
         eval=EvalConfig(limit=24, budgets=(6, 8, 10)),
+        record=RecordConfig(compare=_COMPARE["StepGym/CreditToy-v0"]),
     )
 
 
@@ -192,8 +214,22 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
 PRESETS: dict[str, tuple[str, TrainConfig]] = _build()
 
 
+class UnknownPresetError(InvalidArgumentError, KeyError):
+    """``--preset`` names no preset (a :class:`KeyError` too, for code that looked a preset up by key)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 def get_preset(name: str) -> TrainConfig:
+    """The preset ``name``; an unknown name is an :class:`UnknownPresetError` listing them (and the closest)."""
     try:
         return PRESETS[name][1]
     except KeyError:
-        raise KeyError(f"unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}") from None
+        import difflib
+
+        close = difflib.get_close_matches(name, PRESETS, n=1)
+        hint = f"did you mean --preset {close[0]}? " if close else ""
+        raise UnknownPresetError(
+            f"unknown preset {name!r}; {hint}available: {', '.join(sorted(PRESETS))} (`--list-presets` describes them)"
+        ) from None

@@ -73,9 +73,15 @@ def _plot_curves(records: Sequence[dict[str, Any]], path: Path, title: str) -> b
     return True
 
 
-def _label(action: Any) -> str:
-    text = action if isinstance(action, str) and action else "<invalid>"
-    return "".join(ch if ch.isprintable() else "?" for ch in text)[:18]
+def _label(action: Any, valid: bool = True, width: int = 16) -> str:
+    """A tick label for one step: the action on at most two lines of ``width`` characters (longer ones end in
+    "..."), ASCII only so that every glyph is in matplotlib's default font (a "✗" once printed as a box)."""
+    import textwrap
+
+    text = action if isinstance(action, str) and action.strip() else "(no action)"
+    text = "".join(ch if ch.isascii() and ch.isprintable() else "?" for ch in " ".join(text.split()))
+    lines = textwrap.wrap(text, width, max_lines=2, placeholder="...") or [text[:width]]
+    return "\n".join(lines) + ("" if valid else "\n(invalid)")
 
 
 def _plot_credit(credit: dict[str, Any], path: Path) -> bool:
@@ -88,7 +94,7 @@ def _plot_credit(credit: dict[str, Any], path: Path) -> bool:
     trajs = credit.get("trajectories") or []
     if not trajs:
         return False
-    fig, axes = plt.subplots(len(trajs), 1, figsize=(10, 2.3 * len(trajs)), squeeze=False)
+    fig, axes = plt.subplots(len(trajs), 1, figsize=(10, 2.9 * len(trajs)), squeeze=False)
     method = credit.get("method", "shaper")
     for ax, tr in zip(axes.ravel(), trajs, strict=True):
         steps = tr["steps"]
@@ -96,17 +102,24 @@ def _plot_credit(credit: dict[str, Any], path: Path) -> bool:
         ax.bar(x - 0.2, [s["grpo"] for s in steps], width=0.4, label="GRPO", color="#999999")
         ax.bar(x + 0.2, [s["shaped"] for s in steps], width=0.4, label=method, color="#1f77b4")
         ax.axhline(0, color="black", linewidth=0.6)
-        labels = [_label(s["action"]) + ("" if s["valid"] else " ✗") for s in steps]
+        labels = [_label(s["action"], bool(s["valid"])) for s in steps]
         ax.set_xticks(x)
-        ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
-        ax.set_title(f"{tr['task_id']} — {'success' if tr['won'] else 'failure'}", fontsize=9)
+        ax.set_xticklabels(
+            labels,
+            rotation=0 if len(steps) <= 6 else 30,
+            ha="center" if len(steps) <= 6 else "right",
+            fontsize=7,
+        )
+        ax.set_title(
+            f"{_label(tr['task_id'], width=90)} - {'success' if tr['won'] else 'failure'}", fontsize=9
+        )
         ax.set_ylabel("advantage")
         ax.legend(fontsize=7, loc="upper right")
     fig.suptitle(
         f"Credit picture (iteration {credit.get('iteration')}): per-step advantage, GRPO vs {method}"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # "tight": no tick label is cut at the figure's edge
     plt.close(fig)
     return True
 
@@ -132,6 +145,19 @@ def _eval_tables(evals: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _wall_time(records: Sequence[dict[str, Any]], wall_seconds: float | None) -> list[str]:
+    """The run's wall time, split so that it agrees with ``metrics.jsonl``: the iterations' own time (the sum of
+    ``time/iteration_s``) and the rest (model and env setup, the format warm-up, evaluations, checkpoints)."""
+    in_iterations = sum(float(r.get("time/iteration_s") or 0.0) for r in records)
+    if wall_seconds is None:
+        return [f"- time in iterations: {in_iterations:.0f} s (sum of `time/iteration_s` in metrics.jsonl)"]
+    rest = max(0.0, wall_seconds - in_iterations)
+    return [
+        f"- wall time: {wall_seconds:.0f} s = {in_iterations:.0f} s in iterations (sum of `time/iteration_s` in "
+        f"metrics.jsonl) + {rest:.0f} s of setup, warm-up, evaluation and checkpoints"
+    ]
+
+
 def write_report(
     output_dir: str | Path,
     *,
@@ -148,21 +174,21 @@ def write_report(
     credit_path = out / "credit.json"
     credit = json.loads(credit_path.read_text(encoding="utf-8")) if credit_path.is_file() else {}
     figs: list[str] = []
+    no_figures = "(no figures: no iteration was recorded)"
     try:
         if _plot_curves(records, rep / "learning_curves.png", f"{method} on {config['env']['id']}"):
             figs.append("learning_curves.png")
         if _plot_credit(credit, rep / "credit.png"):
             figs.append("credit.png")
     except ImportError:
-        figs = []
+        figs, no_figures = [], "(figures skipped: matplotlib is not installed)"
     last = records[-1] if records else {}
     lines = [f"# stepgym training report: {method} on `{config['env']['id']}`", ""]
     lines += [
         f"- model: `{config['model']['name']}`; iterations: {len(records)}; "
         f"batch: {config['rollout']['n_tasks']} tasks × {config['rollout']['group_size']} rollouts"
     ]
-    if wall_seconds is not None:
-        lines.append(f"- wall time: {wall_seconds:.0f} s")
+    lines += _wall_time(records, wall_seconds)
     lines.append("")
     keys = [
         "rollout/success",
@@ -181,7 +207,7 @@ def write_report(
     for f in figs:
         lines += [f"![{f}]({f})", ""]
     if not figs:
-        lines += ["(figures skipped: matplotlib is not installed)", ""]
+        lines += [no_figures, ""]
     lines += ["## Configuration", "", "```json", json.dumps(config, indent=1, default=str), "```", ""]
     path = rep / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
