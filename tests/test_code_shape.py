@@ -16,8 +16,6 @@ PACKAGE = Path(stepgym.__file__).parent
 ALLOWED: dict[str, str] = {
     # Being split this session by the engineer who owns the trainer (issue 28).
     "trainers/grpo.py:GRPOTrainer.__init__": "split in progress (trainer owner)",
-    # Being split this session by the engineer who owns the endpoint evaluation (issue 28).
-    "llm_eval.py:evaluate_endpoint": "split in progress (llm_eval owner)",
 }
 
 
