@@ -147,16 +147,16 @@ class _Handlers:
             await self._refuse(ws, f"could not open a session: {type(e).__name__}: {e}", ErrorCode.FACTORY_ERROR)
             return
         s.on_reap = lambda why: asyncio.ensure_future(self._refuse(ws, f"session closed: {why}", ErrorCode.TIMEOUT))
-        closed = False
+        mine, closed = s.connection, False
         try:
             closed = await self._serve(ws, s)
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the client vanished (possibly mid-step): the session waits for a reconnect
         finally:
-            s.on_reap = None
             if closed:
                 self.m.close(s)
-            else:
+            elif s.connection == mine:  # not taken over by a newer connection
+                s.on_reap = None
                 self.m.detach(s)
             if ws.application_state == WebSocketState.CONNECTED:
                 with contextlib.suppress(Exception):

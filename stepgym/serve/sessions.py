@@ -68,6 +68,8 @@ class Session:
     detached_at: float | None = None
     last: dict[str, Any] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Counts the connections that held this session; only the newest one may detach it.
+    connection: int = 0
     #: Called (with a reason) when the reaper ends an attached session, so the transport can close its socket.
     on_reap: Callable[[str], Any] | None = None
 
@@ -121,9 +123,12 @@ class SessionManager:
             raise ProtocolError("a session id is 32 hex digits", ErrorCode.SESSION_ERROR)
         s = self.sessions.get(sid)
         if s is not None:
-            if s.attached:
-                raise ProtocolError(f"session {sid} already has a connection", ErrorCode.SESSION_ERROR)
+            if s.attached and s.on_reap is not None:
+                # The old connection is half-open (the client already gave up on it): the new one takes over.
+                with contextlib.suppress(Exception):
+                    s.on_reap("replaced by a new connection to this session")
             s.attached, s.detached_at, s.last_active = True, None, time.monotonic()
+            s.connection += 1
             self.counters["resumed"] += 1
             return s
         journal = self._journal_path(sid)
