@@ -37,6 +37,8 @@ class EnvPool:
     """``capacity`` env slots built from one recipe; see the module docstring."""
 
     capacity: int
+    #: Steps run synchronously on the event loop's thread (no deadline can interrupt them; no task per call).
+    inline: bool = False
 
     def __init__(self) -> None:
         self._free: list[int] = []
@@ -91,11 +93,19 @@ class InProcessPool(EnvPool):
         self._envs.append(self.recipe.build())
         return len(self._envs) - 1
 
-    async def reset(self, slot, seed, options):
+    inline = True
+
+    def reset_now(self, slot: int, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict]:
         return self._envs[slot].reset(seed=seed, options=options)
 
-    async def step(self, slot, action):
+    def step_now(self, slot: int, action: str) -> tuple[Any, float, bool, bool, dict]:
         return self._envs[slot].step(action)
+
+    async def reset(self, slot, seed, options):
+        return self.reset_now(slot, seed, options)
+
+    async def step(self, slot, action):
+        return self.step_now(slot, action)
 
     def close(self) -> None:
         for env in self._envs:

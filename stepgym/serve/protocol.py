@@ -103,30 +103,59 @@ class ServeLimits:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
 
 
-def to_json(value: Any, where: str = "info") -> Any:
-    """``value`` as plain JSON data (see the module docstring); :class:`ProtocolError` names what cannot be."""
-    if value is None or isinstance(value, (str, bool, int)):
+class _Unencodable(Exception):
+    """Raised inside :func:`to_json`'s walk; collects the path to the bad value as it unwinds."""
+
+    def __init__(self, why: str) -> None:
+        self.why, self.path = why, []
+
+
+def _walk(value: Any) -> Any:
+    t = type(value)
+    if t is str or t is bool or t is int or value is None:
         return value
-    if isinstance(value, float):
+    if t is float:
         if not math.isfinite(value):
-            raise ProtocolError(f"{where} is {value!r}: JSON has no non-finite numbers", ErrorCode.EXECUTION_ERROR)
+            raise _Unencodable(f"{value!r}: JSON has no non-finite numbers")
         return value
-    if isinstance(value, (list, tuple)):
-        return [to_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ProtocolError(f"{where} has a non-string key {k!r}", ErrorCode.EXECUTION_ERROR)
-            out[str(k)] = to_json(v, f"{where}[{k!r}]")
+    if t is list or t is tuple:
+        if all(type(x) is str for x in value):  # the common case (admissible actions, ids): no walk
+            return list(value)
+        out = []
+        for i, x in enumerate(value):
+            try:
+                out.append(_walk(x))
+            except _Unencodable as e:
+                e.path.append(f"[{i}]")
+                raise
         return out
+    if t is dict:
+        out_d = {}
+        for k, x in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                raise _Unencodable(f"a non-string key {k!r}")
+            try:
+                out_d[str(k)] = _walk(x)
+            except _Unencodable as e:
+                e.path.append(f"[{str(k)!r}]")
+                raise
+        return out_d
+    if isinstance(value, (str, bool, int, float, list, tuple, dict)):  # subclasses (schema.InfoKey is a str)
+        base = next(b for b in (str, bool, int, float, list, tuple, dict) if isinstance(value, b))
+        return _walk(base(value))
     item = getattr(value, "tolist", None)  # NumPy scalars and arrays
     if callable(item) and type(value).__module__ == "numpy":
-        return to_json(item(), where)
-    raise ProtocolError(
-        f"{where} holds a {type(value).__name__}, which has no JSON form (use str, numbers, bools, lists, dicts)",
-        ErrorCode.EXECUTION_ERROR,
-    )
+        return _walk(item())
+    raise _Unencodable(f"a {type(value).__name__}, which has no JSON form (use str, numbers, bools, lists, dicts)")
+
+
+def to_json(value: Any, where: str = "info") -> Any:
+    """``value`` as plain JSON data (see the module docstring); :class:`ProtocolError` names what cannot be."""
+    try:
+        return _walk(value)
+    except _Unencodable as e:
+        path = where + "".join(reversed(e.path))
+        raise ProtocolError(f"{path} is {e.why}", ErrorCode.EXECUTION_ERROR) from None
 
 
 def observation_payload(

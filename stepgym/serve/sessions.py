@@ -198,7 +198,10 @@ class SessionManager:
         s.last_active = time.monotonic()
         s.generation = self.pool.generation(s.slot)
         s.was_reset = False  # until this reset answers: a failed reset leaves nothing to step
-        obs, info = await self._bounded(self.pool.reset(s.slot, seed, options), "reset")
+        if self.pool.inline:
+            obs, info = self.pool.reset_now(s.slot, seed, options)  # type: ignore[attr-defined]
+        else:
+            obs, info = await self._bounded(self.pool.reset(s.slot, seed, options), "reset")
         s.seed, s.options, s.episode_id = seed, to_json(options, "options"), episode_id
         s.actions, s.was_reset, s.done = [], True, False
         s.last = observation_payload(obs, info, session_id=s.id, step_index=0)
@@ -216,7 +219,10 @@ class SessionManager:
             s.was_reset = False
             raise ProtocolError("this session's env worker was restarted; reset to continue", ErrorCode.SESSION_ERROR)
         try:
-            obs, reward, term, trunc, info = await self._bounded(self.pool.step(s.slot, action), "step")
+            if self.pool.inline:  # a cheap env: no task and no thread per step
+                obs, reward, term, trunc, info = self.pool.step_now(s.slot, action)  # type: ignore[attr-defined]
+            else:
+                obs, reward, term, trunc, info = await self._bounded(self.pool.step(s.slot, action), "step")
         except EnvLostError as e:
             s.was_reset = False
             raise ProtocolError(f"the env was lost ({e}); reset to continue", ErrorCode.SESSION_ERROR) from None
