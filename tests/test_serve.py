@@ -360,3 +360,27 @@ def test_journal_of_another_env_is_refused(tmp_path: Path) -> None:
     finally:
         proc2.send_signal(signal.SIGINT)
         proc2.wait(30)
+
+
+class HangOn(gym.Wrapper):
+    """An env whose step never ends on the action ``hang`` (a stuck engine), importable by worker processes."""
+
+    def step(self, action):
+        if action == "hang":
+            time.sleep(3600)
+        return self.env.step(action)
+
+
+def test_a_hung_step_in_a_worker_hits_the_deadline_and_the_server_keeps_serving() -> None:
+    limits = ServeLimits(step_timeout_s=2.0)
+    cfg = ServeConfig(TOY, TOY_KW, wrappers=(HangOn,), port=0, workers=1, slots_per_worker=2, limits=limits)
+    srv = ServerThread(cfg)
+    with srv as url, connect(_ws_url(url)) as ws:
+        assert _ask(ws, "reset", {"seed": 1010})["type"] == "observation"
+        answer = _ask(ws, "step", {"action": "hang"})
+        assert _code(answer) == "SESSION_ERROR" and "reset to continue" in answer["data"]["message"]
+        assert _code(_ask(ws, "step", {"action": "wait"})) == "NOT_RESET"  # never continued on a fresh copy
+        local = _expert_episode(TOY, TOY_KW, 1010)
+        again = _ask(ws, "reset", {"seed": 1010})["data"]  # the restarted worker serves again
+        assert (again["observation"]["text"], again["observation"]["info"]) == local[0]
+        _ask_close(ws)

@@ -237,12 +237,10 @@ class SessionManager:
         return s.last
 
     async def _bounded(self, coro: Any, what: str) -> Any:
-        try:
-            return await asyncio.wait_for(coro, self.limits.step_timeout_s)
-        except asyncio.TimeoutError:
-            raise ProtocolError(
-                f"{what} took longer than {self.limits.step_timeout_s:.0f} s", ErrorCode.TIMEOUT
-            ) from None
+        """A worker call: its deadline is the executor's own (``step_timeout_s``: a worker that does not answer
+        in time is killed and restarted, and the call raises :class:`EnvLostError`). No ``asyncio.wait_for`` on
+        top: cancelling the await would free the worker's lock while its thread still talks to the worker."""
+        return await coro
 
     # -- reaping -------------------------------------------------------------------------------------------
     def reap(self, now: float | None = None) -> int:
