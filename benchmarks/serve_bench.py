@@ -59,8 +59,21 @@ def _rss_mb(pid: int) -> float:
 
 
 def _start(env_id: str, kwargs: dict, workers: int, max_sessions: int) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "stepgym.cli", "serve", env_id, "--port", "0", "--max-sessions", str(max_sessions),
-           "--workers", str(workers), "--slots-per-worker", str(max(1, max_sessions // max(1, workers)))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stepgym.cli",
+        "serve",
+        env_id,
+        "--port",
+        "0",
+        "--max-sessions",
+        str(max_sessions),
+        "--workers",
+        str(workers),
+        "--slots-per-worker",
+        str(max(1, max_sessions // max(1, workers))),
+    ]
     cmd += [f"--env-kwarg={k}={json.dumps(v)}" for k, v in kwargs.items()]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
@@ -94,7 +107,7 @@ async def _hold(url: str, n: int) -> tuple[list, int]:
             if r["type"] != "observation" or s["type"] != "observation":
                 errors += 1
             socks.append(ws)
-        except Exception:  # noqa: BLE001 - counted: the benchmark reports errors, it does not stop at one
+        except Exception:
             errors += 1
 
     for start in range(0, n, 100):  # connect in waves of 100 (the listen backlog is large, but be kind)
@@ -126,9 +139,19 @@ async def _load(url: str, concurrency: int, seconds: float) -> dict:
     await asyncio.gather(*(player(i) for i in range(concurrency)))
     wall = time.perf_counter() - t0
     latencies.sort()
-    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3 if latencies else float("nan")  # noqa: E731
-    return {"steps": len(latencies), "steps_per_s": round(len(latencies) / wall, 1), "p50_ms": round(pick(0.5), 2),
-            "p99_ms": round(pick(0.99), 2), "errors": errors}
+
+    def pick(q: float) -> float:
+        return (
+            latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3 if latencies else float("nan")
+        )
+
+    return {
+        "steps": len(latencies),
+        "steps_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(pick(0.5), 2),
+        "p99_ms": round(pick(0.99), 2),
+        "errors": errors,
+    }
 
 
 async def _bench(name: str, args: argparse.Namespace) -> None:
@@ -143,10 +166,21 @@ async def _bench(name: str, args: argparse.Namespace) -> None:
         socks, errors = await _hold(url, sessions)
         held_s = time.perf_counter() - t0
         after = _rss_mb(proc.pid)
-        print(json.dumps({"env": name, "phase": "hold", "sessions": sessions, "errors": errors,
-                          "seconds": round(held_s, 1), "server_rss_mb_before": round(before, 1),
-                          "server_rss_mb_after": round(after, 1),
-                          "kb_per_session": round((after - before) * 1024 / max(1, sessions), 1)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "env": name,
+                    "phase": "hold",
+                    "sessions": sessions,
+                    "errors": errors,
+                    "seconds": round(held_s, 1),
+                    "server_rss_mb_before": round(before, 1),
+                    "server_rss_mb_after": round(after, 1),
+                    "kb_per_session": round((after - before) * 1024 / max(1, sessions), 1),
+                }
+            ),
+            flush=True,
+        )
         for ws in socks:
             await ws.close()
         conc = args.concurrency if name == "toy" else args.alfworld_concurrency
@@ -155,7 +189,18 @@ async def _bench(name: str, args: argparse.Namespace) -> None:
         if args.soak_minutes and name == args.soak_env:
             for minute in range(int(args.soak_minutes)):
                 res = await _load(url, conc, 60.0)
-                print(json.dumps({"env": name, "phase": "soak", "minute": minute + 1, "server_rss_mb": round(_rss_mb(proc.pid), 1), **res}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "env": name,
+                            "phase": "soak",
+                            "minute": minute + 1,
+                            "server_rss_mb": round(_rss_mb(proc.pid), 1),
+                            **res,
+                        }
+                    ),
+                    flush=True,
+                )
     finally:
         proc.terminate()
         proc.wait(60)
@@ -172,8 +217,17 @@ def main() -> None:
     p.add_argument("--soak-minutes", type=float, default=0.0)
     p.add_argument("--soak-env", choices=list(ENVS), default="toy")
     args = p.parse_args()
-    print(json.dumps({"date": time.strftime("%Y-%m-%d"), "machine": platform.machine(), "cpus": os.cpu_count(),
-                      "python": platform.python_version()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+            }
+        ),
+        flush=True,
+    )
     for name in ENVS if args.env == "all" else [args.env]:
         asyncio.run(_bench(name, args))
 

@@ -108,7 +108,9 @@ def test_observation_payload_has_openenv_shape_and_session(toy) -> None:
         assert set(d) == {"observation", "reward", "done", "metadata"}
         assert d["reward"] is None and d["done"] is False
         sid = d["metadata"]["session_id"]
-        assert len(sid) == 32 and d["observation"]["session_id"] == sid and d["observation"]["step_index"] == 0
+        assert (
+            len(sid) == 32 and d["observation"]["session_id"] == sid and d["observation"]["step_index"] == 0
+        )
         st = _ask(ws, "state")
         assert st["type"] == "state" and st["data"]["step_count"] == 0 and st["data"]["seed"] == 7
         _ask_close(ws)
@@ -274,8 +276,14 @@ def test_http_endpoints(toy) -> None:
     sid = r["metadata"]["session_id"]
     local = _expert_episode(TOY, TOY_KW, 1008)
     assert (r["observation"]["text"], r["observation"]["info"]) == local[0]
-    s = httpx.post(u + "/step", json={"action": {"action": local[1][0]}, "session_id": sid}, timeout=30).json()
-    assert (s["observation"]["text"], s["reward"], s["observation"]["info"]) == (local[1][1], local[1][2], local[1][5])
+    s = httpx.post(
+        u + "/step", json={"action": {"action": local[1][0]}, "session_id": sid}, timeout=30
+    ).json()
+    assert (s["observation"]["text"], s["reward"], s["observation"]["info"]) == (
+        local[1][1],
+        local[1][2],
+        local[1][5],
+    )
     assert httpx.get(u + "/state", params={"session_id": sid}, timeout=30).json()["step_count"] == 1
     bad = httpx.post(u + "/step", content=b"{nope", timeout=30)
     assert bad.status_code == 400 and bad.json()["detail"]["code"] == "INVALID_JSON"
@@ -283,7 +291,12 @@ def test_http_endpoints(toy) -> None:
     assert big.status_code == 413
     wrong = httpx.post(u + "/step", json={"action": {"action": 1}, "session_id": sid}, timeout=30)
     assert wrong.status_code == 422
-    assert httpx.post(u + "/step", json={"action": {"action": "wait"}, "session_id": "f" * 32}, timeout=30).status_code == 404
+    assert (
+        httpx.post(
+            u + "/step", json={"action": {"action": "wait"}, "session_id": "f" * 32}, timeout=30
+        ).status_code
+        == 404
+    )
     assert httpx.post(u + "/close", json={"session_id": sid}, timeout=30).status_code == 200
     assert httpx.get(u + "/state", params={"session_id": sid}, timeout=30).status_code == 404
 
@@ -294,7 +307,19 @@ def test_http_endpoints(toy) -> None:
 def _start_cli(state_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     kwargs = [f"--env-kwarg={k}={json.dumps(v)}" for k, v in TOY_KW.items()]
-    cmd = [sys.executable, "-m", "stepgym.cli", "serve", TOY, *kwargs, "--port", "0", "--state-dir", str(state_dir), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stepgym.cli",
+        "serve",
+        TOY,
+        *kwargs,
+        "--port",
+        "0",
+        "--state-dir",
+        str(state_dir),
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()  # "stepgym serve: ... at http://127.0.0.1:PORT (...)"
     if " at http://" not in line:

@@ -98,7 +98,9 @@ if HAVE_OPENENV:
 
         kwargs = {"split": "valid"}
         local = _local_episode("StepGym/CreditToy-v0", kwargs, 2003, 12)
-        srv = ServerThread(ServeConfig("StepGym/CreditToy-v0", kwargs, port=0, limits=ServeLimits(grace_s=60)))
+        srv = ServerThread(
+            ServeConfig("StepGym/CreditToy-v0", kwargs, port=0, limits=ServeLimits(grace_s=60))
+        )
         with srv as url:
             env = RemoteEnv(url)
             try:
@@ -164,21 +166,41 @@ if HAVE_OPENENV:
             def annotated(completions, environments, **_):
                 eps = [e.annotations for e in environments]
                 seen.extend(eps)
-                return [ep["n_steps"] + sum(bool(s["admissible"]) for s in ep["steps"]) + 10.0 * ep["return"] for ep in eps]
+                return [
+                    ep["n_steps"] + sum(bool(s["admissible"]) for s in ep["steps"]) + 10.0 * ep["return"]
+                    for ep in eps
+                ]
 
             before = {n: p.detach().clone() for n, p in model.named_parameters()}
             args = GRPOConfig(
-                output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_steps=2,
-                learning_rate=2e-3, beta=0.0, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
-                save_strategy="no", seed=0, disable_tqdm=True, max_completion_length=160,
+                output_dir=str(tmp_path),
+                per_device_train_batch_size=8,
+                num_generations=4,
+                max_steps=2,
+                learning_rate=2e-3,
+                beta=0.0,
+                use_cpu=True,
+                bf16=False,
+                report_to=[],
+                logging_steps=1,
+                save_strategy="no",
+                seed=0,
+                disable_tqdm=True,
+                max_completion_length=160,
                 max_tool_calling_iterations=3,
             )
             trainer = GRPOTrainer(
-                model=model, reward_funcs=[annotated], args=args, processing_class=tok,
-                train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM), environment_factory=Env,
+                model=model,
+                reward_funcs=[annotated],
+                args=args,
+                processing_class=tok,
+                train_dataset=task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM),
+                environment_factory=Env,
             )
             trainer.train()
             assert len(seen) == 16
             assert sum(ep["n_steps"] for ep in seen) > 0
-            assert srv.manager.counters["steps"] - steps_before == sum(ep["n_steps"] for ep in seen)  # all served
+            assert srv.manager.counters["steps"] - steps_before == sum(
+                ep["n_steps"] for ep in seen
+            )  # all served
             assert sum(not torch.equal(before[n], p.detach()) for n, p in model.named_parameters()) > 0

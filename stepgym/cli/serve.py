@@ -36,25 +36,53 @@ def _parser() -> argparse.ArgumentParser:
     from stepgym.serve.protocol import ServeLimits
 
     d = ServeLimits()
-    p = argparse.ArgumentParser(prog="stepgym serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="stepgym serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("env", help="a registered env id, or package.module:factory for your own env")
-    p.add_argument("--env-kwarg", action="append", type=_kwarg, default=[], metavar="KEY=VALUE",
-                   help="an env keyword argument (VALUE read as JSON when it parses, else as a string); repeatable")
-    p.add_argument("--wrapper", action="append", default=[], metavar="MODULE:CLASS",
-                   help="an importable wrapper applied around the env (first = innermost); repeatable")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback; others need --token)")
+    p.add_argument(
+        "--env-kwarg",
+        action="append",
+        type=_kwarg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="an env keyword argument (VALUE read as JSON when it parses, else as a string); repeatable",
+    )
+    p.add_argument(
+        "--wrapper",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="an importable wrapper applied around the env (first = innermost); repeatable",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default loopback; others need --token)"
+    )
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
-    p.add_argument("--token", default=os.environ.get(TOKEN_ENV_VAR),
-                   help=f"bearer token clients must send (default ${TOKEN_ENV_VAR})")
-    p.add_argument("--workers", type=int, default=0, help="worker processes for the envs (0: in the server process)")
+    p.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV_VAR),
+        help=f"bearer token clients must send (default ${TOKEN_ENV_VAR})",
+    )
+    p.add_argument(
+        "--workers", type=int, default=0, help="worker processes for the envs (0: in the server process)"
+    )
     p.add_argument("--slots-per-worker", type=int, default=16, help="env copies per worker process")
-    p.add_argument("--state-dir", default=None, help="folder for session journals: sessions survive a restart")
+    p.add_argument(
+        "--state-dir", default=None, help="folder for session journals: sessions survive a restart"
+    )
     p.add_argument("--max-sessions", type=int, default=d.max_sessions)
     p.add_argument("--max-message-bytes", type=int, default=d.max_message_bytes)
     p.add_argument("--max-action-chars", type=int, default=d.max_action_chars)
-    p.add_argument("--grace", type=float, default=d.grace_s, help="seconds a dropped session waits for a reconnect")
-    p.add_argument("--idle-timeout", type=float, default=d.idle_timeout_s, help="seconds before an idle session ends")
-    p.add_argument("--step-timeout", type=float, default=d.step_timeout_s, help="seconds one reset or step may take")
+    p.add_argument(
+        "--grace", type=float, default=d.grace_s, help="seconds a dropped session waits for a reconnect"
+    )
+    p.add_argument(
+        "--idle-timeout", type=float, default=d.idle_timeout_s, help="seconds before an idle session ends"
+    )
+    p.add_argument(
+        "--step-timeout", type=float, default=d.step_timeout_s, help="seconds one reset or step may take"
+    )
     return p
 
 

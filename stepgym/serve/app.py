@@ -125,15 +125,19 @@ class _Handlers:
             return await self.dispatch(s, kind, data)
         except ProtocolError as e:
             return error_message(str(e), e.code)
-        except Exception as e:  # noqa: BLE001 - an env raised: report it, and require a reset (its state is unknown)
+        except Exception as e:
             s.was_reset = False
-            return error_message(f"the env raised {type(e).__name__}: {e}; reset to continue", ErrorCode.EXECUTION_ERROR)
+            return error_message(
+                f"the env raised {type(e).__name__}: {e}; reset to continue", ErrorCode.EXECUTION_ERROR
+            )
 
     # -- WebSocket ------------------------------------------------------------------------------------------
     async def websocket(self, ws: WebSocket) -> None:
         await ws.accept()
         if not _authorized(ws.headers, self.token):
-            await self._refuse(ws, "missing or wrong token (send Authorization: Bearer <token>)", ErrorCode.UNAUTHORIZED)
+            await self._refuse(
+                ws, "missing or wrong token (send Authorization: Bearer <token>)", ErrorCode.UNAUTHORIZED
+            )
             return
         try:
             s = await self.m.open(ws.query_params.get(SESSION_QUERY))
@@ -143,10 +147,14 @@ class _Handlers:
         except ProtocolError as e:
             await self._refuse(ws, str(e), e.code)
             return
-        except Exception as e:  # noqa: BLE001 - the env could not be built or restored
-            await self._refuse(ws, f"could not open a session: {type(e).__name__}: {e}", ErrorCode.FACTORY_ERROR)
+        except Exception as e:
+            await self._refuse(
+                ws, f"could not open a session: {type(e).__name__}: {e}", ErrorCode.FACTORY_ERROR
+            )
             return
-        s.on_reap = lambda why: asyncio.ensure_future(self._refuse(ws, f"session closed: {why}", ErrorCode.TIMEOUT))
+        s.on_reap = lambda why: asyncio.ensure_future(
+            self._refuse(ws, f"session closed: {why}", ErrorCode.TIMEOUT)
+        )
         mine, closed = s.connection, False
         try:
             closed = await self._serve(ws, s)
@@ -168,7 +176,7 @@ class _Handlers:
         while True:
             try:
                 msg = await asyncio.wait_for(ws.receive(), idle)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._refuse(ws, f"session closed: no message for {idle:.0f} s", ErrorCode.TIMEOUT)
                 return True
             if msg["type"] == "websocket.disconnect":
@@ -191,13 +199,17 @@ class _Handlers:
 
     # -- HTTP -----------------------------------------------------------------------------------------------
     def _error(self, message: str, code: str) -> JSONResponse:
-        return JSONResponse({"detail": {"message": message, "code": code}}, status_code=_HTTP_STATUS.get(code, 400))
+        return JSONResponse(
+            {"detail": {"message": message, "code": code}}, status_code=_HTTP_STATUS.get(code, 400)
+        )
 
     async def _body(self, request: Request) -> dict[str, Any]:
         limit = self.m.limits.max_message_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise ProtocolError(f"body of {declared} bytes is over the limit of {limit}", ErrorCode.MESSAGE_TOO_LARGE)
+            raise ProtocolError(
+                f"body of {declared} bytes is over the limit of {limit}", ErrorCode.MESSAGE_TOO_LARGE
+            )
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
@@ -217,7 +229,9 @@ class _Handlers:
 
     def _http_session(self, sid: Any) -> Session:
         if not isinstance(sid, str) or sid not in self.m.sessions:
-            raise ProtocolError(f"unknown or expired session {sid!r}: POST /reset opens one", ErrorCode.SESSION_ERROR)
+            raise ProtocolError(
+                f"unknown or expired session {sid!r}: POST /reset opens one", ErrorCode.SESSION_ERROR
+            )
         s = self.m.sessions[sid]
         if s.attached:
             raise ProtocolError(f"session {sid} is held by a WebSocket connection", ErrorCode.SESSION_ERROR)
@@ -225,7 +239,9 @@ class _Handlers:
 
     async def http(self, request: Request) -> JSONResponse:
         if not _authorized(request.headers, self.token):
-            return self._error("missing or wrong token (send Authorization: Bearer <token>)", ErrorCode.UNAUTHORIZED)
+            return self._error(
+                "missing or wrong token (send Authorization: Bearer <token>)", ErrorCode.UNAUTHORIZED
+            )
         op = request.url.path.strip("/")
         try:
             return await self._http_op(op, request)

@@ -18,8 +18,9 @@ newer, use a virtualenv of its own, as ``scripts/test_openenv.sh`` does).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
@@ -75,7 +76,7 @@ class RemoteEnv(gym.Env):
             period should be longer).
     """
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(
         self,
@@ -123,17 +124,21 @@ class RemoteEnv(gym.Env):
         self._steps = expected
         obs = result.observation
         reward = float(result.reward) if result.reward is not None else 0.0
-        return obs[TEXT_FIELD], reward, bool(obs[TERMINATED_FIELD]), bool(obs[TRUNCATED_FIELD]), obs[INFO_FIELD]
+        return (
+            obs[TEXT_FIELD],
+            reward,
+            bool(obs[TERMINATED_FIELD]),
+            bool(obs[TRUNCATED_FIELD]),
+            obs[INFO_FIELD],
+        )
 
     def state(self) -> dict[str, Any]:
         """The session's state: ``step_count``, ``seed``, ``done`` and ``last`` (the last answer)."""
         return self._retrying(self._client.state, applied=None)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # closing a connection that is already gone
             self._client.close()
-        except Exception:  # noqa: BLE001 - closing a connection that is already gone
-            pass
         super().close()
 
     # -- failures -------------------------------------------------------------------------------------------
@@ -161,10 +166,8 @@ class RemoteEnv(gym.Env):
                     ) from e
                 lost_in_flight = True
                 self.reconnects += 1
-                try:
+                with contextlib.suppress(Exception):  # the socket is already gone
                     self._client.disconnect()
-                except Exception:  # noqa: BLE001 - the socket is already gone
-                    pass
                 time.sleep(min(1.0, 0.05 * self.reconnects))  # back off between reconnect attempts
 
 

@@ -17,6 +17,7 @@ games) is paid once per copy, not once per session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from stepgym.errors import StepGymError
@@ -109,10 +110,10 @@ class InProcessPool(EnvPool):
 
     def close(self) -> None:
         for env in self._envs:
-            try:
+            with contextlib.suppress(
+                Exception
+            ):  # best effort: one copy that fails to close must not keep the rest open
                 env.close()
-            except Exception:  # noqa: BLE001 - best effort: one copy that fails to close must not keep the rest
-                pass
         self._envs.clear()
 
 
@@ -170,14 +171,14 @@ class WorkerPool(EnvPool):
 
     def close(self) -> None:
         for ex in self._execs:
-            try:
+            with contextlib.suppress(Exception):  # best effort: close every worker
                 ex.close()
-            except Exception:  # noqa: BLE001 - best effort: close every worker
-                pass
         self._execs.clear()
 
 
-def make_pool(recipe: EnvRecipe, *, capacity: int, workers: int, slots_per_worker: int, timeout: float) -> EnvPool:
+def make_pool(
+    recipe: EnvRecipe, *, capacity: int, workers: int, slots_per_worker: int, timeout: float
+) -> EnvPool:
     """In-process copies (``workers == 0``) or a worker pool."""
     if workers <= 0:
         return InProcessPool(recipe, capacity)

@@ -146,7 +146,9 @@ def _walk(value: Any) -> Any:
     item = getattr(value, "tolist", None)  # NumPy scalars and arrays
     if callable(item) and type(value).__module__ == "numpy":
         return _walk(item())
-    raise _Unencodable(f"a {type(value).__name__}, which has no JSON form (use str, numbers, bools, lists, dicts)")
+    raise _Unencodable(
+        f"a {type(value).__name__}, which has no JSON form (use str, numbers, bools, lists, dicts)"
+    )
 
 
 def to_json(value: Any, where: str = "info") -> Any:
@@ -202,7 +204,9 @@ def parse_message(raw: str | bytes, limits: ServeLimits) -> tuple[str, dict[str,
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ProtocolError(f"Invalid JSON: {e}", ErrorCode.INVALID_JSON) from None
     if not isinstance(msg, dict):
-        raise ProtocolError("a message must be a JSON object {\"type\": ..., \"data\": ...}", ErrorCode.INVALID_JSON)
+        raise ProtocolError(
+            'a message must be a JSON object {"type": ..., "data": ...}', ErrorCode.INVALID_JSON
+        )
     kind = msg.get("type")
     if kind not in ("reset", "step", "state", "close"):
         raise ProtocolError(
@@ -221,7 +225,7 @@ def parse_action(data: dict[str, Any], limits: ServeLimits) -> str:
     """The action text of a step's action object ``{"action": "<text>", "metadata": {...}?}``."""
     extra = set(data) - {ACTION_FIELD, "metadata"}
     if extra:
-        raise ProtocolError(f"unexpected fields {sorted(extra)} in the action (send {{\"action\": \"<text>\"}})")
+        raise ProtocolError(f'unexpected fields {sorted(extra)} in the action (send {{"action": "<text>"}})')
     if ACTION_FIELD not in data:
         raise ProtocolError('the action has no "action" field (send {"action": "<text>"})')
     action = data[ACTION_FIELD]
@@ -241,7 +245,9 @@ def parse_reset(data: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None
     too."""
     extra = set(data) - {"seed", "options", "episode_id", "task_id"}
     if extra:
-        raise ProtocolError(f"unexpected reset arguments {sorted(extra)} (seed, options, episode_id, task_id)")
+        raise ProtocolError(
+            f"unexpected reset arguments {sorted(extra)} (seed, options, episode_id, task_id)"
+        )
     seed = data.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ProtocolError(f"seed must be a non-negative integer or null, not {seed!r}")

@@ -14,9 +14,8 @@ import importlib
 import ipaddress
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -79,7 +78,9 @@ def recipe_of(config: ServeConfig) -> EnvRecipe:
         import stepgym  # noqa: F401 - registers the StepGym envs
 
         if env not in gym.registry:
-            raise gym.error.UnregisteredEnv(f"no env registered as {env!r} (and it is not package.module:factory)")
+            raise gym.error.UnregisteredEnv(
+                f"no env registered as {env!r} (and it is not package.module:factory)"
+            )
     return EnvRecipe(env, dict(config.env_kwargs), tuple(config.wrappers))
 
 
@@ -124,7 +125,8 @@ def _uvicorn_server(app: Any, config: ServeConfig) -> Any:
     cfg = uvicorn.Config(
         app,
         log_level="warning",
-        ws_max_size=16 * config.limits.max_message_bytes,  # the hard cap; the app answers MESSAGE_TOO_LARGE below it
+        ws_max_size=16
+        * config.limits.max_message_bytes,  # the hard cap; the app answers MESSAGE_TOO_LARGE below it
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         timeout_keep_alive=30,

@@ -90,7 +90,12 @@ class SessionManager:
     """All sessions of one server over one :class:`~stepgym.serve.pool.EnvPool`."""
 
     def __init__(
-        self, pool: EnvPool, limits: ServeLimits, *, state_dir: str | Path | None = None, fingerprint: str = ""
+        self,
+        pool: EnvPool,
+        limits: ServeLimits,
+        *,
+        state_dir: str | Path | None = None,
+        fingerprint: str = "",
     ) -> None:
         self.pool, self.limits, self.fingerprint = pool, limits, fingerprint
         self.sessions: dict[str, Session] = {}
@@ -98,7 +103,14 @@ class SessionManager:
         self._started = time.monotonic()
         if self.state_dir is not None:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.counters = {"created": 0, "resumed": 0, "restored": 0, "reaped": 0, "refused_full": 0, "steps": 0}
+        self.counters = {
+            "created": 0,
+            "resumed": 0,
+            "restored": 0,
+            "reaped": 0,
+            "refused_full": 0,
+            "steps": 0,
+        }
 
     # -- opening and closing -------------------------------------------------------------------------------
     async def open(self, resume_id: str | None = None) -> Session:
@@ -107,7 +119,9 @@ class SessionManager:
             return await self._resume(resume_id)
         if len(self.sessions) >= self.limits.max_sessions:
             self.counters["refused_full"] += 1
-            raise CapacityError(f"server full: {len(self.sessions)} of {self.limits.max_sessions} sessions in use")
+            raise CapacityError(
+                f"server full: {len(self.sessions)} of {self.limits.max_sessions} sessions in use"
+            )
         try:
             slot = self.pool.acquire()
         except CapacityError as e:
@@ -143,14 +157,18 @@ class SessionManager:
         try:
             rec = json.loads(journal.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise ProtocolError(f"the journal of session {sid} is unreadable ({e})", ErrorCode.SESSION_ERROR) from None
+            raise ProtocolError(
+                f"the journal of session {sid} is unreadable ({e})", ErrorCode.SESSION_ERROR
+            ) from None
         if rec.get("v") != _JOURNAL_VERSION or rec.get("fingerprint") != self.fingerprint:
             raise ProtocolError(
                 f"session {sid} was recorded by a server with another env or stepgym version; reset instead",
                 ErrorCode.SESSION_ERROR,
             )
         if len(self.sessions) >= self.limits.max_sessions:
-            raise CapacityError(f"server full: {len(self.sessions)} of {self.limits.max_sessions} sessions in use")
+            raise CapacityError(
+                f"server full: {len(self.sessions)} of {self.limits.max_sessions} sessions in use"
+            )
         s = Session(sid, self.pool.acquire())
         s.generation = self.pool.generation(s.slot)
         self.sessions[sid] = s
@@ -193,7 +211,13 @@ class SessionManager:
 
     # -- the episode ---------------------------------------------------------------------------------------
     async def reset(
-        self, s: Session, seed: int | None, options: dict[str, Any] | None, episode_id: str | None, *, journal=True
+        self,
+        s: Session,
+        seed: int | None,
+        options: dict[str, Any] | None,
+        episode_id: str | None,
+        *,
+        journal=True,
     ) -> dict[str, Any]:
         s.last_active = time.monotonic()
         s.generation = self.pool.generation(s.slot)
@@ -217,7 +241,9 @@ class SessionManager:
             raise ProtocolError("the episode has ended; send reset to start another", ErrorCode.EPISODE_OVER)
         if s.generation != self.pool.generation(s.slot):
             s.was_reset = False
-            raise ProtocolError("this session's env worker was restarted; reset to continue", ErrorCode.SESSION_ERROR)
+            raise ProtocolError(
+                "this session's env worker was restarted; reset to continue", ErrorCode.SESSION_ERROR
+            )
         try:
             if self.pool.inline:  # a cheap env: no task and no thread per step
                 obs, reward, term, trunc, info = self.pool.step_now(s.slot, action)  # type: ignore[attr-defined]
@@ -225,11 +251,19 @@ class SessionManager:
                 obs, reward, term, trunc, info = await self._bounded(self.pool.step(s.slot, action), "step")
         except EnvLostError as e:
             s.was_reset = False
-            raise ProtocolError(f"the env was lost ({e}); reset to continue", ErrorCode.SESSION_ERROR) from None
+            raise ProtocolError(
+                f"the env was lost ({e}); reset to continue", ErrorCode.SESSION_ERROR
+            ) from None
         s.actions.append(action)
         s.done = bool(term or trunc)
         s.last = observation_payload(
-            obs, info, session_id=s.id, step_index=len(s.actions), reward=reward, terminated=term, truncated=trunc
+            obs,
+            info,
+            session_id=s.id,
+            step_index=len(s.actions),
+            reward=reward,
+            terminated=term,
+            truncated=trunc,
         )
         self.counters["steps"] += 1
         if journal:
@@ -250,7 +284,9 @@ class SessionManager:
         for s in list(self.sessions.values()):
             if s.lock.locked():  # mid-reset or mid-step: its own deadline applies
                 continue
-            expired = (not s.attached and s.detached_at is not None and now - s.detached_at > self.limits.grace_s)
+            expired = (
+                not s.attached and s.detached_at is not None and now - s.detached_at > self.limits.grace_s
+            )
             idle = now - s.last_active > self.limits.idle_timeout_s  # HTTP sessions too (they hold no socket)
             if expired or idle:
                 if s.attached and s.on_reap is not None:
