@@ -21,4 +21,9 @@ fi
 if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_VERIFIERS:-0}" != 1 ]; then
   bash scripts/test_verifiers.sh || rc=$?
 fi
+# ... and stepgym serve through OpenEnv 0.10's own client and TRL's OpenEnv path, in a virtualenv of its own too
+# (openenv pulls gradio and fastmcp, whose mcp is older than the main environment's).
+if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_OPENENV:-0}" != 1 ]; then
+  bash scripts/test_openenv.sh || rc=$?
+fi
 exit "$rc"

@@ -1,0 +1,264 @@
+"""The wire format: OpenEnv 0.10's WebSocket and HTTP messages, with stepgym's annotations inside.
+
+OpenEnv (``openenv.core.env_server.types``) frames every WebSocket message as ``{"type": ..., "data": ...}``:
+the client sends ``reset`` (data: ``seed``, ``episode_id`` and extra reset arguments), ``step`` (data: the action
+object), ``state`` and ``close``; the server answers ``observation`` (data: ``{"observation": {...}, "reward",
+"done", "metadata"}``), ``state`` or ``error`` (data: ``{"message", "code"}``). The HTTP endpoints carry the same
+payloads. stepgym fills them so that nothing of a step is lost:
+
+* the action object is ``{"action": "<text>"}`` (OpenEnv's ``Action`` also allows ``metadata``);
+* the observation object is ``{"text": <the env's observation>, "info": <the info dict, JSON-typed>,
+  "terminated": bool, "truncated": bool, "session_id": str, "step_index": int}``; ``reward`` is the per-step
+  reward (a float; ``None`` after reset) and ``done`` is ``terminated or truncated``, as OpenEnv defines it.
+
+Info values become JSON without guessing: ``str``/``bool``/``int``/``float``/``None`` as they are, lists and
+tuples as arrays, dicts with string keys as objects, NumPy scalars and arrays as their Python values. Anything
+else (an object, a non-finite float, a non-string key) is refused with :class:`ProtocolError` naming the key,
+never turned into a string that would silently differ from the in-process value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from stepgym.errors import StepGymError
+
+__all__ = [
+    "ErrorCode",
+    "ProtocolError",
+    "ServeLimits",
+    "error_message",
+    "observation_payload",
+    "parse_action",
+    "parse_message",
+    "to_json",
+]
+
+#: The fields of stepgym's action object and observation object (defined once; the client reads the same names).
+ACTION_FIELD = "action"
+TEXT_FIELD = "text"
+INFO_FIELD = "info"
+TERMINATED_FIELD = "terminated"
+TRUNCATED_FIELD = "truncated"
+SESSION_FIELD = "session_id"
+STEP_FIELD = "step_index"
+#: Where a client sends the token when the server has one (``--token``).
+AUTH_HEADER = "authorization"
+#: The WebSocket query parameter that resumes a session (the same name OpenEnv uses to attach to a session).
+SESSION_QUERY = "session_id"
+
+
+class ErrorCode:
+    """OpenEnv's ``WSErrorCode`` values, plus the ones stepgym needs (all plain strings on the wire)."""
+
+    INVALID_JSON = "INVALID_JSON"
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    EXECUTION_ERROR = "EXECUTION_ERROR"
+    CAPACITY_REACHED = "CAPACITY_REACHED"
+    FACTORY_ERROR = "FACTORY_ERROR"
+    SESSION_ERROR = "SESSION_ERROR"
+    # stepgym's
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    NOT_RESET = "NOT_RESET"
+    EPISODE_OVER = "EPISODE_OVER"
+    TIMEOUT = "TIMEOUT"
+    UNAUTHORIZED = "UNAUTHORIZED"
+
+
+class ProtocolError(StepGymError, ValueError):
+    """A message the server cannot act on; ``code`` is its :class:`ErrorCode`. The session stays usable."""
+
+    def __init__(self, message: str, code: str = ErrorCode.VALIDATION_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """Bounds on what one client can ask of the server (every one has a deadline or a size)."""
+
+    #: Largest WebSocket message or HTTP body the server reads, in bytes (a larger one gets MESSAGE_TOO_LARGE).
+    max_message_bytes: int = 1 << 20
+    #: Longest action text, in characters.
+    max_action_chars: int = 16_384
+    #: Most sessions held at once (attached or waiting for a reconnect); one more gets CAPACITY_REACHED at once.
+    max_sessions: int = 2048
+    #: Seconds a disconnected session waits for its client to reconnect with its session id.
+    grace_s: float = 120.0
+    #: Seconds a session may go without a message before it is closed and its env released.
+    idle_timeout_s: float = 900.0
+    #: Seconds one reset or step may take (enforced by killing the worker when envs run in workers).
+    step_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_message_bytes", "max_action_chars", "max_sessions"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("grace_s", "idle_timeout_s", "step_timeout_s"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+
+
+class _Unencodable(Exception):
+    """Raised inside :func:`to_json`'s walk; collects the path to the bad value as it unwinds."""
+
+    def __init__(self, why: str) -> None:
+        self.why, self.path = why, []
+
+
+def _walk(value: Any) -> Any:
+    t = type(value)
+    if t is str or t is bool or t is int or value is None:
+        return value
+    if t is float:
+        if not math.isfinite(value):
+            raise _Unencodable(f"{value!r}: JSON has no non-finite numbers")
+        return value
+    if t is list or t is tuple:
+        if all(type(x) is str for x in value):  # the common case (admissible actions, ids): no walk
+            return list(value)
+        out = []
+        for i, x in enumerate(value):
+            try:
+                out.append(_walk(x))
+            except _Unencodable as e:
+                e.path.append(f"[{i}]")
+                raise
+        return out
+    if t is dict:
+        out_d = {}
+        for k, x in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                raise _Unencodable(f"a non-string key {k!r}")
+            try:
+                out_d[str(k)] = _walk(x)
+            except _Unencodable as e:
+                e.path.append(f"[{str(k)!r}]")
+                raise
+        return out_d
+    if isinstance(value, (str, bool, int, float, list, tuple, dict)):  # subclasses (schema.InfoKey is a str)
+        base = next(b for b in (str, bool, int, float, list, tuple, dict) if isinstance(value, b))
+        return _walk(base(value))
+    item = getattr(value, "tolist", None)  # NumPy scalars and arrays
+    if callable(item) and type(value).__module__ == "numpy":
+        return _walk(item())
+    raise _Unencodable(
+        f"a {type(value).__name__}, which has no JSON form (use str, numbers, bools, lists, dicts)"
+    )
+
+
+def to_json(value: Any, where: str = "info") -> Any:
+    """``value`` as plain JSON data (see the module docstring); :class:`ProtocolError` names what cannot be."""
+    try:
+        return _walk(value)
+    except _Unencodable as e:
+        path = where + "".join(reversed(e.path))
+        raise ProtocolError(f"{path} is {e.why}", ErrorCode.EXECUTION_ERROR) from None
+
+
+def observation_payload(
+    obs: Any,
+    info: dict[str, Any],
+    *,
+    session_id: str,
+    step_index: int,
+    reward: float | None = None,
+    terminated: bool = False,
+    truncated: bool = False,
+) -> dict[str, Any]:
+    """OpenEnv's observation payload (``serialize_observation``'s shape) for one reset or step."""
+    observation = {
+        TEXT_FIELD: to_json(obs, "observation"),
+        INFO_FIELD: to_json(info),
+        TERMINATED_FIELD: bool(terminated),
+        TRUNCATED_FIELD: bool(truncated),
+        SESSION_FIELD: session_id,
+        STEP_FIELD: int(step_index),
+    }
+    return {
+        "observation": observation,
+        "reward": None if reward is None else float(reward),
+        "done": bool(terminated or truncated),
+        "metadata": {SESSION_FIELD: session_id},
+    }
+
+
+def error_message(message: str, code: str, **extra: Any) -> dict[str, Any]:
+    """OpenEnv's ``WSErrorResponse``."""
+    return {"type": "error", "data": {"message": message, "code": code, **extra}}
+
+
+def parse_message(raw: str | bytes, limits: ServeLimits) -> tuple[str, dict[str, Any]]:
+    """A WebSocket frame as ``(type, data)``; :class:`ProtocolError` for oversized, malformed or unknown ones."""
+    if len(raw) > limits.max_message_bytes:
+        raise ProtocolError(
+            f"message of {len(raw)} bytes is over the server's limit of {limits.max_message_bytes} bytes",
+            ErrorCode.MESSAGE_TOO_LARGE,
+        )
+    try:
+        msg = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"Invalid JSON: {e}", ErrorCode.INVALID_JSON) from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(
+            'a message must be a JSON object {"type": ..., "data": ...}', ErrorCode.INVALID_JSON
+        )
+    kind = msg.get("type")
+    if kind not in ("reset", "step", "state", "close"):
+        raise ProtocolError(
+            f"Unknown message type: {kind!r} (expected reset, step, state or close)", ErrorCode.UNKNOWN_TYPE
+        )
+    data = msg.get("data", {})
+    if not isinstance(data, dict):
+        raise ProtocolError(f"'data' of a {kind} message must be an object, not {type(data).__name__}")
+    extra = set(msg) - {"type", "data"}
+    if extra:
+        raise ProtocolError(f"unexpected fields {sorted(extra)} in a {kind} message")
+    return kind, data
+
+
+def parse_action(data: dict[str, Any], limits: ServeLimits) -> str:
+    """The action text of a step's action object ``{"action": "<text>", "metadata": {...}?}``."""
+    extra = set(data) - {ACTION_FIELD, "metadata"}
+    if extra:
+        raise ProtocolError(f'unexpected fields {sorted(extra)} in the action (send {{"action": "<text>"}})')
+    if ACTION_FIELD not in data:
+        raise ProtocolError('the action has no "action" field (send {"action": "<text>"})')
+    action = data[ACTION_FIELD]
+    if not isinstance(action, str):
+        raise ProtocolError(f'"action" must be a string, not {type(action).__name__}')
+    if len(action) > limits.max_action_chars:
+        raise ProtocolError(
+            f"action of {len(action)} characters is over the limit of {limits.max_action_chars}",
+            ErrorCode.MESSAGE_TOO_LARGE,
+        )
+    return action
+
+
+def parse_reset(data: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None, str | None]:
+    """``(seed, options, episode_id)`` of a reset's data. Options are the env's own reset options
+    (``{"task_id": ...}``); OpenEnv sends extra reset arguments at the top level, so ``task_id`` is accepted there
+    too."""
+    extra = set(data) - {"seed", "options", "episode_id", "task_id"}
+    if extra:
+        raise ProtocolError(
+            f"unexpected reset arguments {sorted(extra)} (seed, options, episode_id, task_id)"
+        )
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ProtocolError(f"seed must be a non-negative integer or null, not {seed!r}")
+    options = data.get("options")
+    if options is not None and not isinstance(options, dict):
+        raise ProtocolError(f"options must be an object or null, not {type(options).__name__}")
+    if "task_id" in data:
+        if not isinstance(data["task_id"], str):
+            raise ProtocolError("task_id must be a string")
+        options = {**(options or {}), "task_id": data["task_id"]}
+    episode = data.get("episode_id")
+    if episode is not None and (not isinstance(episode, str) or len(episode) > 255):
+        raise ProtocolError("episode_id must be a string of at most 255 characters")
+    return seed, options, episode

@@ -1,0 +1,198 @@
+"""Build and run a server: the recipe of the served env, the pool, the sessions, uvicorn.
+
+Security rules (checked here, before anything listens): the default address is the loopback one; binding any
+other address needs a token, which every client must then send (``Authorization: Bearer <token>``). Requests are
+bounded by :class:`~stepgym.serve.protocol.ServeLimits` (message size, action length, sessions, deadlines). Client
+text only ever reaches ``env.step`` as the action string: never a shell, a file path or an import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from stepgym.errors import StepGymError
+from stepgym.serve.protocol import ServeLimits
+from stepgym.workers import EnvRecipe
+
+__all__ = ["ServeConfig", "ServerThread", "build", "import_object", "is_loopback", "serve"]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything ``stepgym serve`` needs."""
+
+    #: A registered env id (``StepGym/ALFWorld-v0``) or an importable factory (``package.module:make_env``).
+    env: str
+    #: Keyword arguments for the env.
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: Importable wrappers, applied in order (first = innermost): classes or ``functools.partial`` of them.
+    wrappers: tuple[Callable[[gym.Env], gym.Env], ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: Required when ``host`` is not a loopback address; clients send it as a bearer token.
+    token: str | None = None
+    #: 0: envs in the server process; N: N worker processes (``stepgym.workers``) for CPU-heavy envs.
+    workers: int = 0
+    #: Env copies per worker process (the most sessions a worker pool holds is ``workers * slots_per_worker``).
+    slots_per_worker: int = 16
+    #: A folder for session journals, so sessions survive a server restart (None: they do not).
+    state_dir: str | None = None
+    limits: ServeLimits = field(default_factory=ServeLimits)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def import_object(spec: str) -> Any:
+    """``package.module:attribute`` (the operator's command line, never a client's text)."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise StepGymError(f"{spec!r} is not of the form package.module:name")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def recipe_of(config: ServeConfig) -> EnvRecipe:
+    env: Any = config.env
+    if ":" in env and env not in gym.registry:
+        env = import_object(env)
+    elif env not in gym.registry:
+        import stepgym  # noqa: F401 - registers the StepGym envs
+
+        if env not in gym.registry:
+            raise gym.error.UnregisteredEnv(
+                f"no env registered as {env!r} (and it is not package.module:factory)"
+            )
+    return EnvRecipe(env, dict(config.env_kwargs), tuple(config.wrappers))
+
+
+def _fingerprint(config: ServeConfig) -> str:
+    """What a journal must have been written under to be replayed: the env, its kwargs, wrappers, stepgym."""
+    from stepgym import __version__
+
+    wrappers = [getattr(w, "__qualname__", repr(w)) for w in config.wrappers]
+    return repr((config.env, sorted(dict(config.env_kwargs).items()), wrappers, __version__))
+
+
+def build(config: ServeConfig) -> tuple[Any, Any]:
+    """``(app, manager)`` for ``config`` (refuses an exposed address without a token)."""
+    if not is_loopback(config.host) and not config.token:
+        raise StepGymError(
+            f"binding {config.host} exposes the envs beyond this machine: pass --token (clients then send "
+            "'Authorization: Bearer <token>'), or serve on 127.0.0.1"
+        )
+    from stepgym.serve.app import build_app
+    from stepgym.serve.pool import make_pool
+    from stepgym.serve.sessions import SessionManager
+
+    recipe = recipe_of(config)
+    if config.workers > 0:
+        recipe.check_picklable()
+    lim = config.limits
+    pool = make_pool(
+        recipe,
+        capacity=lim.max_sessions,
+        workers=config.workers,
+        slots_per_worker=config.slots_per_worker,
+        timeout=lim.step_timeout_s,
+    )
+    manager = SessionManager(pool, lim, state_dir=config.state_dir, fingerprint=_fingerprint(config))
+    name = config.env if isinstance(config.env, str) else "stepgym"
+    return build_app(manager, token=config.token, name=name), manager
+
+
+def _uvicorn_server(app: Any, config: ServeConfig) -> Any:
+    import uvicorn
+
+    cfg = uvicorn.Config(
+        app,
+        log_level="warning",
+        ws_max_size=16
+        * config.limits.max_message_bytes,  # the hard cap; the app answers MESSAGE_TOO_LARGE below it
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        timeout_keep_alive=30,
+        lifespan="on",
+        backlog=4096,
+    )
+    return uvicorn.Server(cfg)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4096)
+    return sock
+
+
+def serve(config: ServeConfig, *, ready: Callable[[str], None] | None = None) -> None:
+    """Run the server until interrupted; ``ready(url)`` is called once it listens (port 0 picks a free port)."""
+    app, manager = build(config)
+    sock = _bind(config.host, config.port)
+    server = _uvicorn_server(app, config)
+    try:
+        if ready is not None:
+            host, port = sock.getsockname()[:2]
+            ready(f"http://{host}:{port}")
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        manager.pool.close()
+
+
+class ServerThread:
+    """A server on a background thread of this process (tests, notebooks): ``with ServerThread(cfg) as url: ...``."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.app, self.manager = build(config)
+        self._sock = _bind(config.host, config.port)
+        host, port = self._sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        self._server = _uvicorn_server(self.app, config)
+        self._server.install_signal_handlers = lambda: None  # not the main thread
+        self._thread = threading.Thread(target=self._run, name="stepgym-serve", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self._server.serve(sockets=[self._sock]))
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        deadline = 30.0
+        waited = 0.0
+        while not self._server.started and waited < deadline and self._thread.is_alive():
+            threading.Event().wait(0.02)
+            waited += 0.02
+        if not self._server.started:
+            self.close()
+            raise StepGymError(f"the server did not start within {deadline:.0f} s")
+        return self.url
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        self.manager.pool.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
