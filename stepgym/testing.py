@@ -13,12 +13,10 @@ reading, and its failure then names the space and what to use instead).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from typing import Any
-
 import contextlib
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env

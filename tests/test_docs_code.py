@@ -60,7 +60,9 @@ def test_every_skipped_block_says_why_and_the_readme_skips_none(capsys: pytest.C
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("data_dir")
-@pytest.mark.parametrize("page", [p for p in DOCS if any(b.not_run is None for b in blocks(p))], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page", [p for p in DOCS if any(b.not_run is None for b in blocks(p))], ids=lambda p: p.name
+)
 def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     runnable = [b for b in blocks(page) if b.not_run is None]
     # each block keeps its own line numbers in a traceback: pad with blank lines up to where it starts

@@ -43,9 +43,7 @@ def register_envs() -> None:
             disable_env_checker=False,
             max_episode_steps=limit,
             additional_wrappers=(
-                gymnasium.envs.registration.WrapperSpec(
-                    "ExactStepLimit", f"{__name__}:ExactStepLimit", {}
-                ),
+                gymnasium.envs.registration.WrapperSpec("ExactStepLimit", f"{__name__}:ExactStepLimit", {}),
             ),
         )
 
