@@ -9,6 +9,8 @@ export STEPGYM_REQUIRE_DATA=1 STEPGYM_NO_SKIPS=1  # missing data or a skipped te
 export RAY_USAGE_STATS_ENABLED=0  # Ray (env executor tests) sends no usage statistics from CI
 rc=0
 "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider --durations=15 "$@" || rc=$?
+# The integration venvs below come from scripts/_venv.sh; tests/test_scripts_venv.py (in the run above) checks that a
+# layered one sees the interpreter running the tests even when that is a virtualenv, and each script runs venv_check.
 # The whole suite (no pytest arguments) also runs the vLLM backend on CPU, in a virtualenv of its own.
 if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_VLLM_CPU:-0}" != 1 ]; then
   bash scripts/test_vllm_cpu.sh || rc=$?

@@ -14,6 +14,7 @@ pipi "torch==2.13.0"  # first: an unpinned torch pulls a multi-GB CUDA build
 pipi "verl==0.9.1" "cachetools==8.0.2" "fastapi==0.165.0" "uvicorn==0.54.0"
 # stepgym's own dependencies, without moving what verl pinned; stepgym itself is imported from this checkout.
 pipi_keeping '^(torch|verl|transformers|tensordict|numpy|tokenizers|ray)==' "${STEPGYM_CORE_DEPS[@]}"
+venv_check  # gymnasium and stepgym import here, or a clear error
 "$VPY" -c "import verl.experimental.agent_loop, verl.trainer.ppo.core_algos"  # fail loudly, not a module skip
 RAY_USAGE_STATS_ENABLED=0 STEPGYM_NO_SKIPS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
   exec "$VPY" -m pytest -q -p no:cacheprovider tests/test_integrations_verl.py

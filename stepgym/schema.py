@@ -91,7 +91,12 @@ ADMISSIBLE_ACTIONS = _key(
     "The actions the env accepts in the current state (list[str]); absent if the env cannot enumerate them.",
 )
 ADMISSIBLE = _key("admissible", bool, "The last action was one the env accepts in the state it was taken in.")
-EFFECTIVE = _key("effective", bool, "The last action changed the world state (state_key before != after).")
+EFFECTIVE = _key(
+    "effective",
+    (bool, type(None)),
+    "The last action changed the world state (state_key before != after); None when that is unknown (an env "
+    "without a state key, annotated by EnvFeedbackWrapper).",
+)
 WON = _key("won", bool, "The task is solved.")
 STATE_KEY = _key(
     "state_key",

@@ -3,12 +3,19 @@
 Like PettingZoo's ``parallel_api_test``: ``check_text_env(make_env)`` runs Gymnasium's ``check_env``, a seeded
 multi-step determinism check (same seed and actions => identical observations, rewards, flags and infos) and a
 fuzz of malformed actions that must be answered, never raised.
+
+Text spaces: stepgym's envs declare :class:`stepgym.spaces.UnicodeText` (any ``str`` up to a length). An env that
+declares Gymnasium's ``gym.spaces.Text`` is accepted too: ``Text`` admits only its charset (letters and digits by
+default, so ``"Two lamps are off."`` is outside ``Text(200)``), which no natural-language env means, so by default
+the battery reads a ``Text`` space as "a string of its min..max length" (``strict_charset=True`` keeps Gymnasium's
+reading, and its failure then names the space and what to use instead).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -120,11 +127,17 @@ def check_fuzz(
     return out
 
 
-def check_text_env(make_env: Callable[[], gym.Env], seed: int = 0) -> None:
-    """The whole battery: ``check_env`` on the unwrapped env, determinism, fuzz."""
+def check_text_env(make_env: Callable[[], gym.Env], seed: int = 0, *, strict_charset: bool = False) -> None:
+    """The whole battery: ``check_env`` on the unwrapped env, determinism, fuzz. ``strict_charset``: see the
+    module docstring (``gym.spaces.Text`` spaces)."""
     env = make_env()
     try:
-        check_env(env.unwrapped, skip_render_check=True)
+        core = env.unwrapped
+        if strict_charset:
+            _check_env_explained(core)
+        else:
+            with _text_spaces_as_unicode(core):
+                check_env(core, skip_render_check=True)
     finally:
         env.close()
     check_determinism(make_env, seed=seed)
@@ -133,3 +146,39 @@ def check_text_env(make_env: Callable[[], gym.Env], seed: int = 0) -> None:
         check_fuzz(env, seed=seed)
     finally:
         env.close()
+
+
+def _text_spaces(env: gym.Env) -> dict[str, gym.spaces.Text]:
+    names = ("observation_space", "action_space")
+    return {n: getattr(env, n) for n in names if isinstance(getattr(env, n, None), gym.spaces.Text)}
+
+
+@contextlib.contextmanager
+def _text_spaces_as_unicode(env: gym.Env) -> Iterator[None]:
+    """Give the env, for the duration, a ``UnicodeText`` of the same lengths in place of each ``Text`` space."""
+    from stepgym.spaces import UnicodeText
+
+    saved = _text_spaces(env)
+    try:
+        for name, space in saved.items():
+            setattr(env, name, UnicodeText(max_length=space.max_length, min_length=space.min_length))
+        yield
+    finally:
+        for name, space in saved.items():
+            setattr(env, name, space)
+
+
+def _check_env_explained(env: gym.Env) -> None:
+    try:
+        check_env(env, skip_render_check=True)
+    except AssertionError as exc:
+        texts = _text_spaces(env)
+        if not texts:
+            raise
+        which = ", ".join(f"{n} = {s!r}" for n, s in texts.items())
+        raise AssertionError(
+            f"{exc}\nThe env declares {which}: Gymnasium's Text admits only its charset (letters and digits by "
+            "default; spaces and punctuation are outside it). For free-form text use "
+            "stepgym.spaces.UnicodeText(max_length=...), give Text a charset that covers the env's text, or run "
+            "check_text_env without strict_charset."
+        ) from exc

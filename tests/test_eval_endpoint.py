@@ -205,7 +205,7 @@ def scripted_reply(prompt: str) -> str:
     """Credit toy: take the key, open the door, else walk on (wins). QA: search the question once, then answer.
     ALFWorld / WebShop: a deterministic admissible choice, and a tagless reply on the 3rd step (format-invalid)."""
     if "Question:" in prompt and "<search>" in prompt:
-        if "Your turns so far" in prompt:
+        if "</information>" in prompt.split("Question:", 1)[1]:  # a later turn: Search-R1's context goes on
             return "<think>I have read enough.</think><answer>unknown</answer>"
         question = prompt.split("Question:", 1)[1].split("\n", 1)[0].strip()
         return f"<think>I need to look this up.</think><search>{question}</search>"

@@ -64,28 +64,60 @@ def test_fallback_admissible_from_list_and_effective_from_state_key() -> None:
     assert info[schema.FEEDBACK] == ""
 
 
-def test_fallback_from_invalid_reason_and_observation() -> None:
+def test_fallback_from_invalid_reason_and_unknown_effect() -> None:
+    """Without a state key, whether an accepted action changed the world is unknown (None), whatever the text."""
     env = EnvFeedbackWrapper(ToyRoomEnv(expose={"invalid_reason"}))
     env.reset(seed=0)
     _, _, _, _, info = env.step("dance")
     assert info[schema.ADMISSIBLE] is False and info[schema.EFFECTIVE] is False
     _, _, _, _, info = env.step("go to kitchen")
-    assert info[schema.ADMISSIBLE] is True and info[schema.EFFECTIVE] is True  # observation changed
+    assert info[schema.ADMISSIBLE] is True and info[schema.EFFECTIVE] is None
+    _, _, _, _, info = env.step("inventory")  # a no-op with new text: not claimed effective
+    assert info[schema.ADMISSIBLE] is True and info[schema.EFFECTIVE] is None
+
+
+def test_the_observation_proxy_is_opt_in() -> None:
+    env = EnvFeedbackWrapper(ToyRoomEnv(expose={"invalid_reason"}), observation_proxy=True)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("go to kitchen")
+    assert info[schema.EFFECTIVE] is True  # observation changed
     _, _, _, _, info = env.step("inventory")
     assert info[schema.EFFECTIVE] is True  # the weak proxy: new text although nothing changed (documented)
     _, _, _, _, info = env.step("inventory")
     assert info[schema.EFFECTIVE] is False
+    assert env.spec is None or env.spec.additional_wrappers[-1].kwargs == {"observation_proxy": True}
 
 
-def test_unknowable_admissibility_is_left_out() -> None:
+def test_unknowable_admissibility_is_left_out_and_effect_unknown() -> None:
     env = EnvFeedbackWrapper(ToyRoomEnv(expose=set()))
     env.reset(seed=0)
-    _, _, _, _, info = env.step("go to kitchen")
-    assert (
-        schema.ADMISSIBLE not in info and info[schema.EFFECTIVE] is True and info[schema.FORMAT_VALID] is True
-    )
+    for action in ("go to kitchen", "look", "inventory"):  # a move and two no-ops: none is claimed effective
+        _, _, _, _, info = env.step(action)
+        assert schema.ADMISSIBLE not in info and info[schema.FORMAT_VALID] is True
+        assert info[schema.EFFECTIVE] is None, action
     _, _, _, _, info = env.step("")
     assert info[schema.FORMAT_VALID] is False and info[schema.EFFECTIVE] is False
+
+
+def test_state_key_alone_decides_effect_without_an_admissible_list() -> None:
+    env = EnvFeedbackWrapper(ToyRoomEnv(expose={"state_key"}))
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("look")  # a no-op: the state key did not move
+    assert schema.ADMISSIBLE not in info and info[schema.EFFECTIVE] is False
+    _, _, _, _, info = env.step("go to kitchen")
+    assert info[schema.EFFECTIVE] is True
+
+
+def test_unknown_effect_reads_as_unknown_downstream() -> None:
+    """The readers of the flag: step records (recording, integrations) keep None, rates skip it."""
+    from stepgym.integrations.annotations import step_annotations
+    from stepgym.recording import _plain
+
+    env = EnvFeedbackWrapper(ToyRoomEnv(expose=set()))
+    _, before = env.reset(seed=0)
+    _, r, _, _, after = env.step("look")
+    assert step_annotations(before, "look", r, after)["effective"] is None
+    assert _plain(after[schema.EFFECTIVE], 0) is None
 
 
 def test_feedback_outside_the_text_interface_judges_the_parsed_action() -> None:

@@ -62,20 +62,48 @@ def _expert_flags(env: gym.Env, seed: int) -> list[tuple[float, bool, bool]]:
 
 def test_spec_reports_the_step_limit_and_truncation_stays_exact() -> None:
     env_id = "StepGym/CreditToy-v0"
-    assert gym.spec(env_id).max_episode_steps is None  # registered without a TimeLimit ...
+    assert gym.spec(env_id).max_episode_steps == 10  # the registry reports the default limit ...
     n = len(_expert_flags(gym.make(env_id), seed=3))
     env = gym.make(env_id, max_steps=n)  # the expert wins on exactly the last allowed step
     assert (
         env.spec.max_episode_steps == n == env.unwrapped.max_steps
-    )  # ... yet reads as Gymnasium users expect
-    wrapper = env
-    while isinstance(wrapper, gym.Wrapper):
-        assert not isinstance(wrapper, gym.wrappers.TimeLimit)
-        wrapper = wrapper.env
+    )  # ... and an instance its own; gym.make's TimeLimit follows the env's limit
+    assert env.get_wrapper_attr("_max_episode_steps") == n
     flags = _expert_flags(env, seed=3)
     assert flags[-1] == (1.0, True, False)  # a win on the last step is not also a truncation
     assert flags == _expert_flags(CreditToyEnv(max_steps=n), seed=3)
     assert gym.make(env.spec.id, **env.spec.kwargs).spec.max_episode_steps == n
+    assert gym.make(env.spec).spec.max_episode_steps == n  # the spec re-creates the same env
+    assert _expert_flags(gym.make(env.spec), seed=3) == flags
+    # Gymnasium's own keyword sets the env's limit; one that contradicts the env's keyword is refused
+    short = gym.make(env_id, max_episode_steps=2)
+    assert short.unwrapped.max_steps == 2 == short.spec.max_episode_steps
+    assert _expert_flags(short, seed=3) == _expert_flags(CreditToyEnv(max_steps=2), seed=3)
+    with pytest.raises(ValueError, match="max_episode_steps=2 contradicts the env's own step limit 7"):
+        gym.make(env_id, max_steps=7, max_episode_steps=2)
+
+
+def test_registered_limits_are_the_envs_defaults() -> None:
+    """What the registry says is what an env built with default keywords enforces (read from the classes'
+    defaults: building the benchmark envs needs their data)."""
+    import inspect
+
+    from stepgym.envs.credit_family import CreditFamilyEnv
+
+    def default(cls: type, name: str) -> int:
+        return inspect.signature(cls.__init__).parameters[name].default
+
+    assert gym.spec("StepGym/CreditFamily-v0").max_episode_steps == CreditFamilyEnv().max_steps
+    assert gym.spec("StepGym/CreditToy-v0").max_episode_steps == CreditToyEnv().max_steps
+    classes = {
+        "StepGym/ALFWorld-v0": ("stepgym.envs.alfworld", "ALFWorldEnv", "max_steps", 0),
+        "StepGym/WebShop-v0": ("stepgym.envs.webshop", "WebShopEnv", "max_steps", 0),
+        "StepGym/WebShopSite-v0": ("stepgym.envs.webshop", "WebShopSiteEnv", "max_steps", 0),
+        "StepGym/SearchQA-v0": ("stepgym.envs.searchqa", "SearchQAEnv", "max_turns", 1),
+    }
+    for env_id, (module, name, kw, extra) in classes.items():
+        cls = getattr(importlib.import_module(module), name)
+        assert gym.spec(env_id).max_episode_steps == default(cls, kw) + extra, env_id
 
 
 def test_package_lists_its_lazy_exports_and_every_env_id() -> None:

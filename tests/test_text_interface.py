@@ -170,7 +170,7 @@ def test_render_prompt_qa_shows_whole_turns() -> None:
         {schema.PARSED_ACTION: "search: a"},
     )
     p = render_prompt("qa", task="q?", observation="", history=[s])
-    assert "<think>t</think><search>a</search>\n<information>D</information>" in p and "search: a" not in p
+    assert "<think>t</think><search>a</search><information>D</information>" in p and "search: a" not in p
 
 
 def test_render_prompt_qa_keeps_whole_history() -> None:

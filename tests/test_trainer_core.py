@@ -44,7 +44,10 @@ def tiny_config(out: Path, shaper: ShapeConfig | None = None, **over) -> TrainCo
         ),
         env=EnvConfig(id="StepGym/CreditToy-v0", history=1, eval_splits=("valid",)),
         model=ModelConfig(name="tiny", tokenizer_corpus_episodes=16),
-        rollout=RolloutConfig(n_tasks=3, group_size=4, max_prompt_tokens=256, max_response_tokens=8),
+        # per-call seeds: the random stream these tests' batches were chosen with (group seeds are the default)
+        rollout=RolloutConfig(
+            n_tasks=3, group_size=4, max_prompt_tokens=256, max_response_tokens=8, group_seeds=False
+        ),
         shaper=shaper or ShapeConfig.from_preset("grpo-alfworld"),
         optim=OptimConfig(lr=1e-3),
         warmup=WarmupConfig(steps=0),
@@ -249,14 +252,13 @@ def test_resume_reproduces_the_next_step_bitwise(tmp_path: Path) -> None:
         assert torch.equal(teacher_a[n], p), n
     lines_a = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     lines_b = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
-    keys = [
-        "rollout/success",
-        "rollout/response_tokens",
-        "actor/pg_loss",
-        "actor/grad_norm",
-        "teacher/delta_std",
-    ]
-    assert [lines_a[-1][k] for k in keys] == [lines_b[-1][k] for k in keys]
+
+    # every metric of the resumed iteration but the clock's (teacher/* are there when a group had a success)
+    def same(rec: dict) -> dict:
+        return {k: v for k, v in rec.items() if not k.startswith(("time/", "perf/"))}
+
+    assert same(lines_a[-1]) == same(lines_b[-1])
+    assert {"rollout/success", "actor/pg_loss", "actor/grad_norm"} <= set(lines_a[-1])
     b.close()
 
 

@@ -66,7 +66,8 @@ def _params(model) -> dict[str, torch.Tensor]:
 
 
 def _comparable(m: dict[str, float]) -> dict[str, float]:
-    return {k: v for k, v in m.items() if not k.startswith(("time/", "perf/"))}
+    """The metrics that must not depend on the world size (times, rates and the dist/ record do)."""
+    return {k: v for k, v in m.items() if not k.startswith(("time/", "perf/", "dist/"))}
 
 
 def _iteration(out: Path, **rollout) -> tuple[dict[str, float], dict[str, torch.Tensor], str, np.ndarray]:
@@ -131,6 +132,63 @@ def test_group_seeded_requests_make_a_group_independent_of_its_batch(tmp_path: P
         tr.close()
 
 
+def test_the_hf_sampler_makes_a_seeded_request_independent_of_its_batch(tmp_path: Path) -> None:
+    """HF generate samples each row from its own generator: a request with a seed gets the same reply alone, in
+    any batch, under any call seed (what lets W ranks replay 1 rank with the default backend); an unseeded
+    request's reply follows the call's seed."""
+    import dataclasses
+
+    from stepgym.trainers.backends import GenerationRequest, HFBackend
+
+    cfg = tiny_config(tmp_path / "hf")
+    tr = GRPOTrainer(dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, backend="hf")))
+    try:
+        assert isinstance(tr.backend, HFBackend)
+        ids = [tr.tokenizer(f"look at thing {i} " * (i + 1))["input_ids"] for i in range(4)]
+        seeded = [GenerationRequest(p, seed=100 + i) for i, p in enumerate(ids)]
+
+        def replies(reqs: list, seed: int) -> list[list[int]]:
+            return [g.response_ids for g in tr.backend.generate(reqs, seed=seed)]
+
+        whole = replies(seeded, 1)
+        assert replies(seeded[:1], 2) + replies(seeded[1:], 3) == whole
+        assert replies(seeded[::-1], 4) == whole[::-1]
+        assert len({tuple(r) for r in whole}) == len(whole)  # sampled, not all the same
+        plain = [GenerationRequest(p) for p in ids]
+        assert replies(plain, 5) == replies(plain, 5) and replies(plain, 5) != replies(plain, 6)
+        before = torch.random.get_rng_state()
+        replies(seeded, 1)
+        assert torch.equal(torch.random.get_rng_state(), before)  # the global RNG is left alone
+    finally:
+        tr.close()
+
+
+def test_a_run_records_its_world_size(tmp_path: Path) -> None:
+    """config.json, the checkpoint's trainer state and every metrics line say how many ranks ran and each rank's
+    share of the groups; a config that insists on another world size is refused before anything is built."""
+    import dataclasses
+
+    cfg = tiny_config(tmp_path / "one")
+    tr = GRPOTrainer(cfg)
+    try:
+        tr.train()
+    finally:
+        tr.close()
+    run = json.loads((tmp_path / "one" / "config.json").read_text(encoding="utf-8"))
+    assert run["run"]["world_size"] == 1 and run["distributed"] == {"world_size": 1, "rank_groups": [[0, 4]]}
+    state = json.loads(
+        (tmp_path / "one/checkpoints/step_000001/trainer_state.json").read_text(encoding="utf-8")
+    )
+    assert state["world_size"] == 1 and state["rank_groups"] == [[0, 4]]
+    line = json.loads((tmp_path / "one" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+    assert line["dist/world_size"] == 1 and line["dist/rank_0/groups"] == 4 and line["dist/rank_0/rows"] > 0
+    two = dataclasses.replace(
+        cfg, run=dataclasses.replace(cfg.run, world_size=2, output_dir=str(tmp_path / "x"))
+    )
+    with pytest.raises(ValueError, match=r"run\.world_size=2 but this run has 1 rank"):
+        GRPOTrainer(two)
+
+
 def test_group_shards_are_whole_contiguous_and_cover_the_batch() -> None:
     for n, world in [(4, 2), (5, 2), (7, 3), (3, 3)]:
         shares = [group_shard(n, r, world) for r in range(world)]
@@ -168,8 +226,12 @@ TRAIN_ARGS = [
 
 
 def _torchrun(nproc: int, out: Path, *extra: str) -> None:
+    _torchrun_args(nproc, out, TRAIN_ARGS, *extra)
+
+
+def _torchrun_args(nproc: int, out: Path, args: list[str], *extra: str) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    cmd += ["-m", "stepgym.cli", "train", *TRAIN_ARGS, "--run.output-dir", str(out), *extra]
+    cmd += ["-m", "stepgym.cli", "train", *args, "--run.output-dir", str(out), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -210,3 +272,46 @@ def test_two_gloo_ranks_equal_one_rank_and_resume_exactly(tmp_path: Path) -> Non
     w3 = _weights(resumed, 2)
     assert all(torch.equal(w3[k], w2[k]) for k in w2)
     assert _metric_lines(resumed)[-1] == pytest.approx(m2[-1])
+
+
+HF_ARGS = [a for a in TRAIN_ARGS if a not in ("--rollout.backend", "scripted", "--rollout.scripted-policy",
+                                             "noisy-expert:0.5")] + ["--warmup.steps", "20"]  # fmt: skip
+
+
+def _plain(out: Path, *extra: str) -> None:
+    cmd = [sys.executable, "-m", "stepgym.cli", "train", *HF_ARGS, "--run.output-dir", str(out), *extra]
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    proc = subprocess.run(
+        cmd, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_equal_a_plain_run_with_the_hf_backend(tmp_path: Path) -> None:
+    """The default backend (HF generate, sampled at temperature 1) and the default seeding: `torchrun
+    --nproc_per_node 2` ends where the same command on one plain process does, and records that it ran on 2."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    _plain(one)
+    _torchrun_args(2, two, HF_ARGS)
+    m1, m2 = _metric_lines(one), _metric_lines(two)
+    assert len(m1) == len(m2) == 2
+    for a, b in zip(m1, m2, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert b[k] == pytest.approx(a[k], rel=1e-6, abs=1e-6), k
+    w0, w1, w2 = _weights(one, 1), _weights(one, 2), _weights(two, 2)
+    moved = max(float((w1[k] - w0[k]).abs().max()) for k in w1)
+    diff = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+    print("moved", moved, "diff", diff)
+    assert moved > 1e-3 and diff < 1e-4, (moved, diff)  # equal up to float summation order, far below a step
+    run = json.loads((two / "config.json").read_text(encoding="utf-8"))
+    assert run["run"]["world_size"] == 2 and run["distributed"]["rank_groups"] == [[0, 2], [2, 4]]
+    state = json.loads((two / "checkpoints/step_000002/trainer_state.json").read_text(encoding="utf-8"))
+    assert state["world_size"] == 2 and state["rank_groups"] == [[0, 2], [2, 4]]
+    line = json.loads((two / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+    assert line["dist/world_size"] == 2 and line["dist/rank_0/groups"] == line["dist/rank_1/groups"] == 2
+    assert (
+        json.loads((one / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[-1])["dist/world_size"]
+        == 1
+    )

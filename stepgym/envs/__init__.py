@@ -7,29 +7,91 @@ never new id strings.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium
 
-__all__ = ["ENV_IDS", "register_envs"]
+__all__ = ["ENV_IDS", "ExactStepLimit", "register_envs"]
 
-_ENTRY_POINTS = {
-    "StepGym/ALFWorld-v0": "stepgym.envs.alfworld:ALFWorldEnv",
-    "StepGym/WebShop-v0": "stepgym.envs.webshop:WebShopEnv",
-    "StepGym/WebShopSite-v0": "stepgym.envs.webshop:WebShopSiteEnv",
-    "StepGym/SearchQA-v0": "stepgym.envs.searchqa:SearchQAEnv",
-    "StepGym/CreditToy-v0": "stepgym.envs.credit:CreditToyEnv",
-    "StepGym/CreditFamily-v0": "stepgym.envs.credit_family:CreditFamilyEnv",
+#: id -> (entry point, the default step limit of that env: its class's defaults, e.g. SearchQA's max_turns=4 + the
+#: forced answer turn, CreditFamily's horizon 10 + slack 10). tests/test_names.py checks them against the classes.
+_ENVS = {
+    "StepGym/ALFWorld-v0": ("stepgym.envs.alfworld:ALFWorldEnv", 50),
+    "StepGym/WebShop-v0": ("stepgym.envs.webshop:WebShopEnv", 15),
+    "StepGym/WebShopSite-v0": ("stepgym.envs.webshop:WebShopSiteEnv", 15),
+    "StepGym/SearchQA-v0": ("stepgym.envs.searchqa:SearchQAEnv", 5),
+    "StepGym/CreditToy-v0": ("stepgym.envs.credit:CreditToyEnv", 10),
+    "StepGym/CreditFamily-v0": ("stepgym.envs.credit_family:CreditFamilyEnv", 20),
 }
-ENV_IDS = tuple(_ENTRY_POINTS)
+ENV_IDS = tuple(_ENVS)
 
 
 def register_envs() -> None:
     """Register every stepgym env with Gymnasium (idempotent).
 
-    The step limit is enforced inside each env (it is part of the task, and ``truncated`` must be exact for the
-    papers' protocol), so Gymnasium's ``TimeLimit`` is not added on top; ``env.spec.max_episode_steps`` still
-    reports that limit (see :attr:`stepgym.envs.base.TextEnv.spec`).
+    Each id is registered with its default step limit, so code that reads the registry (``gym.spec(id)``, vector
+    envs, a trainer's config check) sees it. ``gym.make`` then adds Gymnasium's ``TimeLimit``; the outermost
+    :class:`ExactStepLimit` (an ``additional_wrappers`` entry of the spec) keeps that limit and the env's own one
+    the same number and the env's exact ``truncated``.
     """
-    for env_id, entry_point in _ENTRY_POINTS.items():
+    for env_id, (entry_point, limit) in _ENVS.items():
         if env_id in gymnasium.registry:
             continue
-        gymnasium.register(id=env_id, entry_point=entry_point, disable_env_checker=False)
+        gymnasium.register(
+            id=env_id,
+            entry_point=entry_point,
+            disable_env_checker=False,
+            max_episode_steps=limit,
+            additional_wrappers=(
+                gymnasium.envs.registration.WrapperSpec("ExactStepLimit", f"{__name__}:ExactStepLimit", {}),
+            ),
+        )
+
+
+class ExactStepLimit(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
+    """Make Gymnasium's ``TimeLimit`` (added by ``gym.make`` from the registered limit) agree with the env's own.
+
+    stepgym's envs enforce their step limit themselves (it is part of the task, e.g. SearchQA's forced answer turn,
+    and ``truncated`` must be exact for the papers' protocol: never set on the step that terminates). Gymnasium's
+    ``TimeLimit`` sets ``truncated`` on the last allowed step even when that step wins. So this wrapper, applied
+    right outside it:
+
+    * gives the two limits one value: ``gym.make(id, max_episode_steps=N)`` sets the env's limit to N; otherwise
+      the ``TimeLimit`` takes the env's own (``max_steps=``, ``max_turns=``, ... as passed);
+    * refuses ``max_episode_steps`` that contradicts the env's own keyword, naming both;
+    * passes the env's ``truncated`` through unchanged on a terminating step.
+    """
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        gymnasium.utils.RecordConstructorArgs.__init__(self)
+        gymnasium.Wrapper.__init__(self, env)
+        limit = _time_limit(env)
+        core: Any = env.unwrapped
+        if limit is None or not hasattr(core, "max_steps"):
+            return
+        registered = gymnasium.registry.get(getattr(core.spec, "id", ""), None)
+        default = getattr(registered, "max_episode_steps", None)
+        asked = int(limit._max_episode_steps)
+        if asked != default:  # gym.make(..., max_episode_steps=N): the user's limit
+            if core.max_steps not in (default, asked):
+                raise ValueError(
+                    f"max_episode_steps={asked} contradicts the env's own step limit {core.max_steps} (its "
+                    f"keyword, e.g. max_steps=): pass one of them"
+                )
+            core.max_steps = asked
+        limit._max_episode_steps = int(core.max_steps)
+        limit._cached_spec = None
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated:  # TimeLimit flags a win on the last allowed step as truncated too; the env does not
+            truncated = False
+        return obs, reward, terminated, truncated, info
+
+
+def _time_limit(env: Any) -> Any:
+    while isinstance(env, gymnasium.Wrapper):
+        if isinstance(env, gymnasium.wrappers.TimeLimit):
+            return env
+        env = env.env
+    return None

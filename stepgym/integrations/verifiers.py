@@ -112,8 +112,9 @@ class StepGymEnvConfig(vf.EnvConfig):
 def _metrics(record: dict[str, Any]) -> dict[str, float]:
     steps = record["steps"]
 
-    def rate(name: str) -> float:
-        return sum(bool(s[name]) for s in steps) / len(steps) if steps else 0.0
+    def rate(name: str) -> float:  # over the steps where the flag is known (EFFECTIVE may be None: unknown)
+        known = [bool(s[name]) for s in steps if s[name] is not None]
+        return sum(known) / len(known) if known else 0.0
 
     return {
         "won": float(record["won"]),

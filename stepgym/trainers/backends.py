@@ -13,9 +13,12 @@ The request/response types and the :class:`RolloutBackend` protocol live in :mod
 (re-exported here), so a backend module imports them without importing this one. :func:`backend_from_config` builds
 the backend a :class:`~stepgym.trainers.config.TrainConfig` asks for.
 
-Randomness: every call takes a ``seed`` drawn by the trainer from its own checkpointed generator. The HF backend
-samples inside ``torch.random.fork_rng`` seeded with it, so the global torch RNG is left as it was and a resumed
-run draws exactly the same tokens.
+Randomness: every call takes a ``seed`` drawn by the trainer from its own checkpointed generator, and a request may
+carry its own ``seed`` (drawn per group: under ``torchrun``, with overlap, or ``rollout.group_seeds``). Every
+backend honours a request's seed, so a reply does not depend on which other requests share the call: W
+data-parallel ranks replay 1 rank. The HF backend samples each row from a ``torch.Generator`` of its own (the
+request's seed, else one derived from the call's seed and the request's index), by the Gumbel-max trick on the
+processed logits, so the global torch RNG is never touched and a resumed run draws exactly the same tokens.
 """
 
 from __future__ import annotations
@@ -42,6 +45,51 @@ __all__ = [
 ]
 
 
+def _row_seed(call_seed: int, index: int, req: GenerationRequest) -> int:
+    """A request's sampling seed: its own, else one derived from the call's seed and its index in the call."""
+    if req.seed is not None:
+        return int(req.seed)
+    return int(np.random.SeedSequence([int(call_seed), index]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class _RowSampler:
+    """A ``transformers`` logits processor that samples every row from its own generator (Gumbel-max).
+
+    Under greedy decoding (``do_sample=False``) ``generate`` takes the argmax of the processed scores; adding
+    Gumbel noise to the tempered, nucleus-filtered log-probabilities makes that argmax a draw from the sampling
+    distribution, and drawing the noise of row ``i`` from generator ``i`` makes the row's tokens a function of its
+    seed and its own logits only: the same reply in any batch. ``generate`` applies the model's other processors
+    (repetition penalty, ...) before this one, as it applies its own warpers after them."""
+
+    def __init__(self, seeds: Sequence[int], *, temperature: float, top_p: float, device: Any) -> None:
+        import torch
+
+        self.temperature, self.top_p = float(temperature), float(top_p)
+        self.gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        scores = scores.float() / self.temperature
+        if self.top_p < 1.0:
+            scores = _nucleus(scores, self.top_p)
+        vocab = scores.shape[-1]
+        u = torch.stack([torch.rand(vocab, generator=g, device=g.device) for g in self.gens])
+        gumbel = -torch.log(-torch.log(u.to(scores.device).clamp_min(torch.finfo(u.dtype).tiny)))
+        return scores + gumbel
+
+
+def _nucleus(scores: Any, top_p: float) -> Any:
+    """Keep the smallest set of top tokens whose probability reaches ``top_p`` (at least one); -inf elsewhere."""
+    import torch
+
+    ordered, idx = torch.sort(scores, descending=False, dim=-1)
+    cum = ordered.softmax(dim=-1).cumsum(dim=-1)
+    drop = cum <= (1.0 - top_p)
+    drop[..., -1] = False
+    return scores.masked_fill(drop.scatter(-1, idx, drop), float("-inf"))
+
+
 def _cut_at_eos(ids: Sequence[int], eos_ids: set[int], pad_id: int | None) -> tuple[list[int], bool]:
     out: list[int] = []
     for tok in ids:
@@ -54,7 +102,7 @@ def _cut_at_eos(ids: Sequence[int], eos_ids: set[int], pad_id: int | None) -> tu
 
 
 class HFBackend:
-    """Batched ``model.generate`` with left padding, sampling under a local seed.
+    """Batched ``model.generate`` with left padding; every row sampled from its own seeded generator.
 
     Args:
         model: the policy (a ``PreTrainedModel`` or a peft wrapper of one).
@@ -106,25 +154,28 @@ class HFBackend:
         if not requests:
             return []
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
+        seeds = [_row_seed(seed, i, r) for i, r in enumerate(requests)]
         results: list[Generation | None] = [None] * len(requests)
         device = self._device()
         was_training = self.model.training
         self.model.eval()
-        devices = [device] if device.type == "cuda" else []
         try:
-            with torch.random.fork_rng(devices=devices), torch.no_grad():
-                torch.manual_seed(int(seed))
+            with torch.no_grad():
                 for start in range(0, len(order), self.batch_size):
                     chunk = order[start : start + self.batch_size]
-                    outs = self._generate_chunk([requests[i].prompt_ids for i in chunk], greedy, device)
+                    prompts = [requests[i].prompt_ids for i in chunk]
+                    outs = self._generate_chunk(prompts, [seeds[i] for i in chunk], greedy, device)
                     for i, g in zip(chunk, outs, strict=True):
                         results[i] = g
         finally:
             self.model.train(was_training)
         return results  # type: ignore[return-value]
 
-    def _generate_chunk(self, prompts: list[Sequence[int]], greedy: bool, device: Any) -> list[Generation]:
+    def _generate_chunk(
+        self, prompts: list[Sequence[int]], seeds: list[int], greedy: bool, device: Any
+    ) -> list[Generation]:
         import torch
+        from transformers import LogitsProcessorList
 
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -137,10 +188,12 @@ class HFBackend:
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids) or None,
         )
-        if greedy or self.temperature <= 0:
-            kwargs.update(do_sample=False)
-        else:
-            kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0)
+        kwargs.update(
+            do_sample=False
+        )  # greedy, or sampled by the per-row processor (the global RNG is not used)
+        if not (greedy or self.temperature <= 0):
+            sampler = _RowSampler(seeds, temperature=self.temperature, top_p=self.top_p, device=device)
+            kwargs.update(logits_processor=LogitsProcessorList([sampler]))
         ctx = (
             torch.autocast(device.type, dtype=self.autocast_dtype)
             if self.autocast_dtype is not None

@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from stepgym.trainers.distributed import world_record
+
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
@@ -40,6 +42,7 @@ __all__ = [
     "resume_path",
     "save_checkpoint",
     "save_trainer",
+    "write_text_atomic",
 ]
 
 FORMAT_VERSION = 1
@@ -74,7 +77,8 @@ def _fsync_tree(root: Path) -> None:
     _fsync_path(root)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (a temporary sibling, fsync, ``os.replace``, fsync the folder)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -125,7 +129,7 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _write_text_atomic(root / _LATEST, name + "\n")
+    write_text_atomic(root / _LATEST, name + "\n")
     _prune(root, keep, protect=name)
     return final
 
@@ -236,6 +240,7 @@ def save_trainer(tr: Any, extra_parts: Mapping[str, PartWriter] | None = None) -
         "stale_version": tr.stale.version if tr.stale is not None else None,
         "evals": tr.evals,
         "config": tr.cfg.to_dict(),
+        **world_record(tr.dist.world, tr.cfg.rollout.n_tasks),  # world_size and each rank's groups
     }
     return save_checkpoint(tr.ckpt_dir, tr.iteration, state, parts, keep=tr.cfg.run.keep_checkpoints)
 

@@ -157,9 +157,10 @@ class RolloutConfig:
     """Overlap env stepping with generation: the batch's groups go in two waves, and the workers step one while the
     backend answers the other ('auto': on with the process and ray executors). Requests are then group-seeded
     (``group_seeds``), so the iteration is the one of ``overlap=off, group_seeds=true`` (docs/trainer.md)."""
-    group_seeds: bool = False
+    group_seeds: bool = True
     """Give every request its own seed from its group's generator (always so under torchrun and with overlap), so
-    that a group's replies do not depend on which groups share a backend call."""
+    that a group's replies do not depend on which groups share a backend call: a plain run then equals a torchrun
+    of any world size. False: per-call seeds, the rule of earlier stepgym versions."""
 
     @property
     def overlaps(self) -> bool:
@@ -320,6 +321,10 @@ class RunConfig:
     """Write report/ (plots + report.md) at the end."""
     credit_trajectories: int = 4
     """Trajectories shown in the report's credit picture."""
+    world_size: int = 0
+    """Data-parallel ranks. 0 takes what the launcher gives (``torchrun --nproc_per_node``; 1 without it) and the
+    run records that number here (``config.json``, checkpoints); a positive value is refused by a run with another
+    number of ranks."""
     threads: int = 0
     """torch CPU threads (``torch.set_num_threads``; 0 keeps torch's default). Small models on a busy CPU run several
     times faster with 1 thread than with 2 (measured in benchmarks/credit_assignment.py's setting)."""

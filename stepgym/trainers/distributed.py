@@ -10,9 +10,10 @@ reports, credit pictures and checkpoints; every rank reads the same checkpoint t
 
 Randomness that would depend on how the batch is split is derived per group instead: under ``torchrun`` each
 group's generation requests carry seeds from a generator keyed by (the iteration's draw, the group's global index),
-so a backend that honours per-request seeds (the scripted one) produces the same rollouts on W ranks as on 1. A
-batched sampler (HF ``generate``, vLLM) draws its noise per call, so its rollouts are equally distributed but not
-bitwise the same across world sizes; the update given a batch is exact either way.
+so every bundled backend (scripted, HF ``generate`` with one generator per row, vLLM seeded per request) produces
+the same rollouts on W ranks as on 1, and the update equals one rank's up to float summation order. The run
+records its world size and each rank's share of groups (:func:`world_record`: ``config.json``, the trainer state,
+the metrics).
 
 Without ``torchrun`` (no ``WORLD_SIZE`` in the environment) :func:`context_from_env` returns a single-process
 context whose collectives are identities, and the trainer behaves exactly as it always has.
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DistContext", "context_from_env", "group_shard"]
+__all__ = ["DistContext", "context_from_env", "group_shard", "resolve_world_size", "world_record"]
 
 #: How long a rank waits in a collective (rank 0 evaluates and saves alone while the others wait).
 COLLECTIVE_TIMEOUT = timedelta(hours=2)
@@ -44,6 +45,32 @@ def group_shard(n_groups: int, rank: int, world: int) -> range:
     base, extra = divmod(n_groups, world)
     lo = rank * base + min(rank, extra)
     return range(lo, lo + base + (1 if rank < extra else 0))
+
+
+def world_record(world: int, n_groups: int) -> dict[str, Any]:
+    """What a run records about its data parallelism (``config.json``, the trainer state): the world size and
+    each rank's contiguous share of the batch's ``n_groups`` groups, as ``[first, stop)`` group indices."""
+    shares = [group_shard(n_groups, r, world) for r in range(world)]
+    return {"world_size": int(world), "rank_groups": [[s.start, s.stop] for s in shares]}
+
+
+def resolve_world_size(config: Any, dist: DistContext) -> Any:
+    """``config`` with ``run.world_size`` set to the ranks this run has, after the checks a data-parallel run
+    needs: a world size the config insists on, a whole group per rank, no dynamic sampling under ``torchrun``."""
+    from dataclasses import replace
+
+    asked = config.run.world_size
+    if asked > 0 and asked != dist.world:
+        how = "torchrun --nproc_per_node N" if asked > 1 else "a plain `stepgym train` (no torchrun)"
+        raise ValueError(
+            f"run.world_size={asked} but this run has {dist.world} rank(s): start it with {how}, or set "
+            "--run.world-size 0 to take whatever the launcher gives"
+        )
+    if dist.active and config.rollout.dynamic_sampling:
+        raise ValueError("rollout.dynamic_sampling is not supported under torchrun (data-parallel) yet")
+    if dist.active:
+        group_shard(config.rollout.n_tasks, dist.rank, dist.world)  # every rank gets a whole group
+    return replace(config, run=replace(config.run, world_size=dist.world))
 
 
 @dataclass

@@ -20,9 +20,8 @@ class GenerationRequest:
     """What the backend is asked to continue: the prompt's token ids (and text), and the env info of the state.
 
     ``seed``, when set, is this request's own sampling seed (drawn per group, so the reply does not depend on which
-    other requests share the call: data-parallel runs and overlapped collection rely on it). The scripted and vLLM
-    backends honour it (vLLM seeds each request's sampler); the HF backend samples a whole batch from the call's
-    ``seed`` instead."""
+    other requests share the call: data-parallel runs and overlapped collection rely on it). Every bundled backend
+    honours it (vLLM seeds each request's sampler, the HF backend samples each row from its own generator)."""
 
     prompt_ids: Sequence[int]
     prompt: str = ""

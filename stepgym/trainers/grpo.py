@@ -10,12 +10,11 @@ One iteration (:meth:`GRPOTrainer.step`)::
     update       clipped policy loss (+KL), gradient accumulation, AdamW             (actor.Actor → losses)
     after        stale-teacher refresh, ARG growth with verified successes, weight sync to the backend
 
-Building the roles is delegated too: the policy (:func:`stepgym.trainers.models.build_policy`), the rollout backend
-(:func:`stepgym.trainers.backends.backend_from_config`), the teacher gaps
-(:class:`stepgym.trainers.teacher.TeacherRescorer`), checkpoints (:func:`stepgym.trainers.checkpoint.save_trainer` /
-``load_trainer``). No advantage maths happens here; every number that becomes an advantage is computed by
-``stepgym.trainers.shapers``. The λ schedules (AHEAD 0.5 → 0 over 50, StepOPSD 0.2 → 0 over 50) are the shaper
-config's, evaluated with ``update_index`` = completed iterations (verl's ``global_steps - 1``).
+Building the roles is :mod:`stepgym.trainers.builder`'s job (policy, backend, optimizer, teachers, ARG, warm-up,
+outputs), checkpoints :mod:`stepgym.trainers.checkpoint`'s. No advantage maths happens here; every number that
+becomes an advantage is computed by ``stepgym.trainers.shapers``. The λ schedules (AHEAD 0.5 → 0 over 50, StepOPSD
+0.2 → 0 over 50) are the shaper config's, evaluated with ``update_index`` = completed iterations (verl's
+``global_steps - 1``).
 
 Departures from verl-agent worth knowing: the loss aggregation is exact over the mini-batch (see
 :mod:`stepgym.trainers.actor`); old log-probs are recomputed by the trainer (never taken from the rollout engine),
@@ -37,21 +36,30 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers.actor import Actor, UpdateRow
+from stepgym.trainers.actor import UpdateRow
 from stepgym.trainers.advantages import ShapingResult, build_step_batch, shape_rows
 from stepgym.trainers.backends import backend_from_config
+from stepgym.trainers.builder import (
+    build_actor,
+    build_arg,
+    build_scoring,
+    load_policy,
+    make_collector,
+    open_outputs,
+    rank_device,
+    warm_up,
+)
 from stepgym.trainers.checkpoint import load_trainer, read_state, resume_path, save_trainer
 from stepgym.trainers.collector import Collector, Rollouts
 from stepgym.trainers.config import TrainConfig
 from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shaping_arrays, shaping_metrics
-from stepgym.trainers.distributed import context_from_env, group_shard
+from stepgym.trainers.distributed import context_from_env, group_shard, resolve_world_size
 from stepgym.trainers.evaluate import eval_metrics, evaluate
 from stepgym.trainers.formats import resolve_format
-from stepgym.trainers.metrics import MetricsLogger
-from stepgym.trainers.models import build_policy, precision, resolve_device
+from stepgym.trainers.metrics import timing_metrics, world_metrics
+from stepgym.trainers.models import precision, resolve_device
 from stepgym.trainers.samples import PromptEncoder
 from stepgym.trainers.shapers import dynamic_sampling_keep
-from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherRescorer
 
 __all__ = ["GRPOTrainer", "resolve_device"]
 
@@ -66,20 +74,14 @@ class GRPOTrainer:
     def __init__(self, config: TrainConfig, *, backend: Any = None) -> None:
         import torch
 
-        self.cfg = config
         self._t_created = time.perf_counter()
         if config.run.threads > 0:
             torch.set_num_threads(config.run.threads)
+        self.dist = context_from_env(config.model.device)
+        self.cfg = config = resolve_world_size(config, self.dist)
         self.out = Path(config.run.output_dir)
         self.ckpt_dir = self.out / "checkpoints"
-        self.dist = context_from_env(config.model.device)
-        if self.dist.active and config.rollout.dynamic_sampling:
-            raise ValueError("rollout.dynamic_sampling is not supported under torchrun (data-parallel) yet")
-        if self.dist.active:
-            group_shard(config.rollout.n_tasks, self.dist.rank, self.dist.world)  # every rank gets a group
-        self.device = resolve_device(config.model.device)
-        if self.dist.active and self.device.type == "cuda":
-            self.device = torch.device("cuda", self.dist.local_rank)
+        self.device = rank_device(config.model.device, self.dist)
         self.weights_dtype, self.autocast = precision(config.model.precision, self.device)
         self.rng = np.random.default_rng(config.run.seed)
         self.fmt = resolve_format(config.env.id, config.env.text_format)
@@ -88,22 +90,16 @@ class GRPOTrainer:
         self.evals: list[dict[str, Any]] = []
         resume_from = resume_path(config.run.resume, self.ckpt_dir)
         state = read_state(resume_from) if resume_from is not None else None
-        if not self.dist.is_main:  # rank 0 first: a download or conversion cache is filled once, not raced
-            self.dist.barrier()
-        lm = build_policy(
+        self.model, self.tokenizer, self.model_source = load_policy(
             config,
             resume_from,
+            self.dist,
             fmt=self.fmt,
             history=self.history,
             weights_dtype=self.weights_dtype,
             device=self.device,
         )
-        if self.dist.is_main:
-            self.dist.barrier()
-        self.model, self.tokenizer, self.model_source = lm.model, lm.tokenizer, lm.source
         tok = self.tokenizer
-        self.dist.check_same("tokenizer vocabulary", tok.get_vocab())
-        self.dist.broadcast_model(self.model)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.encoder = PromptEncoder(
             tok, max_prompt_tokens=config.rollout.max_prompt_tokens, system=config.model.system_prompt
@@ -117,68 +113,21 @@ class GRPOTrainer:
             config.env.make_kwargs(config.env.train_split), config.rollout.group_size
         )
         self.train_task_ids = self.collector.task_ids()
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        o = config.optim
-        self.optimizer = torch.optim.AdamW(
-            trainable, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
+        self.optimizer, self.scheduler, self.actor = build_actor(
+            config, self.model, self.dist, pad_id=self.pad_id, autocast=self.autocast
         )
-        warm = max(0, o.warmup_updates)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0
+        self.scorer, self.stale, self.reference, self.analyzer, self.rescorer = build_scoring(
+            config, self.model, pad_id=self.pad_id, autocast=self.autocast, encoder=self.encoder, fmt=self.fmt
         )
-        self.actor = Actor(
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            loss=config.loss,
-            optim=o,
-            pad_id=self.pad_id,
-            autocast_dtype=self.autocast,
-            dist=self.dist,
-        )
-        self.scorer = Scorer(
-            self.pad_id, microbatch_tokens=config.teacher.microbatch_tokens, autocast_dtype=self.autocast
-        )
-        self._build_teachers()
-        self.rescorer = TeacherRescorer(
-            config,
-            scorer=self.scorer,
-            encoder=self.encoder,
-            fmt_name=self.fmt.name,
-            analyzer=self.analyzer,
-            stale=self.stale,
-        )
-        self.arg = self._build_arg()
+        self.arg = build_arg(config)
         self._eval_collectors: dict[str, Collector] = {}
         if state is not None:
             load_trainer(self, resume_from, state)  # type: ignore[arg-type]
         elif config.warmup.steps > 0:
-            from stepgym.trainers.warmup import format_warmup
-
-            self.warmup_stats = format_warmup(
-                self.model,
-                self.collector,
-                config.warmup,
-                rng=self.rng,
-                pad_id=self.pad_id,
-                micro_batch_tokens=o.micro_batch_tokens,
-                progress=config.run.progress,
-            )
-            self.dist.broadcast_model(self.model)
-            if self.stale is not None:
-                self.stale.load_from(self.model)
-            if self.reference is not None:
-                self.reference.load_from(self.model)
-        self.metrics: Any = _NoMetrics()
-        if self.dist.is_main:
-            self.metrics = MetricsLogger(
-                self.out,
-                tensorboard=config.run.tensorboard,
-                resume_from=self.iteration if state is not None else None,
-            )
-            (self.out / "config.json").write_text(
-                json.dumps(config.to_dict(), indent=1, default=str), encoding="utf-8"
-            )
+            self.warmup_stats = warm_up(self)
+        self.metrics = open_outputs(
+            config, self.out, self.dist, resume_iteration=self.iteration if state is not None else None
+        )
         from stepgym.recording.trainer import TrainerRecorder  # episodes.jsonl.gz for `stepgym view`
 
         # Rank 0 records its share of each batch (under torchrun the other ranks' groups are not gathered).
@@ -186,42 +135,14 @@ class GRPOTrainer:
 
     # -- construction ---------------------------------------------------------------------------------------
     def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
-        return Collector(
-            self.cfg.env.id,
+        return make_collector(
+            self.cfg,
             kwargs,
-            self.fmt,
+            group_size,
+            fmt=self.fmt,
             history=self.history,
-            group_size=group_size,
             encoder=self.encoder,
             backend=self.backend,
-            anchor=self.cfg.env.anchor,
-            **self.cfg.rollout.executor_options(),
-        )
-
-    def _build_teachers(self) -> None:
-        cfg = self.cfg
-        need_stale = (cfg.shaper.token_reweight == "stepopsd" and cfg.teacher.opsd_teacher == "stale") or (
-            cfg.loss.kl_coef > 0 and cfg.loss.kl_anchor == "stale"
-        )
-        self.stale = StaleTeacher(self.model, cfg.teacher.refresh_every) if need_stale else None
-        self.reference = None
-        if cfg.loss.kl_coef > 0 and cfg.loss.kl_anchor == "initial":
-            self.reference = StaleTeacher(self.model, every=1)
-        self.analyzer = None
-        if cfg.shaper.token_reweight == "ahead":
-            from stepgym.wrappers.hints import OracleAnalyzer
-
-            self.analyzer = OracleAnalyzer(max_error_steps=cfg.teacher.max_error_steps or None)
-
-    def _build_arg(self) -> Any:
-        if not self.cfg.shaper.proas:
-            return None
-        from stepgym.trainers.arg_labeler import ArgLabeler
-
-        return ArgLabeler(
-            self.cfg.env.id,
-            self.cfg.env.make_kwargs(self.cfg.env.train_split),
-            seed=self.cfg.teacher.arg_seed,
         )
 
     # -- one iteration --------------------------------------------------------------------------------------
@@ -276,11 +197,13 @@ class GRPOTrainer:
             progress=bar,
         )
 
-    def _pooled(self, ro: Rollouts) -> Rollouts:
-        """All ranks' rollouts as one batch, in rank order (the global batch; ``ro`` itself when single)."""
+    def _pooled(self, ro: Rollouts) -> tuple[Rollouts, list[int]]:
+        """All ranks' rollouts as one batch, in rank order (the global batch; ``ro`` itself when single), and each
+        rank's number of rows."""
         if not self.dist.active:
-            return ro
-        return Rollouts.concat(self.dist.all_gather_object(ro))
+            return ro, [len(ro.rows)]
+        parts = self.dist.all_gather_object(ro)
+        return Rollouts.concat(parts), [len(p.rows) for p in parts]
 
     def rescore(self, ro: Rollouts, old: list[np.ndarray]) -> dict[str, Any]:
         """Teacher gaps for AHEAD / StepOPSD (``{}`` when the shaper needs none): :class:`TeacherRescorer`."""
@@ -289,12 +212,12 @@ class GRPOTrainer:
     def step(self) -> dict[str, float]:
         """One iteration; returns its metrics (also logged)."""
         cfg = self.cfg
-        t_start = time.perf_counter()
+        t = {"start": time.perf_counter()}
         ro = self.collect()
-        t_roll = time.perf_counter()
+        t["rollout"] = time.perf_counter()
         rows = ro.rows
         old = self._old_logprobs(rows)
-        t_old = time.perf_counter()
+        t["old_logp"] = time.perf_counter()
         teacher = self.rescore(ro, old)
         labels = self.arg.label(ro) if self.arg is not None else (None, None)
         batch, mask = build_step_batch(
@@ -310,7 +233,7 @@ class GRPOTrainer:
         )
         t_shape0 = time.perf_counter()
         shaping = shape_rows(batch, cfg.shaper, update_index=self.iteration, mask=mask)
-        t_shape = time.perf_counter() - t_shape0
+        t["shape"] = time.perf_counter() - t_shape0
         ref = self._reference_logprobs(rows)
         t_upd0 = time.perf_counter()
         upd = [
@@ -324,19 +247,30 @@ class GRPOTrainer:
             for i, r in enumerate(rows)
         ]
         actor_stats = self.actor.update(upd, self.rng)
-        t_upd = time.perf_counter() - t_upd0
+        t["update"] = time.perf_counter() - t_upd0
         self.iteration += 1
         if self.stale is not None:
             self.stale.maybe_refresh(self.model, self.iteration)
         self.backend.sync_weights(self.model)
-        full = self._pooled(ro)
+        full, rank_rows = self._pooled(ro)
         if self.arg is not None:
             self.arg.grow(full)
-        t_end = time.perf_counter()
+        t["end"] = time.perf_counter()
+        m = self._metrics(full, shaping, {**teacher.get("metrics", {}), **actor_stats}, labels, rank_rows, t)
+        self._write_credit(ro, shaping)
+        if self.recorder is not None:
+            self.recorder.record(self.iteration, ro, batch, shaping, labels)
+        self.last = (ro, shaping)
+        return m
+
+    def _metrics(
+        self, full: Rollouts, shaping: ShapingResult, stats: dict, labels: tuple, rank_rows: list, t: dict
+    ) -> dict[str, float]:
+        """The iteration's metrics: rollouts, advantages, teachers and actor (``stats``), ARG (over all ranks),
+        times and rates, and the data parallelism (``dist/world_size``, each rank's groups and rows)."""
         m = rollout_metrics(full)
         m.update(shaping_metrics(self.dist.all_gather_object(shaping_arrays(shaping)), self.cfg.method))
-        m.update(teacher.get("metrics", {}))
-        m.update(actor_stats)
+        m.update(stats)
         if self.arg is not None:
             m.update(self.arg.metrics())
             if self.dist.active:  # the label ratios over all ranks' rows
@@ -345,23 +279,10 @@ class GRPOTrainer:
                     [float(rea.sum()), float(prog.sum()), rea.size], self.device
                 )
                 m.update({"arg/reasonable_ratio": s_r / max(n, 1.0), "arg/progress_ratio": s_p / max(n, 1.0)})
-        n_train_tok = sum(len(r.prompt_ids) + len(r.response_ids) for r in full.rows)
         m.update(
-            {
-                "time/iteration_s": t_end - t_start,
-                "time/rollout_s": t_roll - t_start,
-                "time/old_logp_s": t_old - t_roll,
-                "time/shape_s": t_shape,
-                "time/update_s": t_upd,
-                "perf/rollout_tokens_per_s": full.stats["gen_tokens"] / max(full.stats["gen_seconds"], 1e-9),
-                "perf/train_tokens_per_s": n_train_tok * cfg.optim.epochs / max(t_upd, 1e-9),
-                "perf/teacher_share": m.get("time/teacher_s", 0.0) / max(t_end - t_start, 1e-9),
-            }
+            timing_metrics(t, full, epochs=self.cfg.optim.epochs, teacher_s=m.get("time/teacher_s", 0.0))
         )
-        self._write_credit(ro, shaping)
-        if self.recorder is not None:
-            self.recorder.record(self.iteration, ro, batch, shaping, labels)
-        self.last = (ro, shaping)
+        m.update(world_metrics(self.dist.world, self.cfg.rollout.n_tasks, rank_rows))
         return m
 
     def _old_logprobs(self, rows: list[Any]) -> list[np.ndarray] | None:
@@ -473,13 +394,3 @@ class GRPOTrainer:
         with contextlib.suppress(Exception):
             self.metrics.close()
         self.dist.close()
-
-
-class _NoMetrics:
-    """The metrics sink of a rank other than 0 (rank 0 alone writes metrics.jsonl and TensorBoard)."""
-
-    def log(self, iteration: int, metrics: dict[str, float]) -> None:
-        return None
-
-    def close(self) -> None:
-        return None

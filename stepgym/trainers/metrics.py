@@ -13,7 +13,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLogger", "read_metrics"]
+from stepgym.trainers.distributed import group_shard
+
+__all__ = ["MetricsLogger", "NoMetrics", "read_metrics", "timing_metrics", "world_metrics"]
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -85,3 +87,40 @@ class MetricsLogger:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+
+
+class NoMetrics:
+    """The metrics sink of a rank other than 0 (rank 0 alone writes metrics.jsonl and TensorBoard)."""
+
+    def log(self, iteration: int, metrics: dict[str, Any]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def timing_metrics(t: dict[str, float], full: Any, *, epochs: int, teacher_s: float) -> dict[str, float]:
+    """``time/*`` and ``perf/*`` of one iteration from its clock readings ``t`` (``start``, ``rollout``,
+    ``old_logp``, ``end``; ``shape`` and ``update`` are durations) and its global batch ``full``."""
+    n_train_tok = sum(len(r.prompt_ids) + len(r.response_ids) for r in full.rows)
+    wall = t["end"] - t["start"]
+    return {
+        "time/iteration_s": wall,
+        "time/rollout_s": t["rollout"] - t["start"],
+        "time/old_logp_s": t["old_logp"] - t["rollout"],
+        "time/shape_s": t["shape"],
+        "time/update_s": t["update"],
+        "perf/rollout_tokens_per_s": full.stats["gen_tokens"] / max(full.stats["gen_seconds"], 1e-9),
+        "perf/train_tokens_per_s": n_train_tok * epochs / max(t["update"], 1e-9),
+        "perf/teacher_share": teacher_s / max(wall, 1e-9),
+    }
+
+
+def world_metrics(world: int, n_groups: int, rank_rows: list[int]) -> dict[str, float]:
+    """``dist/world_size`` and, per rank, ``dist/rank_R/groups`` (its share of the batch's groups) and
+    ``dist/rank_R/rows`` (the model turns it collected): a run says in its metrics that it was data-parallel."""
+    out = {"dist/world_size": float(world)}
+    for r, n_rows in enumerate(rank_rows):
+        out[f"dist/rank_{r}/groups"] = float(len(group_shard(n_groups, r, world)))
+        out[f"dist/rank_{r}/rows"] = float(n_rows)
+    return out

@@ -28,9 +28,11 @@ they are kept apart here because they answer different questions:
     1. ``False`` when the step is known format-invalid or inadmissible (a rejected action changes nothing — the
        ``TextEnv`` contract);
     2. else, when ``STATE_KEY`` is in both the previous and the new info: the key changed;
-    3. else the observation changed. This last proxy is weak and documented as such: "look" twice or a
-       re-opened receptacle can show the same text after a real change, and two different error messages look
-       like a change. Envs that can should expose ``STATE_KEY``.
+    3. else ``None``: unknown. Neither an admissible list nor the observation text can say whether the world
+       changed ("look" twice, a step counter in the text, two different error messages), and ``True`` there
+       would mark every no-op effective. Readers of the flag (recordings, the viewer, the integrations' rates)
+       treat ``None`` as unknown, not as ``False``. ``EnvFeedbackWrapper(env, observation_proxy=True)`` opts
+       into the old, weak proxy instead (the observation changed), for envs whose text is a faithful state.
 """
 
 from __future__ import annotations
@@ -53,11 +55,13 @@ def fill_feedback_flags(
     observation: str,
     prev_info: dict[str, Any],
     prev_observation: str,
+    observation_proxy: bool = False,
 ) -> dict[str, Any]:
     """Fill ``FEEDBACK``, ``FORMAT_VALID``, ``ADMISSIBLE`` and ``EFFECTIVE`` into ``info`` where missing.
 
     A pure function of the transition (``prev_info``/``prev_observation`` are from the state the action was taken
-    in), so recorded trajectories can be annotated offline the same way. Returns ``info`` (modified in place).
+    in), so recorded trajectories can be annotated offline the same way. ``observation_proxy`` judges ``EFFECTIVE``
+    by the observation text when there is no state key (else it is ``None``). Returns ``info`` (modified in place).
     """
     info.setdefault(schema.FEEDBACK, observation)
     if schema.FORMAT_VALID not in info:
@@ -79,8 +83,10 @@ def fill_feedback_flags(
             info[schema.EFFECTIVE] = False
         elif schema.STATE_KEY in info and schema.STATE_KEY in prev_info:
             info[schema.EFFECTIVE] = info[schema.STATE_KEY] != prev_info[schema.STATE_KEY]
-        else:
+        elif observation_proxy:
             info[schema.EFFECTIVE] = observation != prev_observation
+        else:
+            info[schema.EFFECTIVE] = None  # unknown: nothing here can tell a no-op from a change
     return info
 
 
@@ -91,7 +97,7 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     are never changed. Place it inside a :class:`~stepgym.wrappers.text.TextInterfaceWrapper` or outside it:
     inside, it sees the parsed action; outside, it judges ``PARSED_ACTION`` and keeps the flags the text interface
     set. (Outside a text interface with ``prompt_as_observation=True`` the observation fallback would compare
-    prompts: put it inside then.)
+    prompts: put it inside then.) ``observation_proxy=True``: see ``EFFECTIVE`` in the module docstring.
 
     Example::
 
@@ -106,9 +112,10 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         (True, False, 'Nothing happens.')
     """
 
-    def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)
+    def __init__(self, env: gym.Env, *, observation_proxy: bool = False):
+        gym.utils.RecordConstructorArgs.__init__(self, observation_proxy=observation_proxy)
         gym.Wrapper.__init__(self, env)
+        self.observation_proxy = bool(observation_proxy)
         self._prev_obs = ""
         self._prev_info: dict[str, Any] = {}
 
@@ -128,6 +135,7 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             observation=obs,
             prev_info=self._prev_info,
             prev_observation=self._prev_obs,
+            observation_proxy=self.observation_proxy,
         )
         self._prev_obs, self._prev_info = obs, info
         return obs, reward, terminated, truncated, info

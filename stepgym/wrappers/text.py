@@ -14,7 +14,7 @@ bundled trainer, other trainers and evaluation scripts render the same prompts a
     non-empty ``<action>…</action>``; the action is the tag's content. verl-agent's projection only checks that the
     tags are present and calls that "valid"; here *format-valid* means only that, and admissibility is a separate
     flag (:mod:`stepgym.wrappers.feedback`), which is the distinction users asked for.
-  - ``"qa"`` (Search-R1): exactly one complete ``<search>…</search>`` or ``<answer>…</answer>`` with non-empty
+  - ``"qa"`` (Search-R1's prompt, byte for byte; ``"qa-stepgym"`` is stepgym's own wording): exactly one complete ``<search>…</search>`` or ``<answer>…</answer>`` with non-empty
     content; ``<think>`` is optional, as in Search-R1. The action is the *whole turn* up to the closing tag
     (Search-R1 stops generation there), because the Search-QA env reads the tags itself.
 
@@ -49,6 +49,7 @@ from stepgym import schema
 # Search-R1's protocol (its invalid-turn sentence, verbatim, and the turn parser) is defined once, by the
 # Search-QA env; protocol.py imports nothing heavy.
 from stepgym.envs.searchqa.protocol import INVALID_FEEDBACK as SEARCH_R1_INVALID_FEEDBACK
+from stepgym.envs.searchqa.protocol import normalize_question as _normalize_question
 from stepgym.envs.searchqa.protocol import parse_turn as _parse_turn
 
 __all__ = [
@@ -221,6 +222,32 @@ WEBSHOP_TEMPLATE = PromptTemplate(
     instruction=_REACT_INSTRUCTION,
 )
 
+# Search-R1's prompt (Jin et al., 2025), the string of its ``make_prefix(template_type="base")`` in
+# ``scripts/data_process/nq_search.py`` (github.com/PeterGriffinJin/Search-R1), reproduced exactly because matching
+# it is the point (the papers' Search-QA numbers are measured with it; stepgym.envs.searchqa.protocol.make_prompt
+# holds the same string). Later turns continue the context as Search-R1's rollout does: every earlier reply, then
+# the env's answer to it (``"\n\n<information>…</information>\n\n"`` or the invalid-turn sentence), nothing else.
+SEARCH_R1_TEMPLATE = PromptTemplate(
+    intro=(
+        "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
+        "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine "
+        "by <search> query </search> and it will return the top searched results between <information> and "
+        "</information>. You can search as many times as your want. If you find no further external knowledge "
+        "needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
+        "illustrations. For example, <answer> Beijing </answer>. Question: {task}\n"
+    ),
+    history_header="",
+    history_item="{turn}{feedback}",
+    current="",
+    current_first="",
+    admissible="",
+    instruction="",
+    history_separator="",
+    piece_separator="",
+)
+
+# stepgym's own wording of the same protocol (format "qa-stepgym"): the tags and the rule are Search-R1's, the
+# history is labelled and the prompt ends with an explicit instruction.
 QA_TEMPLATE = PromptTemplate(
     intro=(
         "Answer the question below. Reason inside <think> </think> whenever you get new information. If you need "
@@ -256,7 +283,9 @@ class TextFormat:
     """Everything the text interface needs to know about one env family.
 
     ``history_length`` is the default K of :func:`render_prompt` (``None``: the whole history, Search-R1's
-    growing context). ``invalid_feedback(reason)`` is the observation an unparsable reply gets.
+    growing context). ``invalid_feedback(reason)`` is the observation an unparsable reply gets. ``task_text``
+    rewrites the task before it is rendered (Search-R1's prompt ends the question with ``?``, as its data
+    processing does); a module-level function, so the format pickles.
     """
 
     name: str
@@ -265,6 +294,7 @@ class TextFormat:
     invalid_feedback: Callable[[str], str]
     history_length: int | None = 2
     extras: Mapping[str, Any] = field(default_factory=dict)
+    task_text: Callable[[str], str] | None = None
 
 
 def _react_feedback(reason: str) -> str:
@@ -296,14 +326,27 @@ FORMATS: dict[str, TextFormat] = {
         history_length=2,
     ),
     "webshop": TextFormat("webshop", WEBSHOP_TEMPLATE, parse_react, _react_feedback, history_length=2),
-    "qa": TextFormat("qa", QA_TEMPLATE, parse_search_r1, _search_r1_feedback, history_length=None),
-    # Search-R1's own first-tag-wins rule (the Search-QA env's ``strict_format=False``)
+    # Search-R1's prompt and the Search-QA env's strict rule (the default for StepGym/SearchQA-v0)
+    "qa": TextFormat(
+        "qa",
+        SEARCH_R1_TEMPLATE,
+        parse_search_r1,
+        _search_r1_feedback,
+        history_length=None,
+        task_text=_normalize_question,
+    ),
+    # Search-R1's prompt and its own first-tag-wins rule (the Search-QA env's ``strict_format=False``)
     "qa-lenient": TextFormat(
         "qa-lenient",
-        QA_TEMPLATE,
+        SEARCH_R1_TEMPLATE,
         _parse_search_r1_lenient,
         _search_r1_feedback,
         history_length=None,
+        task_text=_normalize_question,
+    ),
+    # stepgym's own wording, with the strict rule
+    "qa-stepgym": TextFormat(
+        "qa-stepgym", QA_TEMPLATE, parse_search_r1, _search_r1_feedback, history_length=None
     ),
     "credit": TextFormat(
         "credit", CREDIT_TEMPLATE, _parse_react_no_think, _credit_feedback, history_length=2
@@ -322,7 +365,8 @@ ENV_FAMILIES: dict[str, str] = {
 
 
 def get_format(fmt: str | TextFormat) -> TextFormat:
-    """A :class:`TextFormat` by name (``"alfworld"``, ``"webshop"``, ``"qa"``, ``"qa-lenient"``, ``"credit"``) or
+    """A :class:`TextFormat` by name (``"alfworld"``, ``"webshop"``, ``"qa"``, ``"qa-lenient"``, ``"qa-stepgym"``,
+    ``"credit"``) or
     the object itself."""
     if isinstance(fmt, TextFormat):
         return fmt
@@ -390,6 +434,8 @@ def render_prompt(
     """
     f = get_format(fmt)
     t = f.template
+    if f.task_text is not None:
+        task = f.task_text(task)
     k = f.history_length if history_length == "default" else history_length
     if k is not None and (not isinstance(k, int) or k < 0):
         raise ValueError(f"history_length must be a non-negative int or None, got {k!r}")
