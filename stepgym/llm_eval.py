@@ -204,7 +204,8 @@ def summarise_records(episodes: Sequence[Mapping[str, Any]], budgets: Sequence[i
         (schema.ADMISSIBLE, "admissible_ratio"),
         (schema.EFFECTIVE, "effective_ratio"),
     ):
-        vals = [bool(i[key]) for i in steps if key in i]
+        # None is "unknown" (EnvFeedbackWrapper without a state key or admissible list): left out, not False.
+        vals = [bool(i[key]) for i in steps if i.get(key) is not None]
         out[name] = sum(vals) / len(vals) if vals else 0.0
     usage: dict[str, int] = {}
     for e in episodes:

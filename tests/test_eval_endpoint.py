@@ -738,3 +738,21 @@ def test_evaluate_endpoint_stays_readable() -> None:
         if isinstance(n, ast.FunctionDef) and n.end_lineno - n.lineno + 1 > 80  # type: ignore[operator]
     ]
     assert long == []
+
+
+def test_summary_leaves_unknown_effective_flags_out_of_the_ratio() -> None:
+    """EnvFeedbackWrapper says EFFECTIVE=None (unknown) without a state key: the ratio counts known steps only."""
+    from stepgym import schema as sch
+    from stepgym.llm_eval import episode_records, summarise_records
+
+    flags = [True, None, False, None]
+    steps = [
+        sch.Step("o", "a", 0.0, "o", i == len(flags) - 1, False, {sch.EFFECTIVE: f, sch.FORMAT_VALID: True})
+        for i, f in enumerate(flags)
+    ]
+    traj = sch.Trajectory(task_id="t", initial_observation="o", initial_info={}, steps=steps)
+    records = episode_records(0, traj, {}, 0.0)
+    episode = next(r for r in records if r["kind"] == "episode")
+    episode = {**episode, "steps": [r for r in records if r["kind"] == "step"]}  # as read_recording gives it
+    summary = summarise_records([episode], budgets=[4])
+    assert summary["effective_ratio"] == 0.5  # one of the two known steps; unknown ones are not "not effective"
