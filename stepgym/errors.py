@@ -15,6 +15,7 @@ __all__ = [
     "FormatVersionError",
     "ServiceUnavailableError",
     "StepGymError",
+    "ValueOracleError",
 ]
 
 
@@ -36,3 +37,8 @@ class FormatVersionError(CorruptDataError):
 
 class ServiceUnavailableError(StepGymError, ConnectionError):
     """A service stepgym talks to over HTTP (retriever, LLM analyzer, web site) did not answer in time."""
+
+
+class ValueOracleError(StepGymError, TypeError):
+    """``ValueWrapper`` was given an env it has no ground-truth value oracle for (or one missing a fact the oracle
+    needs, such as snapshots or the expert). Raised at wrap time, never as a wrong label later."""
