@@ -21,7 +21,7 @@ from stepgym.values.base import Value, ValueCache, ValueOracle, step_gain
 
 __all__ = ["DEFAULT_BUDGET", "ORACLES", "ValueWrapper", "oracle_for"]
 
-DEFAULT_BUDGET = 2_000
+DEFAULT_BUDGET = 500
 """ALFWorld's default search budget (expanded states per uncached state); see docs/values.md for how it was chosen."""
 
 # "module:Class" of an env -> "module:factory(env, budget)" of its oracle. Checked only for env modules already
