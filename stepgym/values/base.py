@@ -69,7 +69,8 @@ class ValueOracle(Protocol):
 
     ``value(info, remember)`` returns the value of the env's *current* state (``info`` is the info the env just
     returned) and must leave the env exactly as it was. ``unit_gain`` True makes the gain the sign of the cost
-    change (Search-QA, whose cost is a stage, not an action count).
+    change (Search-QA, whose cost is a stage, not an action count). An oracle may set ``cacheable = False`` when it
+    follows the episode (Search-QA's gathered evidence): it is then asked on every step.
     """
 
     unit_gain: bool
