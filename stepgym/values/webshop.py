@@ -4,8 +4,10 @@ WebShop's pages form a small graph (:class:`~stepgym.envs.webshop.engine.ShopEng
 ``search[...]`` has unbounded arguments. The oracle therefore reasons per page kind instead of searching blindly:
 
 * **best reward** ``B``: the best reward (WebShop's own ``compute_reward``, every reachable option choice) over the
-  *candidate products*: the goal's target and every product the oracle's candidate queries list (the expert's query,
-  the target's name, the instruction). A bought product with reward >= ``B`` is a success;
+  *candidate products*: the goal's target and the first results page of each of the oracle's candidate queries (the
+  expert's query, the target's name, the instruction). A bought product with reward >= ``B`` is a success (any
+  product, wherever listed, counts once it reaches ``B``). Products whose reward bound (:meth:`WebShopOracle.bound`)
+  is below ``B`` are never enumerated;
 * **option clicks** of a product from the options chosen so far: the fewest option clicks after which its reward is
   >= ``B`` (enumerated over every choice a click can make; a value shared by two groups sets the later one, as the
   engine does);
@@ -25,11 +27,13 @@ its values are marked inexact.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
 from stepgym.envs.webshop.engine import PRODUCT_WINDOW, ShopState, click_key
+from stepgym.envs.webshop.reward import MATCH_THRESHOLD, normalize_color, token_set_ratio
 from stepgym.values.base import Remember, Value
 
 __all__ = ["MAX_CHOICES", "WebShopOracle"]
@@ -71,16 +75,26 @@ class _GoalFacts:
             )
         )
         self.exact_options = True
-        candidates = dict.fromkeys([goal.asin, *(a for q in self.queries for a in engine.results(q))])
-        self._choices = {asin: oracle.choices(asin, goal) for asin in candidates}
-        self.best = max(max(r for r, _ in ch) for ch in self._choices.values())
+        first_pages = (a for q in self.queries for a in engine.results(q)[:PRODUCT_WINDOW])
+        self.candidates = list(dict.fromkeys([goal.asin, *first_pages]))
+        # Cheapest first: a product whose reward bound is below the best so far needs no option enumeration.
+        self.best = 0.0
+        for asin in sorted(self.candidates, key=lambda a: -oracle.bound(a, goal)):
+            if oracle.bound(asin, goal) < self.best - _EPS:
+                break
+            self.best = max(self.best, max(r for r, _ in oracle.choices(asin, goal)))
         self._wins: dict[str, list[dict[str, str]]] = {}
+        self.listed: dict[str, list[tuple[int, int]]] = {}
+        self.search: _Cost | None = None
 
     def winning(self, oracle: WebShopOracle, asin: str) -> list[dict[str, str]]:
         """The option choices (group -> value; groups left out stay as they are) with reward >= best."""
         wins = self._wins.get(asin)
         if wins is None:
-            choices = self._choices.get(asin) or oracle.choices(asin, self.goal)
+            if oracle.bound(asin, self.goal) < self.best - _EPS:
+                wins = self._wins[asin] = []  # no option choice can reach the best reward
+                return wins
+            choices = oracle.choices(asin, self.goal)
             wins = self._wins[asin] = [c for r, c in choices if r >= self.best - _EPS]
             if oracle.inexact_products.get(asin):
                 self.exact_options = False
@@ -104,6 +118,7 @@ class WebShopOracle:
         self._goals: dict[str, _GoalFacts] = {}
         self._choices: dict[tuple[str, str], list[tuple[float, dict[str, str]]]] = {}
         self.inexact_products: dict[str, bool] = {}
+        self._terms_cache: dict[tuple[str, str], tuple[int, int, float, list[str]]] = {}
 
     # -- the label ------------------------------------------------------------------------------------------
     def value(self, info: dict[str, Any], remember: Remember) -> Value:
@@ -145,18 +160,24 @@ class WebShopOracle:
         return [c for c in out if c.cost < _NONE]
 
     def _results_cost(self, query: str, page: int, facts: _GoalFacts) -> list[_Cost]:
-        out = []
-        for rank, asin in enumerate(self.engine.results(query)):
-            clicks = facts.clicks(self, asin, {})
-            if clicks is not None:
-                moves = abs(rank // PRODUCT_WINDOW + 1 - page)
-                out.append(_Cost(moves + 1.0 + clicks + 1.0, moves + 1.0 + clicks + 1.0))
-        return out
+        winners = facts.listed.get(query)
+        if winners is None:  # (result page, option clicks) of each winning product this query lists
+            winners = facts.listed[query] = [
+                (rank // PRODUCT_WINDOW + 1, clicks)
+                for rank, asin in enumerate(self.engine.results(query))
+                if (clicks := facts.clicks(self, asin, {})) is not None
+            ]
+        return [_Cost(abs(m - page) + 1.0 + c + 1.0, abs(m - page) + 1.0 + c + 1.0) for m, c in winners]
 
     def _search_cost(self, facts: _GoalFacts) -> _Cost:
+        if facts.search is None:
+            facts.search = self._search_cost_of(facts)
+        return facts.search
+
+    def _search_cost_of(self, facts: _GoalFacts) -> _Cost:
         costs = [c for q in facts.queries for c in self._results_cost(q, 1, facts)]
         fewest = min(
-            (facts.clicks(self, a, {}) for a in facts._choices if facts.clicks(self, a, {}) is not None),
+            (c for a in facts.candidates if (c := facts.clicks(self, a, {})) is not None),
             default=0,
         )
         lower = 1.0 + 1.0 + fewest + 1.0  # search, click a product, its options, buy
@@ -165,32 +186,66 @@ class WebShopOracle:
         return _Cost(1.0 + min(c.cost for c in costs), lower)
 
     # -- products -------------------------------------------------------------------------------------------
+    def _terms(self, asin: str, goal: Any) -> tuple[int, int, float, list[str]]:
+        """``(n_fixed, denom, r_type, goal options)`` of WebShop's reward for ``asin``.
+
+        ``compute_reward`` is ``(n_att + n_opt + price_ok) / denom * r_type`` where only ``n_opt`` (the goal
+        options some chosen value matches) depends on the options. One call with no options gives the rest
+        (``n_fixed = n_att + price_ok``); the tests check the decomposition against the engine's own reward of
+        every bought state."""
+        key = (goal.task_id, asin)
+        hit = self._terms_cache.get(key)
+        if hit is None:
+            reward, info = self.engine.reward(ShopState("done", asin=asin), goal)
+            g = goal.goal_options
+            if isinstance(g, dict):
+                g_opts = list(g.items()) if self.engine.option_match == "upstream" else list(g.values())
+            else:
+                g_opts = list(g)
+            denom = len(goal.attributes) + len(g_opts) + 1
+            r_type = info["r_type"]
+            n_fixed = round(reward * denom / r_type) if r_type else 0
+            hit = self._terms_cache[key] = (n_fixed, denom, r_type, [normalize_color(o) for o in g_opts])
+        return hit
+
+    def bound(self, asin: str, goal: Any) -> float:
+        """An upper bound on ``asin``'s reward over every option choice (every goal option matched)."""
+        n_fixed, denom, r_type, g_opts = self._terms(asin, goal)
+        return (n_fixed + len(g_opts)) / denom * r_type
+
     def choices(self, asin: str, goal: Any) -> list[tuple[float, dict[str, str]]]:
         """``(reward, options set by clicks)`` for every option choice a shopper can click on ``asin``."""
         key = (goal.task_id, asin)
         hit = self._choices.get(key)
         if hit is not None:
             return hit
-        product = self.engine.catalogue.by_asin[asin]
-        groups = _settable(product["options"])
+        n_fixed, denom, r_type, g_opts = self._terms(asin, goal)
+        groups = _settable(self.engine.catalogue.by_asin[asin]["options"])
         combos = 1
         for values in groups.values():
             combos *= len(values) + 1
         if combos > MAX_CHOICES:
             self.inexact_products[asin] = True
-            picks = [self.engine.target_options(goal)] if asin == goal.asin else [{}]
-        else:
-            names = list(groups)
-            picks = [
-                {n: v for n, v in zip(names, pick, strict=True) if v is not None}
-                for pick in itertools.product(*[[None, *groups[n]] for n in names])
-            ]
+            target = self.engine.target_options(goal) if asin == goal.asin else {}
+            groups = {n: [target[n]] for n in groups if n in target}
+        # which goal options each value matches (option_reward's test), then each choice is a set union
+        matches = {
+            v: frozenset(i for i, g in enumerate(g_opts) if _matches(v, g)) for values in groups.values() for v in values
+        }
+        names = list(groups)
         out = []
-        for pick in picks:
-            bought = ShopState("done", asin=asin, options=tuple(sorted(pick.items())))
-            out.append((self.engine.reward(bought, goal)[0], pick))
+        for pick in itertools.product(*[[None, *groups[n]] for n in names]):
+            matched = frozenset().union(*(matches[v] for v in pick if v is not None))
+            chosen = {n: v for n, v in zip(names, pick, strict=True) if v is not None}
+            out.append(((n_fixed + len(matched)) / denom * r_type, chosen))
         self._choices[key] = out
         return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _matches(value: str, goal_option: Any) -> bool:
+    """``option_reward``'s test of one chosen value against one (normalised) goal option (products share values)."""
+    return token_set_ratio(normalize_color(value), goal_option) > MATCH_THRESHOLD
 
 
 def _settable(options: dict[str, list[str]]) -> dict[str, list[str]]:
