@@ -63,6 +63,20 @@ class ValueWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorA
     ``VALUE_BEST_REWARD`` to every step's info (reset's info gets the initial state's ``VALUE_AFTER``,
     ``VALUE_EXACT``, ``VALUE_REACHABLE`` and ``VALUE_BEST_REWARD``).
 
+    Example (the expert's step is optimal: the cost-to-go drops by one)::
+
+        >>> import gymnasium as gym
+        >>> import stepgym
+        >>> from stepgym import schema
+        >>> from stepgym.values import step_value_class
+        >>> env = ValueWrapper(gym.make("StepGym/CreditToy-v0"))
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(info[schema.EXPERT_ACTION])
+        >>> info[schema.VALUE_BEFORE], info[schema.VALUE_AFTER], info[schema.VALUE_GAIN]
+        (5.0, 4.0, 1.0)
+        >>> step_value_class(info), info[schema.VALUE_EXACT]
+        (1, True)
+
     Args:
         env: a stepgym env with an oracle (ALFWorld native engine, WebShop, Search-QA, CreditToy, CreditFamily),
             or any env with a ``value_oracle(budget)`` method. Its info must carry ``TASK_ID`` and ``STATE_KEY``.
