@@ -76,10 +76,19 @@ def play(env: gym.Env, tasks: list[str], group: int, policy: Policy, seed: int) 
     return spent, steps, infos
 
 
-def bench(name: str, make: Callable[[], gym.Env], tasks: list[str], group: int, policy: Policy, budget: int) -> None:
+def bench(
+    name: str,
+    make: Callable[[], gym.Env],
+    tasks: list[str],
+    group: int,
+    policy: Policy,
+    budget: int,
+    labelled_warmup: bool = True,
+) -> None:
     # warm-up, labelled: the caches the variants share (WebShop's search results, parsed games, the reward's
-    # title parses) hold the oracle's lookups too, so the timed runs compare oracle work, not first searches
-    play(ValueWrapper(make(), budget=budget), tasks, group, policy, 0)
+    # title parses) hold the oracle's lookups too, so the timed runs compare oracle work, not first searches.
+    # ALFWorld shares only its parsed games, which a plain warm-up loads as well.
+    play(ValueWrapper(make(), budget=budget) if labelled_warmup else make(), tasks, group, policy, 0)
     plain_s, n, _ = play(make(), tasks, group, policy, 0)
     cached = ValueWrapper(make(), budget=budget)
     cached_s, n2, infos = play(cached, tasks, group, policy, 0)
@@ -118,17 +127,24 @@ def _maybe(name: str, fn: Callable[[], None]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--alfworld-games", type=int, default=10, help="every n-th valid_seen game (0: all 140)")
-    ap.add_argument("--budget", type=int, default=None, help="ALFWorld search budget (default: the wrapper's)")
+    ap.add_argument("--alfworld-steps", type=int, default=20, help="ALFWorld's step limit in these rollouts")
+    ap.add_argument(
+        "--budget", type=int, default=None, help="ALFWorld search budget (default: the wrapper's)"
+    )
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--tasks", type=int, default=8, help="tasks of the other envs")
-    ap.add_argument("--only", default="", help="comma-separated subset: credit,family,alfworld,webshop,searchqa")
+    ap.add_argument(
+        "--only", default="", help="comma-separated subset: credit,family,alfworld,webshop,searchqa"
+    )
     args = ap.parse_args()
     from stepgym.values import DEFAULT_BUDGET
 
     budget = DEFAULT_BUDGET if args.budget is None else args.budget
     only = set(filter(None, args.only.split(",")))
-    print(f"# values_bench {time.strftime('%Y-%m-%d')} on {platform.node()} ({platform.processor() or 'cpu'}), "
-          f"group {args.group}, ALFWorld budget {budget}")
+    print(
+        f"# values_bench {time.strftime('%Y-%m-%d')} on {platform.node()} ({platform.processor() or 'cpu'}), "
+        f"group {args.group}, ALFWorld budget {budget}"
+    )
 
     def credit() -> None:
         make = lambda: gym.make("StepGym/CreditToy-v0").unwrapped  # noqa: E731
@@ -136,13 +152,16 @@ def main() -> None:
 
     def family() -> None:
         make = lambda: gym.make("StepGym/CreditFamily-v0", horizon=10, n_decisive=3).unwrapped  # noqa: E731
-        bench("CreditFamily", make, list(make().task_ids[: args.tasks]), args.group, admissible_policy, budget)
+        bench(
+            "CreditFamily", make, list(make().task_ids[: args.tasks]), args.group, admissible_policy, budget
+        )
 
     def alfworld() -> None:
-        make = lambda: gym.make("StepGym/ALFWorld-v0", split="valid_seen").unwrapped  # noqa: E731
+        steps = args.alfworld_steps
+        make = lambda: gym.make("StepGym/ALFWorld-v0", split="valid_seen", max_steps=steps).unwrapped  # noqa: E731
         ids = make().task_ids
         games = ids if args.alfworld_games <= 0 else ids[:: max(1, len(ids) // args.alfworld_games)]
-        bench("ALFWorld", make, list(games), args.group, admissible_policy, budget)
+        bench("ALFWorld", make, list(games), args.group, admissible_policy, budget, labelled_warmup=False)
 
     def webshop() -> None:
         make = lambda: gym.make("StepGym/WebShop-v0", split="test").unwrapped  # noqa: E731
@@ -152,8 +171,13 @@ def main() -> None:
         make = lambda: gym.make("StepGym/SearchQA-v0", dataset="nq", split="test").unwrapped  # noqa: E731
         bench("SearchQA", make, list(make().task_ids[: args.tasks]), args.group, searchqa_policy, budget)
 
-    for name, fn in [("credit", credit), ("family", family), ("webshop", webshop), ("searchqa", searchqa),
-                     ("alfworld", alfworld)]:
+    for name, fn in [
+        ("credit", credit),
+        ("family", family),
+        ("webshop", webshop),
+        ("searchqa", searchqa),
+        ("alfworld", alfworld),
+    ]:
         if not only or name in only:
             _maybe(name, fn)
 

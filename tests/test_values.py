@@ -142,8 +142,15 @@ def test_the_wrapper_only_adds_keys_and_disabled_adds_none() -> None:
             if term or trunc:
                 break
         runs.append(out)
-    strip = [[tuple({k: v for k, v in x.items() if k not in VALUE_KEYS} if isinstance(x, dict) else x for x in s)
-              for s in run] for run in runs]
+    strip = [
+        [
+            tuple(
+                {k: v for k, v in x.items() if k not in VALUE_KEYS} if isinstance(x, dict) else x for x in s
+            )
+            for s in run
+        ]
+        for run in runs
+    ]
     assert strip[0] == strip[1] == strip[2]
     assert all(set(VALUE_KEYS) <= set(s[-1]) for s in runs[1][1:])
     assert not any(set(VALUE_KEYS) & set(s[-1]) for s in runs[2])
@@ -166,7 +173,9 @@ def test_cache_serves_repeated_states_and_is_bounded() -> None:
                 if term or trunc:
                     break
         assert len(env.cache) == min(size, 6)  # six states on the expert's path
-        assert env.cache.hits == (6 if size == 100 else 0)  # the second pass is served by the large cache only
+        assert env.cache.hits == (
+            6 if size == 100 else 0
+        )  # the second pass is served by the large cache only
     cache = ValueCache(10)
     cache.put(("t", "s"), Value(3.0, True, True, 1.0))
     cache.put(("t", "s"), Value(5.0, False, True, 1.0))  # a bound never replaces an exact value
@@ -184,9 +193,11 @@ class _NoFacts(TextEnv):
 
 
 def test_an_env_without_an_oracle_fails_at_wrap_time() -> None:
-    with pytest.raises(ValueOracleError, match="no value oracle for .*_NoFacts"):
+    with pytest.raises(ValueOracleError, match=r"no value oracle for .*_NoFacts"):
         ValueWrapper(_NoFacts(max_steps=3))
-    assert ValueWrapper(gym.make("StepGym/CreditToy-v0")).oracle is not None  # found through gym.make's wrappers
+    assert (
+        ValueWrapper(gym.make("StepGym/CreditToy-v0")).oracle is not None
+    )  # found through gym.make's wrappers
 
 
 class _OwnOracle(_NoFacts):

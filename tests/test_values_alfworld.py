@@ -22,7 +22,7 @@ SMALL_GAME = 0  # valid_seen's first game: look_at_obj_in_light, a 3-command wal
 BRUTE_LIMIT = 6_000  # successor states; states farther than that from a win are not brute-forced
 
 
-def brute_force(env, limit: int = BRUTE_LIMIT) -> int | None | str:
+def brute_force(env, limit: int = BRUTE_LIMIT) -> int | str | None:
     """Fewest commands to a win from ``env``'s state by breadth-first search over *every* admissible command
     (no pruning, no bound) on a separate native engine; ``"limit"`` when it needs more than ``limit`` states."""
     from stepgym.envs.alfworld.native import NativeEngine
@@ -62,7 +62,7 @@ def wrapped():
 def test_values_equal_brute_force_along_noisy_rollouts(wrapped) -> None:
     rng = np.random.default_rng(1)
     compared = 0
-    for episode in range(3):
+    for _ in range(3):
         obs, info = wrapped.reset(options={"task_id": wrapped.unwrapped.task_ids[SMALL_GAME]})
         assert info[schema.VALUE_AFTER] <= len(wrapped.unwrapped.walkthrough)
         for _ in range(6):
@@ -141,7 +141,9 @@ def test_labels_do_not_change_the_rollout() -> None:
             if not wrap:
                 acts = info[schema.ADMISSIBLE_ACTIONS]
                 expert = info[schema.EXPERT_ACTION]
-                actions.append(expert if expert and rng.random() < 0.5 else acts[int(rng.integers(len(acts)))])
+                actions.append(
+                    expert if expert and rng.random() < 0.5 else acts[int(rng.integers(len(acts)))]
+                )
             obs, r, term, trunc, info = env.step(actions[t])
             out.append((obs, r, info[schema.EXPERT_ACTION], info[schema.STATE_KEY]))
             if term:

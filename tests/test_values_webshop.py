@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("data_dir")
 BRUTE_LIMIT = 20_000
 
 
-def brute_force(env, queries: list[str], best: float, depth_limit: int) -> int | None | str:
+def brute_force(env, queries: list[str], best: float, depth_limit: int) -> int | str | None:
     """Fewest actions to buying with reward >= ``best`` by breadth-first search over the engine's transitions
     (every clickable, and ``queries`` as the searches), at most ``depth_limit`` deep; None: none that short."""
     engine, goal = env.core.engine, env.goal
@@ -97,7 +97,7 @@ def test_the_best_reward_is_at_least_the_targets_best_option_choice(env) -> None
         groups = engine.catalogue.by_asin[goal.asin]["options"]
         best = 0.0
         for pick in itertools.product(*[[None, *v] for v in groups.values()]):
-            opts = tuple(sorted((g, v) for g, v in zip(groups, pick) if v is not None))
+            opts = tuple(sorted((g, v) for g, v in zip(groups, pick, strict=True) if v is not None))
             best = max(best, engine.reward(ShopState("done", asin=goal.asin, options=opts), goal)[0])
         assert info[schema.VALUE_BEST_REWARD] >= best - 1e-9
 
@@ -106,7 +106,9 @@ def test_buying_the_wrong_product_is_harmful(env) -> None:
     obs, info = env.reset(seed=0)
     *_, info = env.step(info[schema.EXPERT_ACTION])  # the expert's search: a results page
     target = env.unwrapped.goal.asin.lower()
-    other = next(c for c in info[schema.WEBSHOP_AVAILABLE]["clickables"] if c.startswith("b0") and c != target)
+    other = next(
+        c for c in info[schema.WEBSHOP_AVAILABLE]["clickables"] if c.startswith("b0") and c != target
+    )
     *_, info = env.step(f"click[{other}]")
     best = info[schema.VALUE_BEST_REWARD]
     obs, r, term, trunc, info = env.step("click[buy now]")

@@ -230,7 +230,9 @@ class WebShopOracle:
             groups = {n: [target[n]] for n in groups if n in target}
         # which goal options each value matches (option_reward's test), then each choice is a set union
         matches = {
-            v: frozenset(i for i, g in enumerate(g_opts) if _matches(v, g)) for values in groups.values() for v in values
+            v: frozenset(i for i, g in enumerate(g_opts) if _matches(v, g))
+            for values in groups.values()
+            for v in values
         }
         names = list(groups)
         out = []
@@ -255,6 +257,4 @@ def _settable(options: dict[str, list[str]]) -> dict[str, list[str]]:
     for name, values in options.items():
         for value in values:
             owner[click_key(value)] = name
-    return {
-        name: [v for v in values if owner[click_key(v)] == name] for name, values in options.items()
-    }
+    return {name: [v for v in values if owner[click_key(v)] == name] for name, values in options.items()}

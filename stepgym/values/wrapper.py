@@ -91,9 +91,7 @@ class ValueWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorA
     def __init__(
         self, env: gym.Env, budget: int = DEFAULT_BUDGET, cache_size: int = 200_000, enabled: bool = True
     ):
-        gym.utils.RecordConstructorArgs.__init__(
-            self, budget=budget, cache_size=cache_size, enabled=enabled
-        )
+        gym.utils.RecordConstructorArgs.__init__(self, budget=budget, cache_size=cache_size, enabled=enabled)
         super().__init__(env)
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
