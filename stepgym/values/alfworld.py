@@ -22,7 +22,9 @@ occupies the hand. Removing such a step (and the later steps on that object) fro
 shorter winning plan.
 
 Every state on a found shortest path (and on the expert's path when it is proved optimal) gets its exact value
-through the cache, so an agent that follows the optimum costs one search per episode.
+through the cache, so an agent that follows the optimum costs one search per episode. The search reads the cache
+too: a generated state whose exact value is cached is not expanded (the way through it costs its depth plus that
+value), and any cached value bounds the result, so a detour next to a labelled state gets at least an upper bound.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class ALFWorldOracle:
         if info[schema.STEP_INDEX] == 0 and self.env.walkthrough:
             upper = min(upper or 10**9, len(self.env.walkthrough))
         self.stats["searches"] += 1
-        found, path = self._search(snap.engine, targets, upper)
+        found, cost, path = self._search(snap.engine, targets, upper, remember)
         if found == "win":
             self.stats["exact"] += 1
             for i, key in enumerate(path):
@@ -103,18 +105,17 @@ class ALFWorldOracle:
         if found == "none":
             self.stats["exact"] += 1
             return Value.unreachable()
-        if found == "depth":  # nothing shorter than the bound exists: the bound is the value
+        if found == "exact":  # nothing shorter than the best known way exists: it is the value
             self.stats["exact"] += 1
-            assert upper is not None
-            if expert_path is not None and len(expert_path) == upper:
+            if expert_path is not None and len(expert_path) == cost:
                 for i, key in enumerate(expert_path[:-1]):
-                    remember(key, Value(float(upper - 1 - i), True, True, 1.0))
-            return Value(float(upper), True, True, 1.0)
-        if upper is None:
+                    remember(key, Value(float(cost - 1 - i), True, True, 1.0))
+            return Value(float(cost), True, True, 1.0)
+        if cost is None:
             self.stats["unknown"] += 1
             return Value.unknown()
         self.stats["bound"] += 1
-        return Value(float(upper), False, True, 1.0)
+        return Value(float(cost), False, True, 1.0)
 
     # -- the expert's completion ----------------------------------------------------------------------------
     def _expert_path(self, snap: Any, action: str | None) -> list[str] | None:
@@ -141,23 +142,35 @@ class ALFWorldOracle:
         return None
 
     # -- the search -----------------------------------------------------------------------------------------
-    def _search(self, root: Any, targets: TaskTargets, upper: int | None) -> tuple[str, list[str]]:
-        """Breadth-first search from ``root``: ``("win", keys of a shortest path from the root)``, ``("none",
-        [])`` (exhausted: unwinnable), ``("depth", [])`` (no win shorter than ``upper``) or ``("budget", [])``."""
+    def _search(
+        self, root: Any, targets: TaskTargets, upper: int | None, memo: Remember
+    ) -> tuple[str, int | None, list[str]]:
+        """Breadth-first search from ``root``. Returns ``(outcome, cost, path)``:
+
+        * ``("win", d, keys)``: a shortest path (state keys from the root) found by the search;
+        * ``("exact", c, [])``: the best known way (the bound ``upper``, or through a state whose exact value is
+          cached) costs ``c`` and every state up to depth ``c - 1`` has been generated without a shorter one;
+        * ``("none", None, [])``: the reachable space is exhausted without a win (unwinnable);
+        * ``("budget", c, [])``: the budget ran out; ``c`` is the best upper bound known (None: none).
+
+        A generated state with a cached *exact* value ``v`` at depth ``d`` is not expanded: every way through it
+        costs at least ``d + v``, and ``d + v`` is achieved. A cached upper bound only tightens the bound.
+        """
         engine = self._engine
         state = engine.set_state(root)
         root_key = engine.key_facts().state_key()
         parent: dict[str, str | None] = {root_key: None}
         frontier = deque([(root, state["admissible_commands"], root_key, 0)])
+        best = upper  # the cheapest way known (a real path: the bound, or through a cached state)
+        exact_best: int | None = None  # the cheapest way through a state whose exact value is cached
         generated = 0
         while frontier:
             snap, commands, key, depth = frontier.popleft()
-            if upper is not None and depth + 1 >= upper:
-                return "depth", []  # every state shallower than upper - 1 has been expanded
+            if best is not None and depth + 1 >= best:  # all of depth `depth` generated: nothing shorter left
+                return self._done("exact", best, generated)
             for command in useful_commands(commands, targets):
                 if generated >= self.budget:
-                    self.stats["generated"] += generated
-                    return "budget", []
+                    return self._done("budget", best, generated)
                 engine.set_state(snap)
                 child = engine.step(command)
                 generated += 1
@@ -167,10 +180,24 @@ class ALFWorldOracle:
                 parent[child_key] = key
                 if child["won"]:
                     self.stats["generated"] += generated
-                    return "win", _path(parent, child_key)
+                    return "win", depth + 1, _path(parent, child_key)
+                known = memo.recall(child_key)
+                if known is not None and known.reachable:
+                    through = int(depth + 1 + known.cost)
+                    best = through if best is None else min(best, through)
+                    if known.exact:
+                        exact_best = through if exact_best is None else min(exact_best, through)
+                if known is not None and known.exact:
+                    continue  # its value is proved: the search needs nothing below it
                 frontier.append((engine.get_state(), child["admissible_commands"], child_key, depth + 1))
+        # exhausted: every way was searched to its end or to a state with a proved value
+        if exact_best is not None and exact_best == best:
+            return self._done("exact", exact_best, generated)
+        return self._done("none" if best is None else "budget", best, generated)
+
+    def _done(self, outcome: str, cost: int | None, generated: int) -> tuple[str, int | None, list[str]]:
         self.stats["generated"] += generated
-        return "none", []
+        return outcome, cost, []
 
 
 def _path(parent: dict[str, str | None], last: str) -> list[str]:

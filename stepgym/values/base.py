@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from stepgym import schema
 from stepgym.errors import StepGymError
 
-__all__ = ["Remember", "Value", "ValueCache", "ValueOracle", "step_gain", "step_value_class"]
+__all__ = ["Remember", "TaskMemo", "Value", "ValueCache", "ValueOracle", "step_gain", "step_value_class"]
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,12 @@ class Value:
 
 
 class Remember(Protocol):
-    """The callback an oracle gets to cache what it learnt about *other* states (``state key -> Value``)."""
+    """What an oracle gets to share the cache of its task: call it to store what it learnt about *other* states
+    (``state key -> Value``), ``recall`` to read one (None if not cached)."""
 
     def __call__(self, state_key: str, value: Value) -> None: ...
+
+    def recall(self, state_key: str) -> Value | None: ...
 
 
 class ValueOracle(Protocol):
@@ -115,6 +118,10 @@ class ValueCache:
         self._data.move_to_end(key)
         return value
 
+    def peek(self, key: tuple[str, str]) -> Value | None:
+        """The cached value, without counting a hit or a miss or refreshing it (an oracle's look-ups)."""
+        return self._data.get(key)
+
     def put(self, key: tuple[str, str], value: Value) -> None:
         """Store ``value`` unless an exact value is already known (an exact value is never replaced by a bound)."""
         if self.max_size == 0:
@@ -132,6 +139,19 @@ class ValueCache:
     def clear(self) -> None:
         self._data.clear()
         self.hits = self.misses = 0
+
+
+class TaskMemo:
+    """The :class:`Remember` of one task over a :class:`ValueCache`."""
+
+    def __init__(self, cache: ValueCache, task: str):
+        self._cache, self._task = cache, task
+
+    def __call__(self, state_key: str, value: Value) -> None:
+        self._cache.put((self._task, state_key), value)
+
+    def recall(self, state_key: str) -> Value | None:
+        return self._cache.peek((self._task, state_key))
 
 
 def step_value_class(info: dict[str, Any]) -> int:

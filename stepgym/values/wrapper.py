@@ -17,7 +17,7 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.errors import ValueOracleError
-from stepgym.values.base import Value, ValueCache, ValueOracle, step_gain
+from stepgym.values.base import TaskMemo, Value, ValueCache, ValueOracle, step_gain
 
 __all__ = ["DEFAULT_BUDGET", "ORACLES", "ValueWrapper", "oracle_for"]
 
@@ -136,16 +136,12 @@ class ValueWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorA
     def _value_of(self, info: dict[str, Any]) -> Value:
         assert self.oracle is not None
         key = (self._task, str(self._need(info, schema.STATE_KEY)))
+        memo = TaskMemo(self.cache, self._task)
         if not getattr(self.oracle, "cacheable", True):  # an oracle that follows the episode sees every step
-            return self.oracle.value(info, lambda state_key, v: None)
+            return self.oracle.value(info, memo)
         value = self.cache.get(key)
         if value is None:
-            task = self._task
-
-            def remember(state_key: str, v: Value) -> None:
-                self.cache.put((task, state_key), v)
-
-            value = self.oracle.value(info, remember)
+            value = self.oracle.value(info, memo)
             self.cache.put(key, value)
         return value
 
