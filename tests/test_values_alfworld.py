@@ -156,3 +156,18 @@ def test_the_textworld_engine_is_refused_at_wrap_time() -> None:
     env = gym.make(ENV_ID, split="valid_seen", engine="textworld").unwrapped
     with pytest.raises(ValueOracleError, match='engine="native"'):
         ValueWrapper(env)
+
+
+def test_a_detour_next_to_a_labelled_state_gets_a_bound_from_the_cache() -> None:
+    # no expert: without the cache, an out-of-budget search would have no bound at all ("unknown")
+    env = ValueWrapper(gym.make(ENV_ID, split="valid_seen", expert=False).unwrapped, budget=5_000)
+    obs, info = env.reset(options={"task_id": env.unwrapped.task_ids[SMALL_GAME]})
+    first = env.unwrapped.walkthrough[0]
+    *_, info = env.step(first)
+    here, value = first, info[schema.VALUE_AFTER]
+    assert info[schema.VALUE_EXACT]
+    detour = next(a for a in info[schema.ADMISSIBLE_ACTIONS] if a.startswith("go to ") and a != here)
+    env.oracle.budget = 60  # one layer of the search: enough to meet the cached state one step back
+    *_, info = env.step(detour)
+    assert info[schema.VALUE_REACHABLE] is True
+    assert info[schema.VALUE_AFTER] <= 1.0 + value  # going back is one step, and the value there is known
