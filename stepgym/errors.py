@@ -16,6 +16,7 @@ __all__ = [
     "InvalidArgumentError",
     "ServiceUnavailableError",
     "StepGymError",
+    "ValueOracleError",
 ]
 
 
@@ -42,3 +43,8 @@ class ServiceUnavailableError(StepGymError, ConnectionError):
 class InvalidArgumentError(StepGymError, ValueError):
     """A setting given on the command line (or to a public function) is out of range or unknown: a negative
     count, a misspelled preset or split. The message names the value, what is accepted and what to type instead."""
+
+
+class ValueOracleError(StepGymError, TypeError):
+    """``ValueWrapper`` was given an env it has no ground-truth value oracle for (or one missing a fact the oracle
+    needs, such as snapshots or the expert). Raised at wrap time, never as a wrong label later."""

@@ -214,6 +214,56 @@ WEBSHOP_AVAILABLE = _key(
 )
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Ground-truth step values (producer "ValueWrapper"; see stepgym.values and docs/values.md)
+# ---------------------------------------------------------------------------------------------------------------
+VALUE_BEFORE = _key(
+    "value_before",
+    float,
+    "The oracle's cost-to-go (fewest actions to success) from the state the action was taken in: a finite count, "
+    "or 0.0 when success is not reachable there (see value_reachable). Search-QA: the stage (2 no gold answer "
+    "gathered, 1 gold answer available, 0 answered correctly).",
+    producer="ValueWrapper",
+)
+VALUE_AFTER = _key(
+    "value_after",
+    float,
+    "The same from the state after the action (0.0 when won, or when success is unreachable). In reset's info: the "
+    "value of the initial state.",
+    producer="ValueWrapper",
+)
+VALUE_GAIN = _key(
+    "value_gain",
+    float,
+    "value_before - value_after while success stays reachable (an optimal step +1.0, a wasted step 0.0, a harmful "
+    "one < 0); -1.0 on a step that makes success unreachable (or drops the best reachable reward); 0.0 once it "
+    "was already unreachable. Search-QA: the sign of the stage change (+1 first gold answer gathered or a correct "
+    "answer, -1 a wrong answer).",
+    producer="ValueWrapper",
+)
+VALUE_EXACT = _key(
+    "value_exact",
+    bool,
+    "Both values are exact. False: at least one is an upper bound (the expert's completion, when the search ran "
+    "out of its budget) or unknown (neither search nor expert reached success: then value_reachable is False).",
+    producer="ValueWrapper",
+)
+VALUE_REACHABLE = _key(
+    "value_reachable",
+    bool,
+    "Success is still reachable from the state after the action (proved by a found path; False with value_exact "
+    "True is proved unreachable, with value_exact False unknown).",
+    producer="ValueWrapper",
+)
+VALUE_BEST_REWARD = _key(
+    "value_best_reward",
+    float,
+    "The best episode reward reachable from the state after the action (WebShop: the best product reward still "
+    "reachable, or the reward earned once bought; the other envs: 1.0 if success is reachable else 0.0).",
+    producer="ValueWrapper",
+)
+
+
 def describe() -> str:
     """A Markdown table of every key (the README's schema section is generated from this)."""
     lines = ["| key | type | when | producer | meaning |", "|---|---|---|---|---|"]

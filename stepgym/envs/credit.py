@@ -153,6 +153,19 @@ class CreditToyEnv(TextEnv):
             return None  # walked past the key
         return "go forward"
 
+    def steps_to_win(self) -> int | None:
+        """The optimum by construction: the fewest actions from the current state to the open door (0 when won),
+        or None when no action sequence can win (a wrong object held, or the key walked past). Read by
+        :mod:`stepgym.values.credit`."""
+        if self._door_open:
+            return 0
+        last = self.n_rooms - 1
+        if self._held == "key":
+            return (last - self._room) + 1
+        if self._held or self._room > self._key_room:
+            return None
+        return (self._key_room - self._room) + 1 + (last - self._key_room) + 1
+
     def _info(self, feedback: str, admissible: bool, effective: bool, reason: str) -> dict[str, Any]:
         return {
             schema.TASK_ID: self._task_id,

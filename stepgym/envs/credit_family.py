@@ -192,6 +192,15 @@ class CreditFamilyEnv(TextEnv):
         station = self._stations.get(self._pos)
         return "go forward" if station is None else f"take {station[1]}"
 
+    def steps_to_win(self) -> int | None:
+        """The optimum by construction: every station still to pass takes one action (0 when won), or None in a
+        doomed state. Read by :mod:`stepgym.values.credit`."""
+        if self._won:
+            return 0
+        if self._doomed:
+            return None
+        return self.horizon - self._pos
+
     def _info(self, feedback: str, admissible: bool, effective: bool, reason: str) -> dict[str, Any]:
         return {
             schema.TASK_ID: self._task_id,

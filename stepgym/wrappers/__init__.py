@@ -8,6 +8,7 @@ This package exports the wrappers; the functions and classes around each one liv
   ``parse_action``, the formats).
 * :mod:`~stepgym.wrappers.hints` — ``HintWrapper``: AHEAD's corrective hints (``OracleAnalyzer``, ``LLMAnalyzer``).
 * :mod:`~stepgym.wrappers.arg` — ``ARGWrapper``: ProAS's Agentic Reference Graph labels.
+* :mod:`stepgym.values` — ``ValueWrapper``: ground-truth step values (cost-to-go, gain, reachability).
 
 Exports load lazily (PEP 562 ``__getattr__``): ``import stepgym.wrappers`` imports nothing, and
 ``stepgym.wrappers.HintWrapper`` imports only :mod:`stepgym.wrappers.hints`. The non-wrapper names this package
@@ -25,6 +26,7 @@ _EXPORTS = {
     "TextInterfaceWrapper": "stepgym.wrappers.text",
     "HintWrapper": "stepgym.wrappers.hints",
     "ARGWrapper": "stepgym.wrappers.arg",
+    "ValueWrapper": "stepgym.values",
 }
 # Deprecated aliases: name -> the module that defines it.
 _MOVED = {

@@ -1,0 +1,186 @@
+"""The cost of the ground-truth value labels (``ValueWrapper``), per env, and ALFWorld's share of exact labels.
+
+Every env plays the same rollouts three times in one process: the plain annotated env, the env wrapped in
+``ValueWrapper`` with its cache, and wrapped with ``cache_size=0`` (every step runs the oracle). Rollouts come in
+groups, as a GRPO trainer plays them: per task ``--group`` rollouts, the first the env's expert, the others the
+expert with probability 0.7 and a uniformly random admissible action otherwise (seeded, so the three variants
+play identical actions; the wrapper only adds keys). Printed per env: seconds per annotated step of each variant,
+the ratio labelled / plain, the cache hit rate and, for ALFWorld, the share of oracle calls whose search proved the
+value within the budget (the rest are the expert's upper bounds, or unknown) and the share of exact step labels.
+
+Run: ``STEPGYM_DATA=../shared/data python benchmarks/values_bench.py --alfworld-games 10 --budget 500``
+(``--alfworld-games 0`` plays every valid_seen game). Envs without their data are skipped with a note. A labelled
+warm-up pass runs first, so caches the variants share (WebShop's search results, parsed ALFWorld games) are
+warm for all three; each variant's own value cache and oracle start empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import stepgym  # noqa: F401 - registers the envs
+from stepgym import schema
+from stepgym.wrappers import ValueWrapper
+
+Policy = Callable[[dict[str, Any], np.random.Generator, bool], str]
+
+
+def admissible_policy(info: dict[str, Any], rng: np.random.Generator, expert_only: bool) -> str:
+    expert = info.get(schema.EXPERT_ACTION)
+    acts = info.get(schema.ADMISSIBLE_ACTIONS) or []
+    if expert and (expert_only or rng.random() < 0.7 or not acts):
+        return expert
+    return acts[int(rng.integers(len(acts)))] if acts else "look"
+
+
+def webshop_policy(info: dict[str, Any], rng: np.random.Generator, expert_only: bool) -> str:
+    expert = info.get(schema.EXPERT_ACTION) or "click[back to search]"
+    clicks = [c for c in info[schema.WEBSHOP_AVAILABLE]["clickables"] if c != "search"]
+    if expert_only or rng.random() < 0.7 or not clicks:
+        return expert
+    return f"click[{clicks[int(rng.integers(len(clicks)))]}]"
+
+
+def searchqa_policy(info: dict[str, Any], rng: np.random.Generator, expert_only: bool) -> str:
+    expert = info.get(schema.EXPERT_ACTION) or "<answer>unknown</answer>"
+    if expert_only or rng.random() < 0.7:
+        return expert
+    return ["<search>history of the world</search>", "<answer>no idea</answer>", "junk"][int(rng.integers(3))]
+
+
+def play(env: gym.Env, tasks: list[str], group: int, policy: Policy, seed: int) -> tuple[float, int, list]:
+    """Seconds spent in reset/step, the number of steps, and every step's info (for the label statistics)."""
+    rng = np.random.default_rng(seed)
+    spent, steps, infos = 0.0, 0, []
+    for task in tasks:
+        for g in range(group):
+            t0 = time.perf_counter()
+            obs, info = env.reset(seed=seed + g, options={"task_id": task})
+            spent += time.perf_counter() - t0
+            while True:
+                action = policy(info, rng, g == 0)
+                t0 = time.perf_counter()
+                obs, reward, terminated, truncated, info = env.step(action)
+                spent += time.perf_counter() - t0
+                steps += 1
+                infos.append(info)
+                if terminated or truncated:
+                    break
+    return spent, steps, infos
+
+
+def bench(
+    name: str,
+    make: Callable[[], gym.Env],
+    tasks: list[str],
+    group: int,
+    policy: Policy,
+    budget: int,
+    labelled_warmup: bool = True,
+) -> None:
+    # warm-up, labelled: the caches the variants share (WebShop's search results, parsed games, the reward's
+    # title parses) hold the oracle's lookups too, so the timed runs compare oracle work, not first searches.
+    # ALFWorld shares only its parsed games, which a plain warm-up loads as well.
+    play(ValueWrapper(make(), budget=budget) if labelled_warmup else make(), tasks, group, policy, 0)
+    plain_s, n, _ = play(make(), tasks, group, policy, 0)
+    cached = ValueWrapper(make(), budget=budget)
+    cached_s, n2, infos = play(cached, tasks, group, policy, 0)
+    uncached = ValueWrapper(make(), budget=budget, cache_size=0)
+    uncached_s, n3, _ = play(uncached, tasks, group, policy, 0)
+    assert n == n2 == n3, "the wrapper changed the rollouts"
+    hits, misses = cached.cache.hits, cached.cache.misses
+    exact = sum(bool(i[schema.VALUE_EXACT]) for i in infos) / len(infos)
+    classes = [int(np.sign(i[schema.VALUE_GAIN])) for i in infos]
+    print(
+        f"{name:12s} tasks {len(tasks):3d} x{group} steps {n:5d} | ms/step plain {plain_s / n * 1e3:8.2f}  "
+        f"labels+cache {cached_s / n * 1e3:8.2f} ({cached_s / plain_s:6.1f}x)  no cache "
+        f"{uncached_s / n * 1e3:8.2f} ({uncached_s / plain_s:6.1f}x) | cache hits {hits / max(1, hits + misses):.0%}"
+        f" | exact labels {exact:.1%} | steps -1/0/+1 {classes.count(-1)}/{classes.count(0)}/{classes.count(1)}"
+    )
+    stats = getattr(cached.oracle, "stats", None)
+    if stats:
+        searched = stats["searches"]
+        print(
+            f"{'':12s} oracle searches {searched} (uncached states): exact within budget {budget}: "
+            f"{stats['exact'] / max(1, searched):.1%}, expert upper bound {stats['bound'] / max(1, searched):.1%}, "
+            f"unknown {stats['unknown'] / max(1, searched):.1%}; successor states generated "
+            f"{stats['generated']} ({stats['generated'] / max(1, searched):.0f} per search)"
+        )
+
+
+def _maybe(name: str, fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception as exc:  # a missing data folder: say so and go on with the other envs
+        if type(exc).__name__ not in ("DataNotFoundError", "DependencyNotInstalled"):
+            raise
+        print(f"{name:12s} skipped: {exc}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--alfworld-games", type=int, default=10, help="every n-th valid_seen game (0: all 140)")
+    ap.add_argument("--alfworld-steps", type=int, default=20, help="ALFWorld's step limit in these rollouts")
+    ap.add_argument(
+        "--budget", type=int, default=None, help="ALFWorld search budget (default: the wrapper's)"
+    )
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--tasks", type=int, default=8, help="tasks of the other envs")
+    ap.add_argument(
+        "--only", default="", help="comma-separated subset: credit,family,alfworld,webshop,searchqa"
+    )
+    args = ap.parse_args()
+    from stepgym.values import DEFAULT_BUDGET
+
+    budget = DEFAULT_BUDGET if args.budget is None else args.budget
+    only = set(filter(None, args.only.split(",")))
+    print(
+        f"# values_bench {time.strftime('%Y-%m-%d')} on {platform.node()} ({platform.processor() or 'cpu'}), "
+        f"group {args.group}, ALFWorld budget {budget}"
+    )
+
+    def credit() -> None:
+        make = lambda: gym.make("StepGym/CreditToy-v0").unwrapped  # noqa: E731
+        bench("CreditToy", make, list(make().task_ids[: args.tasks]), args.group, admissible_policy, budget)
+
+    def family() -> None:
+        make = lambda: gym.make("StepGym/CreditFamily-v0", horizon=10, n_decisive=3).unwrapped  # noqa: E731
+        bench(
+            "CreditFamily", make, list(make().task_ids[: args.tasks]), args.group, admissible_policy, budget
+        )
+
+    def alfworld() -> None:
+        steps = args.alfworld_steps
+        make = lambda: gym.make("StepGym/ALFWorld-v0", split="valid_seen", max_steps=steps).unwrapped  # noqa: E731
+        ids = make().task_ids
+        games = ids if args.alfworld_games <= 0 else ids[:: max(1, len(ids) // args.alfworld_games)]
+        bench("ALFWorld", make, list(games), args.group, admissible_policy, budget, labelled_warmup=False)
+
+    def webshop() -> None:
+        make = lambda: gym.make("StepGym/WebShop-v0", split="test").unwrapped  # noqa: E731
+        bench("WebShop", make, list(make().task_ids[: args.tasks]), args.group, webshop_policy, budget)
+
+    def searchqa() -> None:
+        make = lambda: gym.make("StepGym/SearchQA-v0", dataset="nq", split="test").unwrapped  # noqa: E731
+        bench("SearchQA", make, list(make().task_ids[: args.tasks]), args.group, searchqa_policy, budget)
+
+    for name, fn in [
+        ("credit", credit),
+        ("family", family),
+        ("webshop", webshop),
+        ("searchqa", searchqa),
+        ("alfworld", alfworld),
+    ]:
+        if not only or name in only:
+            _maybe(name, fn)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Ground-truth step values: how far every state is from success, by an oracle that knows the env.
+
+``ValueWrapper(env)`` (also ``stepgym.wrappers.ValueWrapper``) adds the ``schema.VALUE_*`` keys to every step's
+info: the oracle's cost-to-go before and after the action, the step's gain, whether both values are exact,
+whether success is still reachable and the best reward still reachable. :func:`step_value_class` reads one step's
+labels as harmful (-1), neutral (0) or helpful (+1). The oracles, one module per env:
+
+* :mod:`~stepgym.values.alfworld` — breadth-first search over native-engine snapshots (exact within a budget,
+  else the expert's completion as an upper bound);
+* :mod:`~stepgym.values.webshop` — the shortest click path to buying a best-reward product on the real engine;
+* :mod:`~stepgym.values.searchqa` — whether a gold answer has been gathered, and whether the answer scored EM;
+* :mod:`~stepgym.values.credit` — CreditToy / CreditFamily, exact by construction.
+
+See docs/values.md for the definitions, the gain rule and the measured cost.
+"""
+
+from __future__ import annotations
+
+from stepgym.values.base import Value, ValueCache, ValueOracle, step_gain, step_value_class
+from stepgym.values.wrapper import DEFAULT_BUDGET, ValueWrapper, oracle_for
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "Value",
+    "ValueCache",
+    "ValueOracle",
+    "ValueWrapper",
+    "oracle_for",
+    "step_gain",
+    "step_value_class",
+]
