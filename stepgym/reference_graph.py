@@ -564,27 +564,33 @@ class AgenticReferenceGraph:
         return arg
 
     # -- seeding --------------------------------------------------------------------------------------------
-    def seed_from_agent(self, env: gym.Env, agent: Any, task_ids: Iterable[str] | None = None) -> int:
+    def seed_from_agent(
+        self, env: gym.Env, agent: Any, task_ids: Iterable[str] | None = None, *, seed: int | None = None
+    ) -> int:
         """Play ``agent`` once per task and add its successful trajectories (e.g. an env's oracle expert).
 
-        Returns the number of trajectories added."""
+        ``seed``: the i-th task's episode is reset with ``seed + i``, so the env's own random choices (ALFWorld's
+        expert breaks ties with the env's generator) and hence the graph are the same on every run; ``None``
+        leaves the env's generator as it is (seeded from the OS on a first reset). Returns the number added."""
         from stepgym.rollout import play_episode
 
         added = 0
-        for tid in task_ids if task_ids is not None else env.unwrapped.task_ids:
-            traj = play_episode(env, agent, options={"task_id": tid})
+        for i, tid in enumerate(task_ids if task_ids is not None else env.unwrapped.task_ids):
+            traj = play_episode(env, agent, seed=None if seed is None else seed + i, options={"task_id": tid})
             if self.success_fn(traj):
                 self.add_trajectory(traj)
                 added += 1
         return added
 
-    def seed_from_walkthroughs(self, env: gym.Env, task_ids: Iterable[str] | None = None) -> int:
+    def seed_from_walkthroughs(
+        self, env: gym.Env, task_ids: Iterable[str] | None = None, *, seed: int | None = None
+    ) -> int:
         """Replay each task's stored walkthrough (``env.unwrapped.walkthrough``, ALFWorld) and add the wins."""
-        return self.seed_from_agent(env, _Walkthrough(env), task_ids)
+        return self.seed_from_agent(env, _Walkthrough(env), task_ids, seed=seed)
 
-    def seed_from_expert(self, env: gym.Env, task_ids: Iterable[str] | None = None) -> int:
+    def seed_from_expert(self, env: gym.Env, task_ids: Iterable[str] | None = None, *, seed: int | None = None) -> int:
         """Play the env's ``stepgym/expert_action`` until it has none, per task, and add the wins."""
-        return self.seed_from_agent(env, _Expert(), task_ids)
+        return self.seed_from_agent(env, _Expert(), task_ids, seed=seed)
 
 
 ARG = AgenticReferenceGraph

@@ -42,14 +42,15 @@ def _task_ids(env: gym.Env, args: argparse.Namespace) -> list[str]:
     return sample_tasks(env.unwrapped.task_ids, args.limit, seed=getattr(args, "seed", 0))
 
 
-def _seed(arg: AgenticReferenceGraph, env: gym.Env, source: str, task_ids: list[str]) -> int:
+def _seed(arg: AgenticReferenceGraph, env: gym.Env, source: str, task_ids: list[str], seed: int = 0) -> int:
     """Seed from the stored walkthroughs, the env's expert, or both (the expert explores where a walkthrough goes
-    straight to the object, so its successes add the exploration routes a learning agent also takes)."""
+    straight to the object, so its successes add the exploration routes a learning agent also takes). Every
+    episode is reset with a seed, so the graph (and the stats over it) are the same on every run."""
     added = 0
     if source in ("walkthroughs", "walkthroughs+expert"):
-        added += arg.seed_from_walkthroughs(env, task_ids)
+        added += arg.seed_from_walkthroughs(env, task_ids, seed=seed)
     if source in ("expert", "walkthroughs+expert"):
-        added += arg.seed_from_agent(env, make_agent("expert"), task_ids)
+        added += arg.seed_from_agent(env, make_agent("expert"), task_ids, seed=seed)
     return added
 
 
@@ -57,7 +58,7 @@ def build(args: argparse.Namespace) -> int:
     env = _make_env(args)
     ids = _task_ids(env, args)
     arg = AgenticReferenceGraph()
-    n = _seed(arg, env, args.source, ids)
+    n = _seed(arg, env, args.source, ids, seed=getattr(args, "seed", 0))
     arg.save(args.out)
     print(
         f"seeded {n} successful trajectories over {len(ids)} tasks from {args.source}; {arg.stats()}; wrote {args.out}"
@@ -71,8 +72,12 @@ def measure(
     agents: dict[str, Any],
     task_ids: list[str],
     progress: bool = True,
+    seed: int = 0,
 ) -> dict[str, dict[str, list[float]]]:
-    """For each agent and task type: [steps, reasonable, progress, steps in won episodes, unreasonable in won]."""
+    """For each agent and task type: [steps, reasonable, progress, steps in won episodes, unreasonable in won].
+
+    The i-th task's episode is reset with ``seed + i`` (the same for every agent), so the table is reproducible:
+    ALFWorld's expert breaks ties with the env's seeded generator."""
     table: dict[str, dict[str, list[float]]] = {name: defaultdict(lambda: [0.0] * 5) for name in agents}
     bar = None
     if progress:
@@ -80,8 +85,8 @@ def measure(
 
         bar = tqdm(total=len(agents) * len(task_ids), desc="episodes", file=sys.stderr)
     for name, agent in agents.items():
-        for tid in task_ids:
-            traj = play_episode(env, agent, options={"task_id": tid})
+        for i, tid in enumerate(task_ids):
+            traj = play_episode(env, agent, seed=seed + i, options={"task_id": tid})
             labels = arg.label(traj)
             ttype = str(traj.initial_info.get(schema.TASK_TYPE, ""))
             for key in (ttype, "all"):
@@ -103,13 +108,13 @@ def stats(args: argparse.Namespace) -> int:
     env = _make_env(args)
     ids = _task_ids(env, args)
     arg = AgenticReferenceGraph()
-    _seed(arg, env, args.source, ids)
+    _seed(arg, env, args.source, ids, seed=args.seed)
     agents = {
         "expert": make_agent("expert"),
         f"noisy({args.error_rate:g})": make_agent("noisy", seed=args.seed, error_rate=args.error_rate),
         "random": make_agent("random", seed=args.seed),
     }
-    table = measure(arg, env, agents, ids, progress=not args.no_progress)
+    table = measure(arg, env, agents, ids, progress=not args.no_progress, seed=args.seed)
     print(f"ARG from {args.source} of {args.env} {args.split} ({len(ids)} tasks; {arg.stats()})")
     print("| agent | task type | steps | Rea | PA | unreasonable steps in successful episodes |")
     print("|---|---|---|---|---|---|")

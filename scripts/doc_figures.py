@@ -1,0 +1,106 @@
+"""Regenerate (or check) the figures the README quotes from a command's output, so they cannot go stale.
+
+Each figure is a region of README.md between ``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->``, rebuilt
+from the output of stepgym's own commands. ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a
+diff when the README differs from a fresh run; ``--write`` puts the fresh figures in.
+
+    STEPGYM_DATA=../shared/data python scripts/doc_figures.py --check
+    STEPGYM_DATA=../shared/data python scripts/doc_figures.py --write
+
+Only deterministic outputs belong here (seeded agents, fixed splits); timings stay in the benchmark scripts, which
+print them with the date and machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def _stepgym(*argv: str) -> str:
+    """stdout of ``python -m stepgym.cli ARGV`` (stderr passes through; a failure raises with its output)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "stepgym.cli", *argv], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"stepgym {' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def _all_rows(table: str) -> dict[str, list[str]]:
+    """The ``all`` rows of ``stepgym arg stats``'s table: agent -> [steps, Rea, PA, unreasonable-in-won]."""
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[1] == "all":
+            rows[cells[0]] = cells[2:]
+    if not rows:
+        raise SystemExit(f"no 'all' rows in stepgym arg stats output:\n{table[-2000:]}")
+    return rows
+
+
+def arg_stats() -> str:
+    """README's "ProAS labels on ALFWorld" table: both graph sources, the three agents, valid_seen."""
+    agents = {"expert": "handcoded expert", "noisy(0.2)": "noisy expert (20%)", "random": "random"}
+    lines = [
+        "| graph seeded from (valid_seen, 140 games) | agent | steps | Rea | PA | unreasonable steps in successful episodes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for source, label in (("walkthroughs", "stored walkthroughs"), ("walkthroughs+expert", "walkthroughs + expert successes")):
+        rows = _all_rows(_stepgym("arg", "stats", "--split", "valid_seen", "--source", source, "--no-progress"))
+        for agent, name in agents.items():
+            steps, rea, pa, bad = rows[agent]
+            lines.append(f"| {label} | {name} | {int(steps):,} | {rea} | {pa} | {bad} |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    build: Callable[[], str]
+
+
+FIGURES = {f.name: f for f in (Figure("arg-stats", arg_stats),)}
+
+
+def _region(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- figure:{re.escape(name)} -->\n)(.*?)(\n<!-- /figure:{re.escape(name)} -->)", re.S)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="exit 1 with a diff if the README is stale")
+    mode.add_argument("--write", action="store_true", help="write the fresh figures into the README")
+    ap.add_argument("--only", choices=sorted(FIGURES), action="append", help="just these figures")
+    args = ap.parse_args(argv)
+    text = README.read_text(encoding="utf-8")
+    stale = []
+    for name in args.only or sorted(FIGURES):
+        match = _region(name).search(text)
+        if match is None:
+            raise SystemExit(f"README.md has no <!-- figure:{name} --> … <!-- /figure:{name} --> region")
+        fresh = FIGURES[name].build()
+        if match.group(2) != fresh:
+            stale.append(name)
+            diff = difflib.unified_diff(match.group(2).splitlines(), fresh.splitlines(), "README", "fresh", lineterm="")
+            print(f"figure {name} is stale:\n" + "\n".join(diff))
+            text = text[: match.start(2)] + fresh + text[match.end(2) :]
+    if args.write:
+        README.write_text(text, encoding="utf-8")
+        print(f"wrote {len(stale)} figure(s): {', '.join(stale) or 'none changed'}")
+        return 0
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
