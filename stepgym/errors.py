@@ -15,6 +15,7 @@ __all__ = [
     "FormatVersionError",
     "ServiceUnavailableError",
     "StepGymError",
+    "StepRecordError",
 ]
 
 
@@ -36,3 +37,8 @@ class FormatVersionError(CorruptDataError):
 
 class ServiceUnavailableError(StepGymError, ConnectionError):
     """A service stepgym talks to over HTTP (retriever, LLM analyzer, web site) did not answer in time."""
+
+
+class StepRecordError(StepGymError, ValueError):
+    """A trainer's batch cannot be credited step by step: step records missing or out of line with the tokens, or
+    a group that lost rows. Raised instead of computing an advantage from incomplete data."""
