@@ -176,8 +176,8 @@ def test_configs_carry_the_papers_presets() -> None:
 # ---------------------------------------------------------------------------------------------------------------
 class StandInActorGroup:
     """Stands in for verl's actor worker group (FSDP on a GPU): ``compute_log_prob(meta)`` reads the rows from
-    TransferQueue, scores ``responses`` after ``prompts`` with a tiny model and writes ``log_probs`` back (nested,
-    as the real worker does). ``calls`` counts the rows it scored."""
+    TransferQueue, scores ``responses`` after ``prompts`` with a tiny model and writes ``log_probs`` back as the real
+    worker does: nested, over the whole sequence, position k holding log p(token k+1). ``calls`` counts rows."""
 
     def __init__(self, model, pad_id) -> None:
         self.model, self.scorer, self.calls = model, Scorer(pad_id), []
@@ -190,7 +190,12 @@ class StandInActorGroup:
         tgt = [x.tolist() for x in td["responses"].unbind()]
         lp = self.scorer.score(self.model, ctx, tgt)
         self.calls.append(len(ctx))
-        nested = torch.nested.as_nested_tensor([torch.tensor(x, dtype=torch.float32) for x in lp], layout=torch.jagged)
+        full = []
+        for c, x in zip(ctx, lp, strict=True):
+            row = torch.zeros(len(c) + len(x), dtype=torch.float32)
+            row[len(c) - 1 : len(c) - 1 + len(x)] = torch.tensor(x, dtype=torch.float32)
+            full.append(row)
+        nested = torch.nested.as_nested_tensor(full, layout=torch.jagged)
         from tensordict import TensorDict
 
         tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id,

@@ -20,7 +20,7 @@ The privileged text is cut (middle first) or dropped to fit ``max_context_tokens
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from stepgym.trainers.shapers import TokenLayout, scatter_span_deltas
 from stepgym.trainers.shapers.stepopsd_text import structural_target_span
 from stepgym.trainers.teacher import TeacherStats, _fit_privileged, prefix_token_counter
 
-__all__ = ["TeacherContexts", "ahead_gaps", "opsd_gaps", "user_turn_tail"]
+__all__ = ["TeacherContexts", "ahead_gaps", "as_trajectory", "opsd_gaps", "span_mode_for", "user_turn_tail"]
 
 #: ``score(contexts, targets)``: one float array of log-probs per target (its length), under the teacher.
 ScoreFn = Callable[[list[list[int]], list[list[int]]], list[np.ndarray]]
@@ -69,6 +69,19 @@ class TeacherContexts:
     @property
     def width(self) -> int:
         return int(self.old_log_probs.shape[1])
+
+
+def as_trajectory(value: Any) -> schema.Trajectory:
+    """A recorded episode back from verl's row: ``AgentLoopOutput.as_dict`` (pydantic's ``model_dump``) turns the
+    agent loop's :class:`~stepgym.schema.Trajectory` into nested dicts on its way to TransferQueue."""
+    if isinstance(value, schema.Trajectory) or value is None:
+        return value
+    if not isinstance(value, dict) or "steps" not in value:
+        raise StepRecordError(f"stepgym_trajectory is neither a Trajectory nor its dict form: {type(value).__name__}")
+    steps = [s if isinstance(s, schema.Step) else schema.Step(**s) for s in value["steps"]]
+    return schema.Trajectory(
+        str(value["task_id"]), value["initial_observation"], dict(value["initial_info"]), steps
+    )
 
 
 def user_turn_tail(tokenizer: Any) -> list[int]:
@@ -194,7 +207,3 @@ def span_mode_for(fmt: str | None) -> str:
     return "clean_step_no_observation" if fmt == "qa" else "action_only"
 
 
-def check_lengths(items: Sequence[Sequence[int]], what: str) -> None:
-    empty = [i for i, x in enumerate(items) if not len(x)]
-    if empty:
-        raise StepRecordError(f"{what}: items {empty[:5]} are empty")

@@ -192,7 +192,7 @@ class StepGymTrainerMixin:
             prompts=prompts,
             responses=responses,
             steps=steps,
-            trajectories=_field(data, "stepgym_trajectory"),
+            trajectories=[_teacher.as_trajectory(t) for t in _field(data, "stepgym_trajectory")],
             groups=uids,
             old_log_probs=data.batch["old_log_probs"].double().cpu().numpy(),
             max_context_tokens=int(budget),
@@ -230,7 +230,7 @@ class StepGymTrainerMixin:
             else:
                 raise StepRecordError(f"teacher role must be 'actor' or 'ref', got {role!r}")
             got = tq.kv_batch_get(keys=keys, partition_id=TEACHER_PARTITION, select_fields=["log_probs", "response_mask"])
-            lp = response_from_nested(got["log_probs"], got["response_mask"]).double().cpu().numpy()
+            lp = response_from_nested(got["log_probs"], got["response_mask"]).to_padded_tensor(0.0).double().numpy()
         finally:
             tq.kv_clear(keys=keys, partition_id=TEACHER_PARTITION)
         return [lp[k, : len(targets[i])] for k, i in enumerate(order[:n])]
