@@ -249,3 +249,50 @@ def test_the_step_through_transferqueue_with_aheads_teacher(outs, tok) -> None:
     finally:
         tq.close()
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_verls_fit_runs_on_a_cpu_up_to_its_gpu_resource_pools(tmp_path) -> None:
+    """As much of verl's v1 training as a CPU allows: the entry point's data and agent-loop files, TransferQueue,
+    the registered trainer class, and ``trainer.init()`` reading the parquet files with verl's own RLHFDataset,
+    until verl's resource-pool check asks for a GPU (its workers are GPU actors; its rollout servers are vLLM /
+    SGLang / TensorRT-LLM)."""
+    import ray
+    import transfer_queue as tq
+    from hydra import compose, initialize_config_module
+    from omegaconf import open_dict
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    from stepgym.trainers.models import load_model
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: this test checks where verl stops on a CPU")
+    loaded = load_model("tiny")
+    loaded.model.save_pretrained(tmp_path / "tiny")
+    loaded.tokenizer.save_pretrained(tmp_path / "tiny")
+    with initialize_config_module("stepgym.integrations.verl.config", version_base=None):
+        cfg = compose(config_name="alfworld", overrides=[
+            f"stepgym.env_id={TOY}", "stepgym.env_kwargs={}", "stepgym.val_split=valid", "stepgym.fmt=alfworld",
+            f"stepgym.data_dir={tmp_path / 'data'}", f"actor_rollout_ref.model.path={tmp_path / 'tiny'}",
+            "trainer.n_gpus_per_node=1", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.total_training_steps=1",
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
+        ])  # fmt: skip
+    vtrain.prepare(cfg)
+    loop_yaml = OmegaConf.load(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path)
+    assert loop_yaml[0]["_target_"] == "stepgym.integrations.verl.StepGymAgentLoop" and loop_yaml[0]["env_id"] == TOY
+    with open_dict(cfg):
+        cfg.transfer_queue.enable = True
+    OmegaConf.resolve(cfg)
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+    try:
+        tq.init(cfg.transfer_queue)
+        trainer = get_trainer_cls("stepgym_sync")(config=cfg)
+        assert isinstance(trainer, vtrain.StepGymTrainerMixin)
+        with pytest.raises(ValueError, match="Total available GPUs 0"):
+            trainer.init()
+        assert len(trainer.train_dataloader.dataset) == len(verl_rows(TOY, {"split": "train"}))
+        assert len(trainer.val_dataloader.dataset) == len(verl_rows(TOY, {"split": "valid"}))
+    finally:
+        tq.close()
+        ray.shutdown()
