@@ -268,12 +268,16 @@ def _experiences(orl_episodes, tok):
 
     samples = []
     for i, (_, resp, _) in enumerate(orl_episodes):
-        s = SamplesGenerator._process_response_into_experience(None, resp, max_len=4096)  # OpenRLHF's own step
+        s = SamplesGenerator._process_response_into_experience(
+            None, resp, max_len=4096
+        )  # OpenRLHF's own step
         s.index = [i]
         samples.append(s)
     half = len(samples) // 2  # two micro-batches, as split_rollout_samples makes them
-    return [Experience.concat_experiences(samples[:half], tok.pad_token_id),
-            Experience.concat_experiences(samples[half:], tok.pad_token_id)]  # fmt: skip
+    return [
+        Experience.concat_experiences(samples[:half], tok.pad_token_id),
+        Experience.concat_experiences(samples[half:], tok.pad_token_id),
+    ]
 
 
 def _maker(orl_train, use_kl_loss=True):
@@ -281,7 +285,9 @@ def _maker(orl_train, use_kl_loss=True):
 
     maker = object.__new__(orl_train.StepExperienceMaker)  # the advantage step, without the GPU model actors
     algo = SimpleNamespace(kl=SimpleNamespace(use_loss=use_kl_loss))
-    maker.strategy = SimpleNamespace(args=SimpleNamespace(algo=algo, rollout=SimpleNamespace(n_samples_per_prompt=G)))
+    maker.strategy = SimpleNamespace(
+        args=SimpleNamespace(algo=algo, rollout=SimpleNamespace(n_samples_per_prompt=G))
+    )
     maker.kl_ctl = FixedKLController(0.01)
     return maker
 
@@ -301,14 +307,23 @@ def _orl_expected(orl_episodes, width, preset):
             an.append(r["state_key"])
             rea.append(r["arg_reasonable"])
             prog.append(r["arg_progress"])
-    sb = StepBatch(group_ids=g, traj_ids=tr, rewards=np.asarray(rw), valid=np.asarray(va), anchor_obs=an,
-                   reasonable=np.asarray(rea, dtype=bool), progress=np.asarray(prog, dtype=bool),
-                   layout=TokenLayout.from_spans(spans, width))  # fmt: skip
+    sb = StepBatch(
+        group_ids=g,
+        traj_ids=tr,
+        rewards=np.asarray(rw),
+        valid=np.asarray(va),
+        anchor_obs=an,
+        reasonable=np.asarray(rea, dtype=bool),
+        progress=np.asarray(prog, dtype=bool),
+        layout=TokenLayout.from_spans(spans, width),
+    )
     return shape_advantages(sb, ShapeConfig.from_preset(preset)).token_advantages
 
 
 @pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo", "grpo-alfworld"])
-def test_openrlhfs_loss_receives_stepgyms_advantages(orl_train, orl_episodes, tok, monkeypatch, preset) -> None:
+def test_openrlhfs_loss_receives_stepgyms_advantages(
+    orl_train, orl_episodes, tok, monkeypatch, preset
+) -> None:
     import torch
     from openrlhf.models import PolicyLoss
 
@@ -338,7 +353,7 @@ def test_openrlhf_bad_input_is_refused(orl_train, orl_episodes, tok, monkeypatch
     monkeypatch.setenv("STEPGYM_PRESET", "gigpo-alfworld")
     exps = _experiences(orl_episodes, tok)
     exps[0].labels[1] = "credit-train-00000"  # a sample no stepgym agent played: no step records
-    with pytest.raises(StepRecordError, match="no stepgym_steps.*agent_classes"):
+    with pytest.raises(StepRecordError, match=r"no stepgym_steps.*agent_classes"):
         _maker(orl_train).compute_advantages_and_returns(exps)
     exps = _experiences(orl_episodes, tok)
     with pytest.raises(StepRecordError, match=r"groups \[1\].*n_samples_per_prompt=4.*split"):
@@ -356,6 +371,10 @@ def _drop_last(exp):
 
     keep = len(exp.index) - 1
     return Experience(
-        sequences=exp.sequences[:keep], attention_mask=exp.attention_mask[:keep], action_mask=exp.action_mask[:keep],
-        index=exp.index[:keep], labels=exp.labels[:keep], info={},
-    )  # fmt: skip
+        sequences=exp.sequences[:keep],
+        attention_mask=exp.attention_mask[:keep],
+        action_mask=exp.action_mask[:keep],
+        index=exp.index[:keep],
+        labels=exp.labels[:keep],
+        info={},
+    )

@@ -95,7 +95,9 @@ class StandInTrainer:
     def __init__(self, n: int) -> None:
         from types import SimpleNamespace
 
-        self.cfg = SimpleNamespace(generator=SimpleNamespace(n_samples_per_prompt=n, step_wise_trajectories=False))
+        self.cfg = SimpleNamespace(
+            generator=SimpleNamespace(n_samples_per_prompt=n, step_wise_trajectories=False)
+        )
 
     def convert_to_training_input(self, generator_output, uids):
         import torch
@@ -151,12 +153,12 @@ def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
     data = trainer.convert_to_training_input({"loss_masks": masks, "env_metrics": metrics}, uids)
     adv = trainer.compute_advantages_and_returns(data)["advantages"].numpy()
     # the same from the raw records, built here
-    g, tr, rw, va, an, spans, pos = [], [], [], [], [], [], 0
-    for b, (m, met) in enumerate(zip(masks, metrics)):
+    g, tr, rw, va, an, spans = [], [], [], [], [], []
+    for b, (m, met) in enumerate(zip(masks, metrics, strict=True)):
         arr = np.asarray(m)
         starts = [i for i in range(len(arr)) if arr[i] and (i == 0 or not arr[i - 1])]
         stops = [i + 1 for i in range(len(arr)) if arr[i] and (i + 1 == len(arr) or not arr[i + 1])]
-        spans.append(list(zip(starts, stops)))
+        spans.append(list(zip(starts, stops, strict=True)))
         for r in met["stepgym_steps"]:
             g.append(uids[b])
             tr.append(b)
@@ -183,8 +185,10 @@ def test_skyrl_mixin_refuses_missing_records_and_split_groups() -> None:
     broken = [dict(m) for m in metrics]
     del broken[3]["stepgym_steps"]
     data = trainer.convert_to_training_input({"loss_masks": masks, "env_metrics": broken}, uids)
-    with pytest.raises(StepRecordError, match="row 3 has no stepgym_steps.*StepGymTextEnv"):
+    with pytest.raises(StepRecordError, match=r"row 3 has no stepgym_steps.*StepGymTextEnv"):
         trainer.compute_advantages_and_returns(data)
-    data = trainer.convert_to_training_input({"loss_masks": masks[:-1], "env_metrics": metrics[:-1]}, uids[:-1])
-    with pytest.raises(StepRecordError, match="n_samples_per_prompt=4.*split or lost rows"):
+    data = trainer.convert_to_training_input(
+        {"loss_masks": masks[:-1], "env_metrics": metrics[:-1]}, uids[:-1]
+    )
+    with pytest.raises(StepRecordError, match=r"n_samples_per_prompt=4.*split or lost rows"):
         trainer.compute_advantages_and_returns(data)

@@ -26,7 +26,7 @@ pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs TransferQu
 torch = pytest.importorskip("torch")
 
 from omegaconf import OmegaConf  # noqa: E402
-from test_integrations_verl import TOY, TOY_KW, ScriptedServerManager, _play, tok  # noqa: E402,F401
+from test_integrations_verl import CHATML, TOY, TOY_KW, ScriptedServerManager, _play  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from stepgym.errors import StepRecordError  # noqa: E402
@@ -39,6 +39,17 @@ from stepgym.trainers.teacher import Scorer, TeacherStats  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 
 G = 4
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The tiny tokenizer of tests/test_integrations_verl.py, with its ChatML template."""
+    from stepgym.trainers.models import train_tokenizer
+
+    corpus = ["go to the kitchen and open the door", "<think>next</think><action>look</action>"] * 20
+    t = train_tokenizer(corpus, vocab_size=300)
+    t.chat_template = CHATML
+    return t
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +83,12 @@ def _fields(uid, out, session):
 def _trainer(preset="gigpo-alfworld", **stepgym):
     cfg = OmegaConf.create(
         {
-            "stepgym": {"preset": preset, "reward_scale": 10.0, "invalid_rule": "format_or_inadmissible", **stepgym},
+            "stepgym": {
+                "preset": preset,
+                "reward_scale": 10.0,
+                "invalid_rule": "format_or_inadmissible",
+                **stepgym,
+            },
             "actor_rollout_ref": {"rollout": {"n": G, "temperature": 1.0}},
             "algorithm": {"use_kl_in_reward": False},
             "data": {"max_prompt_length": 4096, "max_response_length": 4096},
@@ -155,19 +171,34 @@ def test_configs_carry_the_papers_presets() -> None:
     from stepgym.trainers.presets import get_preset
 
     with initialize_config_module("stepgym.integrations.verl.config", version_base=None):
-        for name, preset in (("alfworld", "alfworld-gigpo"), ("webshop", "webshop-gigpo"), ("searchqa", "searchqa-stepopsd")):
+        for name, preset in (
+            ("alfworld", "alfworld-gigpo"),
+            ("webshop", "webshop-gigpo"),
+            ("searchqa", "searchqa-stepopsd"),
+        ):
             c, p = compose(config_name=name), get_preset(preset)
             assert ShapeConfig.from_preset(c.stepgym.preset) == p.shaper
             assert c.stepgym.env_id == p.env.id and c.stepgym.reward_scale == p.env.reward_scale
             assert c.stepgym.invalid_rule == p.env.invalid_rule
             assert c.stepgym.env_kwargs.get("max_steps", p.env.max_steps) == p.env.max_steps
-            assert c.data.train_batch_size == p.rollout.n_tasks and c.actor_rollout_ref.rollout.n == p.rollout.group_size
+            assert (
+                c.data.train_batch_size == p.rollout.n_tasks
+                and c.actor_rollout_ref.rollout.n == p.rollout.group_size
+            )
             assert c.data.max_prompt_length == p.rollout.max_prompt_tokens
             assert c.stepgym.max_turn_tokens == p.rollout.max_response_tokens
             assert c.actor_rollout_ref.actor.optim.lr == p.optim.lr
-            assert c.actor_rollout_ref.actor.kl_loss_coef == p.loss.kl_coef and c.actor_rollout_ref.actor.use_kl_loss
-            assert c.data.train_batch_size // c.actor_rollout_ref.actor.ppo_mini_batch_size == p.optim.mini_batches
-            assert c.trainer.total_training_steps == p.run.iterations and c.trainer.save_freq == p.run.save_every
+            assert (
+                c.actor_rollout_ref.actor.kl_loss_coef == p.loss.kl_coef
+                and c.actor_rollout_ref.actor.use_kl_loss
+            )
+            assert (
+                c.data.train_batch_size // c.actor_rollout_ref.actor.ppo_mini_batch_size
+                == p.optim.mini_batches
+            )
+            assert (
+                c.trainer.total_training_steps == p.run.iterations and c.trainer.save_freq == p.run.save_every
+            )
             assert c.trainer.v1.trainer_mode == "stepgym_sync"
 
 
@@ -185,7 +216,9 @@ class StandInActorGroup:
     def compute_log_prob(self, meta):
         import transfer_queue as tq
 
-        td = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["prompts", "responses"])
+        td = tq.kv_batch_get(
+            keys=meta.keys, partition_id=meta.partition_id, select_fields=["prompts", "responses"]
+        )
         ctx = [x.tolist() for x in td["prompts"].unbind()]
         tgt = [x.tolist() for x in td["responses"].unbind()]
         lp = self.scorer.score(self.model, ctx, tgt)
@@ -198,8 +231,11 @@ class StandInActorGroup:
         nested = torch.nested.as_nested_tensor(full, layout=torch.jagged)
         from tensordict import TensorDict
 
-        tq.kv_batch_put(keys=meta.keys, partition_id=meta.partition_id,
-                        fields=TensorDict({"log_probs": nested}, batch_size=len(ctx)))  # fmt: skip
+        tq.kv_batch_put(
+            keys=meta.keys,
+            partition_id=meta.partition_id,
+            fields=TensorDict({"log_probs": nested}, batch_size=len(ctx)),
+        )
         return meta
 
 
@@ -216,12 +252,19 @@ def test_the_step_through_transferqueue_with_aheads_teacher(outs, tok) -> None:
         tq.init()
         rows = [_fields(u, o, k % G) for k, (u, o) in enumerate(outs)]
         width = max(len(r["responses"]) for r in rows)
-        old = [Scorer(tok.pad_token_id).score(model, [r["prompts"].tolist()], [r["responses"].tolist()])[0] for r in rows]
+        old = [
+            Scorer(tok.pad_token_id).score(model, [r["prompts"].tolist()], [r["responses"].tolist()])[0]
+            for r in rows
+        ]
         for r, lp in zip(rows, old, strict=True):
             r["old_log_probs"] = torch.tensor(lp, dtype=torch.float32)
         keys = [f"{r['uid']}_{r['session_id']}_0" for r in rows]
-        meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(rows),
-                               tags=[{"status": "success"} for _ in rows])  # fmt: skip
+        meta = tq.kv_batch_put(
+            keys=keys,
+            partition_id="train",
+            fields=list_of_dict_to_tensordict(rows),
+            tags=[{"status": "success"} for _ in rows],
+        )
         trainer = _trainer("ahead")
         trainer.tokenizer, trainer.ref_in_actor = tok, True
         trainer.actor_rollout_wg = StandInActorGroup(model, tok.pad_token_id)
@@ -235,17 +278,24 @@ def test_the_step_through_transferqueue_with_aheads_teacher(outs, tok) -> None:
         for i, lp in enumerate(old):
             old_pad[i, : len(lp)] = lp
         ctx = vt.TeacherContexts(
-            prompts=[r["prompts"].tolist() for r in rows], responses=[r["responses"].tolist() for r in rows],
+            prompts=[r["prompts"].tolist() for r in rows],
+            responses=[r["responses"].tolist() for r in rows],
             steps=[o.extra_fields["stepgym_steps"] for _, o in outs],
             trajectories=[o.extra_fields["stepgym_trajectory"] for _, o in outs],
-            groups=[u for u, _ in outs], old_log_probs=old_pad, max_context_tokens=8192,
-        )  # fmt: skip
-        delta = vt.ahead_gaps(ctx, tok, lambda c, t: Scorer(tok.pad_token_id).score(model, c, t), TeacherStats())
+            groups=[u for u, _ in outs],
+            old_log_probs=old_pad,
+            max_context_tokens=8192,
+        )
+        delta = vt.ahead_gaps(
+            ctx, tok, lambda c, t: Scorer(tok.pad_token_id).score(model, c, t), TeacherStats()
+        )
         want = _expected(outs, width, "ahead", delta=delta).token_advantages
         assert np.abs(delta).max() > 0 and sum(trainer.actor_rollout_wg.calls) == metrics["teacher/items"]
         assert np.allclose(adv[:, :width], want, atol=1e-4)
         assert data.batch["response_mask"].shape[1] == width
-        assert not tq.kv_list(vtrain.TEACHER_PARTITION).get(vtrain.TEACHER_PARTITION)  # the teacher rows are gone
+        assert not tq.kv_list(vtrain.TEACHER_PARTITION).get(
+            vtrain.TEACHER_PARTITION
+        )  # the teacher rows are gone
     finally:
         tq.close()
         ray.shutdown()
@@ -271,16 +321,29 @@ def test_verls_fit_runs_on_a_cpu_up_to_its_gpu_resource_pools(tmp_path) -> None:
     loaded.model.save_pretrained(tmp_path / "tiny")
     loaded.tokenizer.save_pretrained(tmp_path / "tiny")
     with initialize_config_module("stepgym.integrations.verl.config", version_base=None):
-        cfg = compose(config_name="alfworld", overrides=[
-            f"stepgym.env_id={TOY}", "stepgym.env_kwargs={}", "stepgym.val_split=valid", "stepgym.fmt=alfworld",
-            f"stepgym.data_dir={tmp_path / 'data'}", f"actor_rollout_ref.model.path={tmp_path / 'tiny'}",
-            "trainer.n_gpus_per_node=1", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.total_training_steps=1",
-            "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
-        ])  # fmt: skip
+        cfg = compose(
+            config_name="alfworld",
+            overrides=[
+                f"stepgym.env_id={TOY}",
+                "stepgym.env_kwargs={}",
+                "stepgym.val_split=valid",
+                "stepgym.fmt=alfworld",
+                f"stepgym.data_dir={tmp_path / 'data'}",
+                f"actor_rollout_ref.model.path={tmp_path / 'tiny'}",
+                "trainer.n_gpus_per_node=1",
+                "data.train_batch_size=2",
+                "actor_rollout_ref.rollout.n=2",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "trainer.total_training_steps=1",
+                "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
+            ],
+        )
     vtrain.prepare(cfg)
     loop_yaml = OmegaConf.load(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path)
-    assert loop_yaml[0]["_target_"] == "stepgym.integrations.verl.StepGymAgentLoop" and loop_yaml[0]["env_id"] == TOY
+    assert (
+        loop_yaml[0]["_target_"] == "stepgym.integrations.verl.StepGymAgentLoop"
+        and loop_yaml[0]["env_id"] == TOY
+    )
     with open_dict(cfg):
         cfg.transfer_queue.enable = True
     OmegaConf.resolve(cfg)

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import functools
 import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any

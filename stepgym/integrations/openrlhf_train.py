@@ -43,7 +43,11 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  #
 __all__ = ["StepExperienceMaker", "StepPPOTrainer", "decode_label", "main", "mask_runs", "step_batch"]
 
 #: Environment variables carrying the ``--stepgym.*`` settings to OpenRLHF's Ray actors.
-ENV = {"preset": "STEPGYM_PRESET", "reward_scale": "STEPGYM_REWARD_SCALE", "invalid_rule": "STEPGYM_INVALID_RULE"}
+ENV = {
+    "preset": "STEPGYM_PRESET",
+    "reward_scale": "STEPGYM_REWARD_SCALE",
+    "invalid_rule": "STEPGYM_INVALID_RULE",
+}
 
 
 def decode_label(text: Any) -> list[dict[str, Any]]:
@@ -74,13 +78,22 @@ def _settings() -> tuple[ShapeConfig, float, str]:
             f"preset {os.environ.get(ENV['preset'])!r} reweights tokens with a teacher ({cfg.token_reweight}); "
             "the OpenRLHF integration runs the GRPO-family bases, GiGPO and ProAS only"
         )
-    return cfg, float(os.environ.get(ENV["reward_scale"], "10")), os.environ.get(ENV["invalid_rule"], "format_or_inadmissible")
+    return (
+        cfg,
+        float(os.environ.get(ENV["reward_scale"], "10")),
+        os.environ.get(ENV["invalid_rule"], "format_or_inadmissible"),
+    )
 
 
 def step_batch(
-    masks: Sequence[Any], records: Sequence[Sequence[dict[str, Any]]], groups: Sequence[Any], *,
-    reward_scale: float, invalid_rule: str, width: int,
-) -> StepBatch:  # fmt: skip
+    masks: Sequence[Any],
+    records: Sequence[Sequence[dict[str, Any]]],
+    groups: Sequence[Any],
+    *,
+    reward_scale: float,
+    invalid_rule: str,
+    width: int,
+) -> StepBatch:
     """The shapers' batch: row b's steps are the runs of ``masks[b]`` matched in order with ``records[b]`` (steps
     the context length cut off entirely have no run and take no part; more runs than records is an error)."""
     group_ids, traj_ids, rewards, spans, recs, fallback = [], [], [], [], [], []
@@ -159,9 +172,14 @@ class _StepPPOTrainer(_BaseTrainer):  # type: ignore[misc, valid-type]
         _settings()  # a teacher preset fails here, before any rollout
         old = self.experience_maker
         self.experience_maker = StepExperienceMaker(
-            old.actor_model_group, old.critic_model_group, old.reward_model_group, old.initial_model_group,
-            old.kl_ctl, old.strategy, old.tokenizer,
-        )  # fmt: skip
+            old.actor_model_group,
+            old.critic_model_group,
+            old.reward_model_group,
+            old.initial_model_group,
+            old.kl_ctl,
+            old.strategy,
+            old.tokenizer,
+        )
 
 
 def _remote() -> Any:
@@ -196,7 +214,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = _take_stepgym_flags(list(sys.argv[1:] if argv is None else argv))
     if "--train.async_enable" in args:
-        raise SystemExit("--train.async_enable uses OpenRLHF's async trainer, which this entry point does not wrap")
+        raise SystemExit(
+            "--train.async_enable uses OpenRLHF's async trainer, which this entry point does not wrap"
+        )
     _settings()
     ppo_trainer.PPOTrainer = StepPPOTrainer  # train() imports the name when it builds the trainer
     sys.argv = ["openrlhf.cli.train_ppo_ray", *args]

@@ -219,10 +219,14 @@ def step_advantages(
     group_ids, traj_ids, rewards, spans, recs, fallback = [], [], [], [], [], []
     for b, row in enumerate(steps):
         if row is None:
-            raise StepRecordError(f"row {b} has no stepgym_steps in its env metrics: was it played by StepGymTextEnv?")
+            raise StepRecordError(
+                f"row {b} has no stepgym_steps in its env metrics: was it played by StepGymTextEnv?"
+            )
         runs = _runs(mask[b])
         if not runs or len(runs) > len(row):
-            raise StepRecordError(f"row {b}: {len(runs)} model turns in loss_mask but {len(row)} step records")
+            raise StepRecordError(
+                f"row {b}: {len(runs)} model turns in loss_mask but {len(row)} step records"
+            )
         spans.append(runs)
         for t, rec in enumerate(row[: len(runs)]):
             group_ids.append(str(uids[b]))
@@ -232,10 +236,15 @@ def step_advantages(
             fallback.append(f"{b}:{t}")
     fields = credit_fields(recs, invalid_rule, fallback)
     batch = StepBatch(
-        group_ids=np.asarray(group_ids, dtype=object), traj_ids=np.asarray(traj_ids), rewards=np.asarray(rewards),
-        valid=fields.valid, anchor_obs=fields.anchors, reasonable=fields.reasonable, progress=fields.progress,
+        group_ids=np.asarray(group_ids, dtype=object),
+        traj_ids=np.asarray(traj_ids),
+        rewards=np.asarray(rewards),
+        valid=fields.valid,
+        anchor_obs=fields.anchors,
+        reasonable=fields.reasonable,
+        progress=fields.progress,
         layout=TokenLayout.from_spans(spans, mask.shape[1]),
-    )  # fmt: skip
+    )
     return shape_advantages(batch, cfg).token_advantages * (mask > 0)
 
 
@@ -260,15 +269,24 @@ class StepAdvantageMixin:
 
     def compute_advantages_and_returns(self, data: Any) -> Any:
         if self.cfg.generator.step_wise_trajectories:
-            raise StepRecordError("stepgym's advantages need whole-episode rows: set step_wise_trajectories=false")
+            raise StepRecordError(
+                "stepgym's advantages need whole-episode rows: set step_wise_trajectories=false"
+            )
         steps = data.metadata.get("stepgym_steps")
         if steps is None:
-            raise StepRecordError("the batch has no stepgym_steps: use StepAdvantageMixin's convert_to_training_input")
+            raise StepRecordError(
+                "the batch has no stepgym_steps: use StepAdvantageMixin's convert_to_training_input"
+            )
         torch = _deps.require("torch", "skyrl")
         adv = step_advantages(
-            data["loss_mask"], steps, data.metadata["uids"], int(self.cfg.generator.n_samples_per_prompt),
-            self.stepgym_shape_config, reward_scale=self.stepgym_reward_scale, invalid_rule=self.stepgym_invalid_rule,
-        )  # fmt: skip
+            data["loss_mask"],
+            steps,
+            data.metadata["uids"],
+            int(self.cfg.generator.n_samples_per_prompt),
+            self.stepgym_shape_config,
+            reward_scale=self.stepgym_reward_scale,
+            invalid_rule=self.stepgym_invalid_rule,
+        )
         data["advantages"] = torch.as_tensor(adv, dtype=torch.float32)
         data["returns"] = data["advantages"].clone()
         return data

@@ -23,6 +23,8 @@ batch of them into a ``DataProto`` and computes advantages with a registered est
   :func:`compute_step_advantage` takes the whole ``DataProto`` for a trainer that calls it itself, and the
   estimators accept ``non_tensor_batch=`` and refuse clearly without it. AHEAD and StepOPSD need a teacher's
   log-prob gaps, which verl does not pass either: :func:`compute_step_advantage` takes them as ``delta=``.
+* :mod:`stepgym.integrations.verl.train` is that trainer: verl's v1 trainer with its advantage step replaced, for
+  every method (the teachers scored by verl's own actor / ref workers), and Hydra configs per benchmark.
 
 Only CPU checks were run: verl's training needs GPUs (vLLM / SGLang servers, FSDP or Megatron).
 """
@@ -404,7 +406,9 @@ def _shape(
             f"token_reweight={config.token_reweight!r} needs teacher log-prob gaps (delta=, (B, L)); verl does not "
             "pass a teacher to advantage estimators"
         )
-    batch = step_batch_from_verl(token_level_rewards, response_mask, list(index), steps, invalid_rule=invalid_rule)
+    batch = step_batch_from_verl(
+        token_level_rewards, response_mask, list(index), steps, invalid_rule=invalid_rule
+    )
     if delta is not None:
         batch.delta = _numpy(delta, np.float64)
         batch.delta_mask = None if delta_mask is None else _numpy(delta_mask, bool)

@@ -77,7 +77,9 @@ def as_trajectory(value: Any) -> schema.Trajectory:
     if isinstance(value, schema.Trajectory) or value is None:
         return value
     if not isinstance(value, dict) or "steps" not in value:
-        raise StepRecordError(f"stepgym_trajectory is neither a Trajectory nor its dict form: {type(value).__name__}")
+        raise StepRecordError(
+            f"stepgym_trajectory is neither a Trajectory nor its dict form: {type(value).__name__}"
+        )
     steps = [s if isinstance(s, schema.Step) else schema.Step(**s) for s in value["steps"]]
     return schema.Trajectory(
         str(value["task_id"]), value["initial_observation"], dict(value["initial_info"]), steps
@@ -180,7 +182,9 @@ def opsd_gaps(
             if not reply:
                 continue
             text = tokenizer.decode(reply, skip_special_tokens=True)
-            span = structural_target_span(text, prefix_token_counter(tokenizer, reply), len(reply), mode=span_mode)
+            span = structural_target_span(
+                text, prefix_token_counter(tokenizer, reply), len(reply), mode=span_mode
+            )
             if span is None:
                 continue  # no parsable action: no target, no gap
             a, z = s + span[0], s + span[1]
@@ -205,5 +209,3 @@ def opsd_gaps(
 def span_mode_for(fmt: str | None) -> str:
     """StepOPSD's span mode for a text format (the bundled trainer's ``auto``)."""
     return "clean_step_no_observation" if fmt == "qa" else "action_only"
-
-

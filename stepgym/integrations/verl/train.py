@@ -118,7 +118,10 @@ class StepGymTrainerMixin:
         data = _to_dataproto(td)
         padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         adv = self.stepgym_advantages(data, padding, metrics)
-        out = {"advantages": response_to_nested(adv, nested_mask), "returns": response_to_nested(adv, nested_mask)}
+        out = {
+            "advantages": response_to_nested(adv, nested_mask),
+            "returns": response_to_nested(adv, nested_mask),
+        }
         from tensordict import TensorDict
 
         return tq.kv_batch_put(
@@ -199,7 +202,9 @@ class StepGymTrainerMixin:
             min_pi_tokens=int(teacher_cfg.get("min_pi_tokens", 32)),
         )
 
-    def stepgym_score(self, contexts: list[list[int]], targets: list[list[int]], role: str) -> list[np.ndarray]:
+    def stepgym_score(
+        self, contexts: list[list[int]], targets: list[list[int]], role: str
+    ) -> list[np.ndarray]:
         """Teacher log-probs of ``targets`` after ``contexts`` through verl's own workers: the rows go into
         TransferQueue like rollout rows (``prompts`` = context, ``responses`` = target) and ``role`` = ``actor``
         (θ_old) or ``ref`` scores them with ``compute_log_prob`` / ``compute_ref_log_prob``."""
@@ -210,14 +215,26 @@ class StepGymTrainerMixin:
         keys = [f"t{uuid4().hex}_{k}" for k in range(len(order))]
         rows = [_score_row(contexts[i], targets[i]) for i in order]
         meta = tq.kv_batch_put(
-            keys=keys, partition_id=TEACHER_PARTITION, fields=list_of_dict_to_tensordict(rows),
-            tags=[{"status": "success", "prompt_len": len(contexts[i]), "response_len": len(targets[i]),
-                   "seq_len": len(contexts[i]) + len(targets[i])} for i in order],
-        )  # fmt: skip
+            keys=keys,
+            partition_id=TEACHER_PARTITION,
+            fields=list_of_dict_to_tensordict(rows),
+            tags=[
+                {
+                    "status": "success",
+                    "prompt_len": len(contexts[i]),
+                    "response_len": len(targets[i]),
+                    "seq_len": len(contexts[i]) + len(targets[i]),
+                }
+                for i in order
+            ],
+        )
         meta.extra_info.update(
-            {"calculate_entropy": False, "compute_loss": False,
-             "temperature": self.config.actor_rollout_ref.rollout.temperature}
-        )  # fmt: skip
+            {
+                "calculate_entropy": False,
+                "compute_loss": False,
+                "temperature": self.config.actor_rollout_ref.rollout.temperature,
+            }
+        )
         try:
             if role == "actor":
                 wg.compute_log_prob(meta)
@@ -229,8 +246,15 @@ class StepGymTrainerMixin:
                     self.ref_policy_wg.compute_ref_log_prob(meta)  # type: ignore[attr-defined]
             else:
                 raise StepRecordError(f"teacher role must be 'actor' or 'ref', got {role!r}")
-            got = tq.kv_batch_get(keys=keys, partition_id=TEACHER_PARTITION, select_fields=["log_probs", "response_mask"])
-            lp = response_from_nested(got["log_probs"], got["response_mask"]).to_padded_tensor(0.0).double().numpy()
+            got = tq.kv_batch_get(
+                keys=keys, partition_id=TEACHER_PARTITION, select_fields=["log_probs", "response_mask"]
+            )
+            lp = (
+                response_from_nested(got["log_probs"], got["response_mask"])
+                .to_padded_tensor(0.0)
+                .double()
+                .numpy()
+            )
         finally:
             tq.kv_clear(keys=keys, partition_id=TEACHER_PARTITION)
         return [lp[k, : len(targets[i])] for k, i in enumerate(order[:n])]
@@ -273,7 +297,9 @@ def _unpad(row: Any, length: int) -> list[int]:
 def _prompt_rows(data: DataProto) -> list[tuple[Any, int]]:
     lengths = data.non_tensor_batch.get("stepgym_prompt_len")
     if lengths is None:
-        raise StepRecordError("the batch has no prompt lengths (stepgym_prompt_len): read it with _to_dataproto")
+        raise StepRecordError(
+            "the batch has no prompt lengths (stepgym_prompt_len): read it with _to_dataproto"
+        )
     return [(data.batch["prompts"][i], int(lengths[i])) for i in range(len(data))]
 
 
@@ -286,7 +312,9 @@ def _object_array(values: list) -> np.ndarray:
 def _field(data: DataProto, key: str) -> list:
     extra = data.non_tensor_batch.get("extra_fields")
     if extra is None:
-        raise StepRecordError(f"the batch has no extra_fields, so no {key}: was it played by StepGymAgentLoop?")
+        raise StepRecordError(
+            f"the batch has no extra_fields, so no {key}: was it played by StepGymAgentLoop?"
+        )
     missing = [i for i, e in enumerate(extra) if not isinstance(e, dict) or e.get(key) is None]
     if missing:
         raise StepRecordError(
@@ -302,7 +330,7 @@ def _to_dataproto(td: Any) -> DataProto:
     uid = [str(u) for u in td["uid"]]
     extra = list(td["extra_fields"])
     prompt_len = td["prompts"].offsets().diff().tolist()
-    tensors = td.select(*[k for k in td.keys() if k not in ("uid", "extra_fields")])
+    tensors = td.exclude("uid", "extra_fields")
     data = DataProto(batch=tensors.to_padded_tensor())  # right-padded: each row's prompt is prompts[i, :len]
     data.non_tensor_batch["uid"] = _object_array(uid)
     data.non_tensor_batch["extra_fields"] = _object_array(extra)
@@ -333,7 +361,9 @@ def prepare(config: Any) -> None:
     for split, path in ((sg.train_split, config.data.train_files), (sg.val_split, config.data.val_files)):
         if not Path(str(path)).exists():
             Path(str(path)).parent.mkdir(parents=True, exist_ok=True)
-            rows = _verl.verl_rows(sg.env_id, {**env_kwargs, "split": split}, system_prompt=sg.get("system_prompt"))
+            rows = _verl.verl_rows(
+                sg.env_id, {**env_kwargs, "split": split}, system_prompt=sg.get("system_prompt")
+            )
             tmp = f"{path}.tmp{os.getpid()}"
             pd.DataFrame(rows).to_parquet(tmp)
             os.replace(tmp, str(path))  # atomic: a crash never leaves a half-written dataset behind
@@ -374,7 +404,9 @@ def run(config: Any) -> None:
     prepare(config)
     _add_external_module(__name__)
     auto_set_device(config)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(
+        config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
     run_ppo(config, task_runner_class=TaskRunnerV1)
 
 
