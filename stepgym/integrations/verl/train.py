@@ -210,7 +210,8 @@ class StepGymTrainerMixin:
         (θ_old) or ``ref`` scores them with ``compute_log_prob`` / ``compute_ref_log_prob``."""
         wg = self.actor_rollout_wg  # type: ignore[attr-defined]
         n = len(contexts)
-        dp = _dp_size(wg, "ref" if role == "ref" and not self.ref_in_actor else "actor")  # type: ignore[attr-defined]
+        separate_ref = role == "ref" and not self.ref_in_actor  # type: ignore[attr-defined]
+        dp = _dp_size(self.ref_policy_wg, "ref") if separate_ref else _dp_size(wg, "actor")  # type: ignore[attr-defined]
         order = list(range(n)) + [n - 1] * ((-n) % dp)  # repeat the last item so every rank gets equal rows
         keys = [f"t{uuid4().hex}_{k}" for k in range(len(order))]
         rows = [_score_row(contexts[i], targets[i]) for i in order]
