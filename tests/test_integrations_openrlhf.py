@@ -10,6 +10,7 @@ import contextvars
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -378,3 +379,19 @@ def _drop_last(exp):
         labels=exp.labels[:keep],
         info={},
     )
+
+
+def test_openrlhf_entry_point_takes_its_flags_and_keeps_openrlhfs(orl_train, monkeypatch) -> None:
+    for var in orl_train.ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    rest = orl_train._take_stepgym_flags(
+        ["--stepgym.preset", "proas-gigpo", "--rollout.n_samples_per_prompt", "8", "--stepgym.reward_scale=5"]
+    )
+    assert rest == ["--rollout.n_samples_per_prompt", "8"]
+    assert os.environ["STEPGYM_PRESET"] == "proas-gigpo" and os.environ["STEPGYM_REWARD_SCALE"] == "5"
+    with pytest.raises(SystemExit, match=r"unknown flag --stepgym\.gamma"):
+        orl_train._take_stepgym_flags(["--stepgym.gamma", "0.9"])
+    # the Ray actor class OpenRLHF's train() builds is OpenRLHF's trainer, subclassed
+    from openrlhf.trainer.ppo_trainer import PPOTrainer
+
+    assert issubclass(orl_train._StepPPOTrainer, PPOTrainer.__ray_actor_class__)

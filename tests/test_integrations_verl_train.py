@@ -359,3 +359,15 @@ def test_verls_fit_runs_on_a_cpu_up_to_its_gpu_resource_pools(tmp_path) -> None:
     finally:
         tq.close()
         ray.shutdown()
+
+
+def test_the_entry_point_refuses_verls_own_advantage_step_and_unknown_presets() -> None:
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("stepgym.integrations.verl.config", version_base=None):
+        own = compose(config_name="alfworld", overrides=["trainer.v1.trainer_mode=sync"])
+        unknown = compose(config_name="alfworld", overrides=["stepgym.preset=gigpo-typo"])
+    with pytest.raises(StepRecordError, match=r"trainer_mode='sync'.*stepgym_sync"):
+        vtrain.run(own)
+    with pytest.raises(KeyError, match="gigpo-typo"):
+        vtrain.run(unknown)
