@@ -371,3 +371,52 @@ def test_the_entry_point_refuses_verls_own_advantage_step_and_unknown_presets() 
         vtrain.run(own)
     with pytest.raises(KeyError, match="gigpo-typo"):
         vtrain.run(unknown)
+
+
+def test_stepopsd_scores_the_action_spans_after_the_peers_hindsight(outs, tok) -> None:
+    """StepOPSD through the trainer's step (the teacher's scoring function in place of verl's ref worker group):
+    targets are the <action> tags, contexts end with the first successful peer's hindsight block, and the result
+    equals shape_advantages with the same gaps and targets."""
+    from stepgym.trainers.models import build_tiny_model
+
+    model = build_tiny_model(tok, seed=1)
+    scorer = Scorer(tok.pad_token_id)
+    fields = [_fields(u, o, k % G) for k, (u, o) in enumerate(outs)]
+    for f in fields:
+        f["old_log_probs"] = torch.tensor(
+            scorer.score(model, [f["prompts"].tolist()], [f["responses"].tolist()])[0], dtype=torch.float32
+        )
+    data = vtrain._to_dataproto(list_of_dict_to_tensordict(fields))
+    trainer = _trainer("stepopsd-alfworld")
+    trainer.tokenizer = tok
+    seen: list = []
+
+    def score(contexts, targets, role):
+        seen.append((role, contexts, targets))
+        return scorer.score(model, contexts, targets)
+
+    trainer.stepgym_score = score
+    metrics: dict = {}
+    adv = trainer.stepgym_advantages(data, [False] * len(data), metrics)
+    ((role, contexts, targets),) = seen
+    assert role == "ref" and metrics["teacher/items"] == len(targets) > 0
+    assert all(tok.decode(t).startswith("<action>") and tok.decode(t).endswith("</action>") for t in targets)
+    assert (
+        sum("hindsight" in tok.decode(c).lower() for c in contexts) > 0
+    )  # failed members see a winning peer
+    width = data.batch["response_mask"].shape[1]
+    old = data.batch["old_log_probs"].double().numpy()
+    ctx = vt.TeacherContexts(
+        prompts=[f["prompts"].tolist() for f in fields],
+        responses=[f["responses"].tolist() for f in fields],
+        steps=[o.extra_fields["stepgym_steps"] for _, o in outs],
+        trajectories=[o.extra_fields["stepgym_trajectory"] for _, o in outs],
+        groups=[u for u, _ in outs],
+        old_log_probs=old,
+        max_context_tokens=8192,
+    )
+    delta, dmask, target = vt.opsd_gaps(ctx, tok, lambda c, t: scorer.score(model, c, t), TeacherStats())
+    want = _expected(outs, width, "stepopsd-alfworld", delta=delta, delta_mask=dmask, target=target)
+    assert np.allclose(adv.numpy(), want.token_advantages, atol=1e-5)
+    zero = _expected(outs, width, "stepopsd-alfworld", delta=0 * delta, delta_mask=dmask, target=target)
+    assert not np.allclose(want.token_advantages, zero.token_advantages)  # the teacher's gaps took part
