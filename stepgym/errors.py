@@ -16,6 +16,7 @@ __all__ = [
     "InvalidArgumentError",
     "ServiceUnavailableError",
     "StepGymError",
+    "StepRecordError",
     "ValueOracleError",
 ]
 
@@ -48,3 +49,8 @@ class InvalidArgumentError(StepGymError, ValueError):
 class ValueOracleError(StepGymError, TypeError):
     """``ValueWrapper`` was given an env it has no ground-truth value oracle for (or one missing a fact the oracle
     needs, such as snapshots or the expert). Raised at wrap time, never as a wrong label later."""
+
+
+class StepRecordError(StepGymError, ValueError):
+    """A trainer's batch cannot be credited step by step: step records missing or out of line with the tokens, or
+    a group that lost rows. Raised instead of computing an advantage from incomplete data."""

@@ -8,12 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import importlib
+import importlib.abc
+import importlib.machinery
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 pytest.importorskip("openrlhf")
@@ -182,3 +186,212 @@ def test_a_missing_openrlhf_names_the_pip_command(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delitem(sys.modules, "stepgym.integrations.openrlhf", raising=False)
     with pytest.raises(DependencyNotInstalled, match=r"pip install 'stepgym\[openrlhf\]'"):
         importlib.import_module("stepgym.integrations.openrlhf")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stepgym's advantages inside OpenRLHF's trainer (stepgym.integrations.openrlhf_train)
+# ---------------------------------------------------------------------------------------------------------------
+CUDA_ONLY = ("flash_attn", "vllm")
+
+
+class _CudaOnlyStandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Stand-ins for the CUDA-only packages OpenRLHF's trainer modules import at the top (flash-attn's kernels,
+    vLLM's engine): importable empty modules whose every name is a class that refuses to be built. Nothing the
+    advantage step or the policy loss runs touches them."""
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in CUDA_ONLY:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        import types
+
+        class Stub(types.ModuleType):
+            def __getattr__(self, attr):
+                if attr.startswith("__"):
+                    raise AttributeError(attr)
+
+                class CudaOnly:
+                    def __init__(self, *a, **k):
+                        raise RuntimeError(f"{spec.name}.{attr} is CUDA-only (a test stand-in)")
+
+                setattr(self, attr, CudaOnly)
+                return CudaOnly
+
+        return Stub(spec.name)
+
+    def exec_module(self, module):
+        module.__path__ = []
+
+
+@pytest.fixture(scope="module")
+def orl_train():
+    """stepgym.integrations.openrlhf_train imported with the CUDA-only stand-ins, which are removed afterwards so
+    no other test sees them (DeepSpeed itself is real: scripts/setup.sh installs it)."""
+    import transformers  # noqa: F401  (imported first: its availability checks must not see the stand-ins)
+
+    finder = _CudaOnlyStandIns()
+    sys.meta_path.insert(0, finder)
+    try:
+        module = importlib.import_module("stepgym.integrations.openrlhf_train")
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [m for m in sys.modules if m.split(".")[0] in CUDA_ONLY]:
+            del sys.modules[name]
+    return module
+
+
+G = 4
+
+
+@pytest.fixture(scope="module")
+def orl_episodes(tok: Any):
+    """Two tasks × G episodes through OpenRLHF's executor: some won by the expert, some lost to bad replies."""
+    rows = task_rows(TOY, KW)[:2]
+    graph = AgenticReferenceGraph()
+    base = gym.make(TOY, **KW)
+    graph.seed_from_expert(base, [r["task_id"] for r in rows])
+    executor, made = _executor(wrappers=[lambda e: ARGWrapper(e, graph=graph)])
+    scripts = [[], ["I will wander"], [_reply("dance")] * 6, [_reply("take key"), "no tags"]]
+    out = []
+    for row in rows:
+        for script in scripts:
+            resp = _run(executor, tok, StandInEngine(tok, script=script), "p", row["task_id"])
+            out.append((row["task_id"], resp, made[-1]))
+    assert len({r["reward"] for _, r, _ in out}) > 1
+    return out
+
+
+def _experiences(orl_episodes, tok):
+    from openrlhf.trainer.ppo_utils.experience import Experience
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    samples = []
+    for i, (_, resp, _) in enumerate(orl_episodes):
+        s = SamplesGenerator._process_response_into_experience(
+            None, resp, max_len=4096
+        )  # OpenRLHF's own step
+        s.index = [i]
+        samples.append(s)
+    half = len(samples) // 2  # two micro-batches, as split_rollout_samples makes them
+    return [
+        Experience.concat_experiences(samples[:half], tok.pad_token_id),
+        Experience.concat_experiences(samples[half:], tok.pad_token_id),
+    ]
+
+
+def _maker(orl_train, use_kl_loss=True):
+    from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+    maker = object.__new__(orl_train.StepExperienceMaker)  # the advantage step, without the GPU model actors
+    algo = SimpleNamespace(kl=SimpleNamespace(use_loss=use_kl_loss))
+    maker.strategy = SimpleNamespace(
+        args=SimpleNamespace(algo=algo, rollout=SimpleNamespace(n_samples_per_prompt=G))
+    )
+    maker.kl_ctl = FixedKLController(0.01)
+    return maker
+
+
+def _orl_expected(orl_episodes, width, preset):
+    from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+
+    g, tr, rw, va, an, rea, prog, spans = [], [], [], [], [], [], [], []
+    for i, (task, resp, agent) in enumerate(orl_episodes):
+        recs = agent.annotations["steps"]
+        spans.append([(a - 1, b - 1) for a, b in resp["action_ranges"]])  # action_mask drops the first token
+        for r in recs:
+            g.append(task)
+            tr.append(i)
+            rw.append(10.0 * r["reward"])
+            va.append(bool(r["format_valid"]) and r["admissible"] is not False)
+            an.append(r["state_key"])
+            rea.append(r["arg_reasonable"])
+            prog.append(r["arg_progress"])
+    sb = StepBatch(
+        group_ids=g,
+        traj_ids=tr,
+        rewards=np.asarray(rw),
+        valid=np.asarray(va),
+        anchor_obs=an,
+        reasonable=np.asarray(rea, dtype=bool),
+        progress=np.asarray(prog, dtype=bool),
+        layout=TokenLayout.from_spans(spans, width),
+    )
+    return shape_advantages(sb, ShapeConfig.from_preset(preset)).token_advantages
+
+
+@pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo", "grpo-alfworld"])
+def test_openrlhfs_loss_receives_stepgyms_advantages(
+    orl_train, orl_episodes, tok, monkeypatch, preset
+) -> None:
+    import torch
+    from openrlhf.models import PolicyLoss
+
+    monkeypatch.setenv("STEPGYM_PRESET", preset)
+    exps = _maker(orl_train).compute_advantages_and_returns(_experiences(orl_episodes, tok))
+    width = max(e.action_mask.shape[1] for e in exps)
+    want = _orl_expected(orl_episodes, width, preset)
+    half = len(orl_episodes) // 2
+    for k, e in enumerate(exps):
+        w = e.action_mask.shape[1]
+        assert np.allclose(e.advantages.numpy(), want[k * half : (k + 1) * half, :w], atol=1e-5)
+        # OpenRLHF's policy loss on them: at ratio 1 its gradient is −advantage on every action token, 0 elsewhere
+        lp = torch.zeros(e.advantages.shape, requires_grad=True)
+        loss = PolicyLoss()(lp, torch.zeros(e.advantages.shape), e.advantages, action_mask=e.action_mask)[0]
+        loss.backward()
+        grad, adv = lp.grad.numpy(), e.advantages.numpy()
+        nz = np.abs(adv) > 1e-6
+        ratio = -grad[nz] / adv[nz]
+        assert nz.any() and np.allclose(ratio, ratio[0]) and ratio[0] > 0
+        assert (grad[e.action_mask.numpy() == 0] == 0).all()
+    assert np.abs(want).max() > 0
+
+
+def test_openrlhf_bad_input_is_refused(orl_train, orl_episodes, tok, monkeypatch) -> None:
+    from stepgym.errors import StepRecordError
+
+    monkeypatch.setenv("STEPGYM_PRESET", "gigpo-alfworld")
+    exps = _experiences(orl_episodes, tok)
+    exps[0].labels[1] = "credit-train-00000"  # a sample no stepgym agent played: no step records
+    with pytest.raises(StepRecordError, match=r"no stepgym_steps.*agent_classes"):
+        _maker(orl_train).compute_advantages_and_returns(exps)
+    exps = _experiences(orl_episodes, tok)
+    with pytest.raises(StepRecordError, match=r"groups \[1\].*n_samples_per_prompt=4.*split"):
+        _maker(orl_train).compute_advantages_and_returns([exps[0], _drop_last(exps[1])])
+    with pytest.raises(StepRecordError, match="use_loss"):
+        _maker(orl_train, use_kl_loss=False).compute_advantages_and_returns(_experiences(orl_episodes, tok))
+    monkeypatch.setenv("STEPGYM_PRESET", "ahead")
+    with pytest.raises(StepRecordError, match="teacher"):
+        _maker(orl_train).compute_advantages_and_returns(_experiences(orl_episodes, tok))
+
+
+def _drop_last(exp):
+    """The experience without its last sample (a lost rollout)."""
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    keep = len(exp.index) - 1
+    return Experience(
+        sequences=exp.sequences[:keep],
+        attention_mask=exp.attention_mask[:keep],
+        action_mask=exp.action_mask[:keep],
+        index=exp.index[:keep],
+        labels=exp.labels[:keep],
+        info={},
+    )
+
+
+def test_openrlhf_entry_point_takes_its_flags_and_keeps_openrlhfs(orl_train, monkeypatch) -> None:
+    for var in orl_train.ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    rest = orl_train._take_stepgym_flags(
+        ["--stepgym.preset", "proas-gigpo", "--rollout.n_samples_per_prompt", "8", "--stepgym.reward_scale=5"]
+    )
+    assert rest == ["--rollout.n_samples_per_prompt", "8"]
+    assert os.environ["STEPGYM_PRESET"] == "proas-gigpo" and os.environ["STEPGYM_REWARD_SCALE"] == "5"
+    with pytest.raises(SystemExit, match=r"unknown flag --stepgym\.gamma"):
+        orl_train._take_stepgym_flags(["--stepgym.gamma", "0.9"])
+    # the Ray actor class OpenRLHF's train() builds is OpenRLHF's trainer, subclassed
+    from openrlhf.trainer.ppo_trainer import PPOTrainer
+
+    assert issubclass(orl_train._StepPPOTrainer, PPOTrainer.__ray_actor_class__)

@@ -74,3 +74,121 @@ def test_an_env_without_a_text_format_is_refused_clearly() -> None:
         skyrl_gym.make(sid, env_config={}, extras={})
     env = skyrl_gym.make(sid, env_config={"fmt": "webshop"}, extras={})
     assert env._env.fmt.name == "webshop"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Step-level advantages in SkyRL's trainer (StepAdvantageMixin)
+# ---------------------------------------------------------------------------------------------------------------
+class StandInBatch(dict):
+    """Stands in for SkyRL's ``TrainingInputBatch`` (skyrl-train needs Python 3.12 and a GPU): the tensors its
+    ``compute_advantages_and_returns`` reads by key, and ``metadata``."""
+
+    def __init__(self, tensors, metadata) -> None:
+        super().__init__(tensors)
+        self.metadata = metadata
+
+
+class StandInTrainer:
+    """Stands in for SkyRL's ``RayPPOTrainer``: its ``convert_to_training_input`` makes the batch (loss masks and
+    uids from the generator output), as SkyRL's does."""
+
+    def __init__(self, n: int) -> None:
+        from types import SimpleNamespace
+
+        self.cfg = SimpleNamespace(
+            generator=SimpleNamespace(n_samples_per_prompt=n, step_wise_trajectories=False)
+        )
+
+    def convert_to_training_input(self, generator_output, uids):
+        import torch
+
+        width = max(len(m) for m in generator_output["loss_masks"])
+        mask = torch.zeros(len(uids), width)
+        for i, m in enumerate(generator_output["loss_masks"]):
+            mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+        return StandInBatch({"loss_mask": mask, "response_mask": (mask >= 0).float()}, {"uids": list(uids)})
+
+
+def _skyrl_rollouts(n_per_task: int = 4):
+    """Real SkyRL-gym episodes (expert, with some bad replies), their env metrics and SkyRL-style loss masks: each
+    model turn's tokens 1, the env's reply 0 (token counts from the text lengths)."""
+    import numpy as np
+
+    sid = register(TOY, "stepgym-toy-credit", env_kwargs=KW, fmt="alfworld")
+    rows = task_rows(TOY, KW)[:2]
+    rng = np.random.default_rng(0)
+    masks, metrics, uids = [], [], []
+    for row in rows:
+        for k in range(n_per_task):
+            env = skyrl_gym.make(sid, env_config={}, extras=row)
+            env.init(row["prompt"])
+            mask, done = [], False
+            while not done:
+                bad = k > 0 and rng.random() < 0.3 * k
+                text = "I will wander" if bad else _reply(env.info[schema.EXPERT_ACTION])
+                out = env.step(text)
+                done = out["done"]
+                mask += [1] * (len(text) // 4 + 1)
+                if not done:
+                    mask += [0] * (len(out["observations"][0]["content"]) // 6 + 1)
+            masks.append(mask)
+            metrics.append(env.get_metrics())
+            uids.append(row["task_id"])
+            env.close()
+    return masks, metrics, uids
+
+
+def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
+    import numpy as np
+
+    from stepgym.integrations.skyrl import StepAdvantageMixin
+    from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+
+    masks, metrics, uids = _skyrl_rollouts()
+
+    class Trainer(StepAdvantageMixin, StandInTrainer):
+        stepgym_shape_config = "gigpo-alfworld"
+
+    trainer = Trainer(4)
+    data = trainer.convert_to_training_input({"loss_masks": masks, "env_metrics": metrics}, uids)
+    adv = trainer.compute_advantages_and_returns(data)["advantages"].numpy()
+    # the same from the raw records, built here
+    g, tr, rw, va, an, spans = [], [], [], [], [], []
+    for b, (m, met) in enumerate(zip(masks, metrics, strict=True)):
+        arr = np.asarray(m)
+        starts = [i for i in range(len(arr)) if arr[i] and (i == 0 or not arr[i - 1])]
+        stops = [i + 1 for i in range(len(arr)) if arr[i] and (i + 1 == len(arr) or not arr[i + 1])]
+        spans.append(list(zip(starts, stops, strict=True)))
+        for r in met["stepgym_steps"]:
+            g.append(uids[b])
+            tr.append(b)
+            rw.append(10.0 * r["reward"])
+            va.append(bool(r["format_valid"]) and r["admissible"] is not False)
+            an.append(r["state_key"])
+    sb = StepBatch(group_ids=g, traj_ids=tr, rewards=np.asarray(rw), valid=np.asarray(va), anchor_obs=an,
+                   layout=TokenLayout.from_spans(spans, adv.shape[1]))  # fmt: skip
+    want = shape_advantages(sb, ShapeConfig.from_preset("gigpo-alfworld")).token_advantages
+    assert np.allclose(adv, want, atol=1e-5) and np.abs(want).max() > 0
+    assert len({m["won"] for m in metrics}) > 1
+
+
+def test_skyrl_mixin_refuses_missing_records_and_split_groups() -> None:
+    from stepgym.errors import StepRecordError
+    from stepgym.integrations.skyrl import StepAdvantageMixin
+
+    masks, metrics, uids = _skyrl_rollouts()
+
+    class Trainer(StepAdvantageMixin, StandInTrainer):
+        pass
+
+    trainer = Trainer(4)
+    broken = [dict(m) for m in metrics]
+    del broken[3]["stepgym_steps"]
+    data = trainer.convert_to_training_input({"loss_masks": masks, "env_metrics": broken}, uids)
+    with pytest.raises(StepRecordError, match=r"row 3 has no stepgym_steps.*StepGymTextEnv"):
+        trainer.compute_advantages_and_returns(data)
+    data = trainer.convert_to_training_input(
+        {"loss_masks": masks[:-1], "env_metrics": metrics[:-1]}, uids[:-1]
+    )
+    with pytest.raises(StepRecordError, match=r"n_samples_per_prompt=4.*split or lost rows"):
+        trainer.compute_advantages_and_returns(data)

@@ -9,16 +9,19 @@ Each trainer has its own module, imported only when asked for, behind its own ex
   advantage per sequence with stepgym's per-token advantages.
 
 * :mod:`stepgym.integrations.skyrl` (``pip install 'stepgym[skyrl]'``): stepgym envs as SkyRL-gym 0.4 text envs
-  (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata.
+  (``register(env_id)`` then ``skyrl_gym.make``), per-turn reward and the step annotations in each step's metadata;
+  ``StepAdvantageMixin`` puts stepgym's per-token advantages into SkyRL's trainer.
 
 * :mod:`stepgym.integrations.verl` (``pip install 'stepgym[verl]'``, in an environment of its own): a verl 0.9
-  agent loop (``"stepgym"``) and stepgym's shapers as verl advantage estimators (``stepgym_gigpo``, ...).
+  agent loop (``"stepgym"``), stepgym's shapers as verl advantage estimators (``stepgym_gigpo``, ...), and
+  :mod:`stepgym.integrations.verl.train`, verl's v1 trainer with every shaper in its advantage step.
 
 * :mod:`stepgym.integrations.verifiers` (``pip install 'stepgym[verifiers]'``): a verifiers 0.4 taskset and env
   (``vf-eval stepgym-verifiers``), the env's return as the reward and the step annotations in ``trace.info``.
 
 * :mod:`stepgym.integrations.openrlhf` (``pip install 'stepgym[openrlhf]'``): ``agent_classes(env_id)`` for
-  OpenRLHF 0.11's ``--train.agent_func_path`` (step annotations in ``extra_logs``).
+  OpenRLHF 0.11's ``--train.agent_func_path`` (step annotations in ``extra_logs``);
+  :mod:`stepgym.integrations.openrlhf_train` runs OpenRLHF's trainer with stepgym's advantages.
 
 Trainer-neutral pieces live here and import no trainer:
 

@@ -7,7 +7,9 @@ loop: it makes one ``AgentInstanceBase`` per prompt (no arguments), ``reset({"ob
 label})`` must return ``{"observation": text}``, and each ``step({"observation_text", "action_text", "label",
 "sampling_params"})`` must return ``rewards`` (a tensor), ``scores``, ``environment_feedback`` (raw text, tokenised
 and appended after the model's tokens as is), ``done`` and ``extra_logs``. It keeps the last step's
-``extra_logs`` only and turns every value into a tensor, so only numbers can go there.
+``extra_logs`` only and turns every value into a tensor, so only numbers can go there; the episode's step records
+travel in the returned sample's ``label`` instead (JSON ``{"label": <the prompt's label>, "stepgym_steps":
+[...]}``), which :mod:`stepgym.integrations.openrlhf_train` reads to compute stepgym's advantages.
 
 :func:`agent_classes` builds both classes for one stepgym env. The instance plays the env through the same text
 interface as the bundled trainer (:class:`~stepgym.wrappers.text.TextInterfaceWrapper`: ReAct prompts, strict
@@ -25,6 +27,7 @@ import asyncio
 import contextvars
 import functools
 import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +96,7 @@ class _Call:
     tokenizer: Any
     eos_ids: frozenset[int]
     closed: bool = False  # the model's last reply ended with an EOS token
+    agent: Any = None  # the episode's instance (made inside OpenRLHF's execute)
 
 
 _CALL: contextvars.ContextVar[_Call] = contextvars.ContextVar("stepgym_openrlhf_call")
@@ -150,6 +154,7 @@ class _StepGymAgent(AgentInstanceBase):
 
     async def reset(self, states: dict, **kwargs: Any) -> dict[str, Any]:
         call = _CALL.get()
+        call.agent = self
         spec = self.spec
         task = spec.task_of(states.get("label"), states.get("observation"))
         self.env = TextInterfaceWrapper(
@@ -246,11 +251,15 @@ class _StepGymExecutor(MultiTurnAgentExecutor):
         call = _Call(hf_tokenizer, eos_ids)
         token = _CALL.set(call)
         try:
-            return await super().execute(
+            out = await super().execute(
                 prompt, label, sampling_params, max_length, hf_tokenizer, _Engine(llm_engine, call), images
             )
         finally:
             _CALL.reset(token)
+        # The label is the one text field OpenRLHF carries from here to the experience (and so to the advantage
+        # step of stepgym.integrations.openrlhf_train): it takes the step records along, the label kept inside.
+        out["label"] = json.dumps({"label": label, "stepgym_steps": call.agent.steps if call.agent else []})
+        return out
 
 
 def agent_classes(

@@ -8,25 +8,38 @@ reply is an invalid step), starts the row's ``task_id``, and returns per step th
 ``metadata``, the step record of :func:`stepgym.integrations.annotations.step_annotations` (the whole episode
 record on the last step). :func:`register` registers a stepgym env id under a SkyRL id.
 
-Only env-level use is tested here: skyrl-train needs GPUs (vLLM / SGLang generation, FSDP).
+Step-level credit: :class:`StepAdvantageMixin`, mixed in before SkyRL's trainer class (``RayPPOTrainer`` of
+``skyrl.train.trainer``, SkyRL 0.4), replaces its ``compute_advantages_and_returns`` with stepgym's
+:func:`~stepgym.trainers.shapers.shape_advantages`. SkyRL's registered advantage estimators receive only the token
+rewards, the response mask and the group uids, so GiGPO's state keys and ProAS's labels cannot reach one; they
+reach the trainer instead: :meth:`StepGymTextEnv.get_metrics` returns the episode's step records
+(``stepgym_steps``; SkyRL's metric aggregation drops non-numbers), SkyRL's generator hands them over per row in
+``generator_output["env_metrics"]``, and the mixin's ``convert_to_training_input`` keeps them in the batch's
+metadata.
+
+Only env-level use runs here: skyrl-train (and SkyRL 0.4, which contains it) requires Python 3.12 and GPUs (vLLM /
+SGLang generation, FSDP); the mixin's advantage step is tested on a stand-in for SkyRL's ``TrainingInputBatch``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.integrations.annotations import episode_annotations, step_annotations
+from stepgym.errors import StepRecordError
+from stepgym.integrations.annotations import credit_fields, episode_annotations, step_annotations
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper
 
 skyrl_gym = _deps.require("skyrl_gym", "skyrl", what="the SkyRL-gym integration")
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
 
-__all__ = ["StepGymTextEnv", "register"]
+__all__ = ["StepAdvantageMixin", "StepGymTextEnv", "register", "step_advantages"]
 
 
 def _plain(cfg: Any) -> dict[str, Any]:
@@ -126,8 +139,13 @@ class StepGymTextEnv(BaseTextEnv):
         return self._info
 
     def get_metrics(self) -> dict[str, Any]:
+        """Episode metrics (numbers, which SkyRL averages) and the episode's step records (``stepgym_steps``, which
+        SkyRL's aggregation drops and :class:`StepAdvantageMixin` reads)."""
         steps = self._env.history
+        first_obs, first_info = self._first
+        traj = schema.Trajectory(str(first_info.get(schema.TASK_ID)), first_obs, first_info, list(steps))
         return {
+            "stepgym_steps": episode_annotations(traj)["steps"],
             "won": float(bool(self._info.get(schema.WON, False))),
             "steps": float(len(steps)),
             "format_valid_rate": (
@@ -162,3 +180,113 @@ def register(
         },
     )
     return sid
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Step-level advantages in SkyRL's trainer
+# ---------------------------------------------------------------------------------------------------------------
+def _runs(row: np.ndarray) -> list[tuple[int, int]]:
+    padded = np.concatenate([[0], (row > 0).astype(np.int8), [0]])
+    edges = np.flatnonzero(np.diff(padded))
+    return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def step_advantages(
+    loss_mask: Any,
+    steps: Sequence[Sequence[Mapping[str, Any]] | None],
+    uids: Sequence[Any],
+    group_size: int,
+    shape_config: Any = "gigpo-alfworld",
+    *,
+    reward_scale: float = 10.0,
+    invalid_rule: str = "format_or_inadmissible",
+) -> np.ndarray:
+    """stepgym's (B, L) advantages for SkyRL's layout: row b's model turns are the runs of 1s in ``loss_mask[b]``
+    (SkyRL masks the env's turns out), matched in order with ``steps[b]`` (the env's step records); groups are the
+    ``uids``, each of which must hold ``group_size`` rows."""
+    from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+
+    cfg = ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
+    if cfg.token_reweight is not None:
+        raise StepRecordError(f"{cfg.token_reweight} needs a teacher; the SkyRL integration runs no teacher")
+    mask = np.asarray(loss_mask.detach().cpu() if hasattr(loss_mask, "detach") else loss_mask)
+    bad = {u: c for u, c in Counter(map(str, uids)).items() if c != group_size}
+    if bad:
+        raise StepRecordError(
+            f"groups {sorted(bad)[:5]} do not have n_samples_per_prompt={group_size} rows: a group was split or "
+            "lost rows before the advantage step"
+        )
+    group_ids, traj_ids, rewards, spans, recs, fallback = [], [], [], [], [], []
+    for b, row in enumerate(steps):
+        if row is None:
+            raise StepRecordError(
+                f"row {b} has no stepgym_steps in its env metrics: was it played by StepGymTextEnv?"
+            )
+        runs = _runs(mask[b])
+        if not runs or len(runs) > len(row):
+            raise StepRecordError(
+                f"row {b}: {len(runs)} model turns in loss_mask but {len(row)} step records"
+            )
+        spans.append(runs)
+        for t, rec in enumerate(row[: len(runs)]):
+            group_ids.append(str(uids[b]))
+            traj_ids.append(b)
+            rewards.append(float(rec["reward"]) * reward_scale)
+            recs.append(rec)
+            fallback.append(f"{b}:{t}")
+    fields = credit_fields(recs, invalid_rule, fallback)
+    batch = StepBatch(
+        group_ids=np.asarray(group_ids, dtype=object),
+        traj_ids=np.asarray(traj_ids),
+        rewards=np.asarray(rewards),
+        valid=fields.valid,
+        anchor_obs=fields.anchors,
+        reasonable=fields.reasonable,
+        progress=fields.progress,
+        layout=TokenLayout.from_spans(spans, mask.shape[1]),
+    )
+    return shape_advantages(batch, cfg).token_advantages * (mask > 0)
+
+
+class StepAdvantageMixin:
+    """Mix in before SkyRL's trainer class: ``class Trainer(StepAdvantageMixin, RayPPOTrainer)``.
+
+    ``stepgym_shape_config`` (a preset name or ``ShapeConfig``), ``stepgym_reward_scale`` and
+    ``stepgym_invalid_rule`` are class attributes to override. Step-wise trajectories
+    (``generator.step_wise_trajectories``) are refused: there each turn is its own row.
+    """
+
+    stepgym_shape_config: Any = "gigpo-alfworld"
+    stepgym_reward_scale: float = 10.0
+    stepgym_invalid_rule: str = "format_or_inadmissible"
+    cfg: Any
+
+    def convert_to_training_input(self, generator_output: Mapping[str, Any], uids: list[str]) -> Any:
+        data = super().convert_to_training_input(generator_output, uids)  # type: ignore[misc]
+        metrics = generator_output.get("env_metrics") or [None] * len(uids)
+        data.metadata["stepgym_steps"] = [m.get("stepgym_steps") if m else None for m in metrics]
+        return data
+
+    def compute_advantages_and_returns(self, data: Any) -> Any:
+        if self.cfg.generator.step_wise_trajectories:
+            raise StepRecordError(
+                "stepgym's advantages need whole-episode rows: set step_wise_trajectories=false"
+            )
+        steps = data.metadata.get("stepgym_steps")
+        if steps is None:
+            raise StepRecordError(
+                "the batch has no stepgym_steps: use StepAdvantageMixin's convert_to_training_input"
+            )
+        torch = _deps.require("torch", "skyrl")
+        adv = step_advantages(
+            data["loss_mask"],
+            steps,
+            data.metadata["uids"],
+            int(self.cfg.generator.n_samples_per_prompt),
+            self.stepgym_shape_config,
+            reward_scale=self.stepgym_reward_scale,
+            invalid_rule=self.stepgym_invalid_rule,
+        )
+        data["advantages"] = torch.as_tensor(adv, dtype=torch.float32)
+        data["returns"] = data["advantages"].clone()
+        return data

@@ -23,6 +23,8 @@ batch of them into a ``DataProto`` and computes advantages with a registered est
   :func:`compute_step_advantage` takes the whole ``DataProto`` for a trainer that calls it itself, and the
   estimators accept ``non_tensor_batch=`` and refuse clearly without it. AHEAD and StepOPSD need a teacher's
   log-prob gaps, which verl does not pass either: :func:`compute_step_advantage` takes them as ``delta=``.
+* :mod:`stepgym.integrations.verl.train` is that trainer: verl's v1 trainer with its advantage step replaced, for
+  every method (the teachers scored by verl's own actor / ref workers), and Hydra configs per benchmark.
 
 Only CPU checks were run: verl's training needs GPUs (vLLM / SGLang servers, FSDP or Megatron).
 """
@@ -40,6 +42,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
+from stepgym.errors import StepRecordError
 from stepgym.group import WrapperFn
 from stepgym.integrations.annotations import INVALID_RULES, credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_rows
@@ -274,6 +277,7 @@ class StepGymAgentLoop(AgentLoopBase):
             extra_fields={
                 "stepgym_steps": steps,
                 "stepgym_episode": episode,
+                "stepgym_trajectory": traj,  # AHEAD / StepOPSD rebuild their teacher contexts from it
                 "turn_scores": [float(s["reward"]) for s in steps],
                 "tool_rewards": [],
             },
@@ -318,15 +322,15 @@ def step_batch_from_verl(
         )
     b, length = mask_bl.shape
     if len(index) != b:
-        raise ValueError(f"index has {len(index)} entries for {b} rows")
+        raise StepRecordError(f"index has {len(index)} entries for {b} rows")
     if steps is not None and len(steps) != b:
-        raise ValueError(f"steps has {len(steps)} rows for {b} rows")
+        raise StepRecordError(f"steps has {len(steps)} rows for {b} rows")
     group_ids, traj_ids, rewards, spans = [], [], [], []
     records: list[Mapping[str, Any]] = []
     fallbacks: list[str] = []
     for i in range(b):
         if steps is not None and steps[i] is None:
-            raise ValueError(f"row {i} has no stepgym_steps: was it played by StepGymAgentLoop?")
+            raise StepRecordError(f"row {i} has no stepgym_steps: was it played by StepGymAgentLoop?")
         recs = list(steps[i]) if steps is not None else None
         row_spans = [(int(r["start"]), int(r["stop"])) for r in recs] if recs else _mask_runs(mask_bl[i])
         if recs:  # steps the response_length cut off entirely hold no token; they take no part
@@ -334,7 +338,7 @@ def step_batch_from_verl(
             recs = [recs[t] for t in keep]
             row_spans = [row_spans[t] for t in keep]
         if not row_spans:
-            raise ValueError(f"row {i} has no response token (no step to credit)")
+            raise StepRecordError(f"row {i} has no response token (no step to credit)")
         spans.append(row_spans)
         starts = [s for s, _ in row_spans] + [length]
         for t, (s, _) in enumerate(row_spans):
@@ -385,6 +389,8 @@ def _shape(
     update_index: int = 0,
     delta: Any = None,
     delta_mask: Any = None,
+    target: TokenLayout | None = None,
+    invalid_rule: str = "format_or_inadmissible",
 ) -> tuple[Any, Any]:
     if index is None:
         raise ValueError("stepgym's estimators need verl's group index (non_tensor_batch['uid'])")
@@ -400,12 +406,14 @@ def _shape(
             f"token_reweight={config.token_reweight!r} needs teacher log-prob gaps (delta=, (B, L)); verl does not "
             "pass a teacher to advantage estimators"
         )
-    batch = step_batch_from_verl(token_level_rewards, response_mask, list(index), steps)
+    batch = step_batch_from_verl(
+        token_level_rewards, response_mask, list(index), steps, invalid_rule=invalid_rule
+    )
     if delta is not None:
         batch.delta = _numpy(delta, np.float64)
         batch.delta_mask = None if delta_mask is None else _numpy(delta_mask, bool)
-        if config.token_reweight == "stepopsd":
-            batch.target = batch.layout
+    if config.token_reweight == "stepopsd":
+        batch.target = target if target is not None else batch.layout
     shaped = shape_advantages(batch, config, update_index=update_index)
     mask = (
         response_mask
@@ -423,13 +431,16 @@ def compute_step_advantage(
     update_index: int = 0,
     delta: Any = None,
     delta_mask: Any = None,
+    target: TokenLayout | None = None,
+    invalid_rule: str = "format_or_inadmissible",
 ) -> Any:
     """stepgym's per-token advantages for a verl ``DataProto``, written into ``data.batch["advantages"]`` and
     ``["returns"]`` (verl's convention) and returned.
 
     Reads ``token_level_rewards`` (or ``token_level_scores``), ``response_mask``, ``non_tensor_batch["uid"]`` and,
     when present, the agent loop's ``non_tensor_batch["stepgym_steps"]`` (needed for GiGPO and ProAS).
-    ``delta``: the teacher − student log-prob gap (B, L) for AHEAD / StepOPSD presets. ``update_index``: completed
+    ``delta``: the teacher − student log-prob gap (B, L) for AHEAD / StepOPSD presets (``delta_mask``: the tokens
+    that have one; ``target``: StepOPSD's target spans, default every reply token). ``update_index``: completed
     policy updates (verl's ``global_steps - 1``).
     """
     cfg = ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
@@ -445,6 +456,8 @@ def compute_step_advantage(
         update_index=update_index,
         delta=delta,
         delta_mask=delta_mask,
+        target=target,
+        invalid_rule=invalid_rule,
     )
     data.batch["advantages"] = adv
     data.batch["returns"] = ret
