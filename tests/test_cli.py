@@ -274,6 +274,21 @@ def test_presets_give_each_env_its_own_budgets_and_comparisons() -> None:
             assert "alfworld" not in cfg.record.compare[0], name  # the viewer's second column
 
 
+def test_paper_presets_take_each_envs_token_budgets() -> None:
+    """ALFWorld's 2048/512 was every env's: WebShop's observations (verl-agent: 4096/512) and Search-QA's retrieved
+    passages (Search-R1: 4096/500) need their own recipes' budgets."""
+    from stepgym.trainers.presets import PRESETS
+
+    want = {"StepGym/ALFWorld-v0": (2048, 512), "StepGym/WebShop-v0": (4096, 512), "StepGym/SearchQA-v0": (4096, 500)}
+    seen = set()
+    for name, (_, cfg) in PRESETS.items():
+        if cfg.model.name.startswith("Qwen/") and cfg.env.id in want:
+            got = (cfg.rollout.max_prompt_tokens, cfg.rollout.max_response_tokens)
+            assert got == want[cfg.env.id], name
+            seen.add(cfg.env.id)
+    assert seen == set(want)
+
+
 def test_a_webshop_rollout_needs_no_split(data_dir: Path) -> None:
     """The README's WebShop command: no --split (it used to default to ALFWorld's valid_seen and crash)."""
     out = _stepgym(

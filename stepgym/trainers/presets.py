@@ -81,12 +81,23 @@ _BUDGETS = {
 }
 
 
+#: Token budgets per env (prompt, response per turn), each from its recipe: verl-agent's ALFWorld (2048, 512) and
+#: WebShop (4096, 512) scripts, Search-R1's ``train_grpo.sh`` (max_prompt_length 4096, max_response_length 500).
+_TOKENS = {
+    _ALFWORLD_ENV.id: (2048, 512),
+    _WEBSHOP_ENV.id: (4096, 512),
+    _SEARCHQA_ENV.id: (4096, 500),
+}
+
+
 def _paper(env: EnvConfig, shaper: ShapeConfig, name: str, **over: object) -> TrainConfig:
     base = TrainConfig(
         run=RunConfig(output_dir=f"runs/{name}", iterations=150, save_every=10),
         env=env,
         model=ModelConfig(name=PAPER_MODEL),
-        rollout=RolloutConfig(n_tasks=16, group_size=8, max_prompt_tokens=2048, max_response_tokens=512),
+        rollout=RolloutConfig(
+            n_tasks=16, group_size=8, max_prompt_tokens=_TOKENS[env.id][0], max_response_tokens=_TOKENS[env.id][1]
+        ),
         shaper=shaper,
         loss=LossConfig(kl_coef=0.01),
         optim=OptimConfig(lr=1e-6, mini_batches=4, micro_batch_tokens=16384),
