@@ -254,12 +254,16 @@ def test_helps_show_what_a_new_user_needs() -> None:
         and "the env's evaluation split" in out.stdout
     )
     out = _stepgym("train", "--help")
-    head = " ".join(out.stdout.split()[:200])
+    assert out.returncode == 0 and "--preset NAME" in out.stdout and "alfworld-gigpo" in out.stdout
+    assert "--run.resume" in out.stdout and "--help-all" in out.stdout
+    assert len(out.stdout.splitlines()) < 60  # the short help; every field (400+ lines) is behind --help-all
+    out = _stepgym("train", "--preset", "webshop-gigpo", "--help")
+    assert "(now: 'StepGym/WebShop-v0')" in out.stdout  # the common flags show the preset's values
+    out = _stepgym("train", "--help-all")
     assert (
         out.returncode == 0
-        and "--preset NAME" in head
-        and "alfworld-gigpo" in head
-        and "--run.resume" in head
+        and "--teacher.max-context-tokens" in out.stdout
+        and "--record.compare" in out.stdout
     )
 
 
@@ -279,7 +283,11 @@ def test_paper_presets_take_each_envs_token_budgets() -> None:
     passages (Search-R1: 4096/500) need their own recipes' budgets."""
     from stepgym.trainers.presets import PRESETS
 
-    want = {"StepGym/ALFWorld-v0": (2048, 512), "StepGym/WebShop-v0": (4096, 512), "StepGym/SearchQA-v0": (4096, 500)}
+    want = {
+        "StepGym/ALFWorld-v0": (2048, 512),
+        "StepGym/WebShop-v0": (4096, 512),
+        "StepGym/SearchQA-v0": (4096, 500),
+    }
     seen = set()
     for name, (_, cfg) in PRESETS.items():
         if cfg.model.name.startswith("Qwen/") and cfg.env.id in want:

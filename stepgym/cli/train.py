@@ -39,7 +39,7 @@ def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str]
 
 
 def parse_config(argv: Sequence[str], prog: str = "stepgym train") -> Any:
-    """A :class:`TrainConfig` from ``--preset`` plus tyro overrides (``--help`` prints every field)."""
+    """A :class:`TrainConfig` from ``--preset`` plus tyro overrides (tyro's ``--help`` prints every field)."""
     import tyro
 
     from stepgym.trainers.config import TrainConfig
@@ -130,12 +130,75 @@ def _list_presets() -> int:
     return 0
 
 
+#: The flags most runs set, in the order a new user meets them, shown by the short ``--help``.
+_COMMON_FLAGS = (
+    ("run.output_dir", "where metrics, checkpoints and the report go"),
+    ("run.iterations", "training iterations"),
+    ("run.seed", "seeds weights, task order, env resets and sampling"),
+    ("run.resume", "'auto' continues the run in --run.output-dir; or a checkpoint folder"),
+    ("env.id", "the env (a StepGym id or any registered text env)"),
+    ("model.name", "a Hugging Face model name or local folder"),
+    ("rollout.backend", "'hf', 'vllm' (GPU) or 'scripted'"),
+    ("rollout.n_tasks", "tasks per batch (one group each)"),
+    ("rollout.group_size", "G, rollouts per task"),
+    ("shaper.base", "base advantage: grpo, drgrpo, dapo, gigpo or a registered one"),
+    ("optim.lr", "learning rate"),
+)
+
+
+def _short_help(argv: Sequence[str]) -> str:
+    """``stepgym train --help``: the presets, the common flags with the chosen preset's values, and the groups that
+    ``--help-all`` lists field by field (every field is 400+ lines of help)."""
+    import dataclasses
+
+    from stepgym.trainers.config import TrainConfig
+    from stepgym.trainers.presets import PRESETS, get_preset
+
+    preset, _, _ = _split_preset(argv, "stepgym train")
+    cfg = get_preset(preset) if preset else TrainConfig()
+    width = max(map(len, PRESETS))
+    lines = [
+        "usage: stepgym train [--preset NAME] [--FIELD VALUE ...]",
+        "",
+        "GRPO with step-level shapers: start from a preset, then override any config field.",
+        "",
+        "presets (--preset NAME; --list-presets prints the same list):",
+        *(f"  {n.ljust(width)}  {d}" for n, (d, _) in PRESETS.items()),
+        "",
+        f"common flags (values of {'preset ' + preset if preset else 'the defaults'}):",
+    ]
+    for path, what in _COMMON_FLAGS:
+        group, field = path.split(".")
+        value = getattr(getattr(cfg, group), field)
+        flag = f"--{path.replace('_', '-')}"
+        lines.append(f"  {flag:<22} {what} (now: {value!r})")
+    groups = [
+        f"--{f.name}.* ({len(dataclasses.fields(getattr(cfg, f.name)))})"
+        for f in dataclasses.fields(cfg)
+        if dataclasses.is_dataclass(getattr(cfg, f.name))
+    ]
+    lines += [
+        "",
+        "other options:",
+        "  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",
+        "",
+        "every field, by group: " + ", ".join(groups) + ".",
+        "`stepgym train --help-all` (with --preset NAME for its values) documents each one.",
+    ]
+    return "\n".join(lines)
+
+
 def train_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``stepgym train``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _, _, ns = _split_preset(argv, "stepgym train")
     if ns.list_presets:
         return _list_presets()
+    if "--help-all" in argv:
+        argv = ["--help" if a == "--help-all" else a for a in argv]
+    elif "-h" in argv or "--help" in argv:
+        print(_short_help(argv))
+        return 0
     cfg = parse_config(argv, "stepgym train")
     _check_output_dir(cfg)
     from stepgym.trainers.grpo import GRPOTrainer

@@ -96,7 +96,10 @@ def _paper(env: EnvConfig, shaper: ShapeConfig, name: str, **over: object) -> Tr
         env=env,
         model=ModelConfig(name=PAPER_MODEL),
         rollout=RolloutConfig(
-            n_tasks=16, group_size=8, max_prompt_tokens=_TOKENS[env.id][0], max_response_tokens=_TOKENS[env.id][1]
+            n_tasks=16,
+            group_size=8,
+            max_prompt_tokens=_TOKENS[env.id][0],
+            max_response_tokens=_TOKENS[env.id][1],
         ),
         shaper=shaper,
         loss=LossConfig(kl_coef=0.01),
