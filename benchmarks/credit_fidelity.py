@@ -550,6 +550,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1"))
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--record", default="", help="also write the groups and credits for `stepgym view` here")
     ap.add_argument("--plot", default="", help="where to write the plot (default: <out>/credit_fidelity.png)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -558,12 +559,33 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def record(folder: Path, groups: list[Group], cred: dict[str, np.ndarray]) -> None:
+    """Write the groups with every method's per-step credit as a recording ``stepgym view`` opens (the value keys
+    are schema keys, so they travel in each step's info and the viewer shows them beside the credit)."""
+    from stepgym.recording import GroupRecorder
+
+    rec = GroupRecorder(folder, meta={"method": "credit_fidelity", "shapers": list(METHODS)})
+    row = 0
+    for gi, g in enumerate(groups):
+        adv: dict[str, list[list[float]]] = {m: [] for m in METHODS}
+        for t in g.trajs:
+            for m in METHODS:
+                adv[m].append([float(x) for x in cred[m][row : row + len(t.steps)]])
+            row += len(t.steps)
+        rec.record_trajectories(
+            g.trajs, iteration=0, group=gi, successes=[t.won for t in g.trajs], advantages=adv
+        )
+    rec.writer.close()
+
+
 def run_env(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any) -> list[dict]:
     t0 = time.perf_counter()
     groups = collect(spec, args, kinds, llm)
     rows = flatten(groups)
     cred = credits(spec, groups, rows, args.hint_strength)
     out = score_env(spec, rows, cred, args)
+    if args.record:
+        record(Path(args.record) / spec.name, groups, cred)
     print(f"{spec.name:12s} {len(groups)} groups, {len(rows.gain)} steps, {sum(rows.exact)} exact, "
           f"{time.perf_counter() - t0:.0f}s", flush=True)
     return out
