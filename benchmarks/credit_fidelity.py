@@ -492,17 +492,37 @@ def fmt_cell(v: float, ci: tuple[float, float]) -> str:
     return f"{v:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
-def table(results: list[dict], metric: str, subset_prefix: str = "all") -> str:
-    """A markdown table: one row per (env, subset) whose subset starts with ``subset_prefix``."""
-    head = "| env | subset | exact steps (−/0/+) | " + " | ".join(METHODS) + " |"
-    lines = [head, "|" + "---|" * (3 + len(METHODS))]
+def table(results: list[dict], metric: str, subset_prefix: str = "all", diff: bool = False) -> str:
+    """A markdown table: one row per (env, subset) whose subset starts with ``subset_prefix``; ``diff``: each
+    method minus GRPO with its paired interval."""
+    methods = [m for m in METHODS if m != "grpo"] if diff else list(METHODS)
+    names = [f"{m} − grpo" for m in methods] if diff else methods
+    head = "| env | subset | exact steps (−/0/+) | " + " | ".join(names) + " |"
+    lines = [head, "|" + "---|" * (3 + len(methods))]
     for r in results:
         if not r["subset"].startswith(subset_prefix):
             continue
-        cells = [fmt_cell(r["scores"][m][metric], r["ci"][m][metric]) for m in METHODS]
+        sc = r["scores"]
+        cells = [
+            fmt_cell(sc[m][metric] - sc["grpo"][metric], r["ci"][f"{m}-grpo"][metric])
+            if diff
+            else fmt_cell(sc[m][metric], r["ci"][m][metric])
+            for m in methods
+        ]
         counts = f"{r['exact_steps']} ({r['harmful']}/{r['zero']}/{r['helpful']})"
         lines.append(f"| {r['env']} | {r['subset']} | {counts} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+NAMES = {"auroc": "AUROC (helpful vs harmful)", "spearman": "Spearman with the gain", "neg_share": "negative-credit share on harmful steps"}
+
+
+def report_tables(results: list[dict]) -> str:
+    """The README's tables: each score over every env (subset ``all``), then AUROC per ALFWorld task type."""
+    parts = [f"**{NAMES[m]}**\n\n{table(results, m, 'all')}" for m in METRICS]
+    parts.append(f"**AUROC, each method minus GRPO (paired)**\n\n{table(results, 'auroc', 'all', diff=True)}")
+    parts.append(f"**AUROC per ALFWorld task type**\n\n{table(results, 'auroc', 'type:')}")
+    return "\n\n".join(parts)
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -551,6 +571,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--record", default="", help="also write the groups and credits for `stepgym view` here")
+    ap.add_argument("--report-only", default="", help="rebuild tables.md and the plot from this results.json")
     ap.add_argument("--plot", default="", help="where to write the plot (default: <out>/credit_fidelity.png)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -591,10 +612,25 @@ def run_env(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any)
     return out
 
 
+def write_reports(data: dict, out: Path, plot_path: str) -> None:
+    results = data["results"]
+    tables = "\n\n".join(f"### {NAMES[m]}\n\n{table(results, m, '')}" for m in METRICS)
+    (out / "tables.md").write_text(tables + "\n\n## README\n\n" + report_tables(results) + "\n")
+    try:
+        plot(results, Path(plot_path) if plot_path else out / "credit_fidelity.png")
+    except ImportError:
+        print("matplotlib not installed: no plot")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        data = json.loads(Path(args.report_only).read_text())
+        write_reports(data, out, args.plot)
+        print(report_tables(data["results"]))
+        return 0
     kinds = [f"noisy-{float(e):g}" for e in args.error_rates.split(",") if e]
     kinds += [] if args.no_random else ["random"]
     llm = endpoint_agent(args)
@@ -619,13 +655,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg": os.getloadavg()[0],
         "skipped": skipped,
     }
-    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    tables = "\n\n".join(f"### {m}\n\n{table(results, m, '')}" for m in METRICS)
-    (out / "tables.md").write_text(tables + "\n")
-    try:
-        plot(results, Path(args.plot) if args.plot else out / "credit_fidelity.png")
-    except ImportError:
-        print("matplotlib not installed: no plot")
+    data = {"meta": meta, "results": results}
+    (out / "results.json").write_text(json.dumps(data, indent=1))
+    write_reports(data, out, args.plot)
     print(table(results, "auroc"))
     print(f"wall {meta['wall_s']}s, load {meta['load_avg']:.2f}")
     return 0
