@@ -177,10 +177,20 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
     alf = {"split": "valid_seen", "max_steps": args.alfworld_steps}
     specs = [
         EnvSpec("CreditToy", "StepGym/CreditToy-v0", {}, "credit", 4 if q else 12),
-        EnvSpec("CreditFamily", "StepGym/CreditFamily-v0", {"horizon": 10, "n_decisive": 3}, "credit", 4 if q else 12),
+        EnvSpec(
+            "CreditFamily",
+            "StepGym/CreditFamily-v0",
+            {"horizon": 10, "n_decisive": 3},
+            "credit",
+            4 if q else 12,
+        ),
         EnvSpec("WebShop", "StepGym/WebShop-v0", {"split": "test"}, "webshop", 2 if q else 12),
-        EnvSpec("Search-QA", "StepGym/SearchQA-v0", {"dataset": "nq", "split": "test"}, "searchqa", 2 if q else 12),
-        EnvSpec("ALFWorld", "StepGym/ALFWorld-v0", alf, "alfworld", 1 if q else args.alfworld_games, args.budget),
+        EnvSpec(
+            "Search-QA", "StepGym/SearchQA-v0", {"dataset": "nq", "split": "test"}, "searchqa", 2 if q else 12
+        ),
+        EnvSpec(
+            "ALFWorld", "StepGym/ALFWorld-v0", alf, "alfworld", 1 if q else args.alfworld_games, args.budget
+        ),
     ]
     only = set(filter(None, args.only.split(",")))
     return [s for s in specs if not only or s.name.lower() in only]
@@ -220,7 +230,9 @@ class SearchQANoise:
             return expert
         words = str(info.get(schema.GOAL) or observation).split() or ["nothing"]
         pick = [words[int(i)] for i in self.rng.integers(len(words), size=3)]
-        return f"<search>{' '.join(pick)}</search>" if self.rng.random() < 0.5 else f"<answer>{pick[0]}</answer>"
+        return (
+            f"<search>{' '.join(pick)}</search>" if self.rng.random() < 0.5 else f"<answer>{pick[0]}</answer>"
+        )
 
 
 def make_agents(kind: str, spec: EnvSpec, n: int, seed: int, llm: Any = None) -> list[Any]:
@@ -311,7 +323,9 @@ def endpoint_agent(args: argparse.Namespace) -> Any:
     from stepgym.llm_client import ChatClient
     from stepgym.llm_eval import LLMAgent, Sampling
 
-    client = ChatClient(base_url=args.base_url, model=args.model, api_key=os.environ.get("OPENAI_API_KEY", ""))
+    client = ChatClient(
+        base_url=args.base_url, model=args.model, api_key=os.environ.get("OPENAI_API_KEY", "")
+    )
     sampling = Sampling(temperature=args.temperature, max_tokens=args.max_tokens, seed=0)
     return lambda: LLMAgent(client, sampling)
 
@@ -413,7 +427,10 @@ def stepopsd_gaps(groups: list[Group], strength: float) -> np.ndarray:
             seen: dict[str, str] = {}
             if peer != NO_PEER:
                 p = g.trajs[peer]
-                seen = {str(i.get(schema.STATE_KEY)): s.action for i, s in zip(p.infos()[: len(p.steps)], p.steps, strict=True)}
+                seen = {
+                    str(i.get(schema.STATE_KEY)): s.action
+                    for i, s in zip(p.infos()[: len(p.steps)], p.steps, strict=True)
+                }
             for pre, s in zip(t.infos()[: len(t.steps)], t.steps, strict=True):
                 named = seen.get(str(pre.get(schema.STATE_KEY)))
                 out.append(gap(g.kind, pre, s.action, named, strength))
@@ -477,7 +494,7 @@ def score_env(spec: EnvSpec, rows: Rows, cred: dict[str, np.ndarray], args: argp
             "harmful": int((g < 0).sum()),
             "helpful": int((g > 0).sum()),
             "zero": int((g == 0).sum()),
-            "groups": int(len(np.unique(group[m]))),
+            "groups": len(np.unique(group[m])),
             "presets": {k: shaper_config(spec, k)[0] for k in METHODS},
             "scores": {k: score_steps(v, g) for k, v in c.items()},
             "ci": ci,
@@ -514,7 +531,11 @@ def table(results: list[dict], metric: str, subset_prefix: str = "all", diff: bo
     return "\n".join(lines)
 
 
-NAMES = {"auroc": "AUROC (helpful vs harmful)", "spearman": "Spearman with the gain", "neg_share": "negative-credit share on harmful steps"}
+NAMES = {
+    "auroc": "AUROC (helpful vs harmful)",
+    "spearman": "Spearman with the gain",
+    "neg_share": "negative-credit share on harmful steps",
+}
 
 
 def report_tables(results: list[dict]) -> str:
@@ -546,7 +567,9 @@ def plot(results: list[dict], path: Path) -> None:
     axes[0].set_yticks(y, [f"{r['env']} {r['subset'].replace('type:', '')}" for r in rows], fontsize=7)
     axes[0].invert_yaxis()
     axes[-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Credit fidelity: per-step advantages vs true value gain (exact steps; 95% paired bootstrap)")
+    fig.suptitle(
+        "Credit fidelity: per-step advantages vs true value gain (exact steps; 95% paired bootstrap)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -559,13 +582,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--group", type=int, default=4, help="rollouts per group (G)")
     ap.add_argument("--error-rates", default="0.1,0.3,0.5", help="the noisy expert's error rates")
     ap.add_argument("--no-random", action="store_true", help="leave out the random agent's groups")
-    ap.add_argument("--alfworld-games", type=int, default=12, help="ALFWorld games (round-robin over types)")
+    ap.add_argument("--alfworld-games", type=int, default=18, help="ALFWorld games (round-robin over types)")
     ap.add_argument("--alfworld-steps", type=int, default=15, help="ALFWorld's step limit in these rollouts")
-    ap.add_argument("--budget", type=int, default=300, help="ALFWorld's value search budget")
+    ap.add_argument(
+        "--budget", type=int, default=500, help="ALFWorld's value search budget (the wrapper's default)"
+    )
     ap.add_argument("--hint-strength", type=float, default=3.0, help="the stand-in teacher's logit bonus")
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default="", help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,alfworld")
+    ap.add_argument(
+        "--only", default="", help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,alfworld"
+    )
     ap.add_argument("--model", default="", help="also play groups with this model behind --base-url")
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1"))
     ap.add_argument("--temperature", type=float, default=1.0)
@@ -576,7 +603,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.quick:
         args.group, args.boot, args.alfworld_steps, args.budget = 3, 100, 8, 50
-        args.error_rates = "0.3" if not args.error_rates or args.error_rates == "0.1,0.3,0.5" else args.error_rates
+        args.error_rates = (
+            "0.3" if not args.error_rates or args.error_rates == "0.1,0.3,0.5" else args.error_rates
+        )
     return args
 
 
@@ -607,8 +636,11 @@ def run_env(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any)
     out = score_env(spec, rows, cred, args)
     if args.record:
         record(Path(args.record) / spec.name, groups, cred)
-    print(f"{spec.name:12s} {len(groups)} groups, {len(rows.gain)} steps, {sum(rows.exact)} exact, "
-          f"{time.perf_counter() - t0:.0f}s", flush=True)
+    print(
+        f"{spec.name:12s} {len(groups)} groups, {len(rows.gain)} steps, {sum(rows.exact)} exact, "
+        f"{time.perf_counter() - t0:.0f}s",
+        flush=True,
+    )
     return out
 
 

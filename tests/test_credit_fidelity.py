@@ -141,7 +141,13 @@ class _Server:
                         "id": "x",
                         "object": "chat.completion",
                         "model": body.get("model"),
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": reply},
+                                "finish_reason": "stop",
+                            }
+                        ],
                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                     }
                 ).encode()
@@ -160,7 +166,17 @@ class _Server:
 def test_endpoint_groups_are_scored(tmp_path: Path) -> None:
     server = _Server()
     try:
-        argv = ["--quick", "--only", "credittoy", "--out", str(tmp_path), "--model", "m", "--base-url", server.url]
+        argv = [
+            "--quick",
+            "--only",
+            "credittoy",
+            "--out",
+            str(tmp_path),
+            "--model",
+            "m",
+            "--base-url",
+            server.url,
+        ]
         assert cf.main(argv) == 0
     finally:
         server.httpd.shutdown()

@@ -280,7 +280,11 @@ def test_ground_truth_values_render_beside_the_credit(driver: Any, tmp_path: Pat
     expert = next(e for e in recorded if e["rollout"] == 1)
     assert [s["info"][schema.VALUE_GAIN] for s in expert["steps"]] == gains[1]
     with ViewerServer(run) as srv:
-        pages = [f"{srv.url}#group={run.index[0]['id']}&rollout=1", export_html(run, tmp_path / "v.html").resolve().as_uri() + f"#group={run.index[0]['id']}&rollout=1"]
+        pages = [
+            f"{srv.url}#group={run.index[0]['id']}&rollout=1",
+            export_html(run, tmp_path / "v.html").resolve().as_uri()
+            + f"#group={run.index[0]['id']}&rollout=1",
+        ]
         for page in pages:
             open_page(driver, page)
             wait(driver, lambda drv: drv.find_elements(By.ID, "overview"))
@@ -288,6 +292,13 @@ def test_ground_truth_values_render_beside_the_credit(driver: Any, tmp_path: Pat
             assert [float(x.get_attribute("data-value")) for x in shown] == gains[1]
             assert all(x.get_attribute("data-exact") == "true" and x.is_displayed() for x in shown)
             assert shown[0].text == "+1"
-            card = driver.find_element(By.CSS_SELECTOR, 'section.step[data-t="0"] dd[data-key="true value before → after"]')
+            card = driver.find_element(
+                By.CSS_SELECTOR, 'section.step[data-t="0"] dd[data-key="true value before → after"]'
+            )
             assert card.text.startswith("5 → 4 · gain +1 · exact")
-            assert driver.find_element(By.CSS_SELECTOR, '[data-testid="adv-step"][data-t="0"]').get_attribute("data-value") == "0.5"
+            assert (
+                driver.find_element(By.CSS_SELECTOR, '[data-testid="adv-step"][data-t="0"]').get_attribute(
+                    "data-value"
+                )
+                == "0.5"
+            )
