@@ -185,3 +185,13 @@ def test_endpoint_groups_are_scored(tmp_path: Path) -> None:
     assert "llm" in data["meta"]["agents"]
     llm = next(r for r in data["results"] if r["subset"] == "agent:llm")
     assert llm["steps"] > 0 and set(llm["scores"]) == set(cf.METHODS)
+
+
+def test_readme_tables_are_the_committed_results() -> None:
+    """README's credit-fidelity region is rebuilt from benchmarks/results/credit_fidelity_<date>.json
+    (scripts/doc_figures.py --write --only credit-fidelity)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import doc_figures
+
+    assert doc_figures.CREDIT_FIDELITY.exists()
+    assert doc_figures.main(["--check", "--only", "credit-fidelity"]) == 0
