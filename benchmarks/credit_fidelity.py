@@ -562,7 +562,9 @@ def plot(results: list[dict], path: Path) -> None:
             hi = np.array([r["ci"][m][metric][1] for r in rows], dtype=float)
             off = (j - 2) * 0.15
             ax.errorbar(v, y + off, xerr=[np.abs(v - lo), np.abs(hi - v)], fmt="o", ms=3, label=m, capsize=0)
-        if metric != "neg_share":  # chance: AUROC 0.5, rho 0 (the share's chance level is the harmful base rate)
+        if (
+            metric != "neg_share"
+        ):  # chance: AUROC 0.5, rho 0 (the share's chance level is the harmful base rate)
             ax.axvline(0.5 if metric == "auroc" else 0.0, color="grey", lw=0.6, ls="--")
         ax.set_title(NAMES[metric], fontsize=9)
     axes[0].set_yticks(y, [f"{r['env']} {r['subset'].replace('type:', '')}" for r in rows], fontsize=7)

@@ -195,3 +195,16 @@ def test_readme_tables_are_the_committed_results() -> None:
 
     assert doc_figures.CREDIT_FIDELITY.exists()
     assert doc_figures.main(["--check", "--only", "credit-fidelity"]) == 0
+
+
+def test_record_opens_in_the_viewer_with_values_and_every_credit(tmp_path: Path) -> None:
+    from stepgym import schema
+    from stepgym.viewer import load_run
+
+    argv = ["--quick", "--only", "credittoy", "--out", str(tmp_path / "o"), "--record", str(tmp_path / "rec")]
+    assert cf.main(argv) == 0
+    run = load_run(tmp_path / "rec")
+    assert run.meta["shapers"] == list(cf.METHODS)
+    steps = [s for g in run.groups.values() for e in g["episodes"] for s in e["steps"]]
+    assert steps and all(set(s["adv"]) == set(cf.METHODS) for s in steps)
+    assert all(schema.VALUE_GAIN in s["info"] and schema.VALUE_EXACT in s["info"] for s in steps)
