@@ -376,6 +376,13 @@ def flatten(groups: list[Group]) -> Rows:
     return r
 
 
+def acted(step: schema.Step, kind: str) -> str:
+    """The env action of a step: for a model's reply the text interface's parsed action, else the action played
+    (Search-QA writes its own ``PARSED_ACTION`` in another form, so only the model's groups read it)."""
+    parsed = step.info.get(schema.PARSED_ACTION) if kind == "llm" else None
+    return str(parsed) if isinstance(parsed, str) and parsed else str(step.action)
+
+
 def proas_labels(spec: EnvSpec, groups: list[Group]) -> tuple[np.ndarray, np.ndarray]:
     """Rea/PA labels of every step against an ARG seeded with the env's expert on each task (not grown)."""
     graph = AgenticReferenceGraph()
@@ -386,7 +393,7 @@ def proas_labels(spec: EnvSpec, groups: list[Group]) -> tuple[np.ndarray, np.nda
     for g in groups:
         for t in g.trajs:
             keys = [default_state_key(t.initial_info)] + [default_state_key(s.info) for s in t.steps]
-            lab = graph.label_path(g.task_id, keys, [s.action for s in t.steps])
+            lab = graph.label_path(g.task_id, keys, [acted(s, g.kind) for s in t.steps])
             rea += lab.reasonable
             pa += lab.progress
     return np.array(rea, dtype=bool), np.array(pa, dtype=bool)
@@ -415,7 +422,7 @@ def ahead_gaps(groups: list[Group], strength: float) -> np.ndarray:
             errors = set() if t.won else set(analyzer.analyze(t).error_steps)
             for i, (pre, s) in enumerate(zip(t.infos()[: len(t.steps)], t.steps, strict=True)):
                 named = pre.get(schema.EXPERT_ACTION) if i in errors else None
-                out.append(gap(g.kind, pre, s.action, named, strength))
+                out.append(gap(g.kind, pre, acted(s, g.kind), named, strength))
     return np.array(out)
 
 
@@ -428,12 +435,12 @@ def stepopsd_gaps(groups: list[Group], strength: float) -> np.ndarray:
             if peer != NO_PEER:
                 p = g.trajs[peer]
                 seen = {
-                    str(i.get(schema.STATE_KEY)): s.action
+                    str(i.get(schema.STATE_KEY)): acted(s, g.kind)
                     for i, s in zip(p.infos()[: len(p.steps)], p.steps, strict=True)
                 }
             for pre, s in zip(t.infos()[: len(t.steps)], t.steps, strict=True):
                 named = seen.get(str(pre.get(schema.STATE_KEY)))
-                out.append(gap(g.kind, pre, s.action, named, strength))
+                out.append(gap(g.kind, pre, acted(s, g.kind), named, strength))
     return np.array(out)
 
 
