@@ -63,13 +63,27 @@ def arg_stats() -> str:
     return "\n".join(lines)
 
 
+CREDIT_FIDELITY = ROOT / "benchmarks" / "results" / "credit_fidelity_2026-12-04.json"
+
+
+def credit_fidelity() -> str:
+    """README's credit-fidelity tables, rebuilt from the committed results file (the run itself takes minutes:
+    ``python benchmarks/credit_fidelity.py`` writes a fresh one)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import json
+
+    import credit_fidelity as cf
+
+    return cf.report_tables(json.loads(CREDIT_FIDELITY.read_text(encoding="utf-8"))["results"])
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str
     build: Callable[[], str]
 
 
-FIGURES = {f.name: f for f in (Figure("arg-stats", arg_stats),)}
+FIGURES = {f.name: f for f in (Figure("arg-stats", arg_stats), Figure("credit-fidelity", credit_fidelity))}
 
 
 def _region(name: str) -> re.Pattern[str]:

@@ -255,3 +255,50 @@ def test_a_large_run_is_paginated_and_lazy(driver: Any, tmp_path: Path) -> None:
         assert not [u for u in fetched if "api/group" in u]  # nothing but the index so far
         driver.find_element(By.CSS_SELECTOR, "#groups button").click()
         wait(driver, lambda drv: len(drv.find_elements(By.CSS_SELECTOR, "td[data-cell]")) == 48)
+
+
+def test_ground_truth_values_render_beside_the_credit(driver: Any, tmp_path: Path) -> None:
+    """A CreditToy group played under ValueWrapper: the recorder keeps the value keys, and the episode view (served
+    and exported) shows each step's true gain, exact or bound, beside the shapers' advantages."""
+    from stepgym import schema
+    from stepgym.group import GroupEnv
+    from stepgym.recording import GroupRecorder
+    from stepgym.wrappers import ValueWrapper
+
+    group = GroupEnv("StepGym/CreditToy-v0", group_size=2, wrappers=[ValueWrapper])
+    obs, infos = group.reset(seed=0)
+    while group.agents:  # rollout 0 waits (wasted steps), rollout 1 follows the expert
+        acts = {a: infos[a][schema.EXPERT_ACTION] if a == "rollout_1" else "wait" for a in group.agents}
+        obs, _, _, _, infos = group.step(acts)
+    steps = [len(t.steps) for t in group.trajectories]
+    gains = [[s.info[schema.VALUE_GAIN] for s in t.steps] for t in group.trajectories]
+    rec = GroupRecorder(tmp_path, meta={"method": "values"})
+    rec.record_group(group, iteration=0, advantages={"grpo": [[0.5] * n for n in steps]})
+    group.close()
+    run = load_run(tmp_path)
+    recorded = run.groups[run.index[0]["id"]]["episodes"]
+    expert = next(e for e in recorded if e["rollout"] == 1)
+    assert [s["info"][schema.VALUE_GAIN] for s in expert["steps"]] == gains[1]
+    with ViewerServer(run) as srv:
+        pages = [
+            f"{srv.url}#group={run.index[0]['id']}&rollout=1",
+            export_html(run, tmp_path / "v.html").resolve().as_uri()
+            + f"#group={run.index[0]['id']}&rollout=1",
+        ]
+        for page in pages:
+            open_page(driver, page)
+            wait(driver, lambda drv: drv.find_elements(By.ID, "overview"))
+            shown = driver.find_elements(By.CSS_SELECTOR, '#overview [data-testid="value-gain"]')
+            assert [float(x.get_attribute("data-value")) for x in shown] == gains[1]
+            assert all(x.get_attribute("data-exact") == "true" and x.is_displayed() for x in shown)
+            assert shown[0].text == "+1"
+            card = driver.find_element(
+                By.CSS_SELECTOR, 'section.step[data-t="0"] dd[data-key="true value before → after"]'
+            )
+            assert card.text.startswith("5 → 4 · gain +1 · exact")
+            assert (
+                driver.find_element(By.CSS_SELECTOR, '[data-testid="adv-step"][data-t="0"]').get_attribute(
+                    "data-value"
+                )
+                == "0.5"
+            )
