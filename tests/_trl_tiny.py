@@ -130,3 +130,31 @@ def noisy_expert(rng: np.random.Generator, p_expert: float = 0.6) -> Callable[[d
         return adm[int(rng.integers(len(adm)))]
 
     return act
+
+
+def react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` ReAct chats of the noisy expert on the credit toy, as GroupRollout renders them (one user turn per
+    step, replies ``<think>…</think><action>…</action>``)."""
+    import gymnasium as gym
+
+    from stepgym.integrations import task_ids
+    from stepgym.wrappers.feedback import EnvFeedbackWrapper
+    from stepgym.wrappers.text import TextInterfaceWrapper
+
+    env = TextInterfaceWrapper(
+        EnvFeedbackWrapper(gym.make(ENV_ID, **ENV_KWARGS)), fmt="alfworld", history_length=0
+    )
+    rng = np.random.default_rng(seed)
+    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
+    out = []
+    for ep in range(n):
+        _, info = env.reset(seed=ep, options={"task_id": ids[ep % len(ids)]})
+        messages = [{"role": "system", "content": SYSTEM}]
+        done = False
+        while not done:
+            reply = f"<think>go</think><action>{policy(info)}</action>"
+            messages += [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]
+            _, _, term, trunc, info = env.step(reply)
+            done = term or trunc
+        out.append({"messages": messages})
+    return out

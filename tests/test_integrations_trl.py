@@ -13,7 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
-from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, noisy_expert, tiny_chat_model  # noqa: E402
+from _trl_tiny import (  # noqa: E402
+    ENV_ID,
+    ENV_KWARGS,
+    SYSTEM,
+    clone,
+    noisy_expert,
+    react_conversations,
+    tiny_chat_model,
+)
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from stepgym import schema  # noqa: E402
@@ -176,34 +184,9 @@ def test_environment_factory_trains_with_real_env_steps(factory_agent, tmp_path:
 # ---------------------------------------------------------------------------------------------------------------
 # rollout_func over GroupEnv, and per-token credit
 # ---------------------------------------------------------------------------------------------------------------
-def _react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
-    import gymnasium as gym
-
-    from stepgym.wrappers.feedback import EnvFeedbackWrapper
-    from stepgym.wrappers.text import TextInterfaceWrapper
-
-    env = TextInterfaceWrapper(
-        EnvFeedbackWrapper(gym.make(ENV_ID, **ENV_KWARGS)), fmt="alfworld", history_length=0
-    )
-    rng = np.random.default_rng(seed)
-    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
-    out = []
-    for ep in range(n):
-        _, info = env.reset(seed=ep, options={"task_id": ids[ep % len(ids)]})
-        messages = [{"role": "system", "content": SYSTEM}]
-        done = False
-        while not done:
-            reply = f"<think>go</think><action>{policy(info)}</action>"
-            messages += [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]
-            _, _, term, trunc, info = env.step(reply)
-            done = term or trunc
-        out.append({"messages": messages})
-    return out
-
-
 @pytest.fixture(scope="module")
 def react_agent() -> tuple[Any, Any]:
-    convs = _react_conversations(48, seed=1)
+    convs = react_conversations(48, seed=1)
     tok, model = tiny_chat_model(convs)
     clone(tok, model, convs, steps=40)
     return tok, model
@@ -516,3 +499,66 @@ def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkey
     assert graph.task_ids  # the expert seeded the games it wins
     assert trainer.last_shaped.token_advantages.shape == tuple(batch.layout.shape)
     assert trainer.state.log_history and "loss" in trainer.state.log_history[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Many processes
+# ---------------------------------------------------------------------------------------------------------------
+SCALE_PRESETS = ["gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"]
+
+
+def _launch(out: Path, processes: int) -> None:
+    """tests/_trl_multiproc.py on ``processes`` CPU processes: torch's launcher (torchrun) sets RANK/WORLD_SIZE and
+    accelerate, under TRL, joins them with gloo."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    script = [str(repo / "tests" / "_trl_multiproc.py"), str(out), ",".join(SCALE_PRESETS)]
+    if processes == 1:
+        cmd = [sys.executable, *script]
+    else:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
+        cmd += [f"--master_port={port}", "--master_addr=127.0.0.1", *script]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def _stacked(parts: list[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
+
+
+@pytest.mark.slow
+def test_two_processes_optimise_what_one_process_does(tmp_path: Path) -> None:
+    """2 gloo processes on a global batch of 12 rows (3 groups of 4; the middle one straddles the processes)
+    against 1 process on the same batch: the advantages TRL's loss receives and the weights after 2 optimizer
+    steps are the same, for GiGPO, ProAS, AHEAD and StepOPSD (their teacher rescoring included)."""
+    _launch(tmp_path / "one", 1)
+    _launch(tmp_path / "two", 2)
+    for preset in SCALE_PRESETS:
+        one = torch.load(tmp_path / "one" / f"{preset}.rank0.pt")
+        two = [torch.load(tmp_path / "two" / f"{preset}.rank{r}.pt") for r in (0, 1)]
+        for step in range(2):
+            want = one["steps"][step]
+            width = want["advantages"].shape[1]
+            parts = [t["steps"][step] for t in two]
+            assert [p["advantages"].shape[0] for p in parts] == [6, 6]
+            assert len({p["completion_ids"].shape[1] for p in parts}) == 2  # padded widths differ per process
+            assert torch.equal(_stacked([p["completion_ids"] for p in parts], width), want["completion_ids"])
+            got = _stacked([p["advantages"] for p in parts], width)
+            assert want["advantages"].abs().sum() > 0
+            # AHEAD / StepOPSD: the teacher scores each process's rows in its own batch (float rounding only)
+            torch.testing.assert_close(got, want["advantages"], rtol=0, atol=1e-5)
+        moved = max((one["weights"][n] - one["initial"][n]).abs().max() for n in one["weights"])
+        for n, w in one["weights"].items():
+            assert torch.equal(two[0]["weights"][n], two[1]["weights"][n])  # DDP keeps the replicas equal
+            # equal up to the float rounding of a gradient summed in another order, amplified by Adam
+            torch.testing.assert_close(two[0]["weights"][n], w, rtol=0, atol=0.02 * float(moved))
+        assert moved > 1e-3
