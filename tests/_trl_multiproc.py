@@ -21,13 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, react_conversations, tiny_chat_model  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
+import torch
+from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, react_conversations, tiny_chat_model
+from trl import GRPOConfig
 
-from stepgym.integrations import task_dataset  # noqa: E402
-from stepgym.integrations.trl import GroupRollout, StepGRPOTrainer, episode_return  # noqa: E402
-from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
+from stepgym.integrations import task_dataset
+from stepgym.integrations.trl import GroupRollout, StepGRPOTrainer, episode_return
+from stepgym.wrappers.arg import ARGWrapper
 
 GLOBAL_BATCH, GROUP = 12, 4
 _ADMISSIBLE = re.compile(r"admissible actions in this situation are: (\[.*?\])")
@@ -45,7 +45,7 @@ class ScriptedRollout(GroupRollout):
             pick = zlib.crc32(f"{r.row}:{len(r.spans)}".encode()) % len(actions)
             think = " ".join(["go"] * (1 + r.row // 3))  # later rows reply longer: widths differ per process
             reply = f"<think>{think}</think><action>{actions[pick]}</action>"
-            out.append((list(tok(reply, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id], None))
+            out.append(([*tok(reply, add_special_tokens=False)["input_ids"], tok.eos_token_id], None))
         return out
 
 
