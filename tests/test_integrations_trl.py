@@ -25,6 +25,7 @@ from _trl_tiny import (  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from stepgym import schema  # noqa: E402
+from stepgym.errors import StepRecordError  # noqa: E402
 from stepgym.integrations import task_dataset, task_ids  # noqa: E402
 from stepgym.integrations.trl import (  # noqa: E402
     GroupRollout,
@@ -562,3 +563,73 @@ def test_two_processes_optimise_what_one_process_does(tmp_path: Path) -> None:
             # equal up to the float rounding of a gradient summed in another order, amplified by Adam
             torch.testing.assert_close(two[0]["weights"][n], w, rtol=0, atol=0.02 * float(moved))
         assert moved > 1e-3
+
+
+def _fake_trainer(tok, *, processes: int = 1, rank: int = 0, g: int = 4) -> Any:
+    """What GroupRollout and StepGRPOTrainer's gathering read from a trainer, for one process of ``processes``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        processing_class=tok,
+        max_completion_length=320,
+        num_generations=g,
+        num_generations_eval=g,
+        model=SimpleNamespace(training=True),
+        accelerator=SimpleNamespace(num_processes=processes, process_index=rank),
+        reward_scale=10.0,
+        invalid_rule="format_or_inadmissible",
+    )
+
+
+@pytest.fixture(scope="module")
+def scripted() -> tuple[Any, list[Any]]:
+    """The tiny tokenizer and a global batch of 12 prompts (3 tasks x G=4) for the scripted rollout."""
+    tok, _ = tiny_chat_model(react_conversations(24, seed=1), vocab=600)
+    rows = task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM)
+    return tok, [rows[i]["prompt"] for i in range(3) for _ in range(4)]
+
+
+def test_group_rollout_plays_a_straddling_group_as_one(scripted) -> None:
+    from _trl_multiproc import ScriptedRollout
+
+    tok, prompts = scripted
+
+    def play(processes: int, rank: int) -> dict[str, Any]:
+        n = len(prompts) // processes
+        rollout = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, seed=0)
+        return rollout(prompts[rank * n : (rank + 1) * n], _fake_trainer(tok, processes=processes, rank=rank))
+
+    whole = play(1, 0)
+    halves = [play(2, 0), play(2, 1)]
+    assert [s[0]["group"] for h in halves for s in h["stepgym_steps"]] == [b // 4 for b in range(12)]
+    for key in ("completion_ids", "env_mask", "stepgym_steps"):  # group 1 straddles: same task, same seed
+        assert [x for h in halves for x in h[key]] == whole[key]
+    rollout = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24)
+    with pytest.raises(StepRecordError, match=r"groups of 4.*lose rows"):  # 2 x 3 rows: no whole groups
+        rollout(prompts[:3], _fake_trainer(tok, processes=2))
+
+
+def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> None:
+    from _trl_multiproc import ScriptedRollout
+
+    import stepgym.integrations.trl as adapter
+
+    tok, prompts = scripted
+    out = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24)(prompts, _fake_trainer(tok))
+    inputs = [{"stepgym_steps": s} for s in out["stepgym_steps"]]
+    width = max(len(c) for c in out["completion_ids"])
+    rows, offset, batch = StepGRPOTrainer._global_batch(_fake_trainer(tok), inputs, width)
+    assert rows == [12] and offset == 0 and batch.layout.shape == (12, width)
+    missing = [dict(x) for x in inputs]
+    del missing[3]["stepgym_steps"]
+    with pytest.raises(StepRecordError, match=r"row 3 .*no stepgym_steps"):
+        StepGRPOTrainer._global_batch(_fake_trainer(tok), missing, width)
+    with pytest.raises(StepRecordError, match="num_generations=2"):  # TRL's G is not the group size played
+        StepGRPOTrainer._global_batch(_fake_trainer(tok, g=2), inputs, width)
+    # two processes: one lost a row, or both sent the same rows (group 0 twice, group 2 incomplete)
+    parts = {"lost": [inputs[:6], inputs[6:11]], "twice": [inputs[:6], inputs[:6]]}
+    for case, match in (("lost", "rows were lost"), ("twice", "group")):
+        local = [{"steps": [x["stepgym_steps"] for x in p], "width": width} for p in parts[case]]
+        monkeypatch.setattr(adapter, "_gather_all", lambda trainer, obj, local=local: local)
+        with pytest.raises(StepRecordError, match=match):
+            StepGRPOTrainer._global_batch(_fake_trainer(tok, processes=2), parts[case][0], width)
