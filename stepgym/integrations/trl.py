@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.errors import StepRecordError
+from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupEnv, WrapperFn
 from stepgym.integrations.annotations import credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_id_of_prompt
@@ -361,7 +361,72 @@ class GroupRollout:
         """One reply per live rollout, with the sampling log-prob of each of its tokens (``None`` when the backend
         gives none: TRL's own generate, whose log-probs TRL recomputes)."""
         rows = [r.prompt_ids + r.completion for r in live]
+        if getattr(trainer, "use_vllm", False):
+            if getattr(trainer, "vllm_mode", "server") == "server":
+                return self._vllm_server(trainer, rows)
+            return self._vllm_colocate(trainer, rows)
         return [(reply, None) for reply in self._generate(trainer, rows)]
+
+    def _cut(self, trainer: Any, reply: Sequence[int], logps: Sequence[Any]) -> tuple[list[int], list[Any]]:
+        """A reply up to its first end-of-turn token, and its tokens' sampling log-probs."""
+        eos = set(trainer.eos_token_ids)
+        cut = next((i + 1 for i, t in enumerate(reply) if t in eos), len(reply))
+        return [int(t) for t in reply[:cut]], list(logps[:cut])
+
+    def _sampling(self, gen: Any) -> dict[str, Any]:
+        return {
+            "n": 1,
+            "temperature": gen.temperature,
+            "top_p": gen.top_p,
+            "top_k": gen.top_k,
+            "min_p": 0.0 if gen.min_p is None else gen.min_p,
+            "repetition_penalty": gen.repetition_penalty,
+            "max_tokens": self.max_turn_tokens,
+        }
+
+    def _vllm_server(self, trainer: Any, rows: list[list[int]]) -> list[tuple[list[int], list[Any]]]:
+        """One turn through TRL's vLLM server: the main process (the only one holding ``vllm_client``) sends every
+        process's rows in one request and hands each its replies with their sampled tokens' log-probs."""
+        acc, gen = trainer.accelerator, trainer.vllm_generation
+        parts = _gather_all(trainer, rows)
+        payload: Any = None
+        if acc.is_main_process:
+            flat = [r for p in parts for r in p]
+            url = getattr(gen.vllm_client, "base_url", "?")
+            try:
+                out = gen.vllm_client.generate(
+                    prompts=flat, logprobs=0, generation_kwargs=gen.generation_kwargs, **self._sampling(gen)
+                )
+                payload = (out["completion_ids"], [[lp[0] for lp in seq] for seq in out["logprobs"]])
+            except Exception as e:  # any failure: every process must learn of it, not only the main one
+                payload = f"the vLLM server at {url} failed mid-generation ({type(e).__name__}: {e})"
+        payload = _broadcast(trainer, payload)
+        if isinstance(payload, str):
+            raise ServiceUnavailableError(
+                payload + "; is `trl vllm-serve` / `vllm serve` still running there?"
+            )
+        ids, logps = payload
+        start = sum(len(p) for p in parts[: int(acc.process_index)])
+        return [
+            self._cut(trainer, c, lp)
+            for c, lp in zip(ids[start : start + len(rows)], logps[start:], strict=False)
+        ]
+
+    def _vllm_colocate(self, trainer: Any, rows: list[list[int]]) -> list[tuple[list[int], list[Any]]]:
+        """One turn through the vLLM engine TRL colocates with this process (``trainer.vllm_generation.llm``)."""
+        from vllm import SamplingParams
+
+        gen = trainer.vllm_generation
+        params = SamplingParams(**self._sampling(gen), logprobs=0, **(gen.generation_kwargs or {}))
+        outs = gen.llm.generate(
+            [{"prompt_token_ids": r} for r in rows], sampling_params=params, use_tqdm=False
+        )
+        replies = []
+        for o in outs:
+            c = o.outputs[0]
+            logps = [float(step[t].logprob) for t, step in zip(c.token_ids, c.logprobs, strict=True)]
+            replies.append(self._cut(trainer, list(c.token_ids), logps))
+        return replies
 
     def _generate(self, trainer: Any, rows: list[list[int]]) -> list[list[int]]:
         tok = trainer.processing_class
@@ -452,7 +517,7 @@ class GroupRollout:
                 rollouts.append(r)
         while True:
             live = [r for r in rollouts if r.live]
-            if not live:
+            if not self._any_live(trainer, bool(live)):
                 break
             replies = self._replies(trainer, live)
             actions: dict[int, dict[str, str]] = {}
@@ -472,6 +537,15 @@ class GroupRollout:
                         continue
                     self._next_turn(r, groups[b], tok, max_len)
         return self._outputs(rollouts, groups)
+
+    @staticmethod
+    def _any_live(trainer: Any, mine: bool) -> bool:
+        """Whether another turn is played. The vLLM server turn is collective (every process joins each request),
+        so there the processes play on until none has a live rollout left."""
+        shared = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", "server") == "server"
+        if not shared:
+            return mine
+        return any(_gather_all(trainer, mine))
 
     def _next_turn(self, r: _Rollout, group: GroupEnv, tok: Any, max_len: int) -> None:
         closing = [] if r.completion and r.completion[-1] == tok.eos_token_id else [tok.eos_token_id]
@@ -861,6 +935,17 @@ def _gather_all(trainer: Any, obj: Any) -> list[Any]:
     from accelerate.utils import gather_object
 
     return list(gather_object([obj]))
+
+
+def _broadcast(trainer: Any, obj: Any) -> Any:
+    """The main process's ``obj`` on every process."""
+    if int(trainer.accelerator.num_processes) == 1:
+        return obj
+    from accelerate.utils import broadcast_object_list
+
+    box = [obj]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
 
 
 def _check_groups(steps: Sequence[Sequence[Mapping[str, Any]]], g: int) -> None:
