@@ -15,7 +15,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
