@@ -508,15 +508,15 @@ def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkey
 SCALE_PRESETS = ["gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"]
 
 
-def _launch(out: Path, processes: int) -> None:
-    """tests/_trl_multiproc.py on ``processes`` CPU processes: torch's launcher (torchrun) sets RANK/WORLD_SIZE and
+def _launch(out: Path, processes: int, script: str = "_trl_multiproc.py", *args: str) -> None:
+    """tests/<script> on ``processes`` CPU processes: torch's launcher (torchrun) sets RANK/WORLD_SIZE and
     accelerate, under TRL, joins them with gloo."""
     import os
     import subprocess
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    script = [str(repo / "tests" / "_trl_multiproc.py"), str(out), ",".join(SCALE_PRESETS)]
+    script = [str(repo / "tests" / script), str(out), *(args or [",".join(SCALE_PRESETS)])]
     if processes == 1:
         cmd = [sys.executable, *script]
     else:
@@ -633,3 +633,23 @@ def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> No
         monkeypatch.setattr(adapter, "_gather_all", lambda trainer, obj, local=local: local)
         with pytest.raises(StepRecordError, match=match):
             StepGRPOTrainer._global_batch(_fake_trainer(tok, processes=2), parts[case][0], width)
+
+
+@pytest.mark.slow
+def test_vllm_server_turns_are_collective_across_processes(tmp_path: Path) -> None:
+    """GroupRollout's server turn on 2 gloo processes (only the main one holds the client, as in TRL): the same
+    rollouts and sampling log-probs as 1 process, although the processes' episodes end after different turns; a
+    server failing mid-generation is the same error on both processes (none hangs)."""
+    _launch(tmp_path / "one", 1, "_trl_vllm_multiproc.py", "ok")
+    _launch(tmp_path / "two", 2, "_trl_vllm_multiproc.py", "ok")
+    one = torch.load(tmp_path / "one" / "rank0.pt")
+    two = [torch.load(tmp_path / "two" / f"rank{r}.pt") for r in (0, 1)]
+    for key in ("completion_ids", "env_mask", "logprobs"):
+        assert two[0][key] + two[1][key] == one[key]
+    assert len({len(m) for m in one["env_mask"]}) > 1  # rows of different lengths: turns differ per row
+    for ids, mask, logps in zip(one["completion_ids"], one["env_mask"], one["logprobs"], strict=True):
+        assert logps == [(-0.001 * t if m else None) for t, m in zip(ids, mask, strict=True)]
+    _launch(tmp_path / "die", 2, "_trl_vllm_multiproc.py", "die")
+    for r in (0, 1):
+        err = torch.load(tmp_path / "die" / f"rank{r}.pt")["error"]
+        assert err.startswith("ServiceUnavailableError") and "http://127.0.0.1:9" in err
