@@ -59,17 +59,24 @@ def _train(corpus: list[str], vocab: int) -> Any:
 
 
 def tiny_chat_model(
-    conversations: list[dict[str, Any]], *, vocab: int = 1000, seed: int = 0
+    conversations: list[dict[str, Any]], *, vocab: int = 1000, seed: int = 0, num_heads: int = 4
 ) -> tuple[Any, Any]:
     """A ChatML tokenizer trained on ``conversations`` (each ``{"messages": [...], "tools": [...] or None}``,
-    rendered through the template) and a random tiny Qwen2 model for it."""
+    rendered through the template) and a random tiny Qwen2 model for it (``num_heads=2``: head size 32, the
+    smallest vLLM's CPU attention takes)."""
     boot = _train([m["content"] or "" for c in conversations for m in c["messages"]], 300)
     rendered = [
         boot.apply_chat_template(c["messages"], tools=c.get("tools"), tokenize=False) for c in conversations
     ]
     tok = _train(rendered, vocab)
     model = build_tiny_model(
-        tok, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128, seed=seed
+        tok,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=num_heads,
+        num_kv_heads=num_heads // 2,
+        intermediate_size=128,
+        seed=seed,
     )
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
@@ -130,3 +137,31 @@ def noisy_expert(rng: np.random.Generator, p_expert: float = 0.6) -> Callable[[d
         return adm[int(rng.integers(len(adm)))]
 
     return act
+
+
+def react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` ReAct chats of the noisy expert on the credit toy, as GroupRollout renders them (one user turn per
+    step, replies ``<think>…</think><action>…</action>``)."""
+    import gymnasium as gym
+
+    from stepgym.integrations import task_ids
+    from stepgym.wrappers.feedback import EnvFeedbackWrapper
+    from stepgym.wrappers.text import TextInterfaceWrapper
+
+    env = TextInterfaceWrapper(
+        EnvFeedbackWrapper(gym.make(ENV_ID, **ENV_KWARGS)), fmt="alfworld", history_length=0
+    )
+    rng = np.random.default_rng(seed)
+    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
+    out = []
+    for ep in range(n):
+        _, info = env.reset(seed=ep, options={"task_id": ids[ep % len(ids)]})
+        messages = [{"role": "system", "content": SYSTEM}]
+        done = False
+        while not done:
+            reply = f"<think>go</think><action>{policy(info)}</action>"
+            messages += [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]
+            _, _, term, trunc, info = env.step(reply)
+            done = term or trunc
+        out.append({"messages": messages})
+    return out

@@ -13,10 +13,19 @@ import pytest
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
-from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, noisy_expert, tiny_chat_model  # noqa: E402
+from _trl_tiny import (  # noqa: E402
+    ENV_ID,
+    ENV_KWARGS,
+    SYSTEM,
+    clone,
+    noisy_expert,
+    react_conversations,
+    tiny_chat_model,
+)
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from stepgym import schema  # noqa: E402
+from stepgym.errors import StepRecordError  # noqa: E402
 from stepgym.integrations import task_dataset, task_ids  # noqa: E402
 from stepgym.integrations.trl import (  # noqa: E402
     GroupRollout,
@@ -176,34 +185,9 @@ def test_environment_factory_trains_with_real_env_steps(factory_agent, tmp_path:
 # ---------------------------------------------------------------------------------------------------------------
 # rollout_func over GroupEnv, and per-token credit
 # ---------------------------------------------------------------------------------------------------------------
-def _react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
-    import gymnasium as gym
-
-    from stepgym.wrappers.feedback import EnvFeedbackWrapper
-    from stepgym.wrappers.text import TextInterfaceWrapper
-
-    env = TextInterfaceWrapper(
-        EnvFeedbackWrapper(gym.make(ENV_ID, **ENV_KWARGS)), fmt="alfworld", history_length=0
-    )
-    rng = np.random.default_rng(seed)
-    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
-    out = []
-    for ep in range(n):
-        _, info = env.reset(seed=ep, options={"task_id": ids[ep % len(ids)]})
-        messages = [{"role": "system", "content": SYSTEM}]
-        done = False
-        while not done:
-            reply = f"<think>go</think><action>{policy(info)}</action>"
-            messages += [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]
-            _, _, term, trunc, info = env.step(reply)
-            done = term or trunc
-        out.append({"messages": messages})
-    return out
-
-
 @pytest.fixture(scope="module")
 def react_agent() -> tuple[Any, Any]:
-    convs = _react_conversations(48, seed=1)
+    convs = react_conversations(48, seed=1)
     tok, model = tiny_chat_model(convs)
     clone(tok, model, convs, steps=40)
     return tok, model
@@ -516,3 +500,156 @@ def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkey
     assert graph.task_ids  # the expert seeded the games it wins
     assert trainer.last_shaped.token_advantages.shape == tuple(batch.layout.shape)
     assert trainer.state.log_history and "loss" in trainer.state.log_history[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Many processes
+# ---------------------------------------------------------------------------------------------------------------
+SCALE_PRESETS = ["gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"]
+
+
+def _launch(out: Path, processes: int, script: str = "_trl_multiproc.py", *args: str) -> None:
+    """tests/<script> on ``processes`` CPU processes: torch's launcher (torchrun) sets RANK/WORLD_SIZE and
+    accelerate, under TRL, joins them with gloo."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    script = [str(repo / "tests" / script), str(out), *(args or [",".join(SCALE_PRESETS)])]
+    if processes == 1:
+        cmd = [sys.executable, *script]
+    else:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
+        cmd += [f"--master_port={port}", "--master_addr=127.0.0.1", *script]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def _stacked(parts: list[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
+
+
+@pytest.mark.slow
+def test_two_processes_optimise_what_one_process_does(tmp_path: Path) -> None:
+    """2 gloo processes on a global batch of 12 rows (3 groups of 4; the middle one straddles the processes)
+    against 1 process on the same batch: the advantages TRL's loss receives and the weights after 2 optimizer
+    steps are the same, for GiGPO, ProAS, AHEAD and StepOPSD (their teacher rescoring included)."""
+    _launch(tmp_path / "one", 1)
+    _launch(tmp_path / "two", 2)
+    for preset in SCALE_PRESETS:
+        one = torch.load(tmp_path / "one" / f"{preset}.rank0.pt")
+        two = [torch.load(tmp_path / "two" / f"{preset}.rank{r}.pt") for r in (0, 1)]
+        for step in range(2):
+            want = one["steps"][step]
+            width = want["advantages"].shape[1]
+            parts = [t["steps"][step] for t in two]
+            assert [p["advantages"].shape[0] for p in parts] == [6, 6]
+            assert len({p["completion_ids"].shape[1] for p in parts}) == 2  # padded widths differ per process
+            assert torch.equal(_stacked([p["completion_ids"] for p in parts], width), want["completion_ids"])
+            got = _stacked([p["advantages"] for p in parts], width)
+            assert want["advantages"].abs().sum() > 0
+            # AHEAD / StepOPSD: the teacher scores each process's rows in its own batch (float rounding only)
+            torch.testing.assert_close(got, want["advantages"], rtol=0, atol=1e-5)
+        moved = max((one["weights"][n] - one["initial"][n]).abs().max() for n in one["weights"])
+        for n, w in one["weights"].items():
+            assert torch.equal(two[0]["weights"][n], two[1]["weights"][n])  # DDP keeps the replicas equal
+            # equal up to the float rounding of a gradient summed in another order, amplified by Adam
+            torch.testing.assert_close(two[0]["weights"][n], w, rtol=0, atol=0.02 * float(moved))
+        assert moved > 1e-3
+
+
+def _fake_trainer(tok, *, processes: int = 1, rank: int = 0, g: int = 4) -> Any:
+    """What GroupRollout and StepGRPOTrainer's gathering read from a trainer, for one process of ``processes``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        processing_class=tok,
+        max_completion_length=320,
+        num_generations=g,
+        num_generations_eval=g,
+        model=SimpleNamespace(training=True),
+        accelerator=SimpleNamespace(num_processes=processes, process_index=rank),
+        reward_scale=10.0,
+        invalid_rule="format_or_inadmissible",
+    )
+
+
+@pytest.fixture(scope="module")
+def scripted() -> tuple[Any, list[Any]]:
+    """The tiny tokenizer and a global batch of 12 prompts (3 tasks x G=4) for the scripted rollout."""
+    tok, _ = tiny_chat_model(react_conversations(24, seed=1), vocab=600)
+    rows = task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM)
+    return tok, [rows[i]["prompt"] for i in range(3) for _ in range(4)]
+
+
+def test_group_rollout_plays_a_straddling_group_as_one(scripted) -> None:
+    from _trl_multiproc import ScriptedRollout
+
+    tok, prompts = scripted
+
+    def play(processes: int, rank: int) -> dict[str, Any]:
+        n = len(prompts) // processes
+        rollout = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, seed=0)
+        return rollout(prompts[rank * n : (rank + 1) * n], _fake_trainer(tok, processes=processes, rank=rank))
+
+    whole = play(1, 0)
+    halves = [play(2, 0), play(2, 1)]
+    assert [s[0]["group"] for h in halves for s in h["stepgym_steps"]] == [b // 4 for b in range(12)]
+    for key in ("completion_ids", "env_mask", "stepgym_steps"):  # group 1 straddles: same task, same seed
+        assert [x for h in halves for x in h[key]] == whole[key]
+    rollout = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24)
+    with pytest.raises(StepRecordError, match=r"groups of 4.*lose rows"):  # 2 x 3 rows: no whole groups
+        rollout(prompts[:3], _fake_trainer(tok, processes=2))
+
+
+def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> None:
+    from _trl_multiproc import ScriptedRollout
+
+    import stepgym.integrations.trl as adapter
+
+    tok, prompts = scripted
+    out = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24)(prompts, _fake_trainer(tok))
+    inputs = [{"stepgym_steps": s} for s in out["stepgym_steps"]]
+    width = max(len(c) for c in out["completion_ids"])
+    rows, offset, batch = StepGRPOTrainer._global_batch(_fake_trainer(tok), inputs, width)
+    assert rows == [12] and offset == 0 and batch.layout.shape == (12, width)
+    missing = [dict(x) for x in inputs]
+    del missing[3]["stepgym_steps"]
+    with pytest.raises(StepRecordError, match=r"row 3 .*no stepgym_steps"):
+        StepGRPOTrainer._global_batch(_fake_trainer(tok), missing, width)
+    with pytest.raises(StepRecordError, match="num_generations=2"):  # TRL's G is not the group size played
+        StepGRPOTrainer._global_batch(_fake_trainer(tok, g=2), inputs, width)
+    # two processes: one lost a row, or both sent the same rows (group 0 twice, group 2 incomplete)
+    parts = {"lost": [inputs[:6], inputs[6:11]], "twice": [inputs[:6], inputs[:6]]}
+    for case, match in (("lost", "rows were lost"), ("twice", "group")):
+        local = [{"steps": [x["stepgym_steps"] for x in p], "width": width} for p in parts[case]]
+        monkeypatch.setattr(adapter, "_gather_all", lambda trainer, obj, local=local: local)
+        with pytest.raises(StepRecordError, match=match):
+            StepGRPOTrainer._global_batch(_fake_trainer(tok, processes=2), parts[case][0], width)
+
+
+@pytest.mark.slow
+def test_vllm_server_turns_are_collective_across_processes(tmp_path: Path) -> None:
+    """GroupRollout's server turn on 2 gloo processes (only the main one holds the client, as in TRL): the same
+    rollouts and sampling log-probs as 1 process, although the processes' episodes end after different turns; a
+    server failing mid-generation is the same error on both processes (none hangs)."""
+    _launch(tmp_path / "one", 1, "_trl_vllm_multiproc.py", "ok")
+    _launch(tmp_path / "two", 2, "_trl_vllm_multiproc.py", "ok")
+    one = torch.load(tmp_path / "one" / "rank0.pt")
+    two = [torch.load(tmp_path / "two" / f"rank{r}.pt") for r in (0, 1)]
+    for key in ("completion_ids", "env_mask", "logprobs"):
+        assert two[0][key] + two[1][key] == one[key]
+    assert len({len(m) for m in one["env_mask"]}) > 1  # rows of different lengths: turns differ per row
+    for ids, mask, logps in zip(one["completion_ids"], one["env_mask"], one["logprobs"], strict=True):
+        assert logps == [(-0.001 * t if m else None) for t, m in zip(ids, mask, strict=True)]
+    _launch(tmp_path / "die", 2, "_trl_vllm_multiproc.py", "die")
+    for r in (0, 1):
+        err = torch.load(tmp_path / "die" / f"rank{r}.pt")["error"]
+        assert err.startswith("ServiceUnavailableError") and "http://127.0.0.1:9" in err

@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
+from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupEnv, WrapperFn
 from stepgym.integrations.annotations import credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_id_of_prompt
@@ -267,15 +268,23 @@ class _Rollout:
 
     def __init__(self, block: int, agent: str, prompt_ids: list[int]) -> None:
         self.block, self.agent = block, agent
+        self.group = block  # the global group index (set by the rollout)
         self.prompt_ids = prompt_ids
         self.completion: list[int] = []
         self.mask: list[int] = []
         self.spans: list[tuple[int, int]] = []
+        self.logprobs: list[float | None] = []
+        self.sampled = False
+        self.row = 0  # the global row index in TRL's batch (set by the rollout)
         self.live = True
 
-    def add(self, ids: Sequence[int], trained: bool) -> None:
+    def add(self, ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None) -> None:
         self.completion.extend(int(i) for i in ids)
         self.mask.extend([1 if trained else 0] * len(ids))
+        # the sampling log-prob of each generated token; env tokens have none (TRL reads None as "no correction")
+        self.logprobs.extend(list(logprobs) if logprobs is not None else [None] * len(ids))
+        if logprobs is not None:
+            self.sampled = True
 
 
 class GroupRollout:
@@ -330,11 +339,16 @@ class GroupRollout:
         self._rng = np.random.default_rng(seed)
         self._pool: dict[int, list[GroupEnv]] = {}
 
-    def _groups(self, n: int, group_size: int) -> list[GroupEnv]:
-        pool = self._pool.setdefault(group_size, [])
-        while len(pool) < n:
-            pool.append(GroupEnv(lambda: self._make(), group_size, wrappers=self._wrappers))
-        return pool[:n]
+    def _groups(self, sizes: Sequence[int]) -> list[GroupEnv]:
+        """One :class:`GroupEnv` per block, of the block's size (reused from call to call)."""
+        out, used = [], dict.fromkeys(sizes, 0)
+        for size in sizes:
+            pool = self._pool.setdefault(size, [])
+            if used[size] == len(pool):
+                pool.append(GroupEnv(lambda: self._make(), size, wrappers=self._wrappers))
+            out.append(pool[used[size]])
+            used[size] += 1
+        return out
 
     def close(self) -> None:
         for pool in self._pool.values():
@@ -343,6 +357,77 @@ class GroupRollout:
         self._pool.clear()
 
     # -- generation --------------------------------------------------------------------------------------------
+    def _replies(self, trainer: Any, live: list[_Rollout]) -> list[tuple[list[int], list[float] | None]]:
+        """One reply per live rollout, with the sampling log-prob of each of its tokens (``None`` when the backend
+        gives none: TRL's own generate, whose log-probs TRL recomputes)."""
+        rows = [r.prompt_ids + r.completion for r in live]
+        if getattr(trainer, "use_vllm", False):
+            if getattr(trainer, "vllm_mode", "server") == "server":
+                return self._vllm_server(trainer, rows)
+            return self._vllm_colocate(trainer, rows)
+        return [(reply, None) for reply in self._generate(trainer, rows)]
+
+    def _cut(self, trainer: Any, reply: Sequence[int], logps: Sequence[Any]) -> tuple[list[int], list[Any]]:
+        """A reply up to its first end-of-turn token, and its tokens' sampling log-probs."""
+        eos = set(trainer.eos_token_ids)
+        cut = next((i + 1 for i, t in enumerate(reply) if t in eos), len(reply))
+        return [int(t) for t in reply[:cut]], list(logps[:cut])
+
+    def _sampling(self, gen: Any) -> dict[str, Any]:
+        return {
+            "n": 1,
+            "temperature": gen.temperature,
+            "top_p": gen.top_p,
+            "top_k": gen.top_k,
+            "min_p": 0.0 if gen.min_p is None else gen.min_p,
+            "repetition_penalty": gen.repetition_penalty,
+            "max_tokens": self.max_turn_tokens,
+        }
+
+    def _vllm_server(self, trainer: Any, rows: list[list[int]]) -> list[tuple[list[int], list[Any]]]:
+        """One turn through TRL's vLLM server: the main process (the only one holding ``vllm_client``) sends every
+        process's rows in one request and hands each its replies with their sampled tokens' log-probs."""
+        acc, gen = trainer.accelerator, trainer.vllm_generation
+        parts = _gather_all(trainer, rows)
+        payload: Any = None
+        if acc.is_main_process:
+            flat = [r for p in parts for r in p]
+            url = getattr(gen.vllm_client, "base_url", "?")
+            try:
+                out = gen.vllm_client.generate(
+                    prompts=flat, logprobs=0, generation_kwargs=gen.generation_kwargs, **self._sampling(gen)
+                )
+                payload = (out["completion_ids"], [[lp[0] for lp in seq] for seq in out["logprobs"]])
+            except Exception as e:  # any failure: every process must learn of it, not only the main one
+                payload = f"the vLLM server at {url} failed mid-generation ({type(e).__name__}: {e})"
+        payload = _broadcast(trainer, payload)
+        if isinstance(payload, str):
+            raise ServiceUnavailableError(
+                payload + "; is `trl vllm-serve` / `vllm serve` still running there?"
+            )
+        ids, logps = payload
+        start = sum(len(p) for p in parts[: int(acc.process_index)])
+        return [
+            self._cut(trainer, c, lp)
+            for c, lp in zip(ids[start : start + len(rows)], logps[start:], strict=False)
+        ]
+
+    def _vllm_colocate(self, trainer: Any, rows: list[list[int]]) -> list[tuple[list[int], list[Any]]]:
+        """One turn through the vLLM engine TRL colocates with this process (``trainer.vllm_generation.llm``)."""
+        from vllm import SamplingParams
+
+        gen = trainer.vllm_generation
+        params = SamplingParams(**self._sampling(gen), logprobs=0, **(gen.generation_kwargs or {}))
+        outs = gen.llm.generate(
+            [{"prompt_token_ids": r} for r in rows], sampling_params=params, use_tqdm=False
+        )
+        replies = []
+        for o in outs:
+            c = o.outputs[0]
+            logps = [float(step[t].logprob) for t, step in zip(c.token_ids, c.logprobs, strict=True)]
+            replies.append(self._cut(trainer, list(c.token_ids), logps))
+        return replies
+
     def _generate(self, trainer: Any, rows: list[list[int]]) -> list[list[int]]:
         tok = trainer.processing_class
         pad = tok.pad_token_id
@@ -372,47 +457,73 @@ class GroupRollout:
         return replies
 
     # -- the rollout ---------------------------------------------------------------------------------------------
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+    def _blocks(self, prompts: list[Any], trainer: Any) -> list[tuple[int, list[int]]]:
+        """This process's rows cut into (global group index, local rows) blocks.
+
+        TRL gives process p the rows ``[p·n, (p+1)·n)`` of the global batch (n = ``len(prompts)``), and group k is
+        global rows ``[k·G, (k+1)·G)``; a group may straddle two processes, each then plays its own part of it
+        (same task, same seed, so the parts are one group)."""
         g = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
-        if len(prompts) % g:
-            raise ValueError(
-                f"{len(prompts)} prompts do not split into groups of {g} (TRL's num_generations)"
+        n_proc = int(getattr(trainer.accelerator, "num_processes", 1))
+        if (len(prompts) * n_proc) % g:
+            raise StepRecordError(
+                f"the global batch of {len(prompts)} prompts x {n_proc} processes does not split into groups of "
+                f"{g} (TRL's num_generations): a group would lose rows"
             )
+        offset = int(getattr(trainer.accelerator, "process_index", 0)) * len(prompts)
         tasks = [task_id_of_prompt(p) for p in prompts]
-        blocks = [tasks[i : i + g] for i in range(0, len(tasks), g)]
-        for b, block in enumerate(blocks):
-            if len(set(block)) != 1:
+        blocks: list[tuple[int, list[int]]] = []
+        for i in range(len(prompts)):
+            k = (offset + i) // g
+            if blocks and blocks[-1][0] == k:
+                blocks[-1][1].append(i)
+            else:
+                blocks.append((k, [i]))
+        for k, rows in blocks:
+            block = {tasks[i] for i in rows}
+            if len(block) != 1:
                 raise ValueError(
-                    f"block {b} mixes tasks {sorted(set(block))}: TRL must hand each prompt {g} times in a row "
+                    f"group {k} mixes tasks {sorted(block)}: TRL must hand each prompt {g} times in a row "
                     "(its RepeatSampler does; keep shuffle/sampler settings that preserve it)"
                 )
+        return blocks
+
+    # -- the rollout ---------------------------------------------------------------------------------------------
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        blocks = self._blocks(prompts, trainer)
         tok = trainer.processing_class
         max_len = int(trainer.max_completion_length or 0) or 10**9
         if self.max_turn_tokens > max_len:
             raise ValueError(
                 f"max_turn_tokens={self.max_turn_tokens} exceeds max_completion_length={max_len}"
             )
-        groups = self._groups(len(blocks), g)
+        groups = self._groups([len(rows) for _, rows in blocks])
+        offset = int(getattr(trainer.accelerator, "process_index", 0)) * len(prompts)
+        # one draw per call, the same on every process (same seed, same calls): group k's env seed is base + k
+        base = int(self._rng.integers(2**30))
         rollouts: list[_Rollout] = []
-        for b, (group, block) in enumerate(zip(groups, blocks, strict=False)):
-            group.reset(seed=int(self._rng.integers(2**31 - 1)), options={"task_id": block[0]})
+        for b, (group, (k, rows)) in enumerate(zip(groups, blocks, strict=True)):
+            task = task_id_of_prompt(prompts[rows[0]])
+            group.reset(seed=base + k, options={"task_id": task})
             system = [
                 {"role": "system", "content": m["content"]}
-                for m in prompts[b * g]
+                for m in prompts[rows[0]]
                 if isinstance(m, Mapping) and m.get("role") == "system"
             ]
             for agent, text in group.prompts().items():
                 messages = [*system, {"role": "user", "content": text}]
-                rollouts.append(_Rollout(b, agent, _template_ids(tok, messages, generation_prompt=True)))
+                r = _Rollout(b, agent, _template_ids(tok, messages, generation_prompt=True))
+                r.group, r.row = k, offset + len(rollouts)
+                rollouts.append(r)
         while True:
             live = [r for r in rollouts if r.live]
-            if not live:
+            if not self._any_live(trainer, bool(live)):
                 break
-            replies = self._generate(trainer, [r.prompt_ids + r.completion for r in live])
+            replies = self._replies(trainer, live)
             actions: dict[int, dict[str, str]] = {}
-            for r, reply in zip(live, replies, strict=True):
+            for r, (reply, logps) in zip(live, replies, strict=True):
                 start = len(r.completion)
-                r.add(reply, trained=True)
+                r.add(reply, trained=True, logprobs=logps)
                 r.spans.append((start, len(r.completion)))
                 text = tok.decode(reply, skip_special_tokens=True)
                 actions.setdefault(r.block, {})[r.agent] = text
@@ -426,6 +537,15 @@ class GroupRollout:
                         continue
                     self._next_turn(r, groups[b], tok, max_len)
         return self._outputs(rollouts, groups)
+
+    @staticmethod
+    def _any_live(trainer: Any, mine: bool) -> bool:
+        """Whether another turn is played. The vLLM server turn is collective (every process joins each request),
+        so there the processes play on until none has a live rollout left."""
+        shared = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", "server") == "server"
+        if not shared:
+            return mine
+        return any(_gather_all(trainer, mine))
 
     def _next_turn(self, r: _Rollout, group: GroupEnv, tok: Any, max_len: int) -> None:
         closing = [] if r.completion and r.completion[-1] == tok.eos_token_id else [tok.eos_token_id]
@@ -441,16 +561,16 @@ class GroupRollout:
             group = groups[r.block]
             traj = group.trajectories[group.possible_agents.index(r.agent)]
             ep = episode_annotations(traj)
-            ep["group"] = r.block
+            ep["group"] = r.group
             recs = ep.pop("steps")
             for rec, (s, e) in zip(recs, r.spans, strict=True):
-                rec.update(start=s, stop=e, group=r.block)
+                rec.update(start=s, stop=e, group=r.group)
             episodes.append(ep)
             steps.append(recs)
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],
             "completion_ids": [r.completion for r in rollouts],
-            "logprobs": None,
+            "logprobs": [r.logprobs for r in rollouts] if all(r.sampled for r in rollouts) else None,
             "env_mask": [r.mask for r in rollouts],
             "stepgym_episode": episodes,
             "stepgym_steps": steps,
@@ -584,7 +704,9 @@ class TeacherGaps:
             fmt = getattr(trainer.rollout_func, "fmt", None)
             mode = "clean_step_no_observation" if fmt == "qa" else "action_only"
             groups = [int(s[0]["group"]) for s in steps]
-            out = self._opsd(tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width)
+            out = self._opsd(
+                trainer, tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width
+            )
         self.last_metrics = {**stats.as_metrics(), "teacher/lambda": lam}
         return out
 
@@ -621,19 +743,31 @@ class TeacherGaps:
         delta, _ = scatter_span_deltas(spans, gaps, (len(rows), width))
         return {"delta": delta}
 
-    def _opsd(
-        self, tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width
-    ) -> dict[str, Any]:
+    @staticmethod
+    def _hindsight_blocks(trainer: Any, trajs: list[Any], groups: list[int]) -> list[str | None]:
+        """Each local row's hindsight block from its group's first successful peer; peers on other processes
+        count (every process's trajectories are gathered, in global row order)."""
         from stepgym.hindsight import peer_hindsight
+
+        parts = _gather_all(trainer, (trajs, groups))
+        all_trajs = [t for p in parts for t in p[0]]
+        all_groups = [g for p in parts for g in p[1]]
+        offset = int(trainer.accelerator.process_index) * len(trajs)
+        blocks: list[str | None] = [None] * len(all_trajs)
+        for g in sorted(set(all_groups)):
+            members = [b for b, k in enumerate(all_groups) if k == g]
+            for b, block in zip(members, peer_hindsight([all_trajs[b] for b in members]), strict=True):
+                blocks[b] = block
+        return blocks[offset : offset + len(trajs)]
+
+    def _opsd(
+        self, trainer, tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width
+    ) -> dict[str, Any]:
         from stepgym.trainers.shapers import scatter_span_deltas
         from stepgym.trainers.shapers.stepopsd_text import structural_target_span
         from stepgym.trainers.teacher import _fit_privileged, prefix_token_counter
 
-        blocks: list[str | None] = [None] * len(rows)
-        for g in sorted(set(groups)):
-            members = [b for b in range(len(rows)) if groups[b] == g]
-            for b, block in zip(members, peer_hindsight([trajs[b] for b in members]), strict=True):
-                blocks[b] = block
+        blocks = self._hindsight_blocks(trainer, trajs, groups)
         contexts, targets, where = [], [], []
         spans: list[list[tuple[int, int]]] = [[] for _ in rows]
         for b, ((prompt, comp), recs) in enumerate(zip(rows, steps, strict=True)):
@@ -704,8 +838,11 @@ class StepGRPOTrainer(GRPOTrainer):
     log-prob gaps: by default :class:`TeacherGaps` scores them as the bundled trainer does; any other
     ``token_gaps(trainer, inputs, outputs, batch) -> {"delta": (B, L), "delta_mask": ..., "target": TokenLayout}``
     (arrays over the completion tokens) replaces it. ``last_batch`` / ``last_shaped`` keep the last batch's
-    :class:`~stepgym.trainers.shapers.StepBatch` and result. One process only: groups must not be split across
-    processes.
+    :class:`~stepgym.trainers.shapers.StepBatch` and result (of the global batch).
+
+    Under ``accelerate launch --num_processes N`` every process gathers all processes' step records (and teacher
+    gaps), shapes the global batch once, the same way on every process, and keeps its own rows, so the advantages
+    equal those of one process on the same global batch even when a group straddles two processes.
     """
 
     def __init__(
@@ -735,35 +872,130 @@ class StepGRPOTrainer(GRPOTrainer):
                 "StepGRPOTrainer needs rollout_func=GroupRollout(...): only it records which tokens belong to "
                 "which env step (TRL's environment_factory tool loop keeps no such record)"
             )
-        if self.accelerator.num_processes != 1:
-            raise NotImplementedError(
-                "StepGRPOTrainer shapes advantages per process and supports one process"
-            )
         self.last_batch: StepBatch | None = None
         self.last_shaped = None
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
-        steps = [x["stepgym_steps"] for x in inputs]
-        batch = step_batch_from_rollouts(
-            steps,
-            length=int(out["completion_ids"].shape[1]),
-            reward_scale=self.reward_scale,
-            invalid_rule=self.invalid_rule,
-        )
+        width = int(out["completion_ids"].shape[1])
+        rows, offset, batch = self._global_batch(inputs, width)
         mode = "train" if self.model.training else "eval"
         if self.token_gaps is not None:
-            for key, value in self.token_gaps(self, inputs, out, batch).items():
+            local = dict(self.token_gaps(self, inputs, out, batch))
+            for key, value in _gather_gaps(self, local, rows, batch.layout.shape[1]).items():
                 setattr(batch, key, value)
             for key, value in getattr(self.token_gaps, "last_metrics", {}).items():
                 self._metrics[mode][key].append(float(value))
         shaped = shape_advantages(batch, self.shape_config, update_index=int(self.state.global_step))
         self.last_batch, self.last_shaped = batch, shaped
+        mine = shaped.token_advantages[offset : offset + len(inputs), :width]
         adv = torch.as_tensor(
-            shaped.token_advantages, dtype=torch.float32, device=out["completion_ids"].device
+            np.ascontiguousarray(mine), dtype=torch.float32, device=out["completion_ids"].device
         )
         out["advantages"] = adv
         trained = (out["completion_mask"] * out.get("tool_mask", 1)).bool()
         self._metrics[mode]["stepgym/token_advantage_abs_mean"].append(float(adv[trained].abs().mean()))
-        self._metrics[mode]["stepgym/steps_per_episode"].append(float(len(batch.rewards)) / len(steps))
+        self._metrics[mode]["stepgym/steps_per_episode"].append(float(len(batch.rewards)) / sum(rows))
         return out
+
+    def _global_batch(self, inputs: list[dict[str, Any]], width: int) -> tuple[list[int], int, StepBatch]:
+        """The whole batch's :class:`StepBatch`, over every process's rows (gathered in process order, the order of
+        TRL's global batch); with it, each process's row count and this process's first row.
+
+        Every process builds and later shapes the same global batch (the shapers are deterministic numpy), so no
+        broadcast is needed; each then keeps its own rows."""
+        for i, x in enumerate(inputs):
+            if not x.get("stepgym_steps"):
+                raise StepRecordError(
+                    f"row {i} of process {self.accelerator.process_index} has no stepgym_steps: StepGRPOTrainer "
+                    "needs GroupRollout's step records on every row"
+                )
+        local = [x["stepgym_steps"] for x in inputs]
+        parts = _gather_all(self, {"steps": local, "width": width})
+        rows = [len(p["steps"]) for p in parts]
+        if len(set(rows)) != 1:
+            raise StepRecordError(
+                f"processes hold {rows} rows: TRL slices the global batch into equal parts, so rows were lost"
+            )
+        steps = [r for p in parts for r in p["steps"]]
+        _check_groups(steps, self.num_generations if self.model.training else self.num_generations_eval)
+        batch = step_batch_from_rollouts(
+            steps,
+            length=max(int(p["width"]) for p in parts),
+            reward_scale=self.reward_scale,
+            invalid_rule=self.invalid_rule,
+        )
+        return rows, int(self.accelerator.process_index) * rows[0], batch
+
+
+def _gather_all(trainer: Any, obj: Any) -> list[Any]:
+    """``[obj of process 0, obj of process 1, ...]`` (one process: ``[obj]``)."""
+    if int(trainer.accelerator.num_processes) == 1:
+        return [obj]
+    from accelerate.utils import gather_object
+
+    return list(gather_object([obj]))
+
+
+def _broadcast(trainer: Any, obj: Any) -> Any:
+    """The main process's ``obj`` on every process."""
+    if int(trainer.accelerator.num_processes) == 1:
+        return obj
+    from accelerate.utils import broadcast_object_list
+
+    box = [obj]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def _check_groups(steps: Sequence[Sequence[Mapping[str, Any]]], g: int) -> None:
+    """Global row b must belong to group b // G, and every group must hold G rows: else a group lost rows or TRL's
+    ``num_generations`` is not the group size the rollout played."""
+    for b, recs in enumerate(steps):
+        k = {int(s["group"]) for s in recs}
+        if k != {b // g}:
+            raise StepRecordError(
+                f"global row {b} belongs to group {sorted(k)}, expected {b // g} with num_generations={g}: the "
+                "rollout's groups do not match TRL's (a group split or lost rows, or num_generations is not the "
+                "group size)"
+            )
+    if len(steps) % g:
+        raise StepRecordError(f"the last group holds {len(steps) % g} of num_generations={g} rows")
+
+
+def _gather_gaps(trainer: Any, local: dict[str, Any], rows: list[int], width: int) -> dict[str, Any]:
+    """Every process's ``token_gaps`` result, stacked over the global batch on a grid ``width`` wide: ``delta``
+    padded with NaN, ``delta_mask`` with False, ``target`` renumbered (steps of later processes come after)."""
+    if int(trainer.accelerator.num_processes) == 1 and all(
+        np.shape(v)[-1] == width if k != "target" else v.shape[1] == width for k, v in local.items()
+    ):
+        return local
+    packed = {
+        k: (v.token_step, v.n_steps, v.step_row) if k == "target" else np.asarray(v) for k, v in local.items()
+    }
+    parts = _gather_all(trainer, packed)
+    keys = set(parts[0])
+    if any(set(p) != keys for p in parts):
+        raise StepRecordError(
+            f"token_gaps returned different keys on different processes: {[sorted(p) for p in parts]}"
+        )
+    out: dict[str, Any] = {}
+
+    def widen(a: np.ndarray, fill: Any) -> np.ndarray:
+        return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=fill)
+
+    for key in keys:
+        if key == "target":
+            ts, n, sr, row0 = [], 0, [], 0
+            for p, r in zip(parts, rows, strict=True):
+                t, k, s = p[key]
+                ts.append(widen(np.where(t >= 0, t + n, -1), -1))
+                sr.append(np.asarray(s) + row0)
+                n, row0 = n + int(k), row0 + r
+            out[key] = TokenLayout(
+                np.concatenate(ts).astype(np.int64), n, np.concatenate(sr).astype(np.int64)
+            )
+        else:
+            fill = False if parts[0][key].dtype == bool else np.nan
+            out[key] = np.concatenate([widen(p[key], fill) for p in parts])
+    return out
