@@ -31,8 +31,15 @@ REPO = Path(__file__).resolve().parents[1]
 def _worker(out: Path, preset: str, steps: int, batch: int) -> None:
     sys.path.insert(0, str(REPO / "tests"))
     import numpy as np
-    from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, react_conversations, tiny_chat_model
-    from trl import GRPOConfig
+    from _trl_tiny import (
+        ENV_ID,
+        ENV_KWARGS,
+        SYSTEM,
+        clone,
+        cpu_grpo_config,
+        react_conversations,
+        tiny_chat_model,
+    )
     from trl import GRPOTrainer as Base
 
     from stepgym.integrations import task_dataset
@@ -67,20 +74,11 @@ def _worker(out: Path, preset: str, steps: int, batch: int) -> None:
             timings["step"].append(time.perf_counter() - t0)
             return loss
 
-    args = GRPOConfig(
-        output_dir=str(out.parent / "run"),
+    args = cpu_grpo_config(
+        str(out.parent / "run"),
         per_device_train_batch_size=batch // world,
-        num_generations=4,
         max_steps=steps,
         learning_rate=1e-3,
-        beta=0.0,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
         max_completion_length=320,
         logging_steps=10**6,
     )

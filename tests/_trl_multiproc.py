@@ -22,8 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, react_conversations, tiny_chat_model
-from trl import GRPOConfig
+from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, cpu_grpo_config, react_conversations, tiny_chat_model
 
 from stepgym.integrations import task_dataset
 from stepgym.integrations.trl import GroupRollout, StepGRPOTrainer, episode_return
@@ -83,22 +82,11 @@ def run(out_dir: Path, preset: str, world: int) -> None:
         seed=0,
         wrappers=_arg() if "proas" in preset else (),
     )
-    args = GRPOConfig(
-        output_dir=str(out_dir / f"run-{preset}"),
+    args = cpu_grpo_config(
+        str(out_dir / f"run-{preset}"),
         per_device_train_batch_size=GLOBAL_BATCH // world,
         num_generations=GROUP,
-        max_steps=2,
-        learning_rate=2e-3,
-        beta=0.0,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
         max_completion_length=320,
-        logging_steps=1,
     )
     trainer = Recording(
         model=model,

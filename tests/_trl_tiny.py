@@ -16,10 +16,35 @@ import numpy as np
 import tokenizers
 import torch
 import transformers
+from trl import GRPOConfig
 
 from stepgym import schema
 from stepgym.integrations.trl import use_tool_chat_template
 from stepgym.trainers.models import build_tiny_model
+
+
+def cpu_grpo_config(output_dir: str, **over: Any) -> Any:
+    """TRL's ``GRPOConfig`` for a CPU run of the tiny model: no KL term, no checkpoints, no reports, seeded;
+    ``over`` replaces any field (the real class, bound at import: a test may patch ``trl.GRPOConfig``)."""
+    kw: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=2,
+        learning_rate=2e-3,
+        beta=0.0,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    kw.update(over)
+    return GRPOConfig(**kw)
+
 
 ENV_ID = "StepGym/CreditToy-v0"
 #: Short episodes: two rooms, one distractor, three steps.

@@ -18,6 +18,7 @@ from _trl_tiny import (  # noqa: E402
     ENV_KWARGS,
     SYSTEM,
     clone,
+    cpu_grpo_config,
     noisy_expert,
     react_conversations,
     tiny_chat_model,
@@ -42,25 +43,8 @@ TOOL = {"tool_description": "Act in the room.", "action_description": "One admis
 
 
 def _config(out: Path, **over: Any) -> GRPOConfig:
-    kw = dict(
-        output_dir=str(out),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_steps=2,
-        learning_rate=2e-3,
-        beta=0.0,
-        temperature=1.0,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-    )
-    kw.update(over)
-    return GRPOConfig(**kw)
+    over = {"temperature": 1.0, "output_dir": str(out), **over}
+    return cpu_grpo_config(**over)
 
 
 def _params(model) -> dict[str, torch.Tensor]:
