@@ -260,8 +260,6 @@ def alfworld(work: Path, args: argparse.Namespace) -> dict:
 
 def trl(work: Path, args: argparse.Namespace) -> dict:
     """TRL's StepGRPOTrainer over GroupRollout on ALFWorld (vLLM colocate when it imports), 2 steps."""
-    import time as _time
-
     from trl import GRPOConfig
 
     from stepgym.integrations import task_dataset
@@ -299,9 +297,9 @@ def trl(work: Path, args: argparse.Namespace) -> dict:
         shape_config="gigpo-alfworld",
     )
     _reset_peak(args.device)
-    t0 = _time.perf_counter()
+    t0 = time.perf_counter()
     trainer.train()
-    seconds = _time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
     steps = [h for h in trainer.state.log_history if "loss" in h]
     out = {
         "generation": "vllm colocate" if use_vllm else "hf generate",
@@ -319,13 +317,9 @@ def trl(work: Path, args: argparse.Namespace) -> dict:
 
 
 def verl(work: Path, args: argparse.Namespace) -> dict:
-    import importlib.util
-
-    if importlib.util.find_spec("verl") is None:
-        why = "verl is not installed in this interpreter (it lives in scripts/test_verl.sh's virtualenv)"
-        print(f"verl: not run: {why}", flush=True)
-        return {"ran": False, "why": why}
-    why = "the one-GPU verl run is `python -m stepgym.integrations.verl.train` (docs/integrations.md); not timed here"
+    """Not run here: verl pins its own versions (a virtualenv of its own, ``scripts/test_verl.sh``); its one-GPU
+    command is ``python -m stepgym.integrations.verl.train`` (docs/integrations.md)."""
+    why = "verl lives in a virtualenv of its own (scripts/test_verl.sh); run stepgym.integrations.verl.train there"
     print(f"verl: not run: {why}", flush=True)
     return {"ran": False, "why": why}
 

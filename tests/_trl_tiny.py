@@ -190,3 +190,31 @@ def react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
             done = term or trunc
         out.append({"messages": messages})
     return out
+
+
+def vllm_server_trainer(tok: Any, client: Any, accelerator: Any = None) -> Any:
+    """What ``GroupRollout`` reads from a ``GRPOTrainer(use_vllm=True, vllm_mode="server")`` (a stand-in: that
+    trainer cannot be built on a CPU, its weight sync needs NCCL). ``client`` is TRL's ``VLLMClient`` or a fake one
+    (``None`` on processes other than the main one, as in TRL); ``accelerator`` defaults to one process."""
+    from types import SimpleNamespace
+
+    gen = SimpleNamespace(
+        vllm_client=client,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=None,
+        repetition_penalty=1.0,
+        generation_kwargs=None,
+    )
+    return SimpleNamespace(
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_generation=gen,
+        processing_class=tok,
+        eos_token_ids=[tok.eos_token_id],
+        max_completion_length=200,
+        num_generations=4,
+        model=SimpleNamespace(training=True),
+        accelerator=accelerator or SimpleNamespace(num_processes=1, process_index=0, is_main_process=True),
+    )

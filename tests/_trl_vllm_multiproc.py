@@ -15,12 +15,11 @@ import re
 import sys
 import zlib
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, react_conversations, tiny_chat_model
+from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, react_conversations, tiny_chat_model, vllm_server_trainer
 from accelerate import Accelerator
 
 from stepgym.integrations import task_dataset
@@ -53,26 +52,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     acc = Accelerator(cpu=True)
     tok, _ = tiny_chat_model(react_conversations(24, seed=1), vocab=600)
-    gen = SimpleNamespace(
-        vllm_client=FakeClient(tok, die) if acc.is_main_process else None,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=None,
-        repetition_penalty=1.0,
-        generation_kwargs=None,
-    )
-    trainer = SimpleNamespace(
-        use_vllm=True,
-        vllm_mode="server",
-        vllm_generation=gen,
-        processing_class=tok,
-        eos_token_ids=[tok.eos_token_id],
-        max_completion_length=200,
-        num_generations=4,
-        model=SimpleNamespace(training=True),
-        accelerator=acc,
-    )
+    client = FakeClient(tok, die) if acc.is_main_process else None
+    trainer = vllm_server_trainer(tok, client, acc)
     rows = task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM)
     prompts = [rows[i]["prompt"] for i in range(3) for _ in range(4)]
     n = len(prompts) // acc.num_processes

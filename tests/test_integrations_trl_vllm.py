@@ -16,7 +16,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,7 +24,14 @@ pytest.importorskip("vllm", reason="vLLM is not installed (optional GPU extra: p
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, react_conversations, tiny_chat_model  # noqa: E402
+from _trl_tiny import (  # noqa: E402
+    ENV_ID,
+    ENV_KWARGS,
+    SYSTEM,
+    react_conversations,
+    tiny_chat_model,
+    vllm_server_trainer,
+)
 
 from stepgym.errors import ServiceUnavailableError  # noqa: E402
 from stepgym.integrations import task_dataset  # noqa: E402
@@ -93,30 +99,6 @@ def served(tiny) -> Any:
     log.close()
 
 
-def _trainer(tok, client) -> Any:
-    """What GroupRollout reads from a GRPOTrainer(use_vllm=True, vllm_mode="server") on one process."""
-    gen = SimpleNamespace(
-        vllm_client=client,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=None,
-        repetition_penalty=1.0,
-        generation_kwargs=None,
-    )
-    return SimpleNamespace(
-        use_vllm=True,
-        vllm_mode="server",
-        vllm_generation=gen,
-        processing_class=tok,
-        eos_token_ids=[tok.eos_token_id],
-        max_completion_length=200,
-        num_generations=4,
-        model=SimpleNamespace(training=True),
-        accelerator=SimpleNamespace(num_processes=1, process_index=0, is_main_process=True),
-    )
-
-
 def _prompts() -> list[Any]:
     rows = task_dataset(ENV_ID, ENV_KWARGS, system_prompt=SYSTEM)
     return [rows[i]["prompt"] for i in range(2) for _ in range(4)]
@@ -145,7 +127,7 @@ def _check_logprobs(model, out: dict[str, Any]) -> None:
 def test_server_replies_carry_the_sampling_logprobs_trl_corrects_with(served) -> None:
     tok, model, client, _ = served
     rollout = GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=16)
-    _check_logprobs(model, rollout(_prompts(), _trainer(tok, client)))
+    _check_logprobs(model, rollout(_prompts(), vllm_server_trainer(tok, client)))
 
 
 def test_a_server_that_dies_is_one_error_naming_it(served) -> None:
@@ -154,7 +136,7 @@ def test_a_server_that_dies_is_one_error_naming_it(served) -> None:
     server.wait()
     with pytest.raises(ServiceUnavailableError, match=client.base_url.replace(".", r"\.")):
         GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=16)(
-            _prompts(), _trainer(tok, client)
+            _prompts(), vllm_server_trainer(tok, client)
         )
 
 
@@ -166,7 +148,7 @@ def test_colocated_engine_replies_carry_the_sampling_logprobs(tiny) -> None:
     llm = LLM(
         model=str(path), dtype="float32", enforce_eager=True, gpu_memory_utilization=0.05, max_model_len=1024
     )
-    trainer = _trainer(tok, None)
+    trainer = vllm_server_trainer(tok, None)
     trainer.vllm_mode, trainer.vllm_generation.llm = "colocate", llm
     _check_logprobs(
         model, GroupRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=16)(_prompts(), trainer)

@@ -120,8 +120,8 @@ if HAVE_OPENENV:
     pytest.importorskip("trl")
     sys.path.insert(0, str(Path(__file__).parent))
     import torch
-    from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, noisy_expert, tiny_chat_model
-    from trl import GRPOConfig, GRPOTrainer
+    from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, cpu_grpo_config, noisy_expert, tiny_chat_model
+    from trl import GRPOTrainer
 
     from stepgym.integrations import task_dataset, task_ids
     from stepgym.integrations.trl import environment_factory
@@ -172,20 +172,9 @@ if HAVE_OPENENV:
                 ]
 
             before = {n: p.detach().clone() for n, p in model.named_parameters()}
-            args = GRPOConfig(
-                output_dir=str(tmp_path),
-                per_device_train_batch_size=8,
-                num_generations=4,
-                max_steps=2,
-                learning_rate=2e-3,
-                beta=0.0,
-                use_cpu=True,
-                bf16=False,
-                report_to=[],
-                logging_steps=1,
-                save_strategy="no",
-                seed=0,
-                disable_tqdm=True,
+            args = cpu_grpo_config(
+                str(tmp_path),
+                gradient_checkpointing=True,
                 max_completion_length=160,
                 max_tool_calling_iterations=3,
             )
