@@ -1,7 +1,10 @@
 """The cost of the ground-truth value labels (``ValueWrapper``), per env, and ALFWorld's share of exact labels.
 
 Every env plays the same rollouts three times in one process: the plain annotated env, the env wrapped in
-``ValueWrapper`` with its cache, and wrapped with ``cache_size=0`` (every step runs the oracle). Rollouts come in
+``ValueWrapper`` with its cache, and wrapped with ``cache_size=0`` (every step runs the oracle); ``--repeat`` times
+(3), interleaved, and the medians are printed with each run's ratio (the shared machine's load comes in bursts).
+Before each variant the per-state caches of ALFWorld's parsed games (shared by the engines of a process) are
+emptied, so every variant pays for its first visits. Rollouts come in
 groups, as a GRPO trainer plays them: per task ``--group`` rollouts, the first the env's expert, the others the
 expert with probability 0.7 and a uniformly random admissible action otherwise (seeded, so the three variants
 play identical actions; the wrapper only adds keys). Printed per env: seconds per annotated step of each variant,
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -84,16 +88,26 @@ def bench(
     policy: Policy,
     budget: int,
     labelled_warmup: bool = True,
+    repeat: int = 1,
 ) -> None:
     # warm-up, labelled: the caches the variants share (WebShop's search results, parsed games, the reward's
     # title parses) hold the oracle's lookups too, so the timed runs compare oracle work, not first searches.
     # ALFWorld shares only its parsed games, which a plain warm-up loads as well.
     play(ValueWrapper(make(), budget=budget) if labelled_warmup else make(), tasks, group, policy, 0)
-    plain_s, n, _ = play(make(), tasks, group, policy, 0)
-    cached = ValueWrapper(make(), budget=budget)
-    cached_s, n2, infos = play(cached, tasks, group, policy, 0)
-    uncached = ValueWrapper(make(), budget=budget, cache_size=0)
-    uncached_s, n3, _ = play(uncached, tasks, group, policy, 0)
+    times: dict[str, list[float]] = {"plain": [], "cached": [], "uncached": []}
+    for _ in range(repeat):  # interleaved, so a burst of load on the shared machine hits every variant alike
+        cold()
+        plain_s, n, _ = play(make(), tasks, group, policy, 0)
+        cold()
+        cached = ValueWrapper(make(), budget=budget)
+        cached_s, n2, infos = play(cached, tasks, group, policy, 0)
+        cold()
+        uncached = ValueWrapper(make(), budget=budget, cache_size=0)
+        uncached_s, n3, _ = play(uncached, tasks, group, policy, 0)
+        for key, t in (("plain", plain_s), ("cached", cached_s), ("uncached", uncached_s)):
+            times[key].append(t)
+    plain_s, cached_s, uncached_s = (float(np.median(times[k])) for k in ("plain", "cached", "uncached"))
+    ratios = [c / p for c, p in zip(times["cached"], times["plain"], strict=True)]
     assert n == n2 == n3, "the wrapper changed the rollouts"
     hits, misses = cached.cache.hits, cached.cache.misses
     exact = sum(bool(i[schema.VALUE_EXACT]) for i in infos) / len(infos)
@@ -104,6 +118,11 @@ def bench(
         f"{uncached_s / n * 1e3:8.2f} ({uncached_s / plain_s:6.1f}x) | cache hits {hits / max(1, hits + misses):.0%}"
         f" | exact labels {exact:.1%} | steps -1/0/+1 {classes.count(-1)}/{classes.count(0)}/{classes.count(1)}"
     )
+    if repeat > 1:
+        print(
+            f"{'':12s} medians of {repeat} interleaved runs; labels+cache / plain per run: "
+            + ", ".join(f"{r:.2f}x" for r in ratios)
+        )
     stats = getattr(cached.oracle, "stats", None)
     if stats:
         searched = stats["searches"]
@@ -113,6 +132,13 @@ def bench(
             f"unknown {stats['unknown'] / max(1, searched):.1%}; successor states generated "
             f"{stats['generated']} ({stats['generated'] / max(1, searched):.0f} per search)"
         )
+
+
+def cold() -> None:
+    """ALFWorld's parsed games are shared by the engines of a process, with their per-state caches: each variant
+    starts with those empty, so every variant's first visit of a state costs what a first visit costs."""
+    if "stepgym.envs.alfworld.native.engine" in sys.modules:
+        sys.modules["stepgym.envs.alfworld.native.engine"].clear_shared_state_caches()
 
 
 def _maybe(name: str, fn: Callable[[], None]) -> None:
@@ -132,6 +158,7 @@ def main() -> None:
         "--budget", type=int, default=None, help="ALFWorld search budget (default: the wrapper's)"
     )
     ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs of the three variants (medians)")
     ap.add_argument("--tasks", type=int, default=8, help="tasks of the other envs")
     ap.add_argument(
         "--only", default="", help="comma-separated subset: credit,family,alfworld,webshop,searchqa"
@@ -148,12 +175,26 @@ def main() -> None:
 
     def credit() -> None:
         make = lambda: gym.make("StepGym/CreditToy-v0").unwrapped  # noqa: E731
-        bench("CreditToy", make, list(make().task_ids[: args.tasks]), args.group, admissible_policy, budget)
+        bench(
+            "CreditToy",
+            make,
+            list(make().task_ids[: args.tasks]),
+            args.group,
+            admissible_policy,
+            budget,
+            repeat=args.repeat,
+        )
 
     def family() -> None:
         make = lambda: gym.make("StepGym/CreditFamily-v0", horizon=10, n_decisive=3).unwrapped  # noqa: E731
         bench(
-            "CreditFamily", make, list(make().task_ids[: args.tasks]), args.group, admissible_policy, budget
+            "CreditFamily",
+            make,
+            list(make().task_ids[: args.tasks]),
+            args.group,
+            admissible_policy,
+            budget,
+            repeat=args.repeat,
         )
 
     def alfworld() -> None:
@@ -161,15 +202,40 @@ def main() -> None:
         make = lambda: gym.make("StepGym/ALFWorld-v0", split="valid_seen", max_steps=steps).unwrapped  # noqa: E731
         ids = make().task_ids
         games = ids if args.alfworld_games <= 0 else ids[:: max(1, len(ids) // args.alfworld_games)]
-        bench("ALFWorld", make, list(games), args.group, admissible_policy, budget, labelled_warmup=False)
+        bench(
+            "ALFWorld",
+            make,
+            list(games),
+            args.group,
+            admissible_policy,
+            budget,
+            labelled_warmup=False,
+            repeat=args.repeat,
+        )
 
     def webshop() -> None:
         make = lambda: gym.make("StepGym/WebShop-v0", split="test").unwrapped  # noqa: E731
-        bench("WebShop", make, list(make().task_ids[: args.tasks]), args.group, webshop_policy, budget)
+        bench(
+            "WebShop",
+            make,
+            list(make().task_ids[: args.tasks]),
+            args.group,
+            webshop_policy,
+            budget,
+            repeat=args.repeat,
+        )
 
     def searchqa() -> None:
         make = lambda: gym.make("StepGym/SearchQA-v0", dataset="nq", split="test").unwrapped  # noqa: E731
-        bench("SearchQA", make, list(make().task_ids[: args.tasks]), args.group, searchqa_policy, budget)
+        bench(
+            "SearchQA",
+            make,
+            list(make().task_ids[: args.tasks]),
+            args.group,
+            searchqa_policy,
+            budget,
+            repeat=args.repeat,
+        )
 
     for name, fn in [
         ("credit", credit),

@@ -207,6 +207,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     trainer = GRPOTrainer(cfg)
     try:
         result = trainer.train()
+        # torchrun: rank 0 writes the last checkpoint and the report after the last collective; every rank waits
+        # here so that none tears the process group down under a peer still using it (gloo aborts on that)
+        trainer.dist.barrier()
     finally:
         trainer.close()
     if not trainer.dist.is_main:  # torchrun: rank 0 reports
@@ -264,6 +267,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     trainer = GRPOTrainer(cfg)
     try:
         results = trainer.evaluate() if trainer.dist.is_main else []  # torchrun: rank 0 evaluates
+        trainer.dist.barrier()  # the other ranks wait for it before the process group goes (see train_main)
     finally:
         trainer.close()
     if not trainer.dist.is_main:

@@ -5,7 +5,7 @@ info: the oracle's cost-to-go before and after the action, the step's gain, whet
 whether success is still reachable and the best reward still reachable. :func:`step_value_class` reads one step's
 labels as harmful (-1), neutral (0) or helpful (+1). The oracles, one module per env:
 
-* :mod:`~stepgym.values.alfworld` — breadth-first search over native-engine snapshots (exact within a budget,
+* :mod:`~stepgym.values.alfworld` — A* search over the native engine's states (exact within a budget,
   else the expert's completion as an upper bound);
 * :mod:`~stepgym.values.webshop` — the shortest click path to buying a best-reward product on the real engine;
 * :mod:`~stepgym.values.searchqa` — whether a gold answer has been gathered, and whether the answer scored EM;

@@ -1,66 +1,362 @@
-"""ALFWorld's value oracle: the fewest commands to win, by breadth-first search over native-engine snapshots.
+"""ALFWorld's value oracle: the fewest commands to win, by breadth-first search over the native engine's states.
 
 From the env's current state (a snapshot, :meth:`~stepgym.envs.alfworld.env.ALFWorldEnv.get_state`) the oracle
-searches a *private* native engine: admissible commands are the edges, states are deduplicated by the state key
-(the world facts), a win is tested when a state is generated. The live env is only read.
+searches the game on a *private* native engine, through its text-free view
+(:class:`~stepgym.envs.alfworld.native.plan.PlanView`): the commands ``step()`` accepts are the edges, a state is
+its true atoms (deduplicated by what preconditions and the goal read), a win is tested when a state is generated.
+No text is derived and the live env is only read.
 
-Order of work, cheapest proof first:
+The search is A* with an admissible lower bound on the commands left (:class:`LowerBound`, read off the goal:
+the takes, puts, property changes and visits still needed), so its first proof is the shortest way:
 
-1. the handcoded expert plays on from the snapshot (on the private engine): its completion length ``U`` is an
-   upper bound (at the start state the stored walkthrough's length bounds it too);
-2. the search runs to depth ``U - 1`` at most. A win found at depth ``d`` is exact; all of depth ``U - 1`` searched
-   without one proves ``U`` exact; the whole reachable space searched without one proves the game unwinnable;
-3. when the search spends its ``budget`` (successor states generated) first, the label is ``U`` with
-   ``exact=False``, or "unknown" (``reachable=False, exact=False``) when the expert did not win either.
+1. a win reached at cost ``d`` with nothing cheaper left to search is exact, and so is every state on that way;
+   the bounds it starts with (the stored walkthrough's length at the start state, a cached upper bound) and cached
+   exact values of states it meets count as ways too; the whole reachable space searched without a win proves the
+   game unwinnable;
+2. when the search spends its ``budget`` (successor states generated) first, the handcoded expert plays on from
+   the snapshot (on the private engine): the label is the best way known (the expert's completion length or a
+   bound the search started with) with ``exact=False``, or "unknown" (``reachable=False, exact=False``) when
+   there is none.
 
-Commands that can never be on a shortest path are not expanded (sound by the domain's PDDL, ``logic/alfred.pddl``,
-and checked against an unpruned search in ``tests/test_values_alfworld.py``): ``look``, ``inventory``, ``examine``
-and ``help`` only add history facts (``checked``) that no precondition reads; ``close`` only removes a fact
-(``opened``) that preconditions need, never one they forbid; taking, moving, cleaning, heating, cooling or slicing an
-object that is not one of the task's target objects (``pddl_params``) changes nothing the goal reads and only
-occupies the hand. Removing such a step (and the later steps on that object) from any winning plan leaves a
-shorter winning plan.
+Moves that are never on a shortest path are not expanded. Each rule is sound by the domain's PDDL
+(``logic/alfred.pddl``; ``tests/test_values_alfworld.py`` checks the pruned search against an unpruned one and
+against brute force over engine steps, ``scripts/alfworld_values_check.py`` on every game):
+
+* ``look``, ``inventory``, ``help`` and the two ``examine`` actions only add ``checked`` facts, which nothing
+  reads; ``close`` only removes ``opened``, which preconditions need and none forbids;
+* two ``go to`` in a row: the first can be dropped (``go to`` needs only the agent's location, changes only it,
+  and every destination can be reached from anywhere), so after a ``go to`` only what is done there is expanded;
+* taking, cleaning, heating, cooling or slicing an object that is not one of the task's target objects
+  (``pddl_params``) changes nothing the goal reads and only occupies the hand (putting such an object down stays:
+  the agent may hold one when the search starts); ``use`` of anything but the task's lamp only toggles it;
+* ``open`` of a receptacle holding no target object, of a type the goal does not name, while the hand holds no
+  other object: ``opened`` is read only by taking from and putting into that receptacle, and a shortest plan never
+  parks a target object there to take it back.
 
 Every state on a found shortest path (and on the expert's path when it is proved optimal) gets its exact value
-through the cache, so an agent that follows the optimum costs one search per episode. The search reads the cache
-too: a generated state whose exact value is cached is not expanded (the way through it costs its depth plus that
-value), and any cached value bounds the result, so a detour next to a labelled state gets at least an upper bound.
+through the cache (keyed by its atoms, next to the env's state keys), so an agent that follows the optimum costs one
+search per episode. The search reads the cache too: a generated state whose exact value is cached is not expanded
+(the way through it costs its depth plus that value), and any cached value bounds the result, so a detour next to a
+labelled state gets at least an upper bound.
 """
 
 from __future__ import annotations
 
 import copy
-import re
 from collections import deque
+from collections.abc import Collection, Iterator, Mapping
+from heapq import heappop, heappush
+from itertools import combinations
 from typing import Any
 
 import numpy as np
 
 from stepgym import schema
+from stepgym.envs.alfworld.native.ground import Op, Tables
+from stepgym.envs.alfworld.native.plan import Atoms, PlanView
 from stepgym.envs.alfworld.state import TaskTargets
 from stepgym.errors import ValueOracleError
 from stepgym.values.base import Remember, Value
 
-__all__ = ["ALFWorldOracle", "useful_commands"]
+__all__ = ["ALFWorldOracle", "LowerBound", "reference_cost", "useful_moves"]
 
-_NO_EFFECT = ("look", "inventory", "help")
-_NO_EFFECT_PREFIX = ("examine ", "close ")
-_OBJECT_VERB = re.compile(r"^(?:take|move|clean|heat|cool|slice) (.+?) (?:from|to|with) ")
 EXPERT_LIMIT = 100
 """The most commands the expert may play to reach a win from a state (its completions are far shorter)."""
 
+_NEVER = frozenset({"look", "inventory", "help", "examinereceptacle", "examineobject", "closeobject"})
+_ON_OBJECT = {
+    "pickupobject": "?o",
+    "cleanobject": "?o",
+    "heatobject": "?o",
+    "coolobject": "?o",
+    "sliceobject": "?co",
+}
+_GOTO = "gotolocation"
+_BOUND_MEMO = 100_000  # lower bounds kept per game (by the atoms they read)
 
-def useful_commands(commands: list[str], targets: TaskTargets) -> list[str]:
-    """The commands the search expands: ``commands`` less those that are never on a shortest path (see the
-    module docstring for why each is safe to drop)."""
-    out = []
-    for c in commands:
-        if c in _NO_EFFECT or c.startswith(_NO_EFFECT_PREFIX):
+
+def _memo_key(key: Atoms) -> tuple[str, Atoms]:
+    """The cache key of a search state (the env's own state keys are strings: no clash)."""
+    return ("atoms", key)
+
+
+def useful_moves(
+    view: PlanView,
+    tables: Tables,
+    targets: TaskTargets,
+    after_goto: bool,
+    options: list[tuple[Op, str]] | None = None,
+) -> Iterator[tuple[Op, str]]:
+    """The moves the search expands in the state ``tables``: the commands ``step()`` accepts there (``options``,
+    default: all of them) less those never on a shortest path (see the module docstring for why each is safe to
+    drop). ``after_goto``: the state was reached by a ``go to``."""
+    names, actions = view.names, view.schema_names
+    data = tables.data
+    held_other = any(not targets.is_target_object(names[o]) for _, o in data.get("holds", ()))
+    with_targets: set[str] | None = None
+    for op, command in view.options(tables) if options is None else options:
+        action = actions[op[1]]
+        if action in _NEVER or (after_goto and action == _GOTO):
             continue
-        m = _OBJECT_VERB.match(c)
-        if m is not None and not targets.is_target_object(m.group(1)):
+        b = op[2]
+        param = _ON_OBJECT.get(action)
+        if param is not None and not targets.is_target_object(names[b[param]]):
             continue
-        out.append(c)
+        if action == "toggleobject" and not targets.is_toggle(names[b["?o"]]):
+            continue
+        if action == "openobject" and not held_other:
+            recep = b["?r"]
+            if with_targets is None:
+                with_targets = {
+                    r for o, r in data.get("inreceptacle", ()) if targets.is_target_object(names[o])
+                }
+            if recep not in with_targets and not targets.is_parent(names[recep]):
+                continue
+        yield op, command
+
+
+class LowerBound:
+    """An admissible lower bound on the commands to a win, read off the goal of one game (the search's A*
+    heuristic: it never overestimates, so the search stays exact; a tight bound is what makes it fast).
+
+    ALFWorld's goals come in two shapes, recognised from the goal's literals:
+
+    * *place*: one or two objects of a type (with a property: clean, hot, cool) in one receptacle of a type. Per
+      object not yet in place: take it (plus freeing the hand of another object, plus opening a closed source),
+      give it the property at an appliance, put it in (plus opening a closed receptacle), and the ``go to`` it
+      takes to visit, in this order, its place, an appliance and the receptacle (consecutive visits to one location
+      need none). Two objects: the sum of their actions and the larger of their visits.
+    * *look*: an object held where a lamp of a type is toggled on: take the object (as above), toggle the lamp if
+      it is not, and the visits to the object, then the lamp.
+
+    Any other goal gets 0 (the search is then breadth-first, still exact).
+    """
+
+    def __init__(self, view: PlanView):
+        self.kind = ""
+        self._memo: dict[tuple, int] = {}
+        self._relevant: frozenset[str] = frozenset()  # the objects the bound reads (targets, lamps)
+        self._parents: frozenset[str] = frozenset()
+        self._reads = (  # what the bound reads besides where the agent is
+            "holds",
+            "inreceptacle",
+            "opened",
+            "isclean",
+            "ishot",
+            "iscool",
+            "istoggled",
+        )
+        game = view._game
+        grounder = view.grounder
+        static = grounder.static
+        self.loc = dict(static.get("receptacleatlocation", ()))
+        self.openable = {r for (r,) in static.get("openable", ())}
+        goal = game.goal
+        if not isinstance(goal, list) or len(goal) != 1:
+            return
+        lits = goal[0].literals
+        if any(neg and pred != "=" for neg, pred, _ in lits):
+            return
+        by_type = _rows_by_second(static.get("objecttype", ()))
+        recep_by_type = _rows_by_second(static.get("receptacletype", ()))
+        obj_vars = [args[0] for neg, pred, args in lits if pred == "objecttype"]
+        cands: dict[str, frozenset[str]] = {}
+        props: dict[str, list[str]] = {}
+        for v in obj_vars:
+            typ = next(args[1] for _, pred, args in lits if pred == "objecttype" and args[0] == v)
+            pool = set(by_type.get(typ, ()))
+            props[v] = []
+            for _, pred, args in lits:
+                if args != (v,):
+                    continue
+                if pred in grounder.fluents:
+                    props[v].append(pred)
+                else:
+                    pool &= {o for (o,) in static.get(pred, ())}
+            cands[v] = frozenset(pool)
+        placed = {args[0]: args[1] for _, pred, args in lits if pred == "inreceptacle"}
+        held = [args[1] for _, pred, args in lits if pred == "holds"]
+        recep_type = {args[0]: args[1] for _, pred, args in lits if pred == "receptacletype"}
+        fixers = _fixers(grounder, recep_by_type)
+        if held:  # look: the held object and a toggled lamp at the agent's location
+            lamps = [v for v in obj_vars if v not in held and props[v] == ["istoggled"] and v in placed]
+            if len(held) != 1 or len(lamps) != 1 or props[held[0]]:
+                return
+            self.kind = "look"
+            self.objects, self.lamps = cands[held[0]], cands[lamps[0]]
+            self._relevant = self.objects | self.lamps
+            return
+        if not 1 <= len(obj_vars) <= 2 or set(placed) != set(obj_vars) or len(set(placed.values())) != 1:
+            return
+        r_var = next(iter(placed.values()))
+        v = obj_vars[0]
+        if r_var not in recep_type or any(props[w] != props[v] or cands[w] != cands[v] for w in obj_vars):
+            return
+        if any(p not in fixers for p in props[v]) or len(props[v]) > 1:
+            return
+        self.kind = "place"
+        self.n = len(obj_vars)
+        self.objects = cands[v]
+        self.parents = self._parents = frozenset(recep_by_type.get(recep_type[r_var], ()))
+        self._relevant = self.objects
+        self.prop = props[v][0] if props[v] else ""
+        self.appliance_locs = sorted({self.loc[r] for r in fixers.get(self.prop, ()) if r in self.loc})
+
+    def __call__(self, data: Mapping[str, Collection[tuple]]) -> int:
+        """The bound in the state whose atoms by predicate are ``data``."""
+        if not self.kind:
+            return 0
+        least, stops = self.profile(data)
+        if stops is None:
+            return least
+        return least + (next(iter(data.get("atlocation", ())), ("", ""))[1] not in stops)
+
+    def profile(self, data: Mapping[str, Collection[tuple]]) -> tuple[int, frozenset[str] | None]:
+        """The bound as a function of where the agent is, the rest of the state as in ``data``: ``(m, stops)``
+        with the bound ``m`` at the locations ``stops`` and ``m + 1`` elsewhere (``stops`` None: ``m``
+        everywhere). Only the first visit depends on the agent's place, and it costs one ``go to`` or none, so
+        this is exact; the search reads the bound of every ``go to`` from one profile. Kept per state content
+        (a search's states share most of it)."""
+        key = tuple([_frozen(data.get(p)) for p in self._reads])
+        hit = self._memo.get(key)
+        if hit is None:
+            if len(self._memo) >= _BOUND_MEMO:
+                self._memo.clear()
+            hit = self._memo[key] = self._compute(data)
+        return hit
+
+    def _compute(self, data: Mapping[str, Collection[tuple]]) -> tuple[int, frozenset[str] | None]:
+        held = {o for _, o in data.get("holds", ())}
+        relevant = self._relevant
+        where = {o: r for o, r in data.get("inreceptacle", ()) if o in relevant}
+        opened = data.get("opened", ())
+        openable = self.openable
+        closed = {r for r in (*where.values(), *self._parents) if r in openable and (r,) not in opened}
+        ways = (
+            self._look(data, held, where, closed)
+            if self.kind == "look"
+            else self._place(data, held, where, closed)
+        )
+        if ways is None:
+            return 0, None  # done, or no way the bound can see: 0 everywhere
+        least = min(c for c, _ in ways)
+        return least, frozenset(stop for c, stop in ways if c == least and stop is not None)
+
+    # Each candidate way is (cost with its first visit free, the location of that first visit or None when the
+    # cost is one more wherever the agent is).
+    def _take(
+        self, o: str, held: set[str], where: dict[str, str], closed: set[str]
+    ) -> tuple[int, str | None]:
+        """Actions to get ``o`` in hand (not counting the hand) and the location it is taken at (None: held or
+        not known)."""
+        if o in held:
+            return 0, None
+        src = where.get(o)
+        if src is None:
+            return 1, None  # inside something: one take at least, where is not known
+        return 1 + (src in closed), self.loc.get(src)
+
+    def _look(self, data, held, where, closed) -> list[tuple[int, str | None]] | None:
+        toggled = {o for (o,) in data.get("istoggled", ())}
+        ways: list[tuple[int, str | None]] = []
+        for lamp in self.lamps:
+            at = self.loc.get(where.get(lamp, ""))
+            if at is None:
+                continue
+            for o in self.objects:
+                acts, taken_at = self._take(o, held, where, closed)
+                if o not in held and held:
+                    acts += 1  # the hand must be freed first
+                acts += lamp not in toggled
+                if taken_at is None:
+                    ways.append((acts, at))
+                else:
+                    ways.append((acts + (at != taken_at), taken_at))
+        return ways or None
+
+    def _place(self, data, held, where, closed) -> list[tuple[int, str | None]] | None:
+        prop_of = {o for (o,) in data.get(self.prop, ())} if self.prop else set()
+        loc, appliances = self.loc, self.appliance_locs
+        objects = []  # (object, has its property, its actions but the receptacle's, where it is taken, its place)
+        for o in self.objects:
+            fixed = not self.prop or o in prop_of
+            src = where.get(o)
+            if o in held:
+                acts, taken_at = 1, None  # the put
+            elif src is None:
+                acts, taken_at = 2, None  # inside something: a take and a put at least, where is not known
+            else:
+                acts, taken_at = 2 + (src in closed), loc.get(src)
+            objects.append((o, fixed, acts + (not fixed), taken_at, src))
+        ways: list[tuple[int, str | None]] = []
+        for r in self.parents:
+            at = loc.get(r)
+            if at is None:
+                continue
+            per: list[
+                tuple[int, list[tuple[int, str]], str]
+            ] = []  # (actions, [(visits after the first, first)], o)
+            done = 0
+            for o, fixed, acts, taken_at, src in objects:
+                if fixed and src == r:
+                    done += 1
+                    continue
+                if taken_at is not None:  # first to where it is taken
+                    tail = (
+                        at != taken_at
+                        if fixed or not appliances
+                        else min((a != taken_at) + (at != a) for a in appliances)
+                    )
+                    per.append((acts, [(int(tail), taken_at)], o))
+                elif fixed or not appliances:
+                    per.append((acts, [(0, at)], o))
+                else:  # held: first to an appliance
+                    per.append((acts, [(int(at != a), a) for a in appliances], o))
+            need = self.n - min(done, self.n)
+            if need == 0:
+                return None
+            closed_r = r in closed
+            # the hand holds at most one object: one not used must be put down (one action) before a take
+            if need == 1:
+                for acts, firsts, o in per:
+                    extra = acts + closed_r + bool(held and o not in held)
+                    ways.extend((extra + tail, first) for tail, first in firsts)
+                continue
+            for (a1, f1, o1), (a2, f2, o2) in combinations(per, 2):  # pick two: the larger of their visits
+                extra = a1 + a2 + closed_r + bool(held and o1 not in held and o2 not in held)
+                for t1, s1 in f1:
+                    for t2, s2 in f2:
+                        if t1 != t2:
+                            ways.append((extra + max(t1, t2), s1 if t1 > t2 else s2))
+                        else:
+                            ways.append((extra + t1, s1 if s1 == s2 else None))
+        return ways or None
+
+
+def _frozen(rows: Collection[tuple] | None) -> frozenset[tuple] | None:
+    return rows if rows is None or isinstance(rows, frozenset) else frozenset(rows)
+
+
+def _rows_by_second(rows: Any) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for first, second in rows:
+        out.setdefault(second, []).append(first)
+    return out
+
+
+def _fixers(grounder: Any, recep_by_type: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Property predicate -> the receptacles where an action adds it (``ishot`` -> the microwaves), from the
+    actions whose preconditions name a receptacle type."""
+    out: dict[str, list[str]] = {}
+    for action in grounder.domain.schemas:
+        adds = [e.pred for e in action.effects if not e.negated and not e.condition]
+        types = [
+            args[1] for _, lits in action.disjuncts for _, pred, args in lits if pred == "receptacletype"
+        ]
+        if not types or any(t.startswith("?") for t in types):
+            continue
+        for pred in adds:
+            out.setdefault(pred, []).extend(r for t in types for r in recep_by_type.get(t, ()))
     return out
 
 
@@ -81,61 +377,81 @@ class ALFWorldOracle:
         self.budget = int(budget)
         self._engine = NativeEngine(cache_size=4)  # private: the live engine is never stepped
         self._targets: dict[str, TaskTargets] = {}
+        self._views: dict[str, PlanView] = {}  # per game file (remade when the private engine reloads it)
+        self._bounds: dict[str, LowerBound] = {}
         self.stats = {"searches": 0, "exact": 0, "bound": 0, "unknown": 0, "generated": 0}
 
     # -- the label ------------------------------------------------------------------------------------------
     def value(self, info: dict[str, Any], remember: Remember) -> Value:
         if info[schema.WON]:
             return Value.won()
-        snap = self.env.get_state()
-        targets = self._targets.get(snap.game.task_id)
+        live = (
+            self.env.engine.get_state()
+        )  # the engine's snapshot (the env's whole one only if the expert plays)
+        game = self.env.game
+        targets = self._targets.get(game.task_id)
         if targets is None:
-            targets = self._targets[snap.game.task_id] = TaskTargets(snap.game.task_params())
-        expert_path = self._expert_path(snap, info.get(schema.EXPERT_ACTION))
-        upper = len(expert_path) if expert_path is not None else None
-        if info[schema.STEP_INDEX] == 0 and self.env.walkthrough:
-            upper = min(upper or 10**9, len(self.env.walkthrough))
+            targets = self._targets[game.task_id] = TaskTargets(game.task_params())
+        engine = self._engine
+        if engine.game_file is None or str(engine.game_file) != live.game_file:
+            engine.set_state(live)  # the private engine on this game (commands come through it)
+        view = self._views.get(live.game_file)
+        if view is None or not view.on(engine):
+            view = self._views[live.game_file] = PlanView(engine)
+            self._bounds[live.game_file] = LowerBound(view)
+        bound = self._bounds[live.game_file]
+        root = view.atoms_of(live)
+        known = remember.recall(_memo_key(view.key(root)))
+        if known is not None and known.exact:  # the same state, up to facts nothing reads
+            return known
+        upper = len(self.env.walkthrough) if info[schema.STEP_INDEX] == 0 and self.env.walkthrough else None
+        if known is not None and known.reachable:
+            upper = int(known.cost) if upper is None else min(upper, int(known.cost))
         self.stats["searches"] += 1
-        found, cost, path = self._search(snap.engine, targets, upper, remember)
-        if found == "win":
-            self.stats["exact"] += 1
-            for i, key in enumerate(path):
-                remember(key, Value(float(len(path) - 1 - i), True, True, 1.0))
-            return Value(float(len(path) - 1), True, True, 1.0)
+        found, cost, path = self._search(view, root, targets, upper, remember, bound, view.options_of(live))
         if found == "none":
             self.stats["exact"] += 1
             return Value.unreachable()
-        if found == "exact":  # nothing shorter than the best known way exists: it is the value
-            self.stats["exact"] += 1
-            if expert_path is not None and len(expert_path) == cost:
-                for i, key in enumerate(expert_path[:-1]):
-                    remember(key, Value(float(cost - 1 - i), True, True, 1.0))
-            return Value(float(cost), True, True, 1.0)
-        if cost is None:
-            self.stats["unknown"] += 1
-            return Value.unknown()
-        self.stats["bound"] += 1
-        return Value(float(cost), False, True, 1.0)
+        if found == "budget":  # the expert's completion bounds it
+            snap = self.env.get_state()
+            state = engine.set_state(snap.engine)
+            expert_path = self._expert_path(view, snap, info.get(schema.EXPERT_ACTION), state)
+            if expert_path is not None:
+                cost = len(expert_path) if cost is None else min(cost, len(expert_path))
+            if cost is None:
+                self.stats["unknown"] += 1
+                return Value.unknown()
+            self.stats["bound"] += 1
+            return Value(float(cost), False, True, 1.0)
+        # exact: nothing shorter than the best way found exists. Every state on that way has its exact value.
+        assert cost is not None
+        self.stats["exact"] += 1
+        for i, key in enumerate(path or [view.key(root)]):
+            remember(_memo_key(key), Value(float(cost - i), True, True, 1.0))
+        return Value(float(cost), True, True, 1.0)
 
     # -- the expert's completion ----------------------------------------------------------------------------
-    def _expert_path(self, snap: Any, action: str | None) -> list[str] | None:
-        """The state keys after each of the expert's commands until it wins (None if it does not)."""
+    def _expert_path(
+        self, view: PlanView, snap: Any, action: str | None, state: dict[str, Any]
+    ) -> list[Atoms] | None:
+        """The search keys of the states after each of the expert's commands until it wins (None if it does
+        not). It plays on the private engine from ``snap`` (the engine's current state, ``state``); the engine is
+        left on the game, in whatever state the expert reached (the view needs only the game)."""
         if snap.expert is None or action is None:
             return None
         from stepgym.envs.alfworld.expert import RobustExpert
 
         engine = self._engine
-        state = engine.set_state(snap.engine)
         rng = np.random.Generator(type(self.env.np_random.bit_generator)())
         rng.bit_generator.state = copy.deepcopy(snap.rng)
         expert = RobustExpert()
         expert.set_memory(copy.deepcopy(snap.expert), rng)
-        keys: list[str] = []
+        keys: list[Atoms] = []
         for _ in range(EXPERT_LIMIT):
             if action is None or action not in state["admissible_commands"]:
                 return None
             state = engine.step(action)
-            keys.append(engine.key_facts().state_key())
+            keys.append(view.key(view.current()))
             if state["won"]:
                 return keys
             action = expert.next_action(state, action)
@@ -143,65 +459,140 @@ class ALFWorldOracle:
 
     # -- the search -----------------------------------------------------------------------------------------
     def _search(
-        self, root: Any, targets: TaskTargets, upper: int | None, memo: Remember
-    ) -> tuple[str, int | None, list[str]]:
-        """Breadth-first search from ``root``. Returns ``(outcome, cost, path)``:
+        self,
+        view: PlanView,
+        root: Atoms,
+        targets: TaskTargets,
+        upper: int | None,
+        memo: Remember,
+        bound: LowerBound,
+        root_options: list[tuple[Op, str]] | None = None,
+    ) -> tuple[str, int | None, list[Atoms]]:
+        """A* from ``root`` (``bound`` the heuristic, admissible; ``root_options`` the root's moves, if known).
+        Returns ``(outcome, cost, path)``:
 
-        * ``("win", d, keys)``: a shortest path (state keys from the root) found by the search;
-        * ``("exact", c, [])``: the best known way (the bound ``upper``, or through a state whose exact value is
-          cached) costs ``c`` and every state up to depth ``c - 1`` has been generated without a shorter one;
+        * ``("exact", c, keys)``: the cheapest way costs ``c``: a way of that cost is known (a win found by the
+          search, the bound ``upper``, or a state whose value is cached) and nothing cheaper is left to search.
+          ``keys``: the search keys of the states on that way from the root up to where it was found (empty when
+          it is ``upper``);
         * ``("none", None, [])``: the reachable space is exhausted without a win (unwinnable);
-        * ``("budget", c, [])``: the budget ran out; ``c`` is the best upper bound known (None: none).
+        * ``("budget", c, [])``: the budget ran out first; ``c`` is the best upper bound known (None: none).
 
-        A generated state with a cached *exact* value ``v`` at depth ``d`` is not expanded: every way through it
-        costs at least ``d + v``, and ``d + v`` is achieved. A cached upper bound only tightens the bound.
+        A generated state whose exact value ``v`` is cached is not expanded (every way through it costs ``g + v``,
+        and that is achieved); a cached upper bound ``v`` only offers the way ``g + v``.
         """
-        engine = self._engine
-        state = engine.set_state(root)
-        root_key = engine.key_facts().state_key()
-        parent: dict[str, str | None] = {root_key: None}
-        frontier = deque([(root, state["admissible_commands"], root_key, 0)])
-        best = upper  # the cheapest way known (a real path: the bound, or through a cached state)
-        exact_best: int | None = None  # the cheapest way through a state whose exact value is cached
+        root_key = view.key(root)
+        root_tables = view.tables(root)
+        best, best_at = upper, root_key  # the cheapest way known, and the state where it was found
+        if best is not None and bound(dict(root)) >= best:
+            return self._done("exact", best, [], 0)
+        parent: dict[Atoms, Atoms | None] = {root_key: None}
+        g_of: dict[Atoms, int] = {root_key: 0}
+        # (f, -g, tie, atoms, tables, key, reached by a go to, the f up to which its go to moves are generated)
+        heap: list[tuple[int, int, int, Atoms, Tables | None, Atoms, bool, int]] = []
+        tie = 0
+        heappush(heap, (bound(dict(root)), 0, tie, root, root_tables, root_key, False, -1))
         generated = 0
-        while frontier:
-            snap, commands, key, depth = frontier.popleft()
-            if best is not None and depth + 1 >= best:  # all of depth `depth` generated: nothing shorter left
-                return self._done("exact", best, generated)
-            for command in useful_commands(commands, targets):
+        while heap:
+            f, minus_g, _, atoms, tables, key, after_goto, done_f = heappop(heap)
+            g = -minus_g
+            if best is not None and f >= best:
+                break  # every way left costs at least f
+            if g_of[key] < g:
+                continue  # reached more cheaply since it was queued
+            if tables is None:
+                tables = view.tables(atoms)
+            # Partial expansion: a go to changes only where the agent is, so its bound is known before the move is
+            # made; moves whose f exceeds this state's are made only when the search gets that far (the state is
+            # queued again at the smallest such f), so most go to moves are never made.
+            least, stops = bound.profile(dict(atoms)) if bound.kind else (0, None)
+            later: int | None = None
+            options = root_options if key == root_key else None  # the live engine listed the root's already
+            for op, _ in useful_moves(view, tables, targets, after_goto, options):
+                is_goto = view.schema(op) == _GOTO
+                if is_goto:
+                    h = least if stops is None else least + (op[2]["?lend"] not in stops)
+                    nf = g + 1 + h
+                    if nf <= done_f:
+                        continue  # made at an earlier expansion of this state
+                    if nf > f:
+                        later = nf if later is None else min(later, nf)
+                        continue
+                elif done_f >= 0:
+                    continue  # made at the first expansion
                 if generated >= self.budget:
-                    return self._done("budget", best, generated)
-                engine.set_state(snap)
-                child = engine.step(command)
+                    return self._done("budget", best, [], generated)
+                child = view.apply(atoms, tables, op)
                 generated += 1
-                child_key = engine.key_facts().state_key()
-                if child_key in parent:
+                child_key = view.key(child)
+                ng = g + 1
+                if g_of.get(child_key, ng + 1) <= ng:
                     continue
+                if not is_goto:
+                    h = bound(dict(child))
+                if best is not None and ng + h >= best:
+                    continue  # cannot beat the best way known
+                g_of[child_key] = ng
                 parent[child_key] = key
-                if child["won"]:
-                    self.stats["generated"] += generated
-                    return "win", depth + 1, _path(parent, child_key)
-                known = memo.recall(child_key)
-                if known is not None and known.reachable:
-                    through = int(depth + 1 + known.cost)
-                    best = through if best is None else min(best, through)
-                    if known.exact:
-                        exact_best = through if exact_best is None else min(exact_best, through)
+                child_tables = None  # made when it is expanded (most generated states never are)
+                if h == 0 and view.won(child_tables := view.tables(child)):
+                    best, best_at = ng, child_key
+                    continue
+                known = memo.recall(_memo_key(child_key))
+                if known is not None and known.reachable and (best is None or ng + known.cost < best):
+                    best, best_at = int(ng + known.cost), child_key
                 if known is not None and known.exact:
-                    continue  # its value is proved: the search needs nothing below it
-                frontier.append((engine.get_state(), child["admissible_commands"], child_key, depth + 1))
-        # exhausted: every way was searched to its end or to a state with a proved value
-        if exact_best is not None and exact_best == best:
-            return self._done("exact", exact_best, generated)
-        return self._done("none" if best is None else "budget", best, generated)
+                    continue  # its value is proved: nothing below it is needed
+                tie += 1
+                # ties of f: the deeper state first (it is nearer a win when the bound is tight)
+                heappush(heap, (ng + h, -ng, tie, child, child_tables, child_key, is_goto, -1))
+            if later is not None:
+                tie += 1
+                heappush(heap, (later, minus_g, tie, atoms, tables, key, after_goto, max(f, done_f)))
+        if best is None:
+            return self._done("none", None, [], generated)
+        # best is optimal, so every state on its way is on an optimal way: its value is best less its depth (the
+        # last one's too when the cache had only an upper bound for it: that bound is then attained)
+        path = _path(parent, best_at) if best_at != root_key else []
+        return self._done("exact", best, path, generated)
 
-    def _done(self, outcome: str, cost: int | None, generated: int) -> tuple[str, int | None, list[str]]:
+    def _done(
+        self, outcome: str, cost: int | None, path: list[Atoms], generated: int
+    ) -> tuple[str, int | None, list[Atoms]]:
         self.stats["generated"] += generated
-        return outcome, cost, []
+        return outcome, cost, path
 
 
-def _path(parent: dict[str, str | None], last: str) -> list[str]:
+def _path(parent: dict[Atoms, Atoms | None], last: Atoms) -> list[Atoms]:
     keys = [last]
     while (up := parent[keys[-1]]) is not None:
         keys.append(up)
     return keys[::-1]
+
+
+def reference_cost(view: PlanView, root: Atoms, limit: int) -> int | str | None:
+    """Fewest commands to a win from ``root`` by breadth-first search over *every* command ``step()`` accepts (no
+    pruning, no bound, no cache, states told apart by all their true atoms): what the oracle's search is checked against (tests,
+    ``scripts/alfworld_values_check.py``). ``"limit"`` when it would generate more than ``limit`` states; None when
+    no win is reachable."""
+    root_tables = view.tables(root)
+    if view.won(root_tables):
+        return 0
+    seen = {root}  # all the true atoms: not even the search keys' projection is trusted
+    frontier = deque([(root, root_tables, 0)])
+    generated = 0
+    while frontier:
+        atoms, tables, depth = frontier.popleft()
+        for op, _ in view.options(tables):
+            child = view.apply(atoms, tables, op)
+            generated += 1
+            if generated > limit:
+                return "limit"
+            if child in seen:
+                continue
+            seen.add(child)
+            child_tables = view.tables(child)
+            if view.won(child_tables):
+                return depth + 1
+            frontier.append((child, child_tables, depth + 1))
+    return None

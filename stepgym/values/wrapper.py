@@ -22,7 +22,7 @@ from stepgym.values.base import TaskMemo, Value, ValueCache, ValueOracle, step_g
 __all__ = ["DEFAULT_BUDGET", "ORACLES", "ValueWrapper", "oracle_for"]
 
 DEFAULT_BUDGET = 500
-"""ALFWorld's default search budget (expanded states per uncached state); see docs/values.md for how it was chosen."""
+"""ALFWorld's default search budget (successor states generated per uncached state); see docs/values.md."""
 
 # "module:Class" of an env -> "module:factory(env, budget)" of its oracle. Checked only for env modules already
 # imported (an env of that class must exist to be wrapped), so the table imports nothing.
@@ -80,7 +80,7 @@ class ValueWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorA
     Args:
         env: a stepgym env with an oracle (ALFWorld native engine, WebShop, Search-QA, CreditToy, CreditFamily),
             or any env with a ``value_oracle(budget)`` method. Its info must carry ``TASK_ID`` and ``STATE_KEY``.
-        budget: ALFWorld's search budget, in expanded states per uncached state (others ignore it).
+        budget: ALFWorld's search budget, in successor states generated per uncached state (others ignore it).
         cache_size: states kept in the LRU (0: no cache, every step runs the oracle).
         enabled: False passes every call straight through (no oracle, no keys, no cost).
 

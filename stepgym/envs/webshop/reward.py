@@ -164,7 +164,11 @@ _LATIN1_HIGH = {c: None for c in range(128, 256)}
 
 
 def _process(s: Any) -> str:
-    text = s if isinstance(s, str) else str(s)  # thefuzz stringifies non-strings (tuples!) before processing
+    return _process_str(s if isinstance(s, str) else str(s))  # thefuzz stringifies non-strings (tuples!) first
+
+
+@functools.lru_cache(maxsize=65_536)
+def _process_str(text: str) -> str:  # the same attribute and option texts are compared again and again
     text = text.translate(_LATIN1_HIGH)
     return _NON_WORD.sub(" ", text).lower().strip()
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import keyword
+import os
 import re
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
@@ -289,7 +291,7 @@ class NativeEngine:
         key = str(game_file)
         game = self._games.pop(key, None)
         if game is None:
-            game = _prepare(key)
+            game = _shared_game(key)
         self._games[key] = game
         while len(self._games) > self._cache_size:
             self._games.popitem(last=False)
@@ -438,11 +440,15 @@ class NativeEngine:
         return out
 
     def _won(self) -> bool:
+        return self._won_in(self._true)
+
+    def _won_in(self, true: Tables) -> bool:
+        """Whether the loaded game's goal holds in the true atoms ``true``."""
         game = self._require()
         if isinstance(game.goal, list):
             grounder = game.grounder
-            return any(grounder.assignments(plan, self._true, limit=1) for plan in game.goal)
-        return _holds(game.goal, self._true.data, game, {})
+            return any(grounder.assignments(plan, true, limit=1) for plan in game.goal)
+        return _holds(game.goal, true.data, game, {})
 
     # -- snapshots ----------------------------------------------------------------------------------------------
     def get_state(self) -> NativeSnapshot:
@@ -793,6 +799,35 @@ def _goal_plans(goal: tuple, grounder: Grounder) -> Any:
         return [_Plan(extra, lits, grounder) for extra, lits in dnf(nnf(goal))]
     except CorruptDataError:
         return goal
+
+
+_SHARED: weakref.WeakValueDictionary[tuple, _Game] = weakref.WeakValueDictionary()
+
+
+def _shared_game(game_file: str) -> _Game:
+    """The parsed game, shared by every engine of the process that holds it (a GRPO group's envs, a value
+    oracle's private engine): what a ``_Game`` keeps besides the parse is caches keyed by state content. Keyed by
+    the file's path, size and modification time, so a rewritten file is parsed again."""
+    try:
+        st = os.stat(game_file)
+        key: tuple | None = (game_file, st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None  # _prepare says what is wrong with it
+    game = _SHARED.get(key) if key is not None else None
+    if game is None:
+        game = _prepare(game_file)
+        if key is not None:
+            _SHARED[key] = game
+    return game
+
+
+def clear_shared_state_caches() -> None:
+    """Forget the per-state answers of every parsed game alive in the process (benchmarks: time states seen
+    first, whichever engine saw them before)."""
+    for game in list(_SHARED.values()):
+        if game.options_cache is not None:
+            game.options_cache.clear()
+        game.grounder.clear_state_cache()
 
 
 def _prepare(game_file: str) -> _Game:
