@@ -2,7 +2,8 @@
 
 Every env plays the same rollouts three times in one process: the plain annotated env, the env wrapped in
 ``ValueWrapper`` with its cache, and wrapped with ``cache_size=0`` (every step runs the oracle); ``--repeat`` times
-(3), interleaved, and the medians are printed with each run's ratio (the shared machine's load comes in bursts).
+(5), interleaved, and the medians are printed with each run's ratio. Times are the process's CPU time (the shared
+machine's load comes in bursts).
 Before each variant the per-state caches of ALFWorld's parsed games (shared by the engines of a process) are
 emptied, so every variant pays for its first visits. Rollouts come in
 groups, as a GRPO trainer plays them: per task ``--group`` rollouts, the first the env's expert, the others the
@@ -20,6 +21,7 @@ warm for all three; each variant's own value cache and oracle start empty.
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import sys
 import time
@@ -60,19 +62,30 @@ def searchqa_policy(info: dict[str, Any], rng: np.random.Generator, expert_only:
 
 
 def play(env: gym.Env, tasks: list[str], group: int, policy: Policy, seed: int) -> tuple[float, int, list]:
-    """Seconds spent in reset/step, the number of steps, and every step's info (for the label statistics)."""
+    """CPU seconds of this process spent in reset/step (``time.process_time``: the machine is shared, and other
+    jobs' bursts would swamp wall times of steps this short), the number of steps, and every step's info (for the
+    label statistics)."""
     rng = np.random.default_rng(seed)
+    gc.collect()
+    gc.disable()  # as timeit does: a collection of the big heaps (catalogue, games) would land in one variant
+    try:
+        return _play(env, tasks, group, policy, seed, rng)
+    finally:
+        gc.enable()
+
+
+def _play(env: gym.Env, tasks: list[str], group: int, policy: Policy, seed: int, rng: np.random.Generator):
     spent, steps, infos = 0.0, 0, []
     for task in tasks:
         for g in range(group):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             obs, info = env.reset(seed=seed + g, options={"task_id": task})
-            spent += time.perf_counter() - t0
+            spent += time.process_time() - t0
             while True:
                 action = policy(info, rng, g == 0)
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 obs, reward, terminated, truncated, info = env.step(action)
-                spent += time.perf_counter() - t0
+                spent += time.process_time() - t0
                 steps += 1
                 infos.append(info)
                 if terminated or truncated:
@@ -158,7 +171,7 @@ def main() -> None:
         "--budget", type=int, default=None, help="ALFWorld search budget (default: the wrapper's)"
     )
     ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs of the three variants (medians)")
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved runs of the three variants (medians)")
     ap.add_argument("--tasks", type=int, default=8, help="tasks of the other envs")
     ap.add_argument(
         "--only", default="", help="comma-separated subset: credit,family,alfworld,webshop,searchqa"
@@ -173,28 +186,10 @@ def main() -> None:
         f"group {args.group}, ALFWorld budget {budget}"
     )
 
-    def credit() -> None:
-        make = lambda: gym.make("StepGym/CreditToy-v0").unwrapped  # noqa: E731
-        bench(
-            "CreditToy",
-            make,
-            list(make().task_ids[: args.tasks]),
-            args.group,
-            admissible_policy,
-            budget,
-            repeat=args.repeat,
-        )
-
-    def family() -> None:
-        make = lambda: gym.make("StepGym/CreditFamily-v0", horizon=10, n_decisive=3).unwrapped  # noqa: E731
-        bench(
-            "CreditFamily",
-            make,
-            list(make().task_ids[: args.tasks]),
-            args.group,
-            admissible_policy,
-            budget,
-            repeat=args.repeat,
+    def first_tasks(name: str, make: Callable[[], gym.Env], policy: Policy) -> Callable[[], None]:
+        """A benchmark of the env's first ``--tasks`` tasks."""
+        return lambda: bench(
+            name, make, list(make().task_ids[: args.tasks]), args.group, policy, budget, repeat=args.repeat
         )
 
     def alfworld() -> None:
@@ -202,48 +197,28 @@ def main() -> None:
         make = lambda: gym.make("StepGym/ALFWorld-v0", split="valid_seen", max_steps=steps).unwrapped  # noqa: E731
         ids = make().task_ids
         games = ids if args.alfworld_games <= 0 else ids[:: max(1, len(ids) // args.alfworld_games)]
-        bench(
-            "ALFWorld",
-            make,
-            list(games),
-            args.group,
+        bench("ALFWorld", make, list(games), args.group, admissible_policy, budget, False, args.repeat)
+
+    runs = {
+        "credit": first_tasks(
+            "CreditToy", lambda: gym.make("StepGym/CreditToy-v0").unwrapped, admissible_policy
+        ),
+        "family": first_tasks(
+            "CreditFamily",
+            lambda: gym.make("StepGym/CreditFamily-v0", horizon=10, n_decisive=3).unwrapped,
             admissible_policy,
-            budget,
-            labelled_warmup=False,
-            repeat=args.repeat,
-        )
-
-    def webshop() -> None:
-        make = lambda: gym.make("StepGym/WebShop-v0", split="test").unwrapped  # noqa: E731
-        bench(
-            "WebShop",
-            make,
-            list(make().task_ids[: args.tasks]),
-            args.group,
-            webshop_policy,
-            budget,
-            repeat=args.repeat,
-        )
-
-    def searchqa() -> None:
-        make = lambda: gym.make("StepGym/SearchQA-v0", dataset="nq", split="test").unwrapped  # noqa: E731
-        bench(
+        ),
+        "webshop": first_tasks(
+            "WebShop", lambda: gym.make("StepGym/WebShop-v0", split="test").unwrapped, webshop_policy
+        ),
+        "searchqa": first_tasks(
             "SearchQA",
-            make,
-            list(make().task_ids[: args.tasks]),
-            args.group,
+            lambda: gym.make("StepGym/SearchQA-v0", dataset="nq", split="test").unwrapped,
             searchqa_policy,
-            budget,
-            repeat=args.repeat,
-        )
-
-    for name, fn in [
-        ("credit", credit),
-        ("family", family),
-        ("webshop", webshop),
-        ("searchqa", searchqa),
-        ("alfworld", alfworld),
-    ]:
+        ),
+        "alfworld": alfworld,
+    }
+    for name, fn in runs.items():
         if not only or name in only:
             _maybe(name, fn)
 

@@ -330,3 +330,42 @@ def test_labels_do_not_depend_on_the_hash_seed() -> None:
     assert runs[0] == runs[1]
     labels, stats = __import__("json").loads(runs[0])
     assert stats["bound"] + stats["unknown"] > 0  # the budget did run out somewhere: order mattered
+
+
+def test_an_object_in_two_overlapping_receptacles() -> None:
+    """Regression: ALFWorld's receptacles overlap (a pan on two burners), and taking an object from one leaves it
+    "in" the other, which the goal accepts. The lower bound once assumed one receptacle per object and a put at the
+    end, overestimated, and the search returned a longer way than the shortest."""
+    from stepgym.values.alfworld import LowerBound, reference_cost
+
+    env = ValueWrapper(gym.make(ENV_ID, split="valid_seen").unwrapped)
+    task = next(t for t in env.unwrapped.task_ids if "Pan-None-StoveBurner-23" in t)
+    obs, info = env.reset(options={"task_id": task})
+    from stepgym.envs.alfworld.native.plan import PlanView
+
+    view = PlanView(env.unwrapped.engine)
+    atoms = view.atoms_of(env.unwrapped.get_state().engine)
+    pans = [o for o, r in dict(atoms)["inreceptacle"] if o.startswith("pan")]
+    assert len(pans) > len(set(pans))  # the setting: a pan in two receptacles at once
+    assert info[schema.VALUE_EXACT]
+    assert LowerBound(view)(dict(atoms)) <= info[schema.VALUE_AFTER]
+    assert reference_cost(view, atoms, limit=300_000) == info[schema.VALUE_AFTER] == 4.0
+
+
+def test_the_check_script_runs_on_one_game() -> None:
+    """scripts/alfworld_values_check.py (the every-game check the README quotes) on one game: exit 0, no
+    disagreement, and it did check something."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "scripts/alfworld_values_check.py", "--task", "Pan-None-StoveBurner-23", "--limit", "3000"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 games" in done.stdout and "0 disagreements" in done.stdout

@@ -58,7 +58,7 @@ from stepgym.envs.alfworld.state import TaskTargets
 from stepgym.errors import ValueOracleError
 from stepgym.values.base import Remember, Value
 
-__all__ = ["ALFWorldOracle", "LowerBound", "reference_cost", "useful_moves"]
+__all__ = ["ALFWorldOracle", "LowerBound", "Relevance", "reference_cost", "useful_moves"]
 
 EXPERT_LIMIT = 100
 """The most commands the expert may play to reach a win from a state (its completions are far shorter)."""
@@ -72,6 +72,7 @@ _ON_OBJECT = {
     "sliceobject": "?co",
 }
 _GOTO = "gotolocation"
+_NEVER_AFTER_GOTO = _NEVER | {_GOTO}
 _BOUND_MEMO = 100_000  # lower bounds kept per game (by the atoms they read)
 
 
@@ -80,37 +81,50 @@ def _memo_key(key: Atoms) -> tuple[str, Atoms]:
     return ("atoms", key)
 
 
+class Relevance:
+    """What the pruning rules ask of a game's objects for one task, worked out once: the ids of the target
+    objects, of the task's lamps and of the receptacles of the goal's type (by their names, as ``TaskTargets``
+    reads them)."""
+
+    def __init__(self, view: PlanView, targets: TaskTargets):
+        names = view.names
+        self.view = view  # the game it was worked out for
+        self.targets = frozenset(i for i, n in names.items() if targets.is_target_object(n))
+        self.toggles = frozenset(i for i, n in names.items() if targets.is_toggle(n))
+        self.parents = frozenset(i for i, n in names.items() if targets.is_parent(n))
+
+
 def useful_moves(
     view: PlanView,
     tables: Tables,
-    targets: TaskTargets,
+    rel: Relevance,
     after_goto: bool,
     options: list[tuple[Op, str]] | None = None,
 ) -> Iterator[tuple[Op, str]]:
     """The moves the search expands in the state ``tables``: the commands ``step()`` accepts there (``options``,
     default: all of them) less those never on a shortest path (see the module docstring for why each is safe to
     drop). ``after_goto``: the state was reached by a ``go to``."""
-    names, actions = view.names, view.schema_names
+    actions, target_ids = view.schema_names, rel.targets
     data = tables.data
-    held_other = any(not targets.is_target_object(names[o]) for _, o in data.get("holds", ()))
+    held_other = any(o not in target_ids for _, o in data.get("holds", ()))
     with_targets: set[str] | None = None
-    for op, command in view.options(tables) if options is None else options:
+    if options is None:  # what is never expanded is not even listed
+        options = view.options(tables, _NEVER_AFTER_GOTO if after_goto else _NEVER)
+    for op, command in options:
         action = actions[op[1]]
         if action in _NEVER or (after_goto and action == _GOTO):
             continue
         b = op[2]
         param = _ON_OBJECT.get(action)
-        if param is not None and not targets.is_target_object(names[b[param]]):
+        if param is not None and b[param] not in target_ids:
             continue
-        if action == "toggleobject" and not targets.is_toggle(names[b["?o"]]):
+        if action == "toggleobject" and b["?o"] not in rel.toggles:
             continue
         if action == "openobject" and not held_other:
             recep = b["?r"]
             if with_targets is None:
-                with_targets = {
-                    r for o, r in data.get("inreceptacle", ()) if targets.is_target_object(names[o])
-                }
-            if recep not in with_targets and not targets.is_parent(names[recep]):
+                with_targets = {r for o, r in data.get("inreceptacle", ()) if o in target_ids}
+            if recep not in with_targets and recep not in rel.parents:
                 continue
         yield op, command
 
@@ -125,7 +139,9 @@ class LowerBound:
       object not yet in place: take it (plus freeing the hand of another object, plus opening a closed source),
       give it the property at an appliance, put it in (plus opening a closed receptacle), and the ``go to`` it
       takes to visit, in this order, its place, an appliance and the receptacle (consecutive visits to one location
-      need none). Two objects: the sum of their actions and the larger of their visits.
+      need none). Two objects: the sum of their actions and the larger of their visits. Receptacles overlap (a pan
+      on two burners is "in" both), and taking an object from one leaves it in the other: an object already "in" a
+      receptacle of the goal's type may need no put and no return there, and it can be taken at any of its places.
     * *look*: an object held where a lamp of a type is toggled on: take the object (as above), toggle the lamp if
       it is not, and the visits to the object, then the lamp.
 
@@ -228,10 +244,16 @@ class LowerBound:
     def _compute(self, data: Mapping[str, Collection[tuple]]) -> tuple[int, frozenset[str] | None]:
         held = {o for _, o in data.get("holds", ())}
         relevant = self._relevant
-        where = {o: r for o, r in data.get("inreceptacle", ()) if o in relevant}
+        where: dict[
+            str, list[str]
+        ] = {}  # object -> its receptacles (receptacles overlap: a pan on two burners)
+        for o, r in data.get("inreceptacle", ()):
+            if o in relevant:
+                where.setdefault(o, []).append(r)
         opened = data.get("opened", ())
         openable = self.openable
-        closed = {r for r in (*where.values(), *self._parents) if r in openable and (r,) not in opened}
+        sites = {r for rs in where.values() for r in rs} | self._parents
+        closed = {r for r in sites if r in openable and (r,) not in opened}
         ways = (
             self._look(data, held, where, closed)
             if self.kind == "look"
@@ -244,92 +266,98 @@ class LowerBound:
 
     # Each candidate way is (cost with its first visit free, the location of that first visit or None when the
     # cost is one more wherever the agent is).
-    def _take(
-        self, o: str, held: set[str], where: dict[str, str], closed: set[str]
-    ) -> tuple[int, str | None]:
-        """Actions to get ``o`` in hand (not counting the hand) and the location it is taken at (None: held or
-        not known)."""
+    def _takes(
+        self, o: str, held: set[str], where: dict[str, list[str]], closed: set[str]
+    ) -> list[tuple[int, str | None, str | None]]:
+        """The ways to get ``o`` in hand: (actions, not counting freeing the hand; the location it is taken at,
+        None when held or not known; the receptacle it is taken from), one per receptacle holding it."""
         if o in held:
-            return 0, None
-        src = where.get(o)
-        if src is None:
-            return 1, None  # inside something: one take at least, where is not known
-        return 1 + (src in closed), self.loc.get(src)
+            return [(0, None, None)]
+        srcs = where.get(o)
+        if not srcs:
+            return [(1, None, None)]  # inside something: one take at least, where is not known
+        return [(1 + (src in closed), self.loc.get(src), src) for src in srcs]
 
     def _look(self, data, held, where, closed) -> list[tuple[int, str | None]] | None:
         toggled = {o for (o,) in data.get("istoggled", ())}
         ways: list[tuple[int, str | None]] = []
         for lamp in self.lamps:
-            at = self.loc.get(where.get(lamp, ""))
-            if at is None:
-                continue
-            for o in self.objects:
-                acts, taken_at = self._take(o, held, where, closed)
-                if o not in held and held:
-                    acts += 1  # the hand must be freed first
-                acts += lamp not in toggled
-                if taken_at is None:
-                    ways.append((acts, at))
-                else:
-                    ways.append((acts + (at != taken_at), taken_at))
+            lamp_at = {self.loc[r] for r in where.get(lamp, ()) if r in self.loc}
+            for at in lamp_at:
+                for o in self.objects:
+                    hand = bool(o not in held and held)  # the hand must be freed first
+                    for acts, taken_at, _ in self._takes(o, held, where, closed):
+                        acts += hand + (lamp not in toggled)
+                        if taken_at is None:
+                            ways.append((acts, at))
+                        else:
+                            ways.append((acts + (at != taken_at), taken_at))
         return ways or None
 
     def _place(self, data, held, where, closed) -> list[tuple[int, str | None]] | None:
         prop_of = {o for (o,) in data.get(self.prop, ())} if self.prop else set()
         loc, appliances = self.loc, self.appliance_locs
-        objects = []  # (object, has its property, its actions but the receptacle's, where it is taken, its place)
-        for o in self.objects:
-            fixed = not self.prop or o in prop_of
-            src = where.get(o)
-            if o in held:
-                acts, taken_at = 1, None  # the put
-            elif src is None:
-                acts, taken_at = 2, None  # inside something: a take and a put at least, where is not known
-            else:
-                acts, taken_at = 2 + (src in closed), loc.get(src)
-            objects.append((o, fixed, acts + (not fixed), taken_at, src))
         ways: list[tuple[int, str | None]] = []
         for r in self.parents:
             at = loc.get(r)
             if at is None:
                 continue
-            per: list[
-                tuple[int, list[tuple[int, str]], str]
-            ] = []  # (actions, [(visits after the first, first)], o)
+            closed_r = r in closed
+            # Per object not yet in r: its ways, each (actions, visits after the first, first visit, whether it
+            # needs r open: taking it from r or putting it in, the receptacle it is taken from). r is opened once, whoever needs it: its opening
+            # is left out of the actions and counted once per way below.
+            per: list[tuple[list[tuple[int, int, str, bool, str | None]], str]] = []
             done = 0
-            for o, fixed, acts, taken_at, src in objects:
-                if fixed and src == r:
+            for o in self.objects:
+                fixed = not self.prop or o in prop_of
+                if fixed and r in where.get(o, ()):
                     done += 1
                     continue
-                if taken_at is not None:  # first to where it is taken
-                    tail = (
-                        at != taken_at
-                        if fixed or not appliances
-                        else min((a != taken_at) + (at != a) for a in appliances)
-                    )
-                    per.append((acts, [(int(tail), taken_at)], o))
-                elif fixed or not appliances:
-                    per.append((acts, [(0, at)], o))
-                else:  # held: first to an appliance
-                    per.append((acts, [(int(at != a), a) for a in appliances], o))
+                options: list[tuple[int, int, str, bool, str | None]] = []
+                in_r = r in where.get(o, ())
+                for acts, taken_at, src in self._takes(o, held, where, closed):
+                    # Already "in r" but without its property: held, or taken from another receptacle that
+                    # also holds it (they overlap), it stays "in r": no put and no return to r needed.
+                    stale = in_r and src != r
+                    if src == r and closed_r:
+                        acts -= 1  # opening r, counted with the way
+                    uses_r = closed_r and (src == r or not stale)
+                    acts += (not stale) + (not fixed)  # the put, the property
+                    if taken_at is not None:  # first to where it is taken
+                        if stale:
+                            tail = min(int(a != taken_at) for a in appliances) if appliances else 0
+                        elif fixed or not appliances:
+                            tail = int(at != taken_at)
+                        else:
+                            tail = min((a != taken_at) + (at != a) for a in appliances)
+                        options.append((acts, tail, taken_at, uses_r, src))
+                    elif fixed or not appliances:
+                        options.append((acts, 0, at, uses_r, src))
+                    else:  # in hand (or somewhere unknown): first to an appliance
+                        options.extend(
+                            (acts, 0 if stale else int(at != a), a, uses_r, src) for a in appliances
+                        )
+                per.append((options, o))
             need = self.n - min(done, self.n)
             if need == 0:
                 return None
-            closed_r = r in closed
             # the hand holds at most one object: one not used must be put down (one action) before a take
             if need == 1:
-                for acts, firsts, o in per:
-                    extra = acts + closed_r + bool(held and o not in held)
-                    ways.extend((extra + tail, first) for tail, first in firsts)
+                for options, o in per:
+                    hand = bool(held and o not in held)
+                    ways.extend((acts + tail + u + hand, first) for acts, tail, first, u, _ in options)
                 continue
-            for (a1, f1, o1), (a2, f2, o2) in combinations(per, 2):  # pick two: the larger of their visits
-                extra = a1 + a2 + closed_r + bool(held and o1 not in held and o2 not in held)
-                for t1, s1 in f1:
-                    for t2, s2 in f2:
+            for (f1, o1), (f2, o2) in combinations(per, 2):  # pick two: the larger of their visits
+                hand = bool(held and o1 not in held and o2 not in held)
+                for a1, t1, s1, u1, src1 in f1:
+                    for a2, t2, s2, u2, src2 in f2:
+                        base = a1 + a2 + (u1 or u2) + hand
+                        if src1 is not None and src1 == src2 and src1 != r and src1 in closed:
+                            base -= 1  # both taken from one closed receptacle: opened once
                         if t1 != t2:
-                            ways.append((extra + max(t1, t2), s1 if t1 > t2 else s2))
+                            ways.append((base + max(t1, t2), s1 if t1 > t2 else s2))
                         else:
-                            ways.append((extra + t1, s1 if s1 == s2 else None))
+                            ways.append((base + t1, s1 if s1 == s2 else None))
         return ways or None
 
 
@@ -379,6 +407,7 @@ class ALFWorldOracle:
         self._targets: dict[str, TaskTargets] = {}
         self._views: dict[str, PlanView] = {}  # per game file (remade when the private engine reloads it)
         self._bounds: dict[str, LowerBound] = {}
+        self._relevance: dict[tuple[str, str], Relevance] = {}
         self.stats = {"searches": 0, "exact": 0, "bound": 0, "unknown": 0, "generated": 0}
 
     # -- the label ------------------------------------------------------------------------------------------
@@ -400,6 +429,9 @@ class ALFWorldOracle:
             view = self._views[live.game_file] = PlanView(engine)
             self._bounds[live.game_file] = LowerBound(view)
         bound = self._bounds[live.game_file]
+        rel = self._relevance.get((live.game_file, game.task_id))
+        if rel is None or rel.view is not view:
+            rel = self._relevance[(live.game_file, game.task_id)] = Relevance(view, targets)
         root = view.atoms_of(live)
         known = remember.recall(_memo_key(view.key(root)))
         if known is not None and known.exact:  # the same state, up to facts nothing reads
@@ -408,7 +440,7 @@ class ALFWorldOracle:
         if known is not None and known.reachable:
             upper = int(known.cost) if upper is None else min(upper, int(known.cost))
         self.stats["searches"] += 1
-        found, cost, path = self._search(view, root, targets, upper, remember, bound, view.options_of(live))
+        found, cost, path = self._search(view, root, rel, upper, remember, bound, view.options_of(live))
         if found == "none":
             self.stats["exact"] += 1
             return Value.unreachable()
@@ -462,7 +494,7 @@ class ALFWorldOracle:
         self,
         view: PlanView,
         root: Atoms,
-        targets: TaskTargets,
+        rel: Relevance,
         upper: int | None,
         memo: Remember,
         bound: LowerBound,
@@ -508,7 +540,7 @@ class ALFWorldOracle:
             least, stops = bound.profile(dict(atoms)) if bound.kind else (0, None)
             later: int | None = None
             options = root_options if key == root_key else None  # the live engine listed the root's already
-            for op, _ in useful_moves(view, tables, targets, after_goto, options):
+            for op, _ in useful_moves(view, tables, rel, after_goto, options):
                 is_goto = view.schema(op) == _GOTO
                 if is_goto:
                     h = least if stops is None else least + (op[2]["?lend"] not in stops)

@@ -483,11 +483,28 @@ def type_reward(
     }
 
 
+_LOWERED: dict[int, tuple[dict[str, Any], str, str, str]] = {}  # id(product) -> (product, its texts lowered)
+
+
+def _lowered_texts(product: dict[str, Any]) -> tuple[str, str, str]:
+    """A product's title, bullet points and description in lower case, kept per product (a catalogue product is
+    scored against many goals; its description runs to kilobytes)."""
+    hit = _LOWERED.get(id(product))
+    if hit is None or hit[0] is not product:
+        if len(_LOWERED) >= 20_000:
+            _LOWERED.clear()
+        hit = _LOWERED[id(product)] = (
+            product,
+            product["Title"].lower(),
+            " ".join(product["BulletPoints"]).lower(),
+            product["Description"].lower(),
+        )
+    return hit[1], hit[2], hit[3]
+
+
 def attribute_reward(product: dict[str, Any], goal_attributes: Sequence[str]) -> tuple[float, int]:
     matches = 0
-    title = product["Title"].lower()
-    bullets = " ".join(product["BulletPoints"]).lower()
-    desc = product["Description"].lower()
+    title, bullets, desc = _lowered_texts(product)
     for g_attr in goal_attributes:
         if (
             any(token_set_ratio(p_attr, g_attr) > MATCH_THRESHOLD for p_attr in product["Attributes"])

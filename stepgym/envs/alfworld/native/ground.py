@@ -453,8 +453,9 @@ class Grounder:
         return out
 
     # -- operators ------------------------------------------------------------------------------------------
-    def applicable(self, facts: Tables) -> list[Op]:
-        """Applicable operators, one per operator name (the first disjunct that applies), noops left out.
+    def applicable(self, facts: Tables, skip: frozenset[int] = frozenset()) -> list[Op]:
+        """Applicable operators, one per operator name (the first disjunct that applies), noops left out;
+        ``skip``: schema indices whose operators are not wanted (a planner's pruned actions).
 
         What one action disjunct yields depends only on the atoms of the fluent predicates its precondition
         reads, and most steps change few of them (taking an object leaves where one can go unchanged), so each
@@ -466,6 +467,8 @@ class Grounder:
         if len(memo) > _PLAN_MEMO_SIZE:
             memo.clear()
         for k, (si, di, plan, probe, reads) in enumerate(self._action_plans):
+            if si in skip:
+                continue
             key = (k, *[facts.frozen(p) for p in reads])
             ops = memo.get(key)
             if ops is None:

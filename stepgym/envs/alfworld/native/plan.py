@@ -83,11 +83,12 @@ class PlanView:
         """:meth:`options` of a snapshot's state, from what the engine worked out when it got there."""
         return _first_per_command(zip(snapshot.ops, snapshot.commands, strict=True))
 
-    def options(self, tables: Tables) -> list[tuple[Op, str]]:
+    def options(self, tables: Tables, skip: frozenset[str] = frozenset()) -> list[tuple[Op, str]]:
         """The commands ``step()`` accepts in this state, each with the operator it runs (the engine's first of
-        that text), in the engine's order."""
+        that text), in the engine's order; ``skip``: PDDL actions (lower case) left out, never listed."""
         engine, by_name = self._engine, self._game.command_of
-        ops = self.grounder.applicable(tables)
+        skipped = frozenset(i for i, name in enumerate(self.schema_names) if name in skip) if skip else frozenset()
+        ops = self.grounder.applicable(tables, skipped)
         return _first_per_command((op, by_name.get(op[0]) or engine._command(op)) for op in ops)
 
     def apply(self, atoms: Atoms, tables: Tables, op: Op) -> Atoms:
