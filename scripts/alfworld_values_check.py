@@ -43,7 +43,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--limit", type=int, default=60_000, help="states the unpruned reference may generate")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--task", action="append", default=[], help="only the games whose id contains this (repeatable)")
+    ap.add_argument(
+        "--task", action="append", default=[], help="only the games whose id contains this (repeatable)"
+    )
     args = ap.parse_args()
     env = ValueWrapper(gym.make("StepGym/ALFWorld-v0", split=args.split, max_steps=args.steps).unwrapped)
     base = env.unwrapped

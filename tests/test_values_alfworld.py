@@ -361,7 +361,14 @@ def test_the_check_script_runs_on_one_game() -> None:
 
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        [sys.executable, "scripts/alfworld_values_check.py", "--task", "Pan-None-StoveBurner-23", "--limit", "3000"],
+        [
+            sys.executable,
+            "scripts/alfworld_values_check.py",
+            "--task",
+            "Pan-None-StoveBurner-23",
+            "--limit",
+            "3000",
+        ],
         cwd=root,
         capture_output=True,
         text=True,

@@ -164,7 +164,9 @@ _LATIN1_HIGH = {c: None for c in range(128, 256)}
 
 
 def _process(s: Any) -> str:
-    return _process_str(s if isinstance(s, str) else str(s))  # thefuzz stringifies non-strings (tuples!) first
+    return _process_str(
+        s if isinstance(s, str) else str(s)
+    )  # thefuzz stringifies non-strings (tuples!) first
 
 
 @functools.lru_cache(maxsize=65_536)

@@ -87,7 +87,9 @@ class PlanView:
         """The commands ``step()`` accepts in this state, each with the operator it runs (the engine's first of
         that text), in the engine's order; ``skip``: PDDL actions (lower case) left out, never listed."""
         engine, by_name = self._engine, self._game.command_of
-        skipped = frozenset(i for i, name in enumerate(self.schema_names) if name in skip) if skip else frozenset()
+        skipped = (
+            frozenset(i for i, name in enumerate(self.schema_names) if name in skip) if skip else frozenset()
+        )
         ops = self.grounder.applicable(tables, skipped)
         return _first_per_command((op, by_name.get(op[0]) or engine._command(op)) for op in ops)
 
