@@ -1,4 +1,4 @@
-"""ALFWorld's value oracle: the fewest commands to win, by breadth-first search over the native engine's states.
+"""ALFWorld's value oracle: the fewest commands to win, by an A* search over the native engine's states.
 
 From the env's current state (a snapshot, :meth:`~stepgym.envs.alfworld.env.ALFWorldEnv.get_state`) the oracle
 searches the game on a *private* native engine, through its text-free view
@@ -33,9 +33,8 @@ against brute force over engine steps, ``scripts/alfworld_values_check.py`` on e
   other object: ``opened`` is read only by taking from and putting into that receptacle, and a shortest plan never
   parks a target object there to take it back.
 
-Every state on a found shortest path (and on the expert's path when it is proved optimal) gets its exact value
-through the cache (keyed by its atoms, next to the env's state keys), so an agent that follows the optimum costs one
-search per episode. The search reads the cache too: a generated state whose exact value is cached is not expanded
+Every state on the way the search proves shortest gets its exact value through the cache (keyed by its atoms, next
+to the env's state keys), so an agent that follows the optimum costs one search per episode. The search reads the cache too: a generated state whose exact value is cached is not expanded
 (the way through it costs its depth plus that value), and any cached value bounds the result, so a detour next to a
 labelled state gets at least an upper bound.
 """
