@@ -512,86 +512,130 @@ class ALFWorldOracle:
         A generated state whose exact value ``v`` is cached is not expanded (every way through it costs ``g + v``,
         and that is achieved); a cached upper bound ``v`` only offers the way ``g + v``.
         """
-        root_key = view.key(root)
-        root_tables = view.tables(root)
-        best, best_at = upper, root_key  # the cheapest way known, and the state where it was found
-        if best is not None and bound(dict(root)) >= best:
-            return self._done("exact", best, [], 0)
-        parent: dict[Atoms, Atoms | None] = {root_key: None}
-        g_of: dict[Atoms, int] = {root_key: 0}
-        # (f, -g, tie, atoms, tables, key, reached by a go to, the f up to which its go to moves are generated)
-        heap: list[tuple[int, int, int, Atoms, Tables | None, Atoms, bool, int]] = []
-        tie = 0
-        heappush(heap, (bound(dict(root)), 0, tie, root, root_tables, root_key, False, -1))
-        generated = 0
-        while heap:
-            f, minus_g, _, atoms, tables, key, after_goto, done_f = heappop(heap)
-            g = -minus_g
-            if best is not None and f >= best:
-                break  # every way left costs at least f
-            if g_of[key] < g:
-                continue  # reached more cheaply since it was queued
-            if tables is None:
-                tables = view.tables(atoms)
-            # Partial expansion: a go to changes only where the agent is, so its bound is known before the move is
-            # made; moves whose f exceeds this state's are made only when the search gets that far (the state is
-            # queued again at the smallest such f), so most go to moves are never made.
-            least, stops = bound.profile(dict(atoms)) if bound.kind else (0, None)
-            later: int | None = None
-            options = root_options if key == root_key else None  # the live engine listed the root's already
-            for op, _ in useful_moves(view, tables, rel, after_goto, options):
-                is_goto = view.schema(op) == _GOTO
-                if is_goto:
-                    h = least if stops is None else least + (op[2]["?lend"] not in stops)
-                    nf = g + 1 + h
-                    if nf <= done_f:
-                        continue  # made at an earlier expansion of this state
-                    if nf > f:
-                        later = nf if later is None else min(later, nf)
-                        continue
-                elif done_f >= 0:
-                    continue  # made at the first expansion
-                if generated >= self.budget:
-                    return self._done("budget", best, [], generated)
-                child = view.apply(atoms, tables, op)
-                generated += 1
-                child_key = view.key(child)
-                ng = g + 1
-                if g_of.get(child_key, ng + 1) <= ng:
-                    continue
-                if not is_goto:
-                    h = bound(dict(child))
-                if best is not None and ng + h >= best:
-                    continue  # cannot beat the best way known
-                g_of[child_key] = ng
-                parent[child_key] = key
-                child_tables = None  # made when it is expanded (most generated states never are)
-                if h == 0 and view.won(child_tables := view.tables(child)):
-                    best, best_at = ng, child_key
-                    continue
-                known = memo.recall(_memo_key(child_key))
-                if known is not None and known.reachable and (best is None or ng + known.cost < best):
-                    best, best_at = int(ng + known.cost), child_key
-                if known is not None and known.exact:
-                    continue  # its value is proved: nothing below it is needed
-                tie += 1
-                # ties of f: the deeper state first (it is nearer a win when the bound is tight)
-                heappush(heap, (ng + h, -ng, tie, child, child_tables, child_key, is_goto, -1))
-            if later is not None:
-                tie += 1
-                heappush(heap, (later, minus_g, tie, atoms, tables, key, after_goto, max(f, done_f)))
-        if best is None:
-            return self._done("none", None, [], generated)
+        if upper is not None and bound(dict(root)) >= upper:
+            return self._done("exact", upper, [], 0)
+        search = _AStar(view, rel, memo, bound, self.budget, root, root_options, upper)
+        if not search.run():
+            return self._done("budget", search.best, [], search.generated)
+        if search.best is None:
+            return self._done("none", None, [], search.generated)
         # best is optimal, so every state on its way is on an optimal way: its value is best less its depth (the
         # last one's too when the cache had only an upper bound for it: that bound is then attained)
-        path = _path(parent, best_at) if best_at != root_key else []
-        return self._done("exact", best, path, generated)
+        path = _path(search.parent, search.best_at) if search.best_at != search.root_key else []
+        return self._done("exact", search.best, path, search.generated)
 
     def _done(
         self, outcome: str, cost: int | None, path: list[Atoms], generated: int
     ) -> tuple[str, int | None, list[Atoms]]:
         self.stats["generated"] += generated
         return outcome, cost, path
+
+
+class _AStar:
+    """One search of :meth:`ALFWorldOracle._search`: its queue, the cheapest depth and parent of every state it has
+    generated, and the cheapest way known (``best``, found at ``best_at``)."""
+
+    def __init__(
+        self,
+        view: PlanView,
+        rel: Relevance,
+        memo: Remember,
+        bound: LowerBound,
+        budget: int,
+        root: Atoms,
+        root_options: list[tuple[Op, str]] | None,
+        upper: int | None,
+    ) -> None:
+        self.view, self.rel, self.memo, self.bound, self.budget = view, rel, memo, bound, budget
+        self.root_key = view.key(root)
+        self.root_options = root_options  # the live engine listed the root's moves already
+        self.best, self.best_at = upper, self.root_key
+        self.parent: dict[Atoms, Atoms | None] = {self.root_key: None}
+        self.g_of: dict[Atoms, int] = {self.root_key: 0}
+        # (f, -g, tie, atoms, tables, key, reached by a go to, the f up to which its go to moves are generated)
+        self.heap: list[tuple[int, int, int, Atoms, Tables | None, Atoms, bool, int]] = []
+        self.tie = 0
+        self.generated = 0
+        self._push(bound(dict(root)), 0, root, view.tables(root), self.root_key, False, -1)
+
+    def _push(
+        self, f: int, g: int, atoms: Atoms, tables: Tables | None, key: Atoms, after_goto: bool, done_f: int
+    ) -> None:
+        self.tie += 1
+        # ties of f: the deeper state first (it is nearer a win when the bound is tight)
+        heappush(self.heap, (f, -g, self.tie, atoms, tables, key, after_goto, done_f))
+
+    def run(self) -> bool:
+        """Searches until nothing left can beat ``best`` (True), or until the budget is spent (False)."""
+        while self.heap:
+            f, minus_g, _, atoms, tables, key, after_goto, done_f = heappop(self.heap)
+            g = -minus_g
+            if self.best is not None and f >= self.best:
+                break  # every way left costs at least f
+            if self.g_of[key] < g:
+                continue  # reached more cheaply since it was queued
+            if tables is None:
+                tables = self.view.tables(atoms)
+            if not self._expand(f, g, atoms, tables, key, after_goto, done_f):
+                return False
+        return True
+
+    def _expand(
+        self, f: int, g: int, atoms: Atoms, tables: Tables, key: Atoms, after_goto: bool, done_f: int
+    ) -> bool:
+        """Makes the moves of a popped state whose f is at most ``f`` (False: the budget ran out).
+
+        Partial expansion: a go to changes only where the agent is, so its bound is known before the move is made;
+        moves whose f exceeds this state's are made only when the search gets that far (the state is queued again
+        at the smallest such f), so most go to moves are never made."""
+        view = self.view
+        least, stops = self.bound.profile(dict(atoms)) if self.bound.kind else (0, None)
+        later: int | None = None
+        options = self.root_options if key == self.root_key else None
+        for op, _ in useful_moves(view, tables, self.rel, after_goto, options):
+            is_goto = view.schema(op) == _GOTO
+            h: int | None = None
+            if is_goto:
+                h = least if stops is None else least + (op[2]["?lend"] not in stops)
+                nf = g + 1 + h
+                if nf <= done_f:
+                    continue  # made at an earlier expansion of this state
+                if nf > f:
+                    later = nf if later is None else min(later, nf)
+                    continue
+            elif done_f >= 0:
+                continue  # made at the first expansion
+            if self.generated >= self.budget:
+                return False
+            self._offer(view.apply(atoms, tables, op), g + 1, h, key, is_goto)
+        if later is not None:
+            self._push(later, g, atoms, tables, key, after_goto, max(f, done_f))
+        return True
+
+    def _offer(self, child: Atoms, ng: int, h: int | None, parent_key: Atoms, is_goto: bool) -> None:
+        """A state generated at depth ``ng`` (``h``: its bound, when already known): kept if it is the cheapest
+        way to it that can still beat ``best``; a win or a cached value updates ``best``; else it is queued."""
+        self.generated += 1
+        view = self.view
+        child_key = view.key(child)
+        if self.g_of.get(child_key, ng + 1) <= ng:
+            return
+        if h is None:
+            h = self.bound(dict(child))
+        if self.best is not None and ng + h >= self.best:
+            return  # cannot beat the best way known
+        self.g_of[child_key] = ng
+        self.parent[child_key] = parent_key
+        child_tables = None  # made when it is expanded (most generated states never are)
+        if h == 0 and view.won(child_tables := view.tables(child)):
+            self.best, self.best_at = ng, child_key
+            return
+        known = self.memo.recall(_memo_key(child_key))
+        if known is not None and known.reachable and (self.best is None or ng + known.cost < self.best):
+            self.best, self.best_at = int(ng + known.cost), child_key
+        if known is not None and known.exact:
+            return  # its value is proved: nothing below it is needed
+        self._push(ng + h, ng, child, child_tables, child_key, is_goto, -1)
 
 
 def _path(parent: dict[Atoms, Atoms | None], last: Atoms) -> list[Atoms]:
