@@ -265,6 +265,11 @@ def test_helps_show_what_a_new_user_needs() -> None:
         and "--teacher.max-context-tokens" in out.stdout
         and "--record.compare" in out.stdout
     )
+    out = _stepgym("eval", "--help")  # the same short help, with eval's own flags
+    assert out.returncode == 0 and "--checkpoint DIR" in out.stdout and "--model NAME" in out.stdout
+    assert "--eval.limit" in out.stdout and len(out.stdout.splitlines()) < 60
+    out = _stepgym("eval", "--help-all")
+    assert out.returncode == 0 and "--eval.budgets" in out.stdout
 
 
 def test_presets_give_each_env_its_own_budgets_and_comparisons() -> None:

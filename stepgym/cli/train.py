@@ -146,28 +146,65 @@ _COMMON_FLAGS = (
 )
 
 
-def _short_help(argv: Sequence[str]) -> str:
-    """``stepgym train --help``: the presets, the common flags with the chosen preset's values, and the groups that
-    ``--help-all`` lists field by field (every field is 400+ lines of help)."""
+#: ... and those of ``stepgym eval``.
+_EVAL_COMMON_FLAGS = (
+    ("run.output_dir", "the results go to <dir>-eval/eval.json"),
+    ("run.seed", "seeds the task order, env resets and sampling"),
+    ("env.id", "the env (a StepGym id or any registered text env)"),
+    ("env.eval_splits", "the splits evaluated"),
+    ("model.name", "a Hugging Face model name or local folder (--checkpoint overrides it)"),
+    ("eval.limit", "a fixed sample of N tasks per split, stratified by type (0: all, the papers' protocol)"),
+    ("eval.max_steps", "step limit of an episode (0: the training limit)"),
+    ("eval.greedy", "greedy decoding (--eval.no-greedy samples with the rollout temperature)"),
+)
+
+#: Per command: the usage line, what it does, its extra options and its common flags.
+_SHORT_HELP = {
+    "stepgym train": (
+        "usage: stepgym train [--preset NAME] [--FIELD VALUE ...]",
+        "GRPO with step-level shapers: start from a preset, then override any config field.",
+        ("  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",),
+        _COMMON_FLAGS,
+    ),
+    "stepgym eval": (
+        "usage: stepgym eval [--preset NAME] [--checkpoint DIR] [--FIELD VALUE ...]\n"
+        "       stepgym eval --model NAME [--base-url URL] [...]",
+        "Evaluate a policy on the fixed evaluation splits (every task in the env's fixed order, greedy by default):\n"
+        "success per task type, success within interaction budgets and the valid-action ratio.",
+        (
+            "  --checkpoint DIR        a trained checkpoint folder, or a run's output dir (its latest checkpoint)",
+            "  --model NAME            a model behind an OpenAI-compatible endpoint instead (--base-url URL or",
+            "                          $OPENAI_BASE_URL); `stepgym eval --model NAME --help` lists its options",
+            "  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",
+        ),
+        _EVAL_COMMON_FLAGS,
+    ),
+}
+
+
+def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
+    """``stepgym train --help`` (or ``eval``): the presets, the common flags with the chosen preset's values, and
+    the groups that ``--help-all`` lists field by field (every field is 400+ lines of help)."""
     import dataclasses
 
     from stepgym.trainers.config import TrainConfig
     from stepgym.trainers.presets import PRESETS, get_preset
 
-    preset, _, _ = _split_preset(argv, "stepgym train")
+    usage, what_it_does, options, common = _SHORT_HELP[prog]
+    preset, _, _ = _split_preset(argv, prog)
     cfg = get_preset(preset) if preset else TrainConfig()
     width = max(map(len, PRESETS))
     lines = [
-        "usage: stepgym train [--preset NAME] [--FIELD VALUE ...]",
+        usage,
         "",
-        "GRPO with step-level shapers: start from a preset, then override any config field.",
+        what_it_does,
         "",
         "presets (--preset NAME; --list-presets prints the same list):",
         *(f"  {n.ljust(width)}  {d}" for n, (d, _) in PRESETS.items()),
         "",
         f"common flags (values of {'preset ' + preset if preset else 'the defaults'}):",
     ]
-    for path, what in _COMMON_FLAGS:
+    for path, what in common:
         group, field = path.split(".")
         value = getattr(getattr(cfg, group), field)
         flag = f"--{path.replace('_', '-')}"
@@ -180,10 +217,10 @@ def _short_help(argv: Sequence[str]) -> str:
     lines += [
         "",
         "other options:",
-        "  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",
+        *options,
         "",
         "every field, by group: " + ", ".join(groups) + ".",
-        "`stepgym train --help-all` (with --preset NAME for its values) documents each one.",
+        f"`{prog} --help-all` (with --preset NAME for its values) documents each one.",
     ]
     return "\n".join(lines)
 
@@ -197,7 +234,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     if "--help-all" in argv:
         argv = ["--help" if a == "--help-all" else a for a in argv]
     elif "-h" in argv or "--help" in argv:
-        print(_short_help(argv))
+        print(_short_help(argv, "stepgym train"))
         return 0
     cfg = parse_config(argv, "stepgym train")
     _check_output_dir(cfg)
@@ -250,6 +287,11 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     _, _, ns = _split_preset(argv, "stepgym eval")
     if ns.list_presets:
         return _list_presets()
+    if "--help-all" in argv:
+        argv = ["--help" if a == "--help-all" else a for a in argv]
+    elif "-h" in argv or "--help" in argv:
+        print(_short_help(argv, "stepgym eval"))
+        return 0
     cfg = parse_config(argv, "stepgym eval")
     from stepgym.trainers.grpo import GRPOTrainer
 

@@ -456,7 +456,7 @@ class GroupRollout:
             replies.append(row[:cut])
         return replies
 
-    # -- the rollout ---------------------------------------------------------------------------------------------
+    # -- which rows make up which group --------------------------------------------------------------------------
     def _blocks(self, prompts: list[Any], trainer: Any) -> list[tuple[int, list[int]]]:
         """This process's rows cut into (global group index, local rows) blocks.
 

@@ -45,7 +45,7 @@ class EnvConfig:
     train_split: str = "train"
     """The ``split=`` keyword for training ('' for an env without splits)."""
     eval_splits: tuple[str, ...] = ("valid",)
-    """Splits evaluated (each in full, in the env's fixed ``task_ids`` order, unless ``eval.limit`` is set)."""
+    """Splits evaluated (each in full, in the env's fixed ``task_ids`` order, unless ``eval.limit`` samples them)."""
     max_steps: int = 0
     """Step limit per episode (``max_steps=`` keyword; 0 keeps the env's default, 50 for ALFWorld)."""
     text_format: str = ""
@@ -283,7 +283,8 @@ class EvalConfig:
     every: int = 0
     """Evaluate every N iterations (0: only at the end)."""
     limit: int = 0
-    """Evaluate only the first N tasks of each split (0: the whole split, the papers' protocol)."""
+    """Evaluate a fixed sample of N tasks of each split, stratified by task type and seeded with ``run.seed``
+    (:func:`stepgym.data.sample_tasks`; 0: the whole split, the papers' protocol)."""
     max_steps: int = 0
     """Step limit for evaluation episodes (0: the training limit)."""
     budgets: tuple[int, ...] = (10, 20, 30, 40, 50)
