@@ -113,6 +113,9 @@ def main() -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     for preset in presets:
         run(out_dir, preset, world)
+    if torch.distributed.is_initialized():  # leave together (see _trl_vllm_multiproc.py)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -65,6 +65,11 @@ def main() -> None:
     except Exception as e:  # the test reads which error each process got
         result = {"error": f"{type(e).__name__}: {e}"}
     torch.save(result, out / f"rank{acc.process_index}.pt")
+    # Leave together and close the gloo group before the interpreter exits: a process tearing down its group while
+    # a peer is still inside a collective aborts that peer, and the launcher then reports a failure.
+    acc.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -651,10 +651,9 @@ def test_default_output_is_keyed_by_served_weights_and_settings(
 def test_eval_help_describes_evaluation(capsys) -> None:
     from stepgym.cli import main
 
-    with pytest.raises(SystemExit):
-        main(["eval", "--help"])
+    assert main(["eval", "--help"]) == 0  # one screen, as train's (--help-all: every field)
     text = " ".join(capsys.readouterr().out.split())
-    assert "evaluate a policy on the fixed evaluation splits" in text
+    assert "Evaluate a policy on the fixed evaluation splits" in text and "--checkpoint DIR" in text
     assert "--model NAME" in text and "GRPO with step-level shapers" not in text
     with pytest.raises(SystemExit):
         main(["eval", "--model", "x", "--help"])
