@@ -68,7 +68,17 @@ def test_a_parent_without_stepgyms_stack_fails_loudly(tmp_path: Path) -> None:
     assert "cannot import gymnasium/stepgym" in proc.stderr and str(parent) in proc.stderr
 
 
-@pytest.mark.parametrize("script", ["test_verifiers.sh", "test_verl.sh", "test_vllm_cpu.sh"])
+# Every script that builds an integration venv (found by what it sources, so a new one cannot be left out).
+_INTEGRATION_SCRIPTS = sorted(
+    p.name for p in (ROOT / "scripts").glob("test_*.sh") if "scripts/_venv.sh" in p.read_text(encoding="utf-8")
+)
+
+
+def test_the_integration_scripts_are_all_found() -> None:
+    assert {"test_openenv.sh", "test_verifiers.sh", "test_verl.sh", "test_vllm_cpu.sh"} <= set(_INTEGRATION_SCRIPTS)
+
+
+@pytest.mark.parametrize("script", _INTEGRATION_SCRIPTS)
 def test_every_integration_script_checks_its_venv(script: str) -> None:
     text = (ROOT / "scripts" / script).read_text(encoding="utf-8")
     assert "source scripts/_venv.sh" in text and "--system-site-packages" not in text
