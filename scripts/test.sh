@@ -28,4 +28,9 @@ fi
 if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_OPENENV:-0}" != 1 ]; then
   bash scripts/test_openenv.sh || rc=$?
 fi
+# ... and the NeMo Gym 0.7 resources server, in a Python 3.13 virtualenv of its own (nemo-gym requires Python 3.13;
+# stepgym serve runs with this interpreter beside it).
+if [ $# -eq 0 ] && [ "${STEPGYM_SKIP_NEMO_GYM:-0}" != 1 ]; then
+  bash scripts/test_nemo_gym.sh || rc=$?
+fi
 exit "$rc"

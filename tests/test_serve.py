@@ -267,6 +267,19 @@ def test_token_is_required_when_set_and_exposed_addresses_need_one() -> None:
         assert httpx.get(url + "/health", timeout=30).status_code == 200  # health needs no token
 
 
+def test_a_failed_http_reset_leaves_no_session(toy) -> None:
+    before = len(toy.manager.sessions)
+    for bad in ({"seed": "x"}, {"seed": -1}, {"colour": "red"}, {"options": 3}):  # more than max_sessions (4)
+        r = httpx.post(toy.url + "/reset", json=bad, timeout=30)
+        assert r.status_code in (400, 422), r.text
+    for _ in range(2):
+        assert httpx.post(toy.url + "/reset", json={"seed": "x"}, timeout=30).status_code == 422
+    assert len(toy.manager.sessions) == before  # nothing opened for a reset that failed
+    r = httpx.post(toy.url + "/reset", json={"seed": 1}, timeout=30)
+    assert r.status_code == 200  # and the server is not full of them
+    httpx.post(toy.url + "/close", json={"session_id": r.json()["metadata"]["session_id"]}, timeout=30)
+
+
 def test_http_endpoints(toy) -> None:
     u = toy.url
     assert httpx.get(u + "/health", timeout=30).json() == {"status": "healthy"}

@@ -42,29 +42,22 @@ def test_missing_openenv_names_the_extra(monkeypatch) -> None:
 
 
 if HAVE_OPENENV:
-    import gymnasium as gym
     from openenv.core import GenericEnvClient
 
     import stepgym  # noqa: F401
     from stepgym import schema
-    from stepgym.serve.protocol import ServeLimits, to_json
+    from stepgym.serve.protocol import ServeLimits
     from stepgym.serve.server import ServeConfig, ServerThread
 
-    def _local_episode(env_id: str, kwargs: dict, seed: int, max_steps: int) -> list[tuple]:
-        env = gym.make(env_id, **kwargs)
-        obs, info = env.reset(seed=seed)
-        out: list[tuple] = [(None, obs, None, False, to_json(info))]
-        for _ in range(max_steps):
-            a = info.get(schema.EXPERT_ACTION) or _fallback(env_id)
-            obs, r, term, trunc, info = env.step(a)
-            out.append((a, obs, float(r), bool(term or trunc), to_json(info)))
-            if term or trunc:
-                break
-        env.close()
-        return out
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _serve_reference import local_episode
 
-    def _fallback(env_id: str) -> str:
-        return "answer: unknown" if "SearchQA" in env_id else "look"
+    def _local_episode(env_id: str, kwargs: dict, seed: int, max_steps: int) -> list[tuple]:
+        """The in-process episode as (action, observation, reward, done, info) tuples, OpenEnv's view of a step."""
+        return [
+            (s["action"], s["observation"], s["reward"], s["terminated"] or s["truncated"], s["info"])
+            for s in local_episode(env_id, kwargs, seed, max_steps)
+        ]
 
     def _openenv_episode(url: str, seed: int, actions: list[str]) -> list[tuple]:
         with GenericEnvClient(base_url=url).sync() as client:

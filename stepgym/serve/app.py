@@ -265,6 +265,8 @@ class _Handlers:
             else:
                 s = self._http_session(sid)
             answer = await self.guarded(s, "reset", body)
+            if sid is None and answer["type"] == "error":
+                self.m.close(s)  # its id was never answered: nobody could use or close it
         else:
             s = self._http_session(sid)
             extra = set(body) - {"action", "timeout_s", "request_id"}
