@@ -487,6 +487,18 @@ if HAVE_NEMO_GYM:
                 assert info[EPISODE_KEY] == local[: k + 1]
             assert c.post("/close", json={}).status_code == 200
 
+    def test_more_than_one_worker_is_refused_at_start() -> None:
+        from unittest.mock import MagicMock
+
+        from nemo_gym.server_utils import ServerClient
+
+        from stepgym.integrations.nemo_gym import StepGymResourcesServer, StepGymResourcesServerConfig
+
+        cfg = StepGymResourcesServerConfig(host="", port=0, entrypoint="", name="stepgym_env", num_workers=4)
+        server = StepGymResourcesServer(config=cfg, server_client=MagicMock(spec=ServerClient))
+        with pytest.raises(ValueError, match=r"num_workers=4.*one worker"):
+            server.setup_webserver()
+
     def _blank_response(text: str | None = None) -> dict[str, Any]:
         output = []
         if text is not None:

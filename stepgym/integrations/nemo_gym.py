@@ -22,7 +22,8 @@ What crosses over:
   ends the rollout (the env's end, or the agent's ``max_steps``), the rollout's info holds the whole episode;
   nothing is summed away. (The records grow with the episode; the env's step limit bounds them.)
 
-Errors keep their cause: an unreachable ``stepgym serve`` is a 503 naming its URL; an error ``stepgym serve``
+One process (``num_workers`` 1; more is refused at start): each episode's records live in it. The envs' work is
+spread by ``stepgym serve --workers``. Errors keep their cause: an unreachable ``stepgym serve`` is a 503 naming its URL; an error ``stepgym serve``
 answers (a bad seed, a full server, an expired session) keeps its status and its ``{"message", "code"}``; a step
 before a reset is a 409. ``/close`` (advertised through ``supports_explicit_close``) ends the stepgym session early;
 a finished episode closes it by itself, and a session nobody closes is reaped by ``stepgym serve``'s idle timeout.
@@ -88,6 +89,12 @@ class StepGymResourcesServer(GymnasiumServer):
     _episodes: dict[str, _Episode] = PrivateAttr(default_factory=dict)
 
     def setup_webserver(self):
+        # with several workers a step could reach one that never saw its episode's reset
+        if (self.config.num_workers or 1) > 1:
+            raise ValueError(
+                f"{self.config.name}: num_workers={self.config.num_workers}, but a StepGymResourcesServer keeps each "
+                "episode's records in its process: run it with one worker (stepgym serve --workers spreads the envs)"
+            )
         app = super().setup_webserver()
         app.post("/close")(self._close_endpoint)
         return app
