@@ -23,6 +23,9 @@ Each trainer has its own module, imported only when asked for, behind its own ex
   OpenRLHF 0.11's ``--train.agent_func_path`` (step annotations in ``extra_logs``);
   :mod:`stepgym.integrations.openrlhf_train` runs OpenRLHF's trainer with stepgym's advantages.
 
+* :mod:`stepgym.integrations.nemo_gym` (``pip install 'stepgym[nemo-gym]'``, Python >= 3.13.14): a NeMo Gym 0.7
+  resources server whose episodes are ``stepgym serve`` sessions (every step's info holds the episode so far).
+
 Trainer-neutral pieces live here and import no trainer:
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
