@@ -464,14 +464,24 @@ if HAVE_NEMO_GYM:
 
     def test_a_dead_stepgym_serve_is_a_503_naming_it_and_a_restarted_one_serves_again(toy: _Stack) -> None:
         body = {"responses_create_params": {"input": []}, "seed": 1}
-        _stop(toy.procs["serve"])
-        with httpx.Client(base_url=toy.url("env"), timeout=120) as c:
+        url = toy.serve_url
+
+        def restart() -> None:
+            _stop(toy.procs["serve"])
+            toy.start_serve(port=int(url.rsplit(":", 1)[1]))  # back on the same address, its sessions gone
+            assert toy.serve_url == url
+
+        with httpx.Client(base_url=toy.url("env"), timeout=120) as c:  # one NeMo Gym session throughout
+            assert c.post("/reset", json=body).status_code == 200
+            restart()
+            assert c.post("/reset", json=body).status_code == 200  # the lost stepgym session is replaced
+            _stop(toy.procs["serve"])
             r = c.post("/reset", json=body)
-        assert r.status_code == 503 and toy.serve_url in r.text and "unreachable" in r.text
-        assert toy.procs["env"].poll() is None  # the resources server keeps serving
-        old = toy.serve_url
-        toy.start_serve(port=int(old.rsplit(":", 1)[1]))  # back on the same address
-        assert toy.serve_url == old
+            assert r.status_code == 503 and url in r.text and "unreachable" in r.text
+            assert toy.procs["env"].poll() is None  # the resources server keeps serving
+            restart()
+            assert c.post("/reset", json=body).status_code == 200
+            assert c.post("/close", json={}).status_code == 200
         local = _reference(toy.name, 3120)
         assert toy.run(3120, [s["action"] for s in local[1:]])["info"][EPISODE_KEY] == local
 

@@ -53,7 +53,7 @@ from resources_servers.gymnasium import GymnasiumServer, extract_text  # noqa: E
 
 __all__ = ["EPISODE_KEY", "RESET_FIELDS", "StepGymResourcesServer", "StepGymResourcesServerConfig"]
 
-#: The key of the last step's info that holds the whole episode (NeMo Gym's agent keeps only the last info).
+#: The key of every step's info that holds the episode so far (NeMo Gym's agent keeps only the last step's info).
 EPISODE_KEY = "stepgym_steps"
 #: The dataset row fields that are reset arguments; every other field of a row is ignored.
 RESET_FIELDS = ("seed", "task_id", "options")
@@ -102,14 +102,18 @@ class StepGymResourcesServer(GymnasiumServer):
     # -- the Gymnasium interface NeMo Gym's agent drives -------------------------------------------------------
     async def reset(self, metadata: dict, session_id: str | None = None) -> tuple[str | None, dict]:
         self._forget_idle()
-        body = {k: metadata[k] for k in RESET_FIELDS if k in metadata}
-        old = self._episodes.pop(_key(session_id), None)
-        if old is not None:  # a second reset in one NeMo Gym session resets the same stepgym session
-            body["session_id"] = old.sid
-        answer = await self._call("/reset", body)
+        key, body = _key(session_id), {k: metadata[k] for k in RESET_FIELDS if k in metadata}
+        old, answer = self._episodes.get(key), None
+        if old is not None:  # a second reset in one NeMo Gym session resets the same stepgym session ...
+            try:
+                answer = await self._call("/reset", {**body, "session_id": old.sid})
+            except HTTPException as e:
+                if e.status_code != 404:  # (a refused reset leaves the episode as it was)
+                    raise
+        if answer is None:  # ... unless there is none, or stepgym serve no longer has it: a new one
+            answer = await self._call("/reset", body)
         obs = answer["observation"]
-        ep = _Episode(obs["session_id"], [_record(None, answer)])
-        self._episodes[_key(session_id)] = ep
+        self._episodes[key] = _Episode(obs["session_id"], [_record(None, answer)])
         return obs["text"], {**obs["info"], "supports_explicit_close": True}
 
     async def step(
