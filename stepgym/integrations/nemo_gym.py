@@ -28,9 +28,9 @@ answers (a bad seed, a full server, an expired session) keeps its status and its
 before a reset is a 409. ``/close`` (advertised through ``supports_explicit_close``) ends the stepgym session early;
 a finished episode closes it by itself, and a session nobody closes is reaped by ``stepgym serve``'s idle timeout.
 
-Run it the way NeMo Gym runs any resources server: a config entry whose ``entrypoint`` is this module's file
-(``docs/serve.md`` has the YAML), or ``python -m stepgym.integrations.nemo_gym`` with the launcher's
-``NEMO_GYM_CONFIG_DICT`` / ``NEMO_GYM_CONFIG_PATH`` in the environment.
+Run it the way NeMo Gym runs any resources server: a config entry and a ``resources_servers/stepgym/app.py`` that
+calls ``StepGymResourcesServer.run_webserver()`` (``docs/serve.md`` has both), or ``python -m
+stepgym.integrations.nemo_gym`` with the launcher's ``NEMO_GYM_CONFIG_DICT`` / ``NEMO_GYM_CONFIG_PATH`` set.
 """
 
 from __future__ import annotations
