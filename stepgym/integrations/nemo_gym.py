@@ -22,11 +22,14 @@ What crosses over:
   ends the rollout (the env's end, or the agent's ``max_steps``), the rollout's info holds the whole episode;
   nothing is summed away. (The records grow with the episode; the env's step limit bounds them.)
 
-One process (``num_workers`` 1; more is refused at start): each episode's records live in it. The envs' work is
-spread by ``stepgym serve --workers``. Errors keep their cause: an unreachable ``stepgym serve`` is a 503 naming its URL; an error ``stepgym serve``
-answers (a bad seed, a full server, an expired session) keeps its status and its ``{"message", "code"}``; a step
-before a reset is a 409. ``/close`` (advertised through ``supports_explicit_close``) ends the stepgym session early;
-a finished episode closes it by itself, and a session nobody closes is reaped by ``stepgym serve``'s idle timeout.
+One process (``num_workers`` 1; more is refused at start): each episode's records live in it; the envs' work is
+spread by ``stepgym serve --workers``. Errors keep their cause: an unreachable ``stepgym serve`` is a 503 naming its
+URL; an error ``stepgym serve`` answers (a bad seed, a full server, an expired session) keeps its status and its
+``{"message", "code"}``; a step before a reset is a 409; a reset whose ``stepgym serve`` session is gone (the server
+restarted, or reaped it) opens a new one. ``/close`` (advertised through ``supports_explicit_close``) ends the
+stepgym session early; a finished episode closes it by itself, and a session nobody closes is reaped by
+``stepgym serve``'s idle timeout. A step whose answer was lost with a dropped connection is never sent twice: the
+session's ``/state`` tells whether it was applied.
 
 Run it the way NeMo Gym runs any resources server: a config entry and a ``resources_servers/stepgym/app.py`` that
 calls ``StepGymResourcesServer.run_webserver()`` (``docs/serve.md`` has both), or ``python -m
