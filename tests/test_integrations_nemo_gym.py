@@ -33,12 +33,10 @@ import pytest
 
 from stepgym.errors import DependencyNotInstalled
 
-IN_VENV = os.environ.get("STEPGYM_NEMO_GYM_TESTS") == "1"
-HAVE_NEMO_GYM = importlib.util.find_spec("nemo_gym") is not None
-if IN_VENV and not HAVE_NEMO_GYM:  # the dedicated run must not pass by running nothing
-    raise RuntimeError(
-        "STEPGYM_NEMO_GYM_TESTS=1 but nemo-gym is not installed (run scripts/test_nemo_gym.sh)"
-    )
+sys.path.insert(0, str(Path(__file__).parent))
+from _integration_venv import installed_or_fail
+
+HAVE_NEMO_GYM = installed_or_fail("nemo_gym", "STEPGYM_NEMO_GYM_TESTS", "scripts/test_nemo_gym.sh")
 
 
 def test_missing_nemo_gym_names_the_extra(monkeypatch) -> None:

@@ -30,12 +30,10 @@ import pytest
 from stepgym import schema
 from stepgym.errors import DependencyNotInstalled
 
-IN_VENV = os.environ.get("STEPGYM_VERIFIERS_TESTS") == "1"
-HAVE_VERIFIERS = importlib.util.find_spec("verifiers") is not None
-if IN_VENV and not HAVE_VERIFIERS:  # the dedicated run must not pass by running nothing
-    raise RuntimeError(
-        "STEPGYM_VERIFIERS_TESTS=1 but verifiers is not installed (run scripts/test_verifiers.sh)"
-    )
+sys.path.insert(0, str(Path(__file__).parent))
+from _integration_venv import installed_or_fail
+
+HAVE_VERIFIERS = installed_or_fail("verifiers", "STEPGYM_VERIFIERS_TESTS", "scripts/test_verifiers.sh")
 
 
 def test_missing_verifiers_names_the_extra(monkeypatch) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,10 @@ import pytest
 
 from stepgym.errors import DependencyNotInstalled
 
-IN_VENV = os.environ.get("STEPGYM_OPENENV_TESTS") == "1"
-HAVE_OPENENV = importlib.util.find_spec("openenv") is not None
-if IN_VENV and not HAVE_OPENENV:  # the dedicated run must not pass by running nothing
-    raise RuntimeError("STEPGYM_OPENENV_TESTS=1 but openenv is not installed (run scripts/test_openenv.sh)")
+sys.path.insert(0, str(Path(__file__).parent))
+from _integration_venv import installed_or_fail
+
+HAVE_OPENENV = installed_or_fail("openenv", "STEPGYM_OPENENV_TESTS", "scripts/test_openenv.sh")
 
 
 def test_missing_openenv_names_the_extra(monkeypatch) -> None:
