@@ -55,8 +55,13 @@ def arg_stats() -> str:
         "| graph seeded from (valid_seen, 140 games) | agent | steps | Rea | PA | unreasonable steps in successful episodes |",
         "|---|---|---|---|---|---|",
     ]
-    for source, label in (("walkthroughs", "stored walkthroughs"), ("walkthroughs+expert", "walkthroughs + expert successes")):
-        rows = _all_rows(_stepgym("arg", "stats", "--split", "valid_seen", "--source", source, "--no-progress"))
+    for source, label in (
+        ("walkthroughs", "stored walkthroughs"),
+        ("walkthroughs+expert", "walkthroughs + expert successes"),
+    ):
+        rows = _all_rows(
+            _stepgym("arg", "stats", "--split", "valid_seen", "--source", source, "--no-progress")
+        )
         for agent, name in agents.items():
             steps, rea, pa, bad = rows[agent]
             lines.append(f"| {label} | {name} | {int(steps):,} | {rea} | {pa} | {bad} |")
@@ -87,7 +92,9 @@ FIGURES = {f.name: f for f in (Figure("arg-stats", arg_stats), Figure("credit-fi
 
 
 def _region(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- figure:{re.escape(name)} -->\n)(.*?)(\n<!-- /figure:{re.escape(name)} -->)", re.S)
+    return re.compile(
+        rf"(<!-- figure:{re.escape(name)} -->\n)(.*?)(\n<!-- /figure:{re.escape(name)} -->)", re.S
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         fresh = FIGURES[name].build()
         if match.group(2) != fresh:
             stale.append(name)
-            diff = difflib.unified_diff(match.group(2).splitlines(), fresh.splitlines(), "README", "fresh", lineterm="")
+            diff = difflib.unified_diff(
+                match.group(2).splitlines(), fresh.splitlines(), "README", "fresh", lineterm=""
+            )
             print(f"figure {name} is stale:\n" + "\n".join(diff))
             text = text[: match.start(2)] + fresh + text[match.end(2) :]
     if args.write:

@@ -588,7 +588,9 @@ class AgenticReferenceGraph:
         """Replay each task's stored walkthrough (``env.unwrapped.walkthrough``, ALFWorld) and add the wins."""
         return self.seed_from_agent(env, _Walkthrough(env), task_ids, seed=seed)
 
-    def seed_from_expert(self, env: gym.Env, task_ids: Iterable[str] | None = None, *, seed: int | None = None) -> int:
+    def seed_from_expert(
+        self, env: gym.Env, task_ids: Iterable[str] | None = None, *, seed: int | None = None
+    ) -> int:
         """Play the env's ``stepgym/expert_action`` until it has none, per task, and add the wins."""
         return self.seed_from_agent(env, _Expert(), task_ids, seed=seed)
 

@@ -754,4 +754,6 @@ def test_summary_leaves_unknown_effective_flags_out_of_the_ratio() -> None:
     episode = next(r for r in records if r["kind"] == "episode")
     episode = {**episode, "steps": [r for r in records if r["kind"] == "step"]}  # as read_recording gives it
     summary = summarise_records([episode], budgets=[4])
-    assert summary["effective_ratio"] == 0.5  # one of the two known steps; unknown ones are not "not effective"
+    assert (
+        summary["effective_ratio"] == 0.5
+    )  # one of the two known steps; unknown ones are not "not effective"

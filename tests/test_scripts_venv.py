@@ -70,12 +70,16 @@ def test_a_parent_without_stepgyms_stack_fails_loudly(tmp_path: Path) -> None:
 
 # Every script that builds an integration venv (found by what it sources, so a new one cannot be left out).
 _INTEGRATION_SCRIPTS = sorted(
-    p.name for p in (ROOT / "scripts").glob("test_*.sh") if "scripts/_venv.sh" in p.read_text(encoding="utf-8")
+    p.name
+    for p in (ROOT / "scripts").glob("test_*.sh")
+    if "scripts/_venv.sh" in p.read_text(encoding="utf-8")
 )
 
 
 def test_the_integration_scripts_are_all_found() -> None:
-    assert {"test_openenv.sh", "test_verifiers.sh", "test_verl.sh", "test_vllm_cpu.sh"} <= set(_INTEGRATION_SCRIPTS)
+    assert {"test_openenv.sh", "test_verifiers.sh", "test_verl.sh", "test_vllm_cpu.sh"} <= set(
+        _INTEGRATION_SCRIPTS
+    )
 
 
 @pytest.mark.parametrize("script", _INTEGRATION_SCRIPTS)

@@ -59,7 +59,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "WebShop: build search indexes, compare backends, serve the site",
     ),
     "view": ("stepgym.cli.view:main", "browse recorded episodes and their advantages in the browser"),
-    "serve": ("stepgym.cli.serve:main", "serve an env over the network (OpenEnv protocol; per-step annotations)"),
+    "serve": (
+        "stepgym.cli.serve:main",
+        "serve an env over the network (OpenEnv protocol; per-step annotations)",
+    ),
 }
 
 

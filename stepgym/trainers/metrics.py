@@ -108,7 +108,9 @@ def timing_metrics(t: dict[str, float], full: Any, *, epochs: int, teacher_s: fl
         "time/iteration_s": wall,
         "time/rollout_s": t["rollout"] - t["start"],
         "time/generate_s": float(full.stats.get("gen_seconds", 0.0)),  # the rollout's model part ...
-        "time/env_s": float(full.stats.get("env_seconds", 0.0)),  # ... and its env part (they overlap when piped)
+        "time/env_s": float(
+            full.stats.get("env_seconds", 0.0)
+        ),  # ... and its env part (they overlap when piped)
         "time/old_logp_s": t["old_logp"] - t["rollout"],
         "time/shape_s": t["shape"],
         "time/update_s": t["update"],
