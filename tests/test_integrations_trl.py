@@ -591,6 +591,9 @@ def test_group_rollout_plays_a_straddling_group_as_one(scripted) -> None:
     rollout = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24)
     with pytest.raises(StepRecordError, match=r"groups of 4.*lose rows"):  # 2 x 3 rows: no whole groups
         rollout(prompts[:3], _fake_trainer(tok, processes=2))
+    mixed = prompts[2:6] + prompts[6:10]  # groups of 4 rows whose rows are not one task each
+    with pytest.raises(StepRecordError, match=r"group 0 mixes tasks"):
+        rollout(mixed, _fake_trainer(tok, processes=1))
 
 
 def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> None:

@@ -482,7 +482,7 @@ class GroupRollout:
         for k, rows in blocks:
             block = {tasks[i] for i in rows}
             if len(block) != 1:
-                raise ValueError(
+                raise StepRecordError(
                     f"group {k} mixes tasks {sorted(block)}: TRL must hand each prompt {g} times in a row "
                     "(its RepeatSampler does; keep shuffle/sampler settings that preserve it)"
                 )
