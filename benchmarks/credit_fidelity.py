@@ -5,7 +5,7 @@ with :class:`~stepgym.wrappers.ValueWrapper` on every copy, driven by the refere
 :mod:`stepgym.agents` (the noisy expert at several error rates, the random agent) and, with ``--model``, by a model
 behind an OpenAI-compatible endpoint (:class:`stepgym.llm_eval.LLMAgent` on the trainer's text interface). A group
 is one (task, agent) pair, as a GRPO trainer samples a group from one policy. Every group's steps then get each
-shaper's advantages from :func:`stepgym.trainers.shapers.shape_advantages` with the presets' ``ShapeConfig`` (one
+shaper's advantages from :func:`stepgym.shapers.shape_advantages` with the presets' ``ShapeConfig`` (one
 "token" per step, as ``benchmarks/credit_study.py`` does): GRPO, GiGPO (anchored on ``STATE_KEY``), ProAS (labels
 from an ``AgenticReferenceGraph`` seeded with the env's expert per task), AHEAD (oracle hints of
 ``OracleAnalyzer`` on failed rollouts) and StepOPSD (peer hindsight: ``stepgym.hindsight.first_correct_peers``).
@@ -57,7 +57,7 @@ from stepgym.group import GroupEnv  # noqa: E402
 from stepgym.hindsight import NO_PEER, first_correct_peers  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
 from stepgym.trainers.presets import PRESETS, get_preset  # noqa: E402
-from stepgym.trainers.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import OracleAnalyzer, same_action  # noqa: E402
 

@@ -62,7 +62,7 @@ from stepgym import schema  # noqa: E402
 from stepgym.envs.credit_family import DECISIVE  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
 from stepgym.trainers.presets import get_preset  # noqa: E402
-from stepgym.trainers.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.wrappers.hints import same_action  # noqa: E402
 
 ENV_ID = "StepGym/CreditFamily-v0"

@@ -58,7 +58,7 @@ def _config(out: Path, args: argparse.Namespace, *, model: str, iterations: int,
         TrainConfig,
         WarmupConfig,
     )
-    from stepgym.trainers.shapers import ShapeConfig
+    from stepgym.shapers import ShapeConfig
 
     return TrainConfig(
         run=RunConfig(

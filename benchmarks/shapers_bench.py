@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers import shapers as S
+from stepgym import shapers as S
 
 TASKS, ROLLOUTS, STEPS, TOKENS = 16, 8, 50, 512
 

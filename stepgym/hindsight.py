@@ -11,7 +11,7 @@ responses) or to recorded trajectories (:func:`peer_hindsight`, which :class:`~s
 
 "First" is resolved to rollout order (the reference code takes batch order after ``_balance_batch``; spec
 §8.23). This module sits at the bottom of the import graph (NumPy and the schema only), so the env side
-(``stepgym.group``) and the shapers (``stepgym.trainers.shapers``) share it.
+(``stepgym.group``) and the shapers (``stepgym.shapers``) share it.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def test_bootstrap_interval_of_paired_differences():
 def test_stepopsd_step_norm_leaves_one_token_steps_at_grpo_credit():
     # Why the study also runs stepopsd-nonorm: with one token per step, equal_step_mean_abs gives every step of a
     # trajectory the same magnitude, which undoes the teacher reweighting between steps.
-    from stepgym.trainers.shapers import StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import StepBatch, TokenLayout, shape_advantages
 
     n = 6
     layout = TokenLayout.from_step_rows(np.ones((n, 1)))

@@ -99,7 +99,7 @@ def test_hindsight_block_text() -> None:
 def test_block_and_peer_choice_are_the_shapers_own() -> None:
     """GroupEnv and the shapers use one §5.6 rule and one block text (stepgym.hindsight), not two copies."""
     from stepgym import hindsight
-    from stepgym.trainers.shapers import stepopsd_text
+    from stepgym.shapers import stepopsd_text
 
     for name in ("first_correct_peers", "hindsight_block", "hindsight_blocks"):
         assert getattr(stepopsd_text, name) is getattr(hindsight, name)

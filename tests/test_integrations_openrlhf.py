@@ -294,7 +294,7 @@ def _maker(orl_train, use_kl_loss=True):
 
 
 def _orl_expected(orl_episodes, width, preset):
-    from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 
     g, tr, rw, va, an, rea, prog, spans = [], [], [], [], [], [], [], []
     for i, (task, resp, agent) in enumerate(orl_episodes):

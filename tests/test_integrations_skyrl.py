@@ -142,7 +142,7 @@ def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
     import numpy as np
 
     from stepgym.integrations.skyrl import StepAdvantageMixin
-    from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 
     masks, metrics, uids = _skyrl_rollouts()
 

@@ -36,7 +36,7 @@ from stepgym.integrations.trl import (  # noqa: E402
     episode_return,
     use_tool_chat_template,
 )
-from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.wrappers.text import parse_action  # noqa: E402
 
 TOOL = {"tool_description": "Act in the room.", "action_description": "One admissible action."}

@@ -47,7 +47,7 @@ from stepgym.integrations.verl import (  # noqa: E402
 )
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
 from stepgym.trainers.models import train_tokenizer  # noqa: E402
-from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 
 TOY = "StepGym/CreditToy-v0"

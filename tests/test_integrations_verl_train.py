@@ -34,7 +34,7 @@ from stepgym.integrations.verl import teacher as vt  # noqa: E402
 from stepgym.integrations.verl import train as vtrain  # noqa: E402
 from stepgym.integrations.verl import verl_rows  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
-from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.trainers.teacher import Scorer, TeacherStats  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 

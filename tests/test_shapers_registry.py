@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from stepgym.errors import StepGymError
-from stepgym.trainers.shapers import available, load_shaper_modules
+from stepgym.shapers import available, load_shaper_modules
 
 USER_MODULE = textwrap.dedent(
     '''
     """A user's shaper: RLOO's leave-one-out baseline (s - mean of the *other* rows of the group)."""
     import numpy as np
 
-    from stepgym.trainers.shapers import BaseAdvantage, register
+    from stepgym.shapers import BaseAdvantage, register
 
     CALLS = []
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepgym.trainers import shapers as S
+from stepgym import shapers as S
 
 
 def test_one_row_per_trajectory_segments() -> None:

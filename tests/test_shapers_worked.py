@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from stepgym.trainers import shapers as S
+from stepgym import shapers as S
 
 EPS = 1e-6
 TOL = 1e-9

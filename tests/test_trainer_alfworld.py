@@ -24,7 +24,7 @@ from stepgym.trainers.config import (
     WarmupConfig,
 )
 from stepgym.trainers.grpo import GRPOTrainer
-from stepgym.trainers.shapers import ShapeConfig
+from stepgym.shapers import ShapeConfig
 
 
 def alfworld_config(out: Path, preset: str, data_dir: Path) -> TrainConfig:

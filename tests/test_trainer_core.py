@@ -27,7 +27,7 @@ from stepgym.trainers.config import (  # noqa: E402
 )
 from stepgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from stepgym.trainers.samples import pack, response_logprobs  # noqa: E402
-from stepgym.trainers.shapers import ShapeConfig, TokenLayout, broadcast_to_tokens  # noqa: E402
+from stepgym.shapers import ShapeConfig, TokenLayout, broadcast_to_tokens  # noqa: E402
 
 
 def tiny_config(out: Path, shaper: ShapeConfig | None = None, **over) -> TrainConfig:

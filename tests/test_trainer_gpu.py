@@ -21,7 +21,7 @@ from stepgym.trainers.config import (  # noqa: E402
 )
 from stepgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from stepgym.trainers.samples import pack, response_logprobs  # noqa: E402
-from stepgym.trainers.shapers import ShapeConfig  # noqa: E402
+from stepgym.shapers import ShapeConfig  # noqa: E402
 
 
 def _cfg(out: Path, precision: str, backend: str = "hf") -> TrainConfig:

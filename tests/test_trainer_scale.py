@@ -28,7 +28,7 @@ from stepgym.trainers.config import (  # noqa: E402
 )
 from stepgym.trainers.distributed import group_shard  # noqa: E402
 from stepgym.trainers.grpo import GRPOTrainer  # noqa: E402
-from stepgym.trainers.shapers import ShapeConfig  # noqa: E402
+from stepgym.shapers import ShapeConfig  # noqa: E402
 
 
 def tiny_config(out: Path, **rollout) -> TrainConfig:

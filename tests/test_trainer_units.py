@@ -131,7 +131,7 @@ def tokenizer():
 
 
 def test_action_span_maps_to_the_real_tokens(tokenizer) -> None:
-    from stepgym.trainers.shapers import structural_target_span
+    from stepgym.shapers import structural_target_span
     from stepgym.trainers.teacher import prefix_token_counter
 
     text = "<think>the key is here</think>\n<action>take key</action>"

@@ -41,7 +41,7 @@ def test_trainer_records_the_advantages_it_trained_with(tmp_path: Path) -> None:
     from test_trainer_core import scripted, tiny_config
 
     from stepgym.trainers.grpo import GRPOTrainer
-    from stepgym.trainers.shapers import ShapeConfig
+    from stepgym.shapers import ShapeConfig
 
     cfg = scripted(tiny_config(tmp_path / "run", ShapeConfig.from_preset("proas-grpo")), "noisy-expert:0.3")
     tr = GRPOTrainer(cfg)

@@ -32,7 +32,7 @@ def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str]
     pre.add_argument("--shaper-module", action="append", default=[])
     ns, rest = pre.parse_known_args(list(argv))
     if ns.shaper_module:
-        from stepgym.trainers.shapers.registry import load_shaper_modules
+        from stepgym.shapers.registry import load_shaper_modules
 
         load_shaper_modules(ns.shaper_module)
     return ns.preset, rest, ns

@@ -5,7 +5,7 @@ sample; its policy loss then reads ``experience.advantages`` (B, A) as they are.
 overrides that method: the stepgym agent (:func:`stepgym.integrations.openrlhf.agent_classes`) returns its step
 records in the sample's label (JSON, ``{"label": ..., "stepgym_steps": [...]}``, the one text field OpenRLHF
 carries from the agent to the experience), each reply is one run of ``action_mask``, the group is the prompt
-(``n_samples_per_prompt`` consecutive samples), and :func:`~stepgym.trainers.shapers.shape_advantages`' per-token
+(``n_samples_per_prompt`` consecutive samples), and :func:`~stepgym.shapers.shape_advantages`' per-token
 advantages become ``experience.advantages`` and ``returns``.
 
 ``python -m stepgym.integrations.openrlhf_train --stepgym.preset gigpo-alfworld [OpenRLHF's train_ppo_ray flags]``
@@ -32,7 +32,7 @@ import numpy as np
 from stepgym import _deps
 from stepgym.errors import StepRecordError
 from stepgym.integrations.annotations import credit_fields
-from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 
 torch = _deps.require("torch", "openrlhf")
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF trainer integration")

@@ -10,7 +10,7 @@ record on the last step). :func:`register` registers a stepgym env id under a Sk
 
 Step-level credit: :class:`StepAdvantageMixin`, mixed in before SkyRL's trainer class (``RayPPOTrainer`` of
 ``skyrl.train.trainer``, SkyRL 0.4), replaces its ``compute_advantages_and_returns`` with stepgym's
-:func:`~stepgym.trainers.shapers.shape_advantages`. SkyRL's registered advantage estimators receive only the token
+:func:`~stepgym.shapers.shape_advantages`. SkyRL's registered advantage estimators receive only the token
 rewards, the response mask and the group uids, so GiGPO's state keys and ProAS's labels cannot reach one; they
 reach the trainer instead: :meth:`StepGymTextEnv.get_metrics` returns the episode's step records
 (``stepgym_steps``; SkyRL's metric aggregation drops non-numbers), SkyRL's generator hands them over per row in
@@ -204,7 +204,7 @@ def step_advantages(
     """stepgym's (B, L) advantages for SkyRL's layout: row b's model turns are the runs of 1s in ``loss_mask[b]``
     (SkyRL masks the env's turns out), matched in order with ``steps[b]`` (the env's step records); groups are the
     ``uids``, each of which must hold ``group_size`` rows."""
-    from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 
     cfg = ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
     if cfg.token_reweight is not None:

@@ -13,7 +13,7 @@
   (:mod:`stepgym.integrations.annotations`) with each step's token span, which reach TRL's reward functions as the
   ``stepgym_steps`` / ``stepgym_episode`` keyword arguments.
 * :class:`StepGRPOTrainer` — a ``GRPOTrainer`` whose advantages are per token: the rollout's steps go through
-  :func:`stepgym.trainers.shapers.shape_advantages` (GRPO, Dr.GRPO, GiGPO, ProAS; AHEAD and StepOPSD with the
+  :func:`stepgym.shapers.shape_advantages` (GRPO, Dr.GRPO, GiGPO, ProAS; AHEAD and StepOPSD with the
   teacher rescoring of :class:`TeacherGaps`) instead of TRL's one advantage per sequence. It needs :class:`GroupRollout`, which knows which
   tokens belong to which env step; TRL's own tool loop (``environment_factory``) keeps no such record.
 """
@@ -33,7 +33,7 @@ from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupEnv, WrapperFn
 from stepgym.integrations.annotations import credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_id_of_prompt
-from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper
 
@@ -711,7 +711,7 @@ class TeacherGaps:
         return out
 
     def _ahead(self, tok, rows, trajs, steps, student, scorer, model, budget, stats, width) -> dict[str, Any]:
-        from stepgym.trainers.shapers import scatter_span_deltas
+        from stepgym.shapers import scatter_span_deltas
         from stepgym.trainers.teacher import _fit_privileged
         from stepgym.wrappers.hints import ahead_privileged_text, analyze_many
 
@@ -763,8 +763,8 @@ class TeacherGaps:
     def _opsd(
         self, trainer, tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width
     ) -> dict[str, Any]:
-        from stepgym.trainers.shapers import scatter_span_deltas
-        from stepgym.trainers.shapers.stepopsd_text import structural_target_span
+        from stepgym.shapers import scatter_span_deltas
+        from stepgym.shapers.stepopsd_text import structural_target_span
         from stepgym.trainers.teacher import _fit_privileged, prefix_token_counter
 
         blocks = self._hindsight_blocks(trainer, trajs, groups)
@@ -827,9 +827,9 @@ class StepGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with stepgym's per-token advantages instead of TRL's one advantage per sequence.
 
     Use it with ``rollout_func=GroupRollout(...)``. After TRL has generated and scored a batch, the steps the
-    rollout recorded become a :class:`~stepgym.trainers.shapers.StepBatch` (:func:`step_batch_from_rollouts`) and
-    :func:`~stepgym.trainers.shapers.shape_advantages` computes the (B, L) token advantages with ``shape_config``
-    (a :class:`~stepgym.trainers.shapers.ShapeConfig` or a preset name such as ``"gigpo-alfworld"`` or
+    rollout recorded become a :class:`~stepgym.shapers.StepBatch` (:func:`step_batch_from_rollouts`) and
+    :func:`~stepgym.shapers.shape_advantages` computes the (B, L) token advantages with ``shape_config``
+    (a :class:`~stepgym.shapers.ShapeConfig` or a preset name such as ``"gigpo-alfworld"`` or
     ``"proas-gigpo"``); they replace ``inputs["advantages"]`` and TRL's loss, which accepts (B, L) advantages,
     optimises them. ``update_index`` is the number of completed optimizer steps.
 
@@ -838,7 +838,7 @@ class StepGRPOTrainer(GRPOTrainer):
     log-prob gaps: by default :class:`TeacherGaps` scores them as the bundled trainer does; any other
     ``token_gaps(trainer, inputs, outputs, batch) -> {"delta": (B, L), "delta_mask": ..., "target": TokenLayout}``
     (arrays over the completion tokens) replaces it. ``last_batch`` / ``last_shaped`` keep the last batch's
-    :class:`~stepgym.trainers.shapers.StepBatch` and result (of the global batch).
+    :class:`~stepgym.shapers.StepBatch` and result (of the global batch).
 
     Under ``accelerate launch --num_processes N`` every process gathers all processes' step records (and teacher
     gaps), shapes the global batch once, the same way on every process, and keeps its own rows, so the advantages

@@ -1,10 +1,10 @@
 """The bundled trainer's recording hook: each iteration's batch, with the advantages of every compared shaper.
 
 The trainer calls :meth:`TrainerRecorder.record` once per iteration with what it already has (the rollouts, the
-shapers' :class:`~stepgym.trainers.shapers.StepBatch`, the shaped result and the ARG labels); everything else is
+shapers' :class:`~stepgym.shapers.StepBatch`, the shaped result and the ARG labels); everything else is
 here, so recording never changes training: it reads the batch, draws its group sample from its *own* generator
 (seeded by ``run.seed``), and the comparison shapers run on the same ``StepBatch`` through
-:func:`~stepgym.trainers.shapers.shape_advantages` (no advantage maths of its own).
+:func:`~stepgym.shapers.shape_advantages` (no advantage maths of its own).
 
 Per recorded step: the model's text as tokens (one string per generated token, decoded one by one so the viewer
 can colour each), the configured shaper's per-step value (``ShapedAdvantages.step_advantages``, before token
@@ -34,7 +34,7 @@ class TrainerRecorder:
     """Writes ``<output_dir>/episodes.jsonl.gz`` for a :class:`~stepgym.trainers.grpo.GRPOTrainer`."""
 
     def __init__(self, trainer: Any, config: RecordConfig) -> None:
-        from stepgym.trainers.shapers import ShapeConfig
+        from stepgym.shapers import ShapeConfig
 
         self.cfg = config
         self.tokenizer = trainer.tokenizer
@@ -65,7 +65,7 @@ class TrainerRecorder:
         return cls(trainer, cfg) if cfg.enabled else None
 
     def _comparisons(self, batch: Any, update_index: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        from stepgym.trainers.shapers import shape_advantages
+        from stepgym.shapers import shape_advantages
 
         out, notes = {}, []
         for name, sc in self.compare.items():

@@ -1,6 +1,5 @@
-"""Training side of stepgym: advantage shapers (pure NumPy, ``stepgym.trainers.shapers``), torch loss pieces
-(``stepgym.trainers.losses``) and the bundled GRPO trainer.
+"""The bundled GRPO trainer: torch loss pieces (``stepgym.trainers.losses``), the rollout collector, the teacher and
+the training loop. The advantage shapers it calls are the top-level, pure-NumPy ``stepgym.shapers``.
 
-This package ``__init__`` deliberately imports nothing: ``import stepgym.trainers.shapers`` must not pull torch,
-and the trainer's heavy dependencies load only when the trainer module itself is imported.
+This package ``__init__`` deliberately imports nothing: the trainer's heavy dependencies load only when the trainer module itself is imported.
 """

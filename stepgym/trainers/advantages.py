@@ -2,7 +2,7 @@
 
 This module only *arranges arrays*: it turns the rows of a batch into the shapers' :class:`StepBatch` (per-step
 arrays in row order, a one-row-per-step :class:`TokenLayout` over the (B, R) response grid, the teacher gaps) and
-calls :func:`stepgym.trainers.shapers.shape_advantages`, the §0 pipeline. It also runs plain GRPO on the same batch
+calls :func:`stepgym.shapers.shape_advantages`, the §0 pipeline. It also runs plain GRPO on the same batch
 for comparison (metrics and the report's credit picture) and summarises both.
 
 Reward scale: env rewards are multiplied by ``EnvConfig.reward_scale`` (10: verl-agent's 10·won) so the
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from stepgym.trainers.samples import StepRow, response_matrix
-from stepgym.trainers.shapers import ShapeConfig, ShapedAdvantages, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers import ShapeConfig, ShapedAdvantages, StepBatch, TokenLayout, shape_advantages
 
 __all__ = ["ShapingResult", "advantage_stats", "build_step_batch", "shape_rows", "step_means"]
 

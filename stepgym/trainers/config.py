@@ -2,7 +2,7 @@
 
 One CLI is generated from these by ``tyro`` (``stepgym train --help`` lists every field with the docstring written
 under it here); presets (:mod:`stepgym.trainers.presets`) are instances of :class:`TrainConfig`, not YAML. The
-advantage maths is configured by the shapers' own :class:`~stepgym.trainers.shapers.ShapeConfig` (embedded as
+advantage maths is configured by the shapers' own :class:`~stepgym.shapers.ShapeConfig` (embedded as
 ``shaper``), so the trainer never re-states a shaper knob.
 
 Defaults follow the papers' verl-agent setup where one exists (16 tasks x 8 rollouts, history K = 2, 50 steps,
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from stepgym.recording import RecordConfig
-from stepgym.trainers.shapers.compose import ShapeConfig
+from stepgym.shapers.compose import ShapeConfig
 
 __all__ = [
     "EnvConfig",

@@ -12,7 +12,7 @@ One iteration (:meth:`GRPOTrainer.step`)::
 
 Building the roles is :mod:`stepgym.trainers.builder`'s job (policy, backend, optimizer, teachers, ARG, warm-up,
 outputs), checkpoints :mod:`stepgym.trainers.checkpoint`'s. No advantage maths happens here; every number that
-becomes an advantage is computed by ``stepgym.trainers.shapers``. The λ schedules (AHEAD 0.5 → 0 over 50, StepOPSD
+becomes an advantage is computed by ``stepgym.shapers``. The λ schedules (AHEAD 0.5 → 0 over 50, StepOPSD
 0.2 → 0 over 50) are the shaper config's, evaluated with ``update_index`` = completed iterations (verl's
 ``global_steps - 1``).
 
@@ -59,7 +59,7 @@ from stepgym.trainers.formats import resolve_format
 from stepgym.trainers.metrics import timing_metrics, world_metrics
 from stepgym.trainers.models import precision, resolve_device
 from stepgym.trainers.samples import PromptEncoder
-from stepgym.trainers.shapers import dynamic_sampling_keep
+from stepgym.shapers import dynamic_sampling_keep
 
 __all__ = ["GRPOTrainer", "resolve_device"]
 

@@ -1,6 +1,6 @@
 """Torch versions of the clipped policy loss (clip-higher + dual clip) and verl's loss aggregation modes.
 
-The maths is :mod:`stepgym.trainers.shapers.dapo` (docs/shapers.md §6.1–6.2), where the NumPy reference versions live and are
+The maths is :mod:`stepgym.shapers.dapo` (docs/shapers.md §6.1–6.2), where the NumPy reference versions live and are
 tested against the worked values; ``tests/test_shapers_worked.py`` checks these against them. This module imports
 torch, so only the trainer imports it; the shapers never do.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from stepgym.trainers.shapers.dapo import AGG_MODES, DAPO_CLIP_HIGH, DAPO_CLIP_LOW, LOG_RATIO_CLAMP, AggMode
+from stepgym.shapers.dapo import AGG_MODES, DAPO_CLIP_HIGH, DAPO_CLIP_LOW, LOG_RATIO_CLAMP, AggMode
 
 __all__ = ["AGG_MODES", "agg_loss", "clipped_surrogate", "policy_loss"]
 
@@ -85,7 +85,7 @@ def policy_loss(
 
 def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean") -> torch.Tensor:
     """verl ``agg_loss`` over a (B, L) per-token loss (docs/shapers.md §6.2); the NumPy reference is
-    :func:`stepgym.trainers.shapers.agg_loss_np` (same edge cases: an all-masked batch gives 0, sequences without a
+    :func:`stepgym.shapers.agg_loss_np` (same edge cases: an all-masked batch gives 0, sequences without a
     valid token are skipped by seq-mean-token-mean). Returns a 0-d tensor."""
     if loss.ndim != 2 or loss.shape != mask.shape:
         raise ValueError(

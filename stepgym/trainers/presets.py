@@ -36,7 +36,7 @@ from stepgym.trainers.config import (
     TrainConfig,
     WarmupConfig,
 )
-from stepgym.trainers.shapers import ShapeConfig
+from stepgym.shapers import ShapeConfig
 
 __all__ = ["PRESETS", "UnknownPresetError", "get_preset"]
 

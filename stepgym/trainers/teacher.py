@@ -1,7 +1,7 @@
 """Teacher rescoring: the sampled response tokens scored again under a privileged context (AHEAD, StepOPSD).
 
 Only *scoring* happens here — building the privileged contexts, batching the forward passes, keeping the stale
-snapshot. The gaps become advantages in the shapers (``stepgym.trainers.shapers``), never here.
+snapshot. The gaps become advantages in the shapers (``stepgym.shapers``), never here.
 
 **AHEAD** (docs/shapers.md §4): teacher = θ_old (the rollout policy itself, before the update), context = the
 step's prompt with privileged information appended *inside* the user turn (docs/shapers.md §8.18): the env's feedback to the
@@ -24,7 +24,7 @@ remain, the privileged text is dropped and the row is scored with the student co
 (``teacher/pi_truncated``, ``teacher/pi_dropped``).
 
 :class:`TeacherRescorer` runs all of it for one batch (what ``GRPOTrainer.rescore`` calls); the gaps δ / Δ are
-formed by :func:`stepgym.trainers.shapers.ahead_delta` and :func:`stepgym.trainers.shapers.opsd_span_gaps`.
+formed by :func:`stepgym.shapers.ahead_delta` and :func:`stepgym.shapers.opsd_span_gaps`.
 
 Span token positions use the row's *actual* token ids: the token count of a text prefix is the fewest leading
 tokens whose decoding covers it (binary search over ``decode(ids[:k])``), instead of re-tokenising the prefix as
@@ -49,10 +49,10 @@ from stepgym.trainers.samples import (
     token_budget_batches,
     truncate_middle,
 )
-from stepgym.trainers.shapers.ahead import ahead_delta
-from stepgym.trainers.shapers.stepopsd import opsd_span_gaps
-from stepgym.trainers.shapers.stepopsd_text import structural_target_span
-from stepgym.trainers.shapers.tokens import TokenLayout
+from stepgym.shapers.ahead import ahead_delta
+from stepgym.shapers.stepopsd import opsd_span_gaps
+from stepgym.shapers.stepopsd_text import structural_target_span
+from stepgym.shapers.tokens import TokenLayout
 
 __all__ = [
     "ScoreItem",

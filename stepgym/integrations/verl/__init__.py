@@ -14,7 +14,7 @@ batch of them into a ``DataProto`` and computes advantages with a registered est
   annotation record with its reply's token span ``start``/``stop`` in response coordinates) and
   ``stepgym_episode`` (task id, won, return, ARG labels).
 * Advantage estimators ``stepgym_grpo``, ``stepgym_drgrpo``, ``stepgym_gigpo``, ``stepgym_proas``
-  (:data:`ESTIMATORS`) run :func:`stepgym.trainers.shapers.shape_advantages` on verl's tensors. verl 0.9's
+  (:data:`ESTIMATORS`) run :func:`stepgym.shapers.shape_advantages` on verl's tensors. verl 0.9's
   ``compute_advantage`` hands a custom estimator only ``token_level_rewards``, ``response_mask``, ``index`` (the
   group uid) and ``config``: that is enough for the GRPO-family bases (steps = the runs of 1s in
   ``response_mask``, each step's reward = the token-level rewards from its first token to the next step's). GiGPO
@@ -46,7 +46,7 @@ from stepgym.errors import StepRecordError
 from stepgym.group import WrapperFn
 from stepgym.integrations.annotations import INVALID_RULES, credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_rows
-from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers._recording import EpisodeRecorder
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper

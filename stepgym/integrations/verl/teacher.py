@@ -28,8 +28,8 @@ import numpy as np
 
 from stepgym import schema
 from stepgym.errors import StepRecordError
-from stepgym.trainers.shapers import TokenLayout, scatter_span_deltas
-from stepgym.trainers.shapers.stepopsd_text import structural_target_span
+from stepgym.shapers import TokenLayout, scatter_span_deltas
+from stepgym.shapers.stepopsd_text import structural_target_span
 from stepgym.trainers.teacher import TeacherStats, _fit_privileged, prefix_token_counter
 
 __all__ = ["TeacherContexts", "ahead_gaps", "as_trajectory", "opsd_gaps", "span_mode_for", "user_turn_tail"]

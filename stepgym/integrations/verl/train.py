@@ -5,7 +5,7 @@ own v1 training loop (``verl.trainer.main_ppo``'s ``run_ppo`` and ``TaskRunnerV1
 SGLang servers, TransferQueue) with one step replaced: :meth:`StepGymTrainerMixin._compute_advantage`. verl's
 estimators see only token rewards and the group uid; this step reads the agent loop's ``extra_fields``
 (``stepgym_steps``, ``stepgym_trajectory``) from TransferQueue and writes
-:func:`~stepgym.trainers.shapers.shape_advantages`' per-token advantages back, the way verl's own step writes
+:func:`~stepgym.shapers.shape_advantages`' per-token advantages back, the way verl's own step writes
 its advantages. For AHEAD and StepOPSD the teacher log-probs come from verl's own workers on the rebuilt contexts
 (:mod:`stepgym.integrations.verl.teacher`): AHEAD's teacher is θ_old, the actor before this step's update
 (``actor_rollout_wg.compute_log_prob``); StepOPSD's stale teacher is verl's reference policy
@@ -33,7 +33,7 @@ from stepgym import _deps
 from stepgym.errors import StepRecordError
 from stepgym.integrations import verl as _verl
 from stepgym.integrations.verl import teacher as _teacher
-from stepgym.trainers.shapers import ShapeConfig
+from stepgym.shapers import ShapeConfig
 
 torch = _deps.require("torch", "verl")
 tq = _deps.require("transfer_queue", "verl", what="verl's v1 trainer (TransferQueue)")

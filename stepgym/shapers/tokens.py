@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import as_float_array
-from stepgym.trainers.shapers.registry import register
+from stepgym.shapers._common import as_float_array
+from stepgym.shapers.registry import register
 
 __all__ = ["SEGMENT_KINDS", "TokenLayout", "broadcast_to_tokens", "step_token_counts"]
 

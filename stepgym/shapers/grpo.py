@@ -3,7 +3,7 @@
 Source: verl ``core_algos.py::compute_grpo_outcome_advantage`` (GRPO: DeepSeekMath, Shao et al. 2024, Eq. in
 §4.1.2 "outcome supervision"; Dr.GRPO: Liu et al. 2025, which drops the std division), and verl-agent's multi-turn
 variant with ``traj_index`` / ``compute_mean_std_cross_steps``. The row scores it normalises (episode return minus
-the invalid-action penalty) are stage "reward", in :mod:`stepgym.trainers.shapers.rewards` (re-exported here).
+the invalid-action penalty) are stage "reward", in :mod:`stepgym.shapers.rewards` (re-exported here).
 
 Departures from the public code, all documented in docs/shapers.md:
 * float64 NumPy instead of float32 torch;
@@ -19,14 +19,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import (
+from stepgym.shapers._common import (
     Groups,
     as_float_array,
     check_same_length,
     check_traj_in_one_group,
 )
-from stepgym.trainers.shapers.registry import BaseAdvantage, register
-from stepgym.trainers.shapers.rewards import apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.registry import BaseAdvantage, register
+from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
 
 __all__ = [
     "apply_invalid_action_penalty",

@@ -23,9 +23,9 @@ from typing import Any, Literal
 import numpy as np
 
 from stepgym.labels import future_drift
-from stepgym.trainers.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
-from stepgym.trainers.shapers.gigpo import GiGPOTerms
-from stepgym.trainers.shapers.registry import BaseAdvantage, register
+from stepgym.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
+from stepgym.shapers.gigpo import GiGPOTerms
+from stepgym.shapers.registry import BaseAdvantage, register
 
 __all__ = ["proas_multipliers", "proas_on_gigpo", "proas_shape", "proas_trajectory"]
 
@@ -93,7 +93,7 @@ def proas_on_gigpo(
 
     ``target="episode"`` (default): Â = m(A^E)·A^E + w·A^S — the episode term is shaped with its own per-step
     sign, the anchor-state term is added unchanged. ``target="combined"``: Â = m(A)·A with A = A^E + w·A^S and the
-    branch taken on each step's combined sign. ``terms`` from :func:`stepgym.trainers.shapers.gigpo_terms`;
+    branch taken on each step's combined sign. ``terms`` from :func:`stepgym.shapers.gigpo_terms`;
     labels and ``traj_ids`` (N,) as in :func:`proas_shape`. Returns (N,).
     """
     if target == "episode":

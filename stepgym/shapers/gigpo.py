@@ -12,7 +12,7 @@ be contiguous). Everything is vectorised except similarity grouping, which is in
 Departures from the public code:
 * the invalid-action penalty is applied *inside* (rather than by the trainer in between), with the same result:
   the episode score of the row is ``R_i - c(1 - v)`` and its step return ``G - c(1 - v)`` (docs/shapers.md §2.1, §2.3, §8.4),
-  both through :func:`stepgym.trainers.shapers.rewards.apply_invalid_action_penalty`; c defaults to
+  both through :func:`stepgym.shapers.rewards.apply_invalid_action_penalty`; c defaults to
   ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``; verl-agent's recipes pass 0.1);
 * constant groups give exactly 0 (float64; verl-agent computes in float32);
 * anchors that are arrays are compared with their shape (verl-agent flattens them, so a 2×3 and a 3×2 array with
@@ -32,16 +32,16 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import (
+from stepgym.shapers._common import (
     Groups,
     as_float_array,
     check_same_length,
     check_traj_in_one_group,
     hashable,
 )
-from stepgym.trainers.shapers.grpo import Singleton, group_normalize
-from stepgym.trainers.shapers.registry import BaseAdvantage, register
-from stepgym.trainers.shapers.rewards import (
+from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.registry import BaseAdvantage, register
+from stepgym.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     apply_invalid_action_penalty,
     episode_scores,

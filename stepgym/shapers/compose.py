@@ -7,12 +7,12 @@ Order (docs/shapers.md §0; the only order that keeps every method's stated prop
             → StepOPSD step normalisation (equal_step_mean_abs)
     (then the clipped policy loss with the DAPO knobs: ``stepgym.trainers.losses``)
 
-Each stage is looked up by name in :mod:`stepgym.trainers.shapers.registry` (one call signature per stage), so a
+Each stage is looked up by name in :mod:`stepgym.shapers.registry` (one call signature per stage), so a
 function registered for a stage replaces the built-in one and ``ShapeConfig`` accepts its name.
 
 Usage::
 
-    from stepgym.trainers.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 
     cfg = ShapeConfig.from_preset("gigpo-alfworld", proas=True)
     batch = StepBatch(group_ids=..., traj_ids=..., rewards=..., valid=..., anchor_obs=...,
@@ -37,22 +37,22 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.trainers.shapers import ahead, grpo, proas, stepopsd  # noqa: F401  (they register their stages)
-from stepgym.trainers.shapers._common import (
+from stepgym.shapers import ahead, grpo, proas, stepopsd  # noqa: F401  (they register their stages)
+from stepgym.shapers._common import (
     Groups,
     as_float_array,
     check_lambda,
     check_same_length,
     check_traj_in_one_group,
 )
-from stepgym.trainers.shapers.gigpo import GiGPOTerms
-from stepgym.trainers.shapers.registry import BaseAdvantage, check_name, get
-from stepgym.trainers.shapers.rewards import (
+from stepgym.shapers.gigpo import GiGPOTerms
+from stepgym.shapers.registry import BaseAdvantage, check_name, get
+from stepgym.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     RECIPE_INVALID_PENALTY,
     episode_scores,
 )
-from stepgym.trainers.shapers.tokens import TokenLayout
+from stepgym.shapers.tokens import TokenLayout
 
 __all__ = ["PRESETS", "ShapeConfig", "ShapedAdvantages", "StepBatch", "shape_advantages"]
 

@@ -4,10 +4,10 @@ Every base advantage starts from the same per-row score, s = R_i − c·(1 − v
 return written on each of its step rows (verl-agent's ``EpisodeRewardManager``), minus the penalty c on a row
 whose action was invalid (verl-agent's ``apply_invalid_action_penalty``). GiGPO subtracts the same penalty from
 that row's own discounted step return. This module is the only place the penalty is written; the pipeline
-(:func:`stepgym.trainers.shapers.shape_advantages`), GiGPO's terms and any trainer use these two functions.
+(:func:`stepgym.shapers.shape_advantages`), GiGPO's terms and any trainer use these two functions.
 
 The default c is :data:`DEFAULT_INVALID_PENALTY` = 0: no penalty unless asked for, which is also
-:class:`~stepgym.trainers.shapers.ShapeConfig`'s default (it reads this constant). verl-agent's recipes
+:class:`~stepgym.shapers.ShapeConfig`'s default (it reads this constant). verl-agent's recipes
 (``ppo_trainer.yaml``, ``examples/gigpo_trainer/run_alfworld.sh``) use c = 0.1 on the 10·won reward scale; the
 ALFWorld and WebShop presets set that value.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
-from stepgym.trainers.shapers.registry import register
+from stepgym.shapers._common import Groups, as_bool_array, as_float_array, check_same_length
+from stepgym.shapers.registry import register
 
 __all__ = [
     "DEFAULT_INVALID_PENALTY",
@@ -61,7 +61,7 @@ def _penalty_stage(batch: Any, config: Any, scores: np.ndarray) -> np.ndarray:
 def episode_scores(rewards: Any, traj_ids: Any) -> np.ndarray:
     """R_i = Σ_t r_{i,t} (undiscounted) written on every step row of trajectory i (verl-agent
     ``EpisodeRewardManager``, docs/shapers.md §2.1). ``rewards`` (N,) per step row, ``traj_ids`` (N,) ids (or a
-    :class:`~stepgym.trainers.shapers._common.Groups` over them); result (N,)."""
+    :class:`~stepgym.shapers._common.Groups` over them); result (N,)."""
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     check_same_length(len(r), traj_ids=traj_ids)
     tg = traj_ids if isinstance(traj_ids, Groups) else Groups(traj_ids)

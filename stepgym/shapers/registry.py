@@ -1,15 +1,15 @@
 """The shaper registry: the pipeline of docs/shapers.md §0 looks every stage up here by name.
 
 Like verl's advantage-estimator registry, each *stage* has one call signature, so any function registered for a
-stage can replace the built-in one: :func:`stepgym.trainers.shapers.shape_advantages` runs
+stage can replace the built-in one: :func:`stepgym.shapers.shape_advantages` runs
 
     reward ("invalid_action_penalty") → base (``ShapeConfig.base``) → step ("proas" when ``ShapeConfig.proas``)
     → broadcast ("broadcast") → token (``ShapeConfig.token_reweight``, scheduled by its entry's ``schedule``)
     → step_norm (``ShapeConfig.step_norm``)
 
 and ``ShapeConfig`` accepts any name registered for the stage of its field. Stage signatures (``batch`` is the
-:class:`~stepgym.trainers.shapers.StepBatch` with its group and trajectory ids already factorised to int64 codes,
-``config`` the :class:`~stepgym.trainers.shapers.ShapeConfig`; arrays are float64):
+:class:`~stepgym.shapers.StepBatch` with its group and trajectory ids already factorised to int64 codes,
+``config`` the :class:`~stepgym.shapers.ShapeConfig`; arrays are float64):
 
 =========== ======================================================= =====================================
 stage       call                                                    returns
@@ -32,7 +32,7 @@ from the stage signature to that function.
 A third party registers a stage from its own module and names it in the config (``stepgym train
 --shaper-module my_shapers --shaper.base my_base``; see docs/shapers.md "Registering your own shaper")::
 
-    from stepgym.trainers.shapers import BaseAdvantage, register, grpo_advantage
+    from stepgym.shapers import BaseAdvantage, register, grpo_advantage
 
     @register("my_base", stage="base")
     def my_base(batch, config, scores):
@@ -71,7 +71,7 @@ STAGES = ("sampling", "reward_term", *PIPELINE_STAGES, "loss")
 @dataclass(frozen=True)
 class BaseAdvantage:
     """What a ``base`` stage returns: per-step values (N,) and, optionally, the method's separate terms (GiGPO's
-    :class:`~stepgym.trainers.shapers.GiGPOTerms`, which the ProAS step stage shapes term by term)."""
+    :class:`~stepgym.shapers.GiGPOTerms`, which the ProAS step stage shapes term by term)."""
 
     values: np.ndarray
     terms: Any = None

@@ -5,8 +5,8 @@ Learning" (arXiv 2605.27140): Eq. 3 (w_raw = 2σ(sign(A)Δ), w = Π_[1−α, 1+�
 (Ã = (1 − λ)A + λwA), §3.2 (equal_step_mean_abs; λ_mix 0.2 decaying linearly over 50 steps; α_clip 0.2).
 Public code: ``yanfei-zhang-95/OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/ppo/ray_trainer.py`` (module
 ``compute_advantage``; ``RayPPOTrainer.fit`` for the schedule). Text segmentation and the hindsight block are in
-:mod:`stepgym.trainers.shapers.stepopsd_text`; the first successful peer is :mod:`stepgym.group`'s rule. Eq. 4's
-mixing Ψ = 1 + λ(w − 1) is AHEAD's (:func:`stepgym.trainers.shapers.ahead.reweight_tokens`, written once for
+:mod:`stepgym.shapers.stepopsd_text`; the first successful peer is :mod:`stepgym.group`'s rule. Eq. 4's
+mixing Ψ = 1 + λ(w − 1) is AHEAD's (:func:`stepgym.shapers.ahead.reweight_tokens`, written once for
 both); Eq. 3's weight, the λ_mix schedule, the span gaps (:func:`opsd_span_gaps`) and the step budget are here.
 
 Departures / resolutions (docs/shapers.md §5, §8.19–26):
@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import (
+from stepgym.shapers._common import (
     Groups,
     as_float_array,
     check_clip,
@@ -37,9 +37,9 @@ from stepgym.trainers.shapers._common import (
     linear_decay,
     quiet,
 )
-from stepgym.trainers.shapers.ahead import reweight_tokens, signed_delta
-from stepgym.trainers.shapers.registry import register
-from stepgym.trainers.shapers.tokens import TokenLayout
+from stepgym.shapers.ahead import reweight_tokens, signed_delta
+from stepgym.shapers.registry import register
+from stepgym.shapers.tokens import TokenLayout
 
 __all__ = [
     "equal_step_mean_abs",

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import (
+from stepgym.shapers._common import (
     as_float_array,
     check_clip,
     check_lambda,
@@ -35,7 +35,7 @@ from stepgym.trainers.shapers._common import (
     linear_decay,
     quiet,
 )
-from stepgym.trainers.shapers.registry import register
+from stepgym.shapers.registry import register
 
 __all__ = [
     "ahead_delta",

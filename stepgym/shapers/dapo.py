@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.trainers.shapers._common import Groups, as_float_array, check_same_length, check_same_shape
-from stepgym.trainers.shapers.registry import register
+from stepgym.shapers._common import Groups, as_float_array, check_same_length, check_same_shape
+from stepgym.shapers.registry import register
 
 __all__ = [
     "AGG_MODES",
@@ -173,7 +173,7 @@ def _deprecated(fn: Callable[..., Any], old: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def alias(*args: Any, **kwargs: Any) -> Any:
         warnings.warn(
-            f"stepgym.trainers.shapers.{old} is deprecated: use {fn.__name__} (NumPy) or "
+            f"stepgym.shapers.{old} is deprecated: use {fn.__name__} (NumPy) or "
             f"stepgym.trainers.losses.{old} (torch)",
             DeprecationWarning,
             stacklevel=2,

@@ -1,6 +1,6 @@
 """Advantage shapers as pure NumPy functions: GRPO, Dr.GRPO, DAPO, GiGPO, ProAS, AHEAD, StepOPSD (docs/shapers.md).
 
-Arrays in, arrays out, float64, no trainer state, no torch: ``import stepgym.trainers.shapers`` stays light (the
+Arrays in, arrays out, float64, no trainer state, no torch: ``import stepgym.shapers`` stays light (the
 torch loss pieces are in :mod:`stepgym.trainers.losses`). A trainer normally calls one function,
 :func:`shape_advantages`, with a :class:`StepBatch` and a :class:`ShapeConfig`; every stage is also callable on its
 own and registered by name (:func:`get`, :func:`available`).
@@ -12,15 +12,15 @@ public code.
 
 from __future__ import annotations
 
-from stepgym.trainers.shapers.ahead import ahead_delta, ahead_lambda, ahead_reweight, ahead_weights
-from stepgym.trainers.shapers.compose import (
+from stepgym.shapers.ahead import ahead_delta, ahead_lambda, ahead_reweight, ahead_weights
+from stepgym.shapers.compose import (
     PRESETS,
     ShapeConfig,
     ShapedAdvantages,
     StepBatch,
     shape_advantages,
 )
-from stepgym.trainers.shapers.dapo import (
+from stepgym.shapers.dapo import (
     AGG_MODES,
     DAPO_CLIP_HIGH,
     DAPO_CLIP_LOW,
@@ -33,7 +33,7 @@ from stepgym.trainers.shapers.dapo import (
     policy_loss,
     policy_loss_np,
 )
-from stepgym.trainers.shapers.gigpo import (
+from stepgym.shapers.gigpo import (
     GiGPOTerms,
     build_step_groups,
     gigpo_advantage,
@@ -41,9 +41,9 @@ from stepgym.trainers.shapers.gigpo import (
     step_discounted_returns,
     step_relative_advantage,
 )
-from stepgym.trainers.shapers.grpo import drgrpo_advantage, grpo_advantage
-from stepgym.trainers.shapers.proas import proas_multipliers, proas_on_gigpo, proas_shape, proas_trajectory
-from stepgym.trainers.shapers.registry import (
+from stepgym.shapers.grpo import drgrpo_advantage, grpo_advantage
+from stepgym.shapers.proas import proas_multipliers, proas_on_gigpo, proas_shape, proas_trajectory
+from stepgym.shapers.registry import (
     PIPELINE_STAGES,
     STAGES,
     BaseAdvantage,
@@ -53,13 +53,13 @@ from stepgym.trainers.shapers.registry import (
     load_shaper_modules,
     register,
 )
-from stepgym.trainers.shapers.rewards import (
+from stepgym.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     RECIPE_INVALID_PENALTY,
     apply_invalid_action_penalty,
     episode_scores,
 )
-from stepgym.trainers.shapers.stepopsd import (
+from stepgym.shapers.stepopsd import (
     equal_step_mean_abs,
     opsd_span_gaps,
     scatter_span_deltas,
@@ -67,7 +67,7 @@ from stepgym.trainers.shapers.stepopsd import (
     stepopsd_reweight,
     stepopsd_weights,
 )
-from stepgym.trainers.shapers.stepopsd_text import (
+from stepgym.shapers.stepopsd_text import (
     SPAN_MODES,
     ResponseStep,
     TargetSpan,
@@ -79,7 +79,7 @@ from stepgym.trainers.shapers.stepopsd_text import (
     structural_target_span,
     target_token_spans,
 )
-from stepgym.trainers.shapers.tokens import SEGMENT_KINDS, TokenLayout, broadcast_to_tokens, step_token_counts
+from stepgym.shapers.tokens import SEGMENT_KINDS, TokenLayout, broadcast_to_tokens, step_token_counts
 
 __all__ = [
     "AGG_MODES",
