@@ -308,7 +308,7 @@ def collect(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any)
 
 
 def text_wrappers(spec: EnvSpec) -> list[Any]:
-    from stepgym.trainers.formats import resolve_format
+    from stepgym.wrappers.text import resolve_format
     from stepgym.wrappers.feedback import EnvFeedbackWrapper
     from stepgym.wrappers.text import TextInterfaceWrapper
 

@@ -24,7 +24,7 @@ resuming with different settings is refused.
 
 Pieces usable from Python: :class:`LLMAgent` (a :class:`stepgym.agents.Agent` that asks the endpoint),
 :class:`EndpointBackend` (a trainer rollout backend, ``make_backend("openai", ...)``, defined in
-:mod:`stepgym.trainers.endpoint_backend` and re-exported here), :func:`make_text_env`, :func:`evaluate_endpoint`.
+:mod:`stepgym.trainers.endpoint_backend` and re-exported here), :func:`evaluate_endpoint`.
 The command line (``stepgym eval --model``, ``stepgym rollout --agent llm``) is :mod:`stepgym.cli.endpoint`.
 """
 
@@ -56,6 +56,7 @@ from stepgym.recording import (
     trajectory_records,
 )
 from stepgym.trainers.endpoint_backend import EndpointBackend, Sampling, chat_messages
+from stepgym.wrappers.text import make_text_env
 
 __all__ = [
     "EndpointBackend",
@@ -65,7 +66,6 @@ __all__ = [
     "chat_messages",
     "default_budgets",
     "evaluate_endpoint",
-    "make_text_env",
     "served_identity",
 ]
 
@@ -83,7 +83,7 @@ class EvalRunError(StepGymError, ValueError):
 class LLMAgent:
     """An :class:`~stepgym.agents.Agent` whose ``act(prompt, info)`` returns the endpoint's reply text.
 
-    Feed it the prompt: wrap the env with ``make_text_env`` (or ``TextInterfaceWrapper(prompt_as_observation=
+    Feed it the prompt: wrap the env with :func:`stepgym.wrappers.text.make_text_env` (or ``TextInterfaceWrapper(prompt_as_observation=
     True)``) so the observation *is* the prompt. ``usage`` counts this episode's requests and tokens.
     """
 
@@ -137,34 +137,6 @@ class _PromptFromEnv:
 
 class _Cancelled(Exception):
     """The run is stopping (an endpoint error or Ctrl-C elsewhere): this unfinished episode is dropped."""
-
-
-def make_text_env(
-    env_id: str,
-    env_kwargs: Mapping[str, Any] | None = None,
-    *,
-    fmt: str = "",
-    history: int | str | None = "default",
-    prompt_as_observation: bool = False,
-) -> Any:
-    """The env as the trainer's collector sees it: ``TextInterfaceWrapper(EnvFeedbackWrapper(gym.make(...)))``.
-
-    ``fmt`` names the text format ('' looks it up from the env id, CreditToy included); ``history`` is K.
-    """
-    import gymnasium as gym
-
-    import stepgym  # noqa: F401 - registers the envs
-    from stepgym.trainers.formats import resolve_format
-    from stepgym.wrappers.feedback import EnvFeedbackWrapper
-    from stepgym.wrappers.text import TextInterfaceWrapper
-
-    env = EnvFeedbackWrapper(gym.make(env_id, **dict(env_kwargs or {})))
-    return TextInterfaceWrapper(
-        env,
-        fmt=resolve_format(env_id, fmt),
-        history_length=history,
-        prompt_as_observation=prompt_as_observation,
-    )
 
 
 def episode_records(
@@ -349,7 +321,7 @@ def evaluate_endpoint(
     model name) never shares one. Running it again on the same folder resumes (see the module docstring). When
     the endpoint fails for good, the finished episodes stay recorded and the error
     (:class:`~stepgym.llm_client.LLMUnavailableError` or :class:`~stepgym.llm_client.LLMConfigError`) is raised
-    with a note on how to resume. ``env_factory`` replaces :func:`make_text_env` for an env that needs building by
+    with a note on how to resume. ``env_factory`` replaces :func:`~stepgym.wrappers.text.make_text_env` for an env that needs building by
     hand; it must return the text-interface env (``env_id`` then only names the run).
     """
     t_start = time.perf_counter()

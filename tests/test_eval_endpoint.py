@@ -38,7 +38,7 @@ from stepgym.recording import FILE_NAME, EpisodeWriter, episode_trajectory, read
 from stepgym.trainers.backends import GenerationRequest, ScriptedBackend, make_backend
 from stepgym.trainers.collector import Collector
 from stepgym.trainers.evaluate import summarise
-from stepgym.trainers.formats import resolve_format
+from stepgym.wrappers.text import resolve_format
 from stepgym.trainers.samples import PromptEncoder
 
 pytestmark = pytest.mark.network

@@ -17,7 +17,7 @@ from stepgym.testing import FUZZ_ACTIONS, check_determinism, check_fuzz
 from stepgym.wrappers.text import (
     SEARCH_R1_INVALID_FEEDBACK,
     TextInterfaceWrapper,
-    family_of,
+    declared_format,
     parse_action,
     parse_react,
     parse_search_r1,
@@ -309,7 +309,7 @@ def alfworld(data_dir):
 
 
 def test_alfworld_family_is_looked_up(alfworld) -> None:
-    assert family_of(alfworld.env) == "alfworld" and alfworld.fmt.name == "alfworld"
+    assert declared_format(alfworld.env) == "alfworld" and alfworld.fmt.name == "alfworld"
 
 
 def test_alfworld_walkthrough_in_tags_wins(alfworld) -> None:
@@ -345,12 +345,14 @@ def test_alfworld_garbage_is_not_format_valid_and_harmless(alfworld) -> None:
 
 
 def test_credit_toys_have_their_format_in_the_one_registry() -> None:
-    """The credit toys' format is registered with the others: the wrapper and the trainer find it by env id."""
-    from stepgym.trainers.formats import CREDIT_FORMAT, resolve_format
-    from stepgym.wrappers.text import ENV_FAMILIES, get_format
+    """The credit toys' format is declared where they are registered: the wrapper and the trainer find it by id."""
+    from stepgym.envs import ENV_IDS, text_format_of
+    from stepgym.trainers.formats import CREDIT_FORMAT
+    from stepgym.wrappers.text import FORMATS, get_format, resolve_format
 
+    assert all(text_format_of(env_id) in FORMATS for env_id in ENV_IDS)  # every registered env declares one
     for env_id in ("StepGym/CreditToy-v0", "StepGym/CreditFamily-v0"):
-        assert ENV_FAMILIES[env_id] == "credit"
+        assert text_format_of(env_id) == "credit"
         assert resolve_format(env_id) is get_format("credit") is CREDIT_FORMAT
         env = TextInterfaceWrapper(gym.make(env_id))
         _, info = env.reset(seed=0)
@@ -360,5 +362,37 @@ def test_credit_toys_have_their_format_in_the_one_registry() -> None:
         assert env.step(f"<action>{action}</action>")[4][schema.ADMISSIBLE] is True
         assert env.step("no tags")[4][schema.FORMAT_VALID] is False
         env.close()
-    with pytest.raises(ValueError, match="no text format known"):
+    with pytest.raises(ValueError, match="no text format is declared for 'MyOrg/Unknown-v0'"):
         resolve_format("MyOrg/Unknown-v0")
+
+
+class _Undeclared(ToyRoomEnv):
+    """A user's own text env that declares no format (and counts how often it is closed)."""
+
+    closed = 0
+
+    def close(self) -> None:
+        type(self).closed += 1
+        super().close()
+
+
+def test_make_text_env_builds_the_one_stack_and_closes_a_refused_env() -> None:
+    from stepgym.wrappers.feedback import EnvFeedbackWrapper
+    from stepgym.wrappers.text import make_text_env, text_wrappers
+
+    env = make_text_env("StepGym/CreditToy-v0", history=1)
+    assert isinstance(env, TextInterfaceWrapper) and isinstance(env.env, EnvFeedbackWrapper)
+    assert env.fmt.name == "credit" and env.history_length == 1
+    stack = text_wrappers("qa", history=3)
+    assert stack[0] is EnvFeedbackWrapper and stack[-1].keywords["fmt"] == "qa"
+    with pytest.raises(ValueError, match="env_kwargs apply to an env id only"):
+        make_text_env(gym.make("StepGym/CreditToy-v0"), {"seed": 1})
+    # a user's env without a declared format: refused with the fix named, and the inner env is closed
+    inner = _Undeclared()
+    with pytest.raises(ValueError, match=r"no text format is declared .*metadata\['text_format'\]"):
+        make_text_env(inner)
+    assert _Undeclared.closed == 1
+    # ... and one that declares its format in its metadata is accepted
+    declared = _Undeclared()
+    declared.metadata = {**declared.metadata, "text_format": "alfworld"}
+    assert make_text_env(declared).fmt.name == "alfworld"

@@ -7,23 +7,40 @@ never new id strings.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium
 
-__all__ = ["ENV_IDS", "ExactStepLimit", "register_envs"]
+__all__ = ["ENV_IDS", "EnvEntry", "ExactStepLimit", "register_envs", "text_format_of"]
 
-#: id -> (entry point, the default step limit of that env: its class's defaults, e.g. SearchQA's max_turns=4 + the
-#: forced answer turn, CreditFamily's horizon 10 + slack 10). tests/test_names.py checks them against the classes.
-_ENVS = {
-    "StepGym/ALFWorld-v0": ("stepgym.envs.alfworld:ALFWorldEnv", 50),
-    "StepGym/WebShop-v0": ("stepgym.envs.webshop:WebShopEnv", 15),
-    "StepGym/WebShopSite-v0": ("stepgym.envs.webshop:WebShopSiteEnv", 15),
-    "StepGym/SearchQA-v0": ("stepgym.envs.searchqa:SearchQAEnv", 5),
-    "StepGym/CreditToy-v0": ("stepgym.envs.credit:CreditToyEnv", 10),
-    "StepGym/CreditFamily-v0": ("stepgym.envs.credit_family:CreditFamilyEnv", 20),
+
+class EnvEntry(NamedTuple):
+    """What stepgym declares about each env it registers, in one place."""
+
+    entry_point: str
+    #: the default step limit: the class's defaults (e.g. SearchQA's max_turns=4 + the forced answer turn,
+    #: CreditFamily's horizon 10 + slack 10); tests/test_names.py checks them against the classes.
+    max_steps: int
+    #: the name of its text format in :data:`stepgym.wrappers.text.FORMATS` (the prompt and the reply parser an
+    #: LLM policy uses with it; :func:`stepgym.wrappers.text.make_text_env` looks it up here).
+    text_format: str
+
+
+_ENVS: dict[str, EnvEntry] = {
+    "StepGym/ALFWorld-v0": EnvEntry("stepgym.envs.alfworld:ALFWorldEnv", 50, "alfworld"),
+    "StepGym/WebShop-v0": EnvEntry("stepgym.envs.webshop:WebShopEnv", 15, "webshop"),
+    "StepGym/WebShopSite-v0": EnvEntry("stepgym.envs.webshop:WebShopSiteEnv", 15, "webshop"),
+    "StepGym/SearchQA-v0": EnvEntry("stepgym.envs.searchqa:SearchQAEnv", 5, "qa"),
+    "StepGym/CreditToy-v0": EnvEntry("stepgym.envs.credit:CreditToyEnv", 10, "credit"),
+    "StepGym/CreditFamily-v0": EnvEntry("stepgym.envs.credit_family:CreditFamilyEnv", 20, "credit"),
 }
 ENV_IDS = tuple(_ENVS)
+
+
+def text_format_of(env_id: str) -> str | None:
+    """The text format declared for a registered stepgym env id, or ``None`` for any other id."""
+    entry = _ENVS.get(env_id)
+    return entry.text_format if entry is not None else None
 
 
 def register_envs() -> None:
@@ -34,14 +51,14 @@ def register_envs() -> None:
     :class:`ExactStepLimit` (an ``additional_wrappers`` entry of the spec) keeps that limit and the env's own one
     the same number and the env's exact ``truncated``.
     """
-    for env_id, (entry_point, limit) in _ENVS.items():
+    for env_id, entry in _ENVS.items():
         if env_id in gymnasium.registry:
             continue
         gymnasium.register(
             id=env_id,
-            entry_point=entry_point,
+            entry_point=entry.entry_point,
             disable_env_checker=False,
-            max_episode_steps=limit,
+            max_episode_steps=entry.max_steps,
             additional_wrappers=(
                 gymnasium.envs.registration.WrapperSpec("ExactStepLimit", f"{__name__}:ExactStepLimit", {}),
             ),

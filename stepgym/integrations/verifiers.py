@@ -34,8 +34,7 @@ from typing import Any
 from stepgym import _deps, schema
 from stepgym.integrations.annotations import episode_annotations
 from stepgym.integrations.tasks import task_ids
-from stepgym.llm_eval import make_text_env
-from stepgym.wrappers.text import TextInterfaceWrapper
+from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env
 
 vf = _deps.require("verifiers.v1", "verifiers", what="the verifiers integration")
 from pydantic import Field  # noqa: E402 - a verifiers dependency
@@ -147,7 +146,7 @@ class StepGymEnv(vf.Env[StepGymEnvConfig]):
         data = task.data
         cfg = self.config
         env = await self._env_call(
-            make_text_env, data.env_id, data.env_kwargs, fmt=cfg.fmt or "", history=cfg.history_length
+            make_text_env, data.env_id, data.env_kwargs, fmt=cfg.fmt, history=cfg.history_length
         )
         try:
             obs, first_info = await self._env_call(

@@ -305,7 +305,8 @@ def backend_from_config(
     """The rollout backend ``cfg.rollout`` names, for the policy ``model`` (a :class:`TrainConfig`)."""
     rc = cfg.rollout
     if rc.backend == "scripted":
-        from stepgym.trainers.formats import reply_renderer, resolve_format
+        from stepgym.trainers.formats import reply_renderer
+        from stepgym.wrappers.text import resolve_format
 
         fmt = resolve_format(cfg.env.id, cfg.env.text_format)
         return make_backend(

@@ -18,7 +18,6 @@ trajectory and the peer-hindsight block ``GroupEnv`` attached to each failed rol
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +30,7 @@ from stepgym.group import GroupEnv, is_success
 from stepgym.trainers.backends import GenerationRequest, RolloutBackend
 from stepgym.trainers.samples import PromptEncoder, StepRow
 from stepgym.workers import EnvRecipe, Executor, make_executor
-from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextFormat, TextInterfaceWrapper
+from stepgym.wrappers.text import TextFormat, text_wrappers
 
 __all__ = ["Collector", "Rollouts"]
 
@@ -154,10 +152,7 @@ class Collector:
         self._shared: Executor | None = None
 
     def _wrappers(self) -> list[Callable[[Any], Any]]:
-        return [
-            EnvFeedbackWrapper,
-            functools.partial(TextInterfaceWrapper, fmt=self.fmt, history_length=self.history),
-        ]
+        return text_wrappers(self.fmt, history=self.history)
 
     def groups(self, n: int) -> list[GroupEnv]:
         """``n`` GroupEnvs, created on first use and reused (ALFWorld caches parsed games per env).

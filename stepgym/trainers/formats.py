@@ -1,26 +1,16 @@
-"""Text formats as the trainer looks them up (:func:`resolve_format`: by name, else by env id, from the one
-registry in :mod:`stepgym.wrappers.text`), and the reply renderer the scripted backend answers with."""
+"""The reply renderer the scripted backend answers with (the formats themselves, and which env uses which, are
+declared once: :mod:`stepgym.wrappers.text` and :mod:`stepgym.envs`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from stepgym.wrappers.text import ENV_FAMILIES, FORMATS, TextFormat, get_format
+from stepgym.wrappers.text import FORMATS, TextFormat
 
-__all__ = ["CREDIT_FORMAT", "reply_renderer", "resolve_format"]
+__all__ = ["CREDIT_FORMAT", "reply_renderer"]
 
 #: The credit-assignment toys' format (registered as ``"credit"`` in :data:`stepgym.wrappers.text.FORMATS`).
 CREDIT_FORMAT = FORMATS["credit"]
-
-
-def resolve_format(env_id: str, name: str = "") -> TextFormat:
-    """The text format by name, else by env id (:data:`stepgym.wrappers.text.ENV_FAMILIES`)."""
-    key = name or ENV_FAMILIES.get(env_id)
-    if not key:
-        raise ValueError(
-            f"no text format known for {env_id!r}: pass --env.text-format {'|'.join(sorted(FORMATS))}"
-        )
-    return get_format(key)
 
 
 def reply_renderer(fmt: TextFormat) -> Callable[[str], str]:

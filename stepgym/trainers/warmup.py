@@ -12,11 +12,9 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from stepgym import schema
@@ -25,8 +23,7 @@ from stepgym.trainers.collector import Collector
 from stepgym.trainers.config import WarmupConfig
 from stepgym.trainers.formats import reply_renderer
 from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
-from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextFormat, TextInterfaceWrapper
+from stepgym.wrappers.text import TextFormat, make_text_env
 
 __all__ = ["env_corpus", "format_warmup"]
 
@@ -41,8 +38,12 @@ def env_corpus(
     seed: int,
 ) -> list[str]:
     """Prompts and replies of ``episodes`` episodes of a random admissible policy (deterministic given ``seed``)."""
-    make = functools.partial(gym.make, env_id) if isinstance(env_id, str) else env_id
-    env = TextInterfaceWrapper(EnvFeedbackWrapper(make(**env_kwargs)), fmt=fmt, history_length=history)
+    env = make_text_env(
+        env_id if isinstance(env_id, str) else env_id(**env_kwargs),
+        env_kwargs if isinstance(env_id, str) else None,
+        fmt=fmt,
+        history=history,
+    )
     render = reply_renderer(fmt)
     rng = np.random.default_rng(seed)
     ids = getattr(env.unwrapped, "task_ids", None)

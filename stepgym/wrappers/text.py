@@ -51,9 +51,9 @@ from stepgym import schema
 from stepgym.envs.searchqa.protocol import INVALID_FEEDBACK as SEARCH_R1_INVALID_FEEDBACK
 from stepgym.envs.searchqa.protocol import normalize_question as _normalize_question
 from stepgym.envs.searchqa.protocol import parse_turn as _parse_turn
+from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
 __all__ = [
-    "ENV_FAMILIES",
     "FORMATS",
     "SEARCH_R1_INVALID_FEEDBACK",
     "ParseResult",
@@ -61,13 +61,16 @@ __all__ = [
     "TextFormat",
     "TextInterfaceWrapper",
     "action_text",
-    "family_of",
+    "declared_format",
     "get_format",
+    "make_text_env",
     "parse_action",
     "parse_react",
     "parse_search_r1",
     "prompt_for_step",
     "render_prompt",
+    "resolve_format",
+    "text_wrappers",
     "turn_text",
 ]
 
@@ -353,17 +356,8 @@ FORMATS: dict[str, TextFormat] = {
     ),
 }
 
+
 #: Registered env ids → their text format. Looked up by exact id; any other env names its format explicitly.
-ENV_FAMILIES: dict[str, str] = {
-    "StepGym/ALFWorld-v0": "alfworld",
-    "StepGym/WebShop-v0": "webshop",
-    "StepGym/WebShopSite-v0": "webshop",
-    "StepGym/SearchQA-v0": "qa",
-    "StepGym/CreditToy-v0": "credit",
-    "StepGym/CreditFamily-v0": "credit",
-}
-
-
 def get_format(fmt: str | TextFormat) -> TextFormat:
     """A :class:`TextFormat` by name (``"alfworld"``, ``"webshop"``, ``"qa"``, ``"qa-lenient"``, ``"qa-stepgym"``,
     ``"credit"``) or
@@ -378,10 +372,35 @@ def get_format(fmt: str | TextFormat) -> TextFormat:
         ) from None
 
 
-def family_of(env: gym.Env) -> str | None:
-    """The text format name of a registered stepgym env (exact ``env.spec.id`` lookup), else ``None``."""
-    spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
-    return ENV_FAMILIES.get(spec.id) if spec is not None else None
+def declared_format(env: gym.Env | str) -> str | None:
+    """The name of the text format an env (or a registered env id) declares, else ``None``: the env class's
+    ``metadata["text_format"]`` (how a user's own env declares one), else the format stepgym registered with its id
+    (:func:`stepgym.envs.text_format_of`)."""
+    from stepgym.envs import text_format_of
+
+    if isinstance(env, str):
+        return text_format_of(env)
+    core = env.unwrapped
+    declared = (getattr(core, "metadata", None) or {}).get("text_format")
+    if declared:
+        return str(declared)
+    spec = getattr(env, "spec", None) or getattr(core, "spec", None)
+    return text_format_of(spec.id) if spec is not None else None
+
+
+def resolve_format(env: gym.Env | str, fmt: str | TextFormat | None = None) -> TextFormat:
+    """The text format to use with ``env`` (an env or an env id): ``fmt`` when given (a name or a
+    :class:`TextFormat`), else the env's declared one (:func:`declared_format`). ``ValueError`` when neither."""
+    name = fmt or declared_format(env)
+    if not name:
+        what = (
+            env if isinstance(env, str) else (getattr(env.spec, "id", None) or type(env.unwrapped).__name__)
+        )
+        raise ValueError(
+            f"no text format is declared for {what!r}: pass a format (one of {sorted(FORMATS)}, or a TextFormat; "
+            "on the command line --env.text-format), or declare metadata['text_format'] on the env class"
+        )
+    return get_format(name)
 
 
 def parse_action(text: Any, fmt: str | TextFormat) -> ParseResult:
@@ -521,7 +540,7 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
 
     Args:
         env: the text env (its actions are strings).
-        fmt: a format name or :class:`TextFormat`; default: looked up from the env id (:data:`ENV_FAMILIES`).
+        fmt: a format name or :class:`TextFormat`; default: the env's declared one (:func:`declared_format`).
         history_length: K, the steps shown in the prompt (default: the format's, 2 for ALFWorld/WebShop).
         noop_action: what the env receives for an unparsable reply.
         prompt_as_observation: return the rendered prompt instead of the env's observation.
@@ -559,13 +578,7 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
             prompt_as_observation=prompt_as_observation,
         )
         gym.Wrapper.__init__(self, env)
-        name = fmt if fmt is not None else family_of(env)
-        if name is None:
-            raise ValueError(
-                f"no text format is registered for {getattr(env.spec, 'id', env)!r}: pass fmt='alfworld', "
-                "'webshop', 'qa' or a TextFormat"
-            )
-        self.fmt = get_format(name)
+        self.fmt = resolve_format(env, fmt)
         self.history_length = history_length
         self.noop_action = noop_action
         self.prompt_as_observation = bool(prompt_as_observation)
@@ -613,3 +626,80 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
         )
         self._obs, self._info = obs, info
         return (self.prompt if self.prompt_as_observation else obs), reward, terminated, truncated, info
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The text env as every trainer and evaluator builds it
+# ---------------------------------------------------------------------------------------------------------------
+def text_wrappers(
+    fmt: str | TextFormat | None = None,
+    *,
+    history: int | str | None = "default",
+    prompt_as_observation: bool = False,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+) -> list[Callable[[gym.Env], gym.Env]]:
+    """The text-env stack as a list of wrappers, innermost first: ``EnvFeedbackWrapper``, then ``wrappers``, then
+    the :class:`TextInterfaceWrapper` (a ``functools.partial``, so the list pickles for env workers when
+    ``wrappers`` do). :func:`make_text_env` applies it; :class:`stepgym.GroupEnv` takes it as its wrapper recipe."""
+    text = functools.partial(
+        TextInterfaceWrapper,
+        fmt=fmt or None,
+        history_length=history,
+        prompt_as_observation=prompt_as_observation,
+    )
+    return [EnvFeedbackWrapper, *wrappers, text]
+
+
+def make_text_env(
+    env: str | gym.Env,
+    env_kwargs: Mapping[str, Any] | None = None,
+    *,
+    fmt: str | TextFormat | None = None,
+    history: int | str | None = "default",
+    prompt_as_observation: bool = False,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+) -> TextInterfaceWrapper:
+    """The env as an LLM policy sees it: ``TextInterfaceWrapper(*wrappers(EnvFeedbackWrapper(env)))``.
+
+    The one place the text-env stack is built (the bundled trainer's collector and warm-up, ``stepgym eval`` and
+    every trainer adapter use it or :func:`text_wrappers`), so all of them render the same prompts and apply the
+    same validity rule.
+
+    Args:
+        env: a registered env id (made with ``gymnasium.make(env, **env_kwargs)``) or an env already made.
+        env_kwargs: keyword arguments for ``gymnasium.make`` (only with an id).
+        fmt: the text format (a name in :data:`FORMATS` or a :class:`TextFormat`); ``None`` or ``""``: the env's
+            declared one (:func:`declared_format`).
+        history: K, the steps the prompt shows (``"default"``: the format's).
+        prompt_as_observation: return the rendered prompt as the observation.
+        wrappers: more wrappers between the feedback wrapper and the text interface, innermost first.
+
+    The inner env is closed when a wrapper refuses it (an env with no declared format and no ``fmt``, say), so a
+    refused build leaks no engine, browser or server. Raises ``ValueError`` for ``env_kwargs`` with an env object.
+
+    Example::
+
+        >>> from stepgym.wrappers.text import make_text_env
+        >>> env = make_text_env("StepGym/CreditToy-v0")
+        >>> env.fmt.name
+        'credit'
+    """
+    if isinstance(env, str):
+        import stepgym.envs
+
+        stepgym.envs.register_envs()
+        core = gym.make(env, **dict(env_kwargs or {}))
+    elif env_kwargs:
+        raise ValueError("env_kwargs apply to an env id only; this env is already made")
+    else:
+        core = env
+    try:
+        wrapped: gym.Env = core
+        for wrap in text_wrappers(
+            fmt, history=history, prompt_as_observation=prompt_as_observation, wrappers=wrappers
+        ):
+            wrapped = wrap(wrapped)
+        return wrapped  # type: ignore[return-value]
+    except BaseException:
+        core.close()
+        raise
