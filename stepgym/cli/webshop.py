@@ -1,10 +1,12 @@
 """``stepgym webshop ...``: build search indexes, compare backends, run the oracle, serve the site.
 
+```text
 stepgym webshop index     [--search bm25s|lucene|all]        build (or find) the cached indexes, with times
 stepgym webshop agreement [--goals synthetic|human]           top-10 agreement and target hits per backend
 stepgym webshop oracle    [--split all] [--option-match ...]  the oracle's success on a split
 stepgym webshop nouns                                         heuristic vs spaCy title nouns: reward effect
 stepgym webshop serve     [--port 3000] [--split test]        the site for people, until Ctrl-C
+```
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """StepOPSD: hindsight-teacher token weights, λ_mix schedule and the ``equal_step_mean_abs`` step budget (docs/shapers.md §5).
 
 Paper: Zhang, Lin and Wu 2026, "StepOPSD: Step-Aware Online Preference Distillation for Agent Reinforcement
-Learning" (arXiv 2605.27140): Eq. 3 (w_raw = 2σ(sign(A)Δ), w = Π_[1−α, 1+α](w_raw)), Eq. 4
-(Ã = (1 − λ)A + λwA), §3.2 (equal_step_mean_abs; λ_mix 0.2 decaying linearly over 50 steps; α_clip 0.2).
+Learning" (arXiv 2605.27140): Eq. 3 (``w_raw = 2σ(sign(A)Δ)``, ``w = Π_[1−α, 1+α](w_raw)``), Eq. 4
+(``Ã = (1 − λ)A + λwA``), §3.2 (equal_step_mean_abs; λ_mix 0.2 decaying linearly over 50 steps; α_clip 0.2).
 Public code: ``yanfei-zhang-95/OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/ppo/ray_trainer.py`` (module
 ``compute_advantage``; ``RayPPOTrainer.fit`` for the schedule). Text segmentation and the hindsight block are in
 :mod:`stepgym.shapers.stepopsd_text`; the first successful peer is :mod:`stepgym.group`'s rule. Eq. 4's

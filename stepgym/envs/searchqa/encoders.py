@@ -67,7 +67,8 @@ class HFEncoder:
         query_prefix / passage_prefix: default ``"query: "``/``"passage: "`` when the name contains ``e5`` (as
             Search-R1 decides), else none.
         device: ``"cuda"`` when torch sees a GPU, else ``"cpu"``.
-        batch_size, query_max_length (256, Search-R1's), passage_max_length (512).
+        batch_size, query_max_length, passage_max_length: the batch size, and the longest query (256,
+            Search-R1's) and passage (512) in tokens.
         key: the cache key; derived from the hub id or from the folder's config and weight files.
         query_threads: torch intra-op threads for a small query batch (default 1). A query is a few tokens: with
             several threads each call pays OpenMP barriers, and on a busy CPU a descheduled team member stalls the
