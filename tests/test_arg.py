@@ -404,8 +404,6 @@ def test_the_custom_env_example_in_the_docs_runs(tmp_path, monkeypatch):
 
 
 def test_old_names_of_the_graph_still_work_with_a_deprecation_warning():
-    import importlib
-
     import stepgym.wrappers
     import stepgym.wrappers.arg
     from stepgym import reference_graph
@@ -416,9 +414,3 @@ def test_old_names_of_the_graph_still_work_with_a_deprecation_warning():
             assert module.AgenticReferenceGraph is AgenticReferenceGraph
         with pytest.warns(DeprecationWarning):
             assert module.label_trajectory is label_trajectory
-    sys.modules.pop("stepgym.trainers.arg", None)
-    with pytest.warns(DeprecationWarning, match="arg_labeler"):
-        shim = importlib.import_module("stepgym.trainers.arg")
-    from stepgym.trainers.arg_labeler import ArgLabeler
-
-    assert shim.ArgLabeler is ArgLabeler
