@@ -57,9 +57,10 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 
 from stepgym import schema
+from stepgym.episodes import EpisodeRecorder
 from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
+from stepgym.schema import is_success
 from stepgym.text_utils import normalize_action
-from stepgym.wrappers._recording import EpisodeRecorder, is_success
 from stepgym.wrappers.text import action_text
 
 __all__ = [
