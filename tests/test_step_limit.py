@@ -82,3 +82,29 @@ def test_credit_family_max_steps_and_slack():
     env = gym.make("StepGym/CreditFamily-v0", horizon=4, max_steps=3)  # below the optimum: nothing can win
     assert env.unwrapped.slack == -1 and env.unwrapped.random_success() == 0.0
     env.close()
+
+
+def _made_limit(env_id: str, kwargs: dict) -> int:
+    env = gym.make(env_id, **kwargs)
+    try:
+        assert env.spec.max_episode_steps == env.unwrapped.max_steps
+        return env.unwrapped.max_steps
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_eval_and_train_pass_max_steps_to_every_env(env_id):
+    from stepgym.cli.endpoint import _checked, build_parser
+    from stepgym.trainers.config import EnvConfig
+
+    args = build_parser().parse_args(
+        ["--model", "m", "--env", env_id, "--max-steps", "3", "--data-root", "/none"]
+    )
+    kwargs = dict(_checked(args)["env_kwargs"])  # `stepgym eval`'s env options
+    assert kwargs["max_steps"] == 3
+    kwargs.pop(
+        "data_root", None
+    )  # checked above to be accepted or dropped; the real data root is $STEPGYM_DATA
+    assert _made_limit(env_id, kwargs) == 3
+    assert _made_limit(env_id, EnvConfig(id=env_id, max_steps=4).make_kwargs(None)) == 4  # `stepgym train`'s
