@@ -372,7 +372,7 @@ def flatten(groups: list[Group]) -> Rows:
                 r.exact.append(bool(step.info.get(schema.VALUE_EXACT)) and gain is not None)
                 r.task_type.append(g.task_type)
                 r.kind.append(g.kind)
-                r.won.append(bool(t.won))
+                r.won.append(t.success)
     return r
 
 
@@ -419,7 +419,7 @@ def ahead_gaps(groups: list[Group], strength: float) -> np.ndarray:
     out: list[float] = []
     for g in groups:
         for t in g.trajs:
-            errors = set() if t.won else set(analyzer.analyze(t).error_steps)
+            errors = set() if t.success else set(analyzer.analyze(t).error_steps)
             for i, (pre, s) in enumerate(zip(t.infos()[: len(t.steps)], t.steps, strict=True)):
                 named = pre.get(schema.EXPERT_ACTION) if i in errors else None
                 out.append(gap(g.kind, pre, acted(s, g.kind), named, strength))
@@ -429,7 +429,7 @@ def ahead_gaps(groups: list[Group], strength: float) -> np.ndarray:
 def stepopsd_gaps(groups: list[Group], strength: float) -> np.ndarray:
     out: list[float] = []
     for g in groups:
-        peers = first_correct_peers([t.won for t in g.trajs], [0] * len(g.trajs))
+        peers = first_correct_peers([t.success for t in g.trajs], [0] * len(g.trajs))
         for t, peer in zip(g.trajs, peers.tolist(), strict=True):
             seen: dict[str, str] = {}
             if peer != NO_PEER:
@@ -633,7 +633,7 @@ def record(folder: Path, groups: list[Group], cred: dict[str, np.ndarray]) -> No
                 adv[m].append([float(x) for x in cred[m][row : row + len(t.steps)]])
             row += len(t.steps)
         rec.record_trajectories(
-            g.trajs, iteration=0, group=gi, successes=[t.won for t in g.trajs], advantages=adv
+            g.trajs, iteration=0, group=gi, successes=[t.success for t in g.trajs], advantages=adv
         )
     rec.writer.close()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from stepgym import _moved, schema
 from stepgym.envs import ENV_IDS, register_envs
+from stepgym.lazy import lazy_exports
 
 __version__ = "0.1.0"
 __all__ = ["ENV_IDS", "GroupEnv", "__version__", "peer_hindsight", "register_envs", "schema", "wrappers"]
@@ -26,26 +27,13 @@ _moved.install()  # old import paths of moved modules (stepgym.downloads, ...) k
 
 
 # Lazy exports (PEP 562): ``stepgym.GroupEnv`` imports pettingzoo only when first used, keeping ``import stepgym`` fast.
-_LAZY = {
-    "AgenticReferenceGraph": ("stepgym.reference_graph", "AgenticReferenceGraph"),
-    "ARG": ("stepgym.reference_graph", "ARG"),
-    "GroupEnv": ("stepgym.group", "GroupEnv"),
-    "peer_hindsight": ("stepgym.group", "peer_hindsight"),
-    "wrappers": ("stepgym.wrappers", None),
-}
-
-
-def __getattr__(name: str) -> object:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'stepgym' has no attribute {name!r}")
-    import importlib
-
-    module_name, attr = _LAZY[name]
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AgenticReferenceGraph": "stepgym.reference_graph",
+        "ARG": "stepgym.reference_graph",
+        "GroupEnv": "stepgym.group",
+        "peer_hindsight": "stepgym.group",
+        "wrappers": "stepgym.wrappers:",
+    },
+)

@@ -17,6 +17,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from stepgym.atomic import atomic_path, commit
 from stepgym.errors import CorruptDataError, ServiceUnavailableError
 
 __all__ = ["extract_zip", "fetch"]
@@ -45,10 +46,8 @@ def fetch(
     target = dest / name
     if target.exists() and (sha256 is None or _sha256(target) == sha256):
         return target
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=dest)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as out:
             try:
                 resp = urllib.request.urlopen(url, timeout=timeout)
             except (urllib.error.URLError, OSError) as exc:
@@ -68,11 +67,7 @@ def fetch(
             raise ServiceUnavailableError(f"download of {url} stopped after {got} of {total} bytes")
         if sha256 is not None and (digest := _sha256(tmp)) != sha256:
             raise CorruptDataError(f"{url}: sha256 {digest} does not match the expected {sha256}")
-        os.replace(tmp, target)
-        return target
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    return target
 
 
 def extract_zip(
@@ -113,7 +108,7 @@ def extract_zip(
             if path.is_file():
                 final = dest / path.relative_to(staging)
                 final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, final)
+                commit(path, final)
         return dest
     finally:
         shutil.rmtree(staging, ignore_errors=True)

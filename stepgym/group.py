@@ -36,9 +36,10 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from stepgym import schema
+from stepgym.episodes import EpisodeRecorder
 from stepgym.hindsight import first_success_peers, hindsight_block, peer_hindsight, render_trajectory_text
+from stepgym.schema import is_success
 from stepgym.workers import EnvRecipe, EnvWorkerError, Executor, InProcessExecutor, make_executor
-from stepgym.wrappers._recording import EpisodeRecorder, is_success
 
 __all__ = [
     "GroupEnv",

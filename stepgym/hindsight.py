@@ -166,11 +166,11 @@ def peer_hindsight(
 
     Returns one entry per trajectory: the hindsight block holding the first successful peer's rendered
     trajectory for each failed member of a mixed group, ``None`` for everyone else (the info form: the key is
-    there, and says "no block"). ``success_fn`` defaults to :func:`stepgym.group.is_success`;
+    there, and says "no block"). ``success_fn`` defaults to :attr:`stepgym.schema.Trajectory.success`;
     ``final_correctness=True`` adds the ``final_correctness: incorrect`` line to the blocks that are given.
     """
     if success_fn is None:
-        from stepgym.wrappers._recording import is_success as success_fn
+        from stepgym.schema import is_success as success_fn
     peers = first_correct_peers([bool(success_fn(t)) for t in trajectories], [0] * len(trajectories))
     rendered: dict[int, str] = {}
     out: list[str | None] = []

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from stepgym import schema
+from stepgym.atomic import atomic_write_json
 from stepgym.errors import StepGymError
 from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
 from stepgym.recording import (
@@ -150,15 +151,6 @@ def episode_records(
     )
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------------------------
@@ -243,7 +235,7 @@ def _check_run(folder: Path, settings: _Settings) -> None:
             )
         return
     folder.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, json.dumps(want, indent=1).encode())
+    atomic_write_json(path, want, indent=1)
 
 
 class _Serialised:
@@ -355,7 +347,7 @@ def evaluate_endpoint(
                 env.close()
     summary = _write_summary(folder, writer.path, ids, budgets, settings)
     summary.update(episodes_resumed=len(ids) - len(todo), wall_seconds=time.perf_counter() - t_start)
-    _atomic_write(folder / SUMMARY, json.dumps(summary, indent=1).encode())
+    atomic_write_json(folder / SUMMARY, summary, indent=1)
     if error is not None:
         _raise_with_resume_note(error, summary["n_tasks"], len(ids), writer.path)
     return summary

@@ -48,8 +48,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
-import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +57,7 @@ import gymnasium as gym
 import networkx as nx
 
 from stepgym import schema
+from stepgym.atomic import atomic_write_json
 from stepgym.errors import CorruptDataError, FormatVersionError
 from stepgym.labels import future_drift
 from stepgym.schema import Trajectory
@@ -507,20 +506,7 @@ class AgenticReferenceGraph:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path)
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                if path.exists():
-                    os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-                json.dump(self._to_json(), f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        return path
+        return atomic_write_json(path, self._to_json(), indent=1, sort_keys=True)
 
     @classmethod
     def load(

@@ -8,7 +8,6 @@ Evaluation never samples: it iterates ``env.unwrapped.task_ids`` in order (ALFWo
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,8 +15,8 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.agents import Agent
+from stepgym.episodes import EpisodeRecorder
 from stepgym.schema import Trajectory
-from stepgym.wrappers._recording import EpisodeRecorder
 
 __all__ = ["EvalResult", "evaluate", "play_episode"]
 
@@ -57,13 +56,11 @@ class EvalResult:
     episodes: list[dict[str, Any]] = field(default_factory=list)
 
     def success_by_type(self) -> dict[str, tuple[int, int]]:
-        """task type -> (successes, episodes), plus ``"all"``."""
-        out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for ep in self.episodes:
-            for key in (ep["task_type"], "all"):
-                out[key][0] += int(ep["won"])
-                out[key][1] += 1
-        return {k: (v[0], v[1]) for k, v in sorted(out.items(), key=lambda kv: (kv[0] == "all", kv[0]))}
+        """task type -> (successes, episodes) (:func:`stepgym.schema.success_by_type`), plus ``"all"``."""
+        out = schema.success_by_type((ep["task_type"], ep["won"]) for ep in self.episodes)
+        if self.episodes:
+            out["all"] = (sum(s for s, _ in out.values()), len(self.episodes))
+        return out
 
     def table(self) -> str:
         rows = ["| task type | success | episodes | rate |", "|---|---|---|---|"]
@@ -95,8 +92,8 @@ def evaluate(
         traj = play_episode(env, agent, options={"task_id": task_id})
         ep = {
             "task_id": task_id,
-            "task_type": str(traj.initial_info.get(schema.TASK_TYPE, "")),
-            "won": traj.won,
+            "task_type": traj.task_type,
+            "won": traj.success,  # the recorded field name; its value is Trajectory.success
             "steps": len(traj.steps),
             "reward": traj.total_reward,
         }

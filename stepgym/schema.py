@@ -23,15 +23,19 @@ episode into one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "KEYS",
+    "UNTYPED",
     "InfoKey",
     "Step",
     "Trajectory",
     "describe",
+    "is_success",
+    "success_by_type",
 ]
 
 
@@ -308,10 +312,25 @@ class Trajectory:
         return float(sum(s.reward for s in self.steps))
 
     @property
-    def won(self) -> bool:
-        if self.steps:
-            return bool(self.steps[-1].info.get(WON, False))
-        return bool(self.initial_info.get(WON, False))
+    def success(self) -> bool:
+        """Whether the episode succeeded: stepgym's one rule (StepOPSD's "correct", AHEAD's "successful").
+
+        The last info's ``WON`` when the env reports it (ALFWorld, WebShop, the credit envs), else its
+        ``EXACT_MATCH == 1.0`` (Search-QA's score), else a total reward of at least 1.0 (an env that reports
+        neither). Rollout and endpoint evaluation, the failure-only hints, the peer hindsight, the group env, the
+        trainer's evaluation and the recordings all read this property (a recording's ``won`` field holds it).
+        """
+        last = self.steps[-1].info if self.steps else self.initial_info
+        if WON in last:
+            return bool(last[WON])
+        if EXACT_MATCH in last:
+            return float(last[EXACT_MATCH]) == 1.0
+        return self.total_reward >= 1.0
+
+    @property
+    def task_type(self) -> str:
+        """reset's ``TASK_TYPE``, or :data:`UNTYPED` when the env reports none."""
+        return str(self.initial_info.get(TASK_TYPE) or UNTYPED)
 
     @property
     def done(self) -> bool:
@@ -324,3 +343,23 @@ class Trajectory:
     def state_keys(self, key: str = STATE_KEY) -> list[Any]:
         """s_0 .. s_T as recorded under ``key`` (length T + 1)."""
         return [i.get(key) for i in self.infos()]
+
+
+def is_success(trajectory: Trajectory) -> bool:
+    """:attr:`Trajectory.success` as a function (the default of the ``success_fn`` parameters)."""
+    return trajectory.success
+
+
+#: The task type of an episode whose env reports no ``TASK_TYPE`` (in every per-type table).
+UNTYPED = "untyped"
+
+
+def success_by_type(outcomes: Iterable[tuple[str, bool]]) -> dict[str, tuple[int, int]]:
+    """task type -> (successes, episodes) of ``(task type, success)`` pairs, sorted by type; a missing type
+    (``None`` or ``""``) counts as :data:`UNTYPED`. ``stepgym rollout``'s table and the evaluation summary use it."""
+    counts: dict[str, list[int]] = {}
+    for task_type, ok in outcomes:
+        row = counts.setdefault(str(task_type or UNTYPED), [0, 0])
+        row[0] += int(bool(ok))
+        row[1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(counts.items())}

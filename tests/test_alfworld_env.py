@@ -180,8 +180,8 @@ def test_noisy_expert_still_wins_often_and_random_rarely():
     e = gym.make(ENV_ID, split="valid_seen")
     noisy, rand = NoisyExpertAgent(0.2, seed=1), RandomAgent(seed=1)
     ids = e.unwrapped.task_ids[::14]
-    noisy_wins = sum(play_episode(e, noisy, options={"task_id": i}).won for i in ids)
-    random_wins = sum(play_episode(e, rand, options={"task_id": i}).won for i in ids)
+    noisy_wins = sum(play_episode(e, noisy, options={"task_id": i}).success for i in ids)
+    random_wins = sum(play_episode(e, rand, options={"task_id": i}).success for i in ids)
     assert noisy_wins >= len(ids) // 2
     assert random_wins < noisy_wins
 

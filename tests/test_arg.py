@@ -182,7 +182,7 @@ def test_save_load_round_trip_and_atomicity(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(json, "dump", crash)
+    monkeypatch.setattr(os, "fsync", crash)  # the new file is written, not yet in place
     with pytest.raises(OSError, match="simulated"):
         bigger.save(path)
     monkeypatch.undo()
@@ -365,15 +365,13 @@ def test_saved_graphs_get_normal_permissions(tmp_path):
 
 
 _KILLED_SAVE = """
-import json, os, signal, sys
+import os, signal, sys
 from stepgym.reference_graph import AgenticReferenceGraph
 arg = AgenticReferenceGraph()
 arg.add_path("t", ["a", "b"], ["x"], won=True)
-def killed(obj, f, **kw):
-    f.write('{"format": "stepgym-a')
-    f.flush()
+def killed(fd):  # killed once the temporary is written, before it replaces the file
     os.kill(os.getpid(), signal.SIGKILL)
-json.dump = killed
+os.fsync = killed
 arg.save(sys.argv[1])
 """
 

@@ -38,7 +38,7 @@ def test_walkthroughs_and_inserted_errors(split):
     clean = {}
     for tid in base.task_ids:
         traj = play_episode(base, Replay(base), options={"task_id": tid})
-        assert traj.won, tid
+        assert traj.success, tid
         arg.add_trajectory(traj)
         clean[tid] = traj
     assert arg.is_dag() and arg.stats()["tasks"] == len(base.task_ids)

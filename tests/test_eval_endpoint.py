@@ -38,8 +38,8 @@ from stepgym.recording import FILE_NAME, EpisodeWriter, episode_trajectory, read
 from stepgym.trainers.backends import GenerationRequest, ScriptedBackend, make_backend
 from stepgym.trainers.collector import Collector
 from stepgym.trainers.evaluate import summarise
-from stepgym.wrappers.text import resolve_format
 from stepgym.trainers.samples import PromptEncoder
+from stepgym.wrappers.text import resolve_format
 
 pytestmark = pytest.mark.network
 
@@ -432,7 +432,7 @@ def test_endpoint_backend_in_the_collector(serve) -> None:
         col.close()
     want = in_process(env_id, kwargs, ids)
     assert [[s.action for s in t.steps] for t in got] == [[s.action for s in t.steps] for t in want]
-    assert all(t.won for t in got)
+    assert all(t.success for t in got)
 
 
 # ---------------------------------------------------------------------------------------------------------------

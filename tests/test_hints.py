@@ -233,14 +233,14 @@ def test_oracle_marks_injected_errors(noisy_episodes) -> None:
         pred = set(oracle.analyze(traj).error_steps)
         true = {t for t, x in enumerate(injected) if x}
         tp, fp, fn = tp + len(pred & true), fp + len(pred - true), fn + len(true - pred)
-        if not traj.won:
+        if not traj.success:
             failed = [
                 failed[0] + len(pred & true),
                 failed[1] + len(pred - true),
                 failed[2] + len(true - pred),
             ]
     precision, recall = tp / max(1, tp + fp), tp / max(1, tp + fn)
-    n_fail = sum(not t.won for t, _ in noisy_episodes)
+    n_fail = sum(not t.success for t, _ in noisy_episodes)
     report = {
         "episodes": len(noisy_episodes),
         "failed_episodes": n_fail,
@@ -267,7 +267,7 @@ def test_oracle_marks_injected_errors(noisy_episodes) -> None:
 def test_oracle_hints_name_an_admissible_command(noisy_episodes) -> None:
     checked = 0
     for traj, _ in noisy_episodes:
-        if traj.won:
+        if traj.success:
             continue  # failure-only
         a = analyze_trajectory(traj)
         infos = traj.infos()

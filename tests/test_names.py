@@ -99,11 +99,13 @@ def test_registered_limits_are_the_envs_defaults() -> None:
         "StepGym/ALFWorld-v0": ("stepgym.envs.alfworld", "ALFWorldEnv", "max_steps", 0),
         "StepGym/WebShop-v0": ("stepgym.envs.webshop", "WebShopEnv", "max_steps", 0),
         "StepGym/WebShopSite-v0": ("stepgym.envs.webshop", "WebShopSiteEnv", "max_steps", 0),
-        "StepGym/SearchQA-v0": ("stepgym.envs.searchqa", "SearchQAEnv", "max_turns", 1),
     }
     for env_id, (module, name, kw, extra) in classes.items():
         cls = getattr(importlib.import_module(module), name)
         assert gym.spec(env_id).max_episode_steps == default(cls, kw) + extra, env_id
+    from stepgym.envs.searchqa.env import step_budget  # SearchQA's default: max_turns 4 + the answer turn
+
+    assert gym.spec("StepGym/SearchQA-v0").max_episode_steps == step_budget(None, None) + 1
 
 
 def test_package_lists_its_lazy_exports_and_every_env_id() -> None:

@@ -40,8 +40,8 @@ def test_trainer_records_the_advantages_it_trained_with(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from test_trainer_core import scripted, tiny_config
 
-    from stepgym.trainers.grpo import GRPOTrainer
     from stepgym.shapers import ShapeConfig
+    from stepgym.trainers.grpo import GRPOTrainer
 
     cfg = scripted(tiny_config(tmp_path / "run", ShapeConfig.from_preset("proas-grpo")), "noisy-expert:0.3")
     tr = GRPOTrainer(cfg)
@@ -265,8 +265,8 @@ def test_endpoint_evaluation_opens_in_the_viewer(tmp_path: Path, capsys: pytest.
     want = in_process(env_id, kwargs, [s["task_id"] for s in run.index], policy=skip_a_key_in_room_1)
     for s, traj in zip(run.index, want, strict=True):
         (ep,) = run.groups[s["id"]]["episodes"]
-        assert (ep["task_id"], ep["won"], ep["reward"]) == (traj.task_id, traj.won, traj.total_reward)
-        assert s["wins"] == int(traj.won) and s["steps"] == len(traj.steps)
+        assert (ep["task_id"], ep["won"], ep["reward"]) == (traj.task_id, traj.success, traj.total_reward)
+        assert s["wins"] == int(traj.success) and s["steps"] == len(traj.steps)
         assert [st["observation"] for st in ep["steps"]] == [x.observation for x in traj.steps]
         assert [st["reward"] for st in ep["steps"]] == [x.reward for x in traj.steps]
         for field, key in (

@@ -94,7 +94,7 @@ def measure(
                 row[0] += len(labels.reasonable)
                 row[1] += sum(labels.reasonable)
                 row[2] += sum(labels.progress)
-                if traj.won:
+                if traj.success:
                     row[3] += len(labels.reasonable)
                     row[4] += len(labels.reasonable) - sum(labels.reasonable)
             if bar is not None:

@@ -153,6 +153,9 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["max_steps"] = args.max_steps
     if args.data_root is not None:
         kwargs["data_root"] = args.data_root
+    from stepgym.envs import check_env_kwargs
+
+    kwargs = check_env_kwargs(args.env, kwargs)
     return {
         "split": check_split(args.env, args.split),
         "env_kwargs": kwargs,

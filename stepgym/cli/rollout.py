@@ -87,7 +87,9 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kwargs["max_steps"] = args.max_steps
     if args.data_root is not None:
         kwargs["data_root"] = args.data_root
-    return kwargs
+    from stepgym.envs import check_env_kwargs
+
+    return check_env_kwargs(args.env, kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,9 @@ from typing import Any, NamedTuple
 
 import gymnasium
 
-__all__ = ["ENV_IDS", "EnvEntry", "ExactStepLimit", "register_envs", "text_format_of"]
+from stepgym.errors import InvalidArgumentError
+
+__all__ = ["ENV_IDS", "EnvEntry", "ExactStepLimit", "check_env_kwargs", "register_envs", "text_format_of"]
 
 
 class EnvEntry(NamedTuple):
@@ -19,7 +21,9 @@ class EnvEntry(NamedTuple):
 
     entry_point: str
     #: the default step limit: the class's defaults (e.g. SearchQA's max_turns=4 + the forced answer turn,
-    #: CreditFamily's horizon 10 + slack 10); tests/test_names.py checks them against the classes.
+    #: CreditFamily's horizon 10 + slack 10); tests/test_names.py checks them against the classes. Every env
+    #: takes its limit as ``max_steps=`` (all steps, SearchQA's answer turn included); an env may also keep a
+    #: historical keyword (SearchQA's ``max_turns``, CreditFamily's ``slack``) and refuses a contradiction.
     max_steps: int
     #: the name of its text format in :data:`stepgym.wrappers.text.FORMATS` (the prompt and the reply parser an
     #: LLM policy uses with it; :func:`stepgym.wrappers.text.make_text_env` looks it up here).
@@ -41,6 +45,34 @@ def text_format_of(env_id: str) -> str | None:
     """The text format declared for a registered stepgym env id, or ``None`` for any other id."""
     entry = _ENVS.get(env_id)
     return entry.text_format if entry is not None else None
+
+
+def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for ``gym.make(env_id, **kwargs)``, checked against the env's constructor (a command line's options).
+
+    ``data_root`` is dropped for an env that reads no data files (the CreditToy and CreditFamily envs), so a
+    shared ``--data-root`` flag works on every env; any other keyword the env does not take is an
+    :class:`~stepgym.errors.InvalidArgumentError` naming the keywords it does take. Ids stepgym does not register
+    pass through unchecked.
+    """
+    entry = _ENVS.get(env_id)
+    if entry is None:
+        return dict(kwargs)
+    import importlib
+    import inspect
+
+    module, _, name = entry.entry_point.partition(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(kwargs)
+    out = {k: v for k, v in kwargs.items() if k in params or k != "data_root"}
+    unknown = sorted(set(out) - set(params))
+    if unknown:
+        raise InvalidArgumentError(
+            f"{env_id} takes no option {', '.join(unknown)}; its options are "
+            f"{', '.join(p for p in params if p != 'self')}"
+        )
+    return out
 
 
 def register_envs() -> None:
@@ -91,7 +123,7 @@ class ExactStepLimit(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
         asked = int(limit._max_episode_steps)
         if asked != default:  # gym.make(..., max_episode_steps=N): the user's limit
             if core.max_steps not in (default, asked):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"max_episode_steps={asked} contradicts the env's own step limit {core.max_steps} (its "
                     f"keyword, e.g. max_steps=): pass one of them"
                 )

@@ -11,7 +11,9 @@ forward``. At a *decisive* station (``n_decisive`` of them, their positions fixe
 mistake: with ``irreversible=True`` the agent passes on carrying the wrong object and can no longer win (the
 episode runs on to the step limit); with ``irreversible=False`` the object is put back, a step is lost and the
 agent may try again. Every station also offers ``n_distractors`` harmless but useless actions (``inspect
-<thing>``), which only cost a step. The step limit is ``horizon + slack``.
+<thing>``), which only cost a step. The step limit is ``max_steps`` (the keyword every stepgym env takes), by
+default ``horizon + slack``; ``slack`` is how many steps beyond the optimum it allows. A ``max_steps`` below
+``horizon`` is allowed (a budget probe) but no episode can win within it.
 
 Knobs and what they model:
 
@@ -45,6 +47,7 @@ import numpy as np
 
 from stepgym import schema
 from stepgym.envs.base import TextEnv
+from stepgym.errors import InvalidArgumentError
 
 __all__ = ["DECISIVE", "CreditFamilyEnv"]
 
@@ -99,6 +102,8 @@ class CreditFamilyEnv(TextEnv):
         reward: ``"sparse"`` or ``"dense"``.
         alias: drop the station number and the carried object from the observation text.
         slack: steps allowed beyond ``horizon`` before truncation (default: ``horizon``).
+        max_steps: the step limit (default ``horizon + slack``); pass it or ``slack``; both must agree
+            (``max_steps == horizon + slack``).
     """
 
     optimal_success = 1.0
@@ -117,7 +122,14 @@ class CreditFamilyEnv(TextEnv):
         alias: bool = False,
         slack: int | None = None,
         render_mode: str | None = None,
+        *,
+        max_steps: int | None = None,
     ) -> None:
+        if max_steps is not None and slack is not None and int(max_steps) != int(horizon) + int(slack):
+            raise InvalidArgumentError(
+                f"max_steps={max_steps} contradicts horizon={horizon} + slack={slack}: max_steps is the whole "
+                f"step limit (horizon + slack); pass one of max_steps and slack"
+            )
         slack = int(horizon) if slack is None else int(slack)
         checks = [
             (split in _SPLIT_OFFSET, f"split must be one of {sorted(_SPLIT_OFFSET)}, got {split!r}"),
@@ -135,7 +147,8 @@ class CreditFamilyEnv(TextEnv):
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
-        super().__init__(max_steps=horizon + slack, render_mode=render_mode, max_observation_chars=2_000)
+        limit = int(horizon) + slack if max_steps is None else int(max_steps)
+        super().__init__(max_steps=limit, render_mode=render_mode, max_observation_chars=2_000)
         self.split = split
         self.horizon = int(horizon)
         self.n_decisive = int(n_decisive)
@@ -144,7 +157,6 @@ class CreditFamilyEnv(TextEnv):
         self.n_distractors = int(n_distractors)
         self.reward_mode = reward
         self.alias = bool(alias)
-        self.slack = slack
         offset = _SPLIT_OFFSET[split]
         self.task_ids: tuple[str, ...] = tuple(f"family-{split}-{offset + i:05d}" for i in range(n_tasks))
         self._task_id = self.task_ids[0]
@@ -266,6 +278,11 @@ class CreditFamilyEnv(TextEnv):
             if not self._won:  # a doomed agent at the exit: it stays there until the step limit
                 return "The exit does not open for what you carry. " + self._describe()
         return self._describe()
+
+    @property
+    def slack(self) -> int:
+        """Steps the limit allows beyond the optimum (``max_steps - horizon``; negative: no episode can win)."""
+        return self.max_steps - self.horizon
 
     # -- interpretation ---------------------------------------------------------------------------------------
     def random_success(self) -> float:

@@ -36,8 +36,7 @@ Trainer-neutral pieces live here and import no trainer:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from stepgym.lazy import lazy_exports
 
 _EXPORTS = {
     "task_ids": "stepgym.integrations.tasks",
@@ -50,16 +49,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stepgym.integrations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

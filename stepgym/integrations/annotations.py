@@ -84,7 +84,7 @@ def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
     last = infos[-1]
     return {
         "task_id": trajectory.task_id,
-        "won": trajectory.won,
+        "won": trajectory.success,
         "return": trajectory.total_reward,
         "n_steps": len(steps),
         "terminated": bool(trajectory.steps and trajectory.steps[-1].terminated),

@@ -91,13 +91,12 @@ def trajectory_records(
 ) -> list[dict[str, Any]]:
     """One ``episode`` record and one ``step`` record per step of ``traj``.
 
-    ``won`` defaults to :func:`~stepgym.group.is_success` (``WON``, else Search-QA's exact match, else a return of
+    ``won`` defaults to :attr:`~stepgym.schema.Trajectory.success` (``WON``, else Search-QA's exact match, else a return of
     at least 1). ``advantages`` maps a shaper name to one ``{"step": float, "tokens": [float, ...]}`` per step
     (tokens optional); ``step_extra`` adds fields to each step record (the trainer's token texts, ARG labels),
     ``episode_extra`` to the episode record (an evaluation's token usage and time). ``hints`` / ``error_steps``
     override the ones a :class:`~stepgym.wrappers.hints.HintWrapper` left in the last info.
     """
-    from stepgym.wrappers._recording import is_success
 
     last = traj.steps[-1].info if traj.steps else traj.initial_info
     if hints is None:
@@ -109,7 +108,7 @@ def trajectory_records(
     if peer_hindsight is None:
         peer_hindsight = last.get(schema.PEER_HINDSIGHT)
     key = {"iteration": int(iteration), "group": int(group), "rollout": int(rollout)}
-    ok = bool(is_success(traj) if won is None else won)
+    ok = bool(traj.success if won is None else won)
     episode = _episode_record(traj, key, ok, peer_hindsight, hints, errors, max_text_chars)
     out: list[dict[str, Any]] = [{**episode, **_plain(dict(episode_extra or {}), max_text_chars)}]
     labels = last.get(schema.ARG_LABELS) or {}
@@ -138,7 +137,7 @@ def _episode_record(
         "kind": "episode",
         **key,
         "task_id": str(traj.task_id),
-        "task_type": str(traj.initial_info.get(schema.TASK_TYPE, "")),
+        "task_type": traj.task_type,
         "goal": _cut(str(traj.initial_info.get(schema.GOAL, "")), max_text_chars),
         "won": won,
         "reward": _plain(traj.total_reward, 0),

@@ -27,16 +27,15 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
 import re
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepgym.atomic import atomic_write_json
 from stepgym.serve.pool import CapacityError, EnvLostError, EnvPool
 from stepgym.serve.protocol import ErrorCode, ProtocolError, ServeLimits, observation_payload, to_json
 
@@ -326,15 +325,7 @@ class SessionManager:
             "actions": s.actions,
             "digest": _digest(s.last) if s.last is not None else None,
         }
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".journal-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(rec, f)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        atomic_write_json(path, rec)
 
     def _drop_stale_journals(self) -> None:
         assert self.state_dir is not None

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stepgym.trainers.checkpoint import write_text_atomic
+from stepgym.atomic import atomic_write_text
 from stepgym.trainers.distributed import DistContext, world_record
 from stepgym.trainers.metrics import MetricsLogger, NoMetrics
 from stepgym.trainers.models import build_policy, resolve_device
@@ -193,5 +193,5 @@ def open_outputs(cfg: Any, out: Path, dist: DistContext, *, resume_iteration: in
         return NoMetrics()
     metrics = MetricsLogger(out, tensorboard=cfg.run.tensorboard, resume_from=resume_iteration)
     payload = {**cfg.to_dict(), "distributed": world_record(dist.world, cfg.rollout.n_tasks)}
-    write_text_atomic(out / "config.json", json.dumps(payload, indent=1, default=str))
+    atomic_write_text(out / "config.json", json.dumps(payload, indent=1, default=str))
     return metrics

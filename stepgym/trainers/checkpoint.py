@@ -15,7 +15,7 @@ Layout of ``<output_dir>/checkpoints/``::
 
 Atomicity: a checkpoint is written into a temporary sibling folder (``.tmp-step_000010-<pid>``); every file is
 fsynced, the folder is renamed to its final name (an atomic rename on POSIX), the parent folder is fsynced, and
-only then is ``latest`` replaced (write a temporary file, fsync, ``os.replace``). A crash (or an exception raised
+only then is ``latest`` replaced (:func:`stepgym.atomic.atomic_write_text`). A crash (or an exception raised
 by any part writer) before the rename leaves only a ``.tmp-*`` folder, which is ignored and cleaned up later, and
 ``latest`` still names the previous checkpoint. Old checkpoints beyond ``keep`` are deleted only after the new one
 is complete.
@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from stepgym.atomic import atomic_write_text, fsync_path
 from stepgym.trainers.distributed import world_record
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "resume_path",
     "save_checkpoint",
     "save_trainer",
-    "write_text_atomic",
 ]
 
 FORMAT_VERSION = 1
@@ -60,32 +60,13 @@ def checkpoint_name(iteration: int) -> str:
     return f"step_{iteration:06d}"
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(root: Path) -> None:
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            _fsync_path(p)
+            fsync_path(p)
     for p in sorted((d for d in root.rglob("*") if d.is_dir()), reverse=True):
-        _fsync_path(p)
-    _fsync_path(root)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (a temporary sibling, fsync, ``os.replace``, fsync the folder)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_path(path.parent)
+        fsync_path(p)
+    fsync_path(root)
 
 
 def save_checkpoint(
@@ -125,11 +106,11 @@ def save_checkpoint(
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, final)
-        _fsync_path(root)
+        fsync_path(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    write_text_atomic(root / _LATEST, name + "\n")
+    atomic_write_text(root / _LATEST, name + "\n")
     _prune(root, keep, protect=name)
     return final
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stepgym import schema
-from stepgym.group import GroupEnv, is_success
+from stepgym.group import GroupEnv
 from stepgym.trainers.backends import GenerationRequest, RolloutBackend
 from stepgym.trainers.samples import PromptEncoder, StepRow
 from stepgym.workers import EnvRecipe, Executor, make_executor
@@ -49,7 +49,7 @@ class Rollouts:
 
     @property
     def successes(self) -> list[bool]:
-        return [bool(is_success(t)) for t in self.trajectories]
+        return [t.success for t in self.trajectories]
 
     def rows_of(self, traj: int) -> list[StepRow]:
         return [r for r in self.rows if r.traj == traj]

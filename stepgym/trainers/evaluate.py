@@ -1,6 +1,6 @@
 """Evaluation on the fixed splits, the papers' protocol: every task of the split, in the env's fixed order.
 
-For ALFWorld that is valid_seen (140 games) and valid_unseen (134) in full, max 50 steps, success = won, reported
+For ALFWorld that is valid_seen (140 games) and valid_unseen (134) in full, max 50 steps, success = :attr:`stepgym.schema.Trajectory.success`, reported
 per task type; plus *success within interaction budgets* (the share of tasks solved in at most B steps, B = 10,
 20, …, 50), the measure behind AHEAD's efficiency claim. Tasks are played in lockstep batches of ``parallel``
 episodes through the same collector as training (one group of size 1 per task), greedy by default.
@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from stepgym import schema
-from stepgym.group import is_success
 from stepgym.trainers.collector import Collector
 
 __all__ = ["eval_metrics", "evaluate", "format_summary", "summarise"]
@@ -22,26 +21,23 @@ __all__ = ["eval_metrics", "evaluate", "format_summary", "summarise"]
 
 def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int]) -> dict[str, Any]:
     """Success overall, per task type and within each budget, from recorded episodes (one per task)."""
-    per_type: dict[str, list[bool]] = {}
     won, steps = [], []
     valid, total = 0, 0
     for t in trajectories:
-        ok = bool(is_success(t))
-        won.append(ok)
+        won.append(t.success)
         steps.append(len(t.steps))
-        tt = str(t.initial_info.get(schema.TASK_TYPE, "all"))
-        per_type.setdefault(tt, []).append(ok)
         for s in t.steps:
             total += 1
             valid += int(
                 bool(s.info.get(schema.FORMAT_VALID, True)) and bool(s.info.get(schema.ADMISSIBLE, True))
             )
     n = len(trajectories)
+    by_type = schema.success_by_type((t.task_type, ok) for t, ok in zip(trajectories, won, strict=True))
     won_a, steps_a = np.array(won, dtype=bool), np.array(steps)
     return {
         "n_tasks": n,
         "success": float(won_a.mean()) if n else 0.0,
-        "per_type": {k: {"n": len(v), "success": float(np.mean(v))} for k, v in sorted(per_type.items())},
+        "per_type": {k: {"n": m, "success": wins / m} for k, (wins, m) in by_type.items()},
         "within": {str(b): float((won_a & (steps_a <= b)).mean()) if n else 0.0 for b in budgets},
         "valid_action_ratio": valid / total if total else 0.0,
         "mean_steps": float(steps_a.mean()) if n else 0.0,

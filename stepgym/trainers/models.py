@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from stepgym import _deps
+from stepgym.atomic import atomic_path
 from stepgym.data import file_sha256, index_dir
 
 __all__ = [
@@ -216,13 +216,11 @@ def smollm2_folder(*, progress: bool = True) -> Path:
             f"SmolLM2 conversion mismatch: missing {real_missing[:5]}, unexpected {unexpected[:5]}"
         )
     plain = plain.to(torch.bfloat16)
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    plain.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / "STEPGYM_SOURCE.json").write_text(json.dumps({"gguf": str(gguf), "sha256_16": key}, indent=1))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
+    with atomic_path(dest, folder=True) as tmp:
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "STEPGYM_SOURCE.json").write_text(json.dumps({"gguf": str(gguf), "sha256_16": key}, indent=1))
+        shutil.rmtree(dest, ignore_errors=True)  # a folder is replaced only when gone
     return dest
 
 

@@ -18,8 +18,9 @@ used to export still work for one release, with a ``DeprecationWarning`` naming 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from stepgym.lazy import lazy_exports
 
 _EXPORTS = {
     "EnvFeedbackWrapper": "stepgym.wrappers.feedback",
@@ -55,18 +56,16 @@ _MOVED = {
 __all__ = sorted(_EXPORTS)
 
 
+_lazy_getattr, _lazy_dir = lazy_exports(__name__, _EXPORTS)
+
+
 def __getattr__(name: str) -> Any:
     if name in _MOVED:
         from stepgym._moved import moved
 
         return moved(f"stepgym.wrappers.{name}", _MOVED[name], name)
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stepgym.wrappers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _lazy_getattr(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS) | set(_MOVED))
+    return sorted(set(_lazy_dir()) | set(_MOVED))

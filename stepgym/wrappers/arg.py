@@ -18,7 +18,7 @@ import gymnasium as gym
 
 from stepgym import reference_graph as _rg
 from stepgym import schema
-from stepgym.wrappers._recording import EpisodeRecorder
+from stepgym.episodes import EpisodeRecorder
 
 __all__ = ["ARGWrapper"]
 

@@ -57,9 +57,11 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 
 from stepgym import schema
+from stepgym.atomic import atomic_write_json
+from stepgym.episodes import EpisodeRecorder
 from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
+from stepgym.schema import is_success
 from stepgym.text_utils import normalize_action
-from stepgym.wrappers._recording import EpisodeRecorder, is_success
 from stepgym.wrappers.text import action_text
 
 __all__ = [
@@ -431,9 +433,7 @@ class LLMAnalyzer:
             return
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         data = {"error_steps": list(a.error_steps), "hints": {str(k): v for k, v in a.hints.items()}}
-        tmp = self.cache_dir / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.cache_dir / f"{key}.json")
+        atomic_write_json(self.cache_dir / f"{key}.json", data, ensure_ascii=False)
 
     # -- the request -----------------------------------------------------------------------------------------
     def _query(self, trajectory: schema.Trajectory, messages: list[dict[str, str]]) -> Analysis:

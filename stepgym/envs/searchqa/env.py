@@ -8,7 +8,8 @@ tag, both tags, two searches, an unclosed tag, an empty query) is answered with 
 sentence, and ``info[schema.INVALID_REASON]`` says exactly what was wrong. Nothing a model writes raises.
 
 Turn budget (Search-R1's ``max_turns``): ``max_turns`` turns may search, and one more turn is allowed to answer,
-so an episode lasts at most ``max_turns + 1`` turns. A search on that final turn is not executed (Search-R1's last
+so an episode lasts at most ``max_turns + 1`` turns. That total is the env's ``max_steps`` (the step-limit keyword
+every stepgym env takes): ``SearchQAEnv(max_steps=5)`` is ``SearchQAEnv(max_turns=4)``. A search on that final turn is not executed (Search-R1's last
 rollout runs with ``do_search=False``) and the episode is truncated with reward 0.
 
 Ground truth in ``info`` (keys from :mod:`stepgym.schema`):
@@ -53,7 +54,7 @@ from stepgym.envs.searchqa.protocol import (
     render_information,
 )
 from stepgym.envs.searchqa.retrievers import MAX_QUERY_CHARS, Hit, Retriever
-from stepgym.errors import DataNotFoundError
+from stepgym.errors import DataNotFoundError, InvalidArgumentError
 
 __all__ = ["MAX_TURN_CHARS", "SearchQAEnv", "read_turn"]
 
@@ -72,6 +73,23 @@ def read_turn(action: Any) -> tuple[str, str]:
     return read_text_action(action, MAX_TURN_CHARS, noun="turn")
 
 
+def step_budget(max_turns: int | None, max_steps: int | None) -> int:
+    """Search-R1's ``max_turns`` from either keyword: ``max_steps`` counts the forced answer turn, so it is one more."""
+    if max_steps is not None:
+        if int(max_steps) < 1:
+            raise InvalidArgumentError(f"max_steps must be >= 1 (the answer turn), got {max_steps}")
+        if max_turns is not None and int(max_turns) != int(max_steps) - 1:
+            raise InvalidArgumentError(
+                f"max_turns={max_turns} contradicts max_steps={max_steps}: max_steps counts every turn, the "
+                f"forced answer turn included (max_steps = max_turns + 1); pass one of them"
+            )
+        return int(max_steps) - 1
+    turns = 4 if max_turns is None else int(max_turns)
+    if turns < 0:
+        raise InvalidArgumentError(f"max_turns must be >= 0, got {max_turns}")
+    return turns
+
+
 class SearchQAEnv(TextEnv):
     """Search-QA as a Gymnasium env. See the module docstring for the contract.
 
@@ -81,7 +99,9 @@ class SearchQAEnv(TextEnv):
         split: ``"train"`` or ``"test"`` (see :mod:`stepgym.envs.searchqa.datasets` for the fixed splits).
         retriever: ``"bm25"`` (default), ``"lucene"``, ``"dense"``, a server URL, or a :class:`Retriever`.
         topk: passages per search (3 in Search-R1).
-        max_turns: turns that may search (Search-R1's ``max_turns``; one more turn may answer).
+        max_turns: turns that may search (Search-R1's ``max_turns``, default 4; one more turn may answer).
+        max_steps: the step limit every stepgym env takes: all turns, the forced answer turn included, so
+            ``max_steps = max_turns + 1`` (default 5). Pass either; both must agree.
         corpus: the passage jsonl (default: the searchqa data root's ``wiki18_subset/corpus.jsonl``).
         data_root: the searchqa data folder (default: ``$STEPGYM_DATA/searchqa`` or the user cache).
         encoder, index, retriever_options: for ``retriever="dense"`` etc., see :func:`make_retriever`.
@@ -115,8 +135,9 @@ class SearchQAEnv(TextEnv):
         split: str = "test",
         retriever: str | Retriever = "bm25",
         topk: int = 3,
-        max_turns: int = 4,
+        max_turns: int | None = None,
         *,
+        max_steps: int | None = None,
         corpus: str | os.PathLike[str] | Corpus | None = None,
         data_root: str | os.PathLike[str] | None = None,
         encoder: str = "minilm",
@@ -129,11 +150,10 @@ class SearchQAEnv(TextEnv):
         expert: bool = True,
         render_mode: str | None = None,
     ):
-        if max_turns < 0:
-            raise ValueError(f"max_turns must be >= 0, got {max_turns}")
+        max_turns = step_budget(max_turns, max_steps)
         if not 1 <= int(topk) <= 100:
             raise ValueError(f"topk must be between 1 and 100, got {topk}")
-        super().__init__(max_steps=int(max_turns) + 1, render_mode=render_mode)
+        super().__init__(max_steps=max_turns + 1, render_mode=render_mode)
         if questions is None:
             tasks = load_questions(dataset, split, data_root)
         elif isinstance(questions, str | os.PathLike):
@@ -145,7 +165,7 @@ class SearchQAEnv(TextEnv):
         self.tasks: tuple[QARecord, ...] = tuple(tasks)
         self._by_id = {t.task_id: t for t in self.tasks}
         self.dataset, self.split = dataset, split
-        self.topk, self.max_turns = int(topk), int(max_turns)
+        self.topk = int(topk)
         self.strict_format, self.use_expert = bool(strict_format), bool(expert)
         self.corpus: Corpus | None
         try:
@@ -176,6 +196,11 @@ class SearchQAEnv(TextEnv):
     @property
     def task(self) -> QARecord | None:
         return self._task
+
+    @property
+    def max_turns(self) -> int:
+        """Turns that may search (Search-R1's ``max_turns``): every turn but the forced answer turn."""
+        return self.max_steps - 1
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------------
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from stepgym._deps import require
+from stepgym.atomic import atomic_path
 from stepgym.data import index_dir
 from stepgym.envs.searchqa.corpus import Corpus
 from stepgym.envs.searchqa.encoders import Encoder, get_encoder
@@ -148,20 +148,15 @@ def _build_atomically(target: Path, build: Callable[[Path], None]) -> None:
     """Run ``build(tmp)`` and rename ``tmp`` to ``target``; a finished ``target`` (``DONE`` file) is kept."""
     if (target / "DONE").is_file():
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        build(tmp)
-        (tmp / "DONE").write_text(json.dumps({"built_unix": int(time.time())}))
-        if target.exists() and not (target / "DONE").is_file():
-            shutil.rmtree(target, ignore_errors=True)  # an unfinished leftover
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not (target / "DONE").is_file():  # someone else finished first: theirs is as good as ours
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_path(target, folder=True) as tmp:
+            build(tmp)
+            (tmp / "DONE").write_text(json.dumps({"built_unix": int(time.time())}))
+            if target.exists() and not (target / "DONE").is_file():
+                shutil.rmtree(target, ignore_errors=True)  # an unfinished leftover
+    except OSError:
+        if not (target / "DONE").is_file():  # someone else finished first: theirs is as good as ours
+            raise
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -417,9 +412,8 @@ class DenseRetriever(LocalRetriever):
             else:
                 index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             index.add(emb)
-            tmp = file.with_suffix(f".tmp{os.getpid()}")
-            faiss.write_index(index, str(tmp))
-            os.replace(tmp, file)
+            with atomic_path(file) as tmp:
+                faiss.write_index(index, str(tmp))
         index = faiss.read_index(str(file))
         if self.index_type == "ivf":
             index.nprobe = self.nprobe

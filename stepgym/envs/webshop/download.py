@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from stepgym.atomic import atomic_path
 from stepgym.data import cache_dir
 from stepgym.envs.webshop.catalogue import document_contents, load_catalogue
 from stepgym.fetch import fetch
@@ -63,20 +63,14 @@ def _url(name: str, base_url: str | None) -> str:
 def convert_to_documents(raw_catalogue: Path, out: Path) -> Path:
     """Write upstream's search-document file for a raw catalogue (``json.dumps`` defaults, one a line)."""
     catalogue = load_catalogue(raw_catalogue)  # validates; attaches attributes and human instructions
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for product in catalogue.products:
-                f.write(
-                    json.dumps(
-                        {"id": product["asin"], "contents": document_contents(product), "product": product}
-                    )
-                    + "\n"
+    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for product in catalogue.products:
+            f.write(
+                json.dumps(
+                    {"id": product["asin"], "contents": document_contents(product), "product": product}
                 )
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+                + "\n"
+            )
     return out
 
 

@@ -26,13 +26,12 @@ import importlib.resources
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Protocol
 
 from stepgym._deps import require
+from stepgym.atomic import atomic_path
 from stepgym.data import index_dir
 from stepgym.envs.webshop.catalogue import Catalogue
 
@@ -113,18 +112,13 @@ class _Analyzer:
 
 def _atomic_build(final: Path, build) -> None:
     """Run ``build(tmp_dir)`` and rename the result to ``final`` (never leaves a half index under ``final``)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        build(tmp)
-        (tmp / "COMPLETE").write_text("ok\n")
-        try:
-            os.replace(tmp, final)
-        except OSError:  # another process won the race; its index is as good as ours
-            if not (final / "COMPLETE").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_path(final, folder=True) as tmp:
+            build(tmp)
+            (tmp / "COMPLETE").write_text("ok\n")
+    except OSError:  # another process won the race; its index is as good as ours
+        if not (final / "COMPLETE").exists():
+            raise
 
 
 class BM25sBackend:

@@ -42,12 +42,12 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
+from stepgym.episodes import EpisodeRecorder
 from stepgym.errors import StepRecordError
 from stepgym.group import WrapperFn
 from stepgym.integrations.annotations import INVALID_RULES, credit_fields, episode_annotations
 from stepgym.integrations.tasks import task_rows
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
-from stepgym.wrappers._recording import EpisodeRecorder
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper
 

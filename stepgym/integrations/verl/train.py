@@ -30,6 +30,7 @@ from uuid import uuid4
 import numpy as np
 
 from stepgym import _deps
+from stepgym.atomic import atomic_path, atomic_write_text
 from stepgym.errors import StepRecordError
 from stepgym.integrations import verl as _verl
 from stepgym.integrations.verl import teacher as _teacher
@@ -365,9 +366,8 @@ def prepare(config: Any) -> None:
             rows = _verl.verl_rows(
                 sg.env_id, {**env_kwargs, "split": split}, system_prompt=sg.get("system_prompt")
             )
-            tmp = f"{path}.tmp{os.getpid()}"
-            pd.DataFrame(rows).to_parquet(tmp)
-            os.replace(tmp, str(path))  # atomic: a crash never leaves a half-written dataset behind
+            with atomic_path(str(path)) as tmp:  # a crash never leaves a half-written dataset behind
+                pd.DataFrame(rows).to_parquet(tmp)
     loop_yaml = Path(str(config.actor_rollout_ref.rollout.agent.agent_loop_config_path))
     loop_yaml.parent.mkdir(parents=True, exist_ok=True)
     entry = {
@@ -377,9 +377,7 @@ def prepare(config: Any) -> None:
         "history_length": int(sg.history_length),
         "max_turn_tokens": int(sg.max_turn_tokens),
     }
-    tmp = loop_yaml.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create([entry])))
-    os.replace(tmp, loop_yaml)
+    atomic_write_text(loop_yaml, OmegaConf.to_yaml(OmegaConf.create([entry])))
 
 
 def _add_external_module(name: str) -> None:

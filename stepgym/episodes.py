@@ -1,5 +1,5 @@
-"""Record episodes as :class:`stepgym.schema.Trajectory`, and what counts as a success for the failure-only hints
-and the peer hindsight.
+"""Record episodes as :class:`stepgym.schema.Trajectory` (what counts as a success is
+:attr:`stepgym.schema.Trajectory.success`).
 
 :class:`EpisodeRecorder` is the one way stepgym turns ``reset``/``step`` results into a trajectory: GroupEnv,
 HintWrapper and ARGWrapper record through it, and so does :func:`stepgym.rollout.play_episode`, which every
@@ -12,16 +12,7 @@ from typing import Any
 
 from stepgym import schema
 
-
-def is_success(trajectory: schema.Trajectory) -> bool:
-    """StepOPSD's "correct" / AHEAD's "successful": ``WON`` when the env reports it (ALFWorld, WebShop), else
-    ``EXACT_MATCH == 1.0`` (Search-QA's score), else a total reward of at least 1.0."""
-    last = trajectory.steps[-1].info if trajectory.steps else trajectory.initial_info
-    if schema.WON in last:
-        return bool(last[schema.WON])
-    if schema.EXACT_MATCH in last:
-        return float(last[schema.EXACT_MATCH]) == 1.0
-    return trajectory.total_reward >= 1.0
+__all__ = ["EpisodeRecorder"]
 
 
 class EpisodeRecorder:
