@@ -489,7 +489,7 @@ class _ParentARG:
 def _arg_in_parent(wrappers: Sequence[WrapperFn]) -> tuple[tuple[WrapperFn, ...], _ParentARG | None]:
     """Find the ``ARGWrapper`` (its class or a ``functools.partial`` of it) among ``wrappers``; return the wrappers
     with it replaced by one that labels against the graph read-only (``grow=False``), and the graph kept here."""
-    from stepgym.reference_graph import AgenticReferenceGraph, _key_fn
+    from stepgym.reference_graph import AgenticReferenceGraph, state_key_function
     from stepgym.wrappers.arg import ARGWrapper
 
     out: list[WrapperFn] = []
@@ -505,7 +505,7 @@ def _arg_in_parent(wrappers: Sequence[WrapperFn]) -> tuple[tuple[WrapperFn, ...]
         graph = bound.get("graph")
         if graph is None:
             graph = AgenticReferenceGraph(state_key, success_fn)
-        key = _key_fn(state_key) if state_key is not None else graph.state_key
+        key = state_key_function(state_key) if state_key is not None else graph.state_key
         found.append(
             _ParentARG(
                 graph,

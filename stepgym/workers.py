@@ -173,13 +173,13 @@ class _Shard:
 def _set_arg_graph(env: gym.Env, text: str) -> None:
     """Make every ``ARGWrapper`` around ``env`` label against the graph sent as JSON ``text`` (keeping its state
     key and success rule)."""
-    from stepgym.reference_graph import _graph_from_json
+    from stepgym.reference_graph import graph_from_json
     from stepgym.wrappers.arg import ARGWrapper
 
     e: Any = env
     while isinstance(e, gym.Wrapper):
         if isinstance(e, ARGWrapper):
-            e.graph = _graph_from_json(text, e.graph._state_key_arg, e.graph.success_fn)
+            e.graph = graph_from_json(text, e.graph.state_key_spec, e.graph.success_fn)
         e = e.env
 
 

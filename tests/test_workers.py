@@ -540,6 +540,7 @@ def _arg_play(group: GroupEnv, n_groups: int, after_group=None) -> str:
 
 
 def _seeded_graph():
+    from stepgym.graph_seeding import seed_graph_from_expert
     from stepgym.reference_graph import AgenticReferenceGraph
 
     graph = AgenticReferenceGraph()
@@ -552,7 +553,7 @@ def _seeded_graph():
     import gymnasium as gym
 
     base = gym.make("StepGym/CreditToy-v0", **TOY_KWARGS)
-    assert graph.seed_from_expert(base, [task]) == 1
+    assert seed_graph_from_expert(graph, base, [task]) == 1
     return graph
 
 

@@ -93,10 +93,11 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
     Example (stepgym's credit-assignment toy, its graph seeded from the env's expert)::
 
         >>> import gymnasium as gym, stepgym
+        >>> from stepgym.graph_seeding import seed_graph_from_expert
         >>> from stepgym.reference_graph import AgenticReferenceGraph
         >>> base = gym.make("StepGym/CreditToy-v0")
         >>> arg = AgenticReferenceGraph()
-        >>> arg.seed_from_expert(base, ["credit-train-00000"])
+        >>> seed_graph_from_expert(arg, base, ["credit-train-00000"])
         1
         >>> env = ARGWrapper(base, graph=arg)
         >>> obs, info = env.reset(options={"task_id": "credit-train-00000"})
@@ -119,7 +120,7 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
         )
         gym.Wrapper.__init__(self, env)
         self.graph = graph if graph is not None else _rg.AgenticReferenceGraph(state_key, success_fn)
-        self._key = _rg._key_fn(state_key) if state_key is not None else self.graph.state_key
+        self._key = _rg.state_key_function(state_key) if state_key is not None else self.graph.state_key
         self.success_fn = success_fn if success_fn is not None else self.graph.success_fn
         self.grow = grow
         self.warn_after = int(warn_after)
