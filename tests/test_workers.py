@@ -461,16 +461,15 @@ def test_alfworld_groups_identical_in_process_and_on_workers(executor, data_dir,
         ray = pytest.importorskip("ray")
         monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
         assert not ray.is_initialized()
-        extra = {"executor_kwargs": {"num_cpus": 0.5, "timeout": 300, "ray_init_kwargs": {"num_cpus": 2}}}
+        extra = {"num_cpus": 0.5, "timeout": 300, "ray_init_kwargs": {"num_cpus": 2}}
 
-    def group(kind, **kw):
+    def group(kind, options=None):
         return GroupEnv(
             "StepGym/ALFWorld-v0",
             group_size=2,
             env_kwargs=kwargs,
             wrappers=[EnvFeedbackWrapper],
-            executor=ExecutorSpec(kind, num_workers=2),
-            **kw,
+            executor=ExecutorSpec(kind, num_workers=2, options=options or {}),
         )
 
     ref = group("inprocess")
@@ -478,7 +477,7 @@ def test_alfworld_groups_identical_in_process_and_on_workers(executor, data_dir,
         expected = _play(ref, seed=1, n_groups=1)
     finally:
         ref.close()
-    workers = group(executor, **extra)
+    workers = group(executor, extra)
     try:
         assert _play(workers, seed=1, n_groups=1) == expected
     finally:
