@@ -53,11 +53,12 @@ import gymnasium as gym  # noqa: E402
 import stepgym  # noqa: E402, F401  (registers the envs)
 from stepgym import schema  # noqa: E402
 from stepgym.agents import NoisyExpertAgent, RandomAgent  # noqa: E402
+from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.group import GroupEnv  # noqa: E402
 from stepgym.hindsight import NO_PEER, first_correct_peers  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
-from stepgym.trainers.presets import PRESETS, get_preset  # noqa: E402
 from stepgym.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.trainers.presets import PRESETS, get_preset  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import OracleAnalyzer, same_action  # noqa: E402
 
@@ -387,7 +388,7 @@ def proas_labels(spec: EnvSpec, groups: list[Group]) -> tuple[np.ndarray, np.nda
     """Rea/PA labels of every step against an ARG seeded with the env's expert on each task (not grown)."""
     graph = AgenticReferenceGraph()
     env = ValueWrapper(gym.make(spec.env_id, **spec.kwargs), budget=spec.budget, enabled=False)
-    graph.seed_from_expert(env, sorted({g.task_id for g in groups}), seed=0)
+    seed_graph_from_expert(graph, env, sorted({g.task_id for g in groups}), seed=0)
     rea: list[bool] = []
     pa: list[bool] = []
     for g in groups:

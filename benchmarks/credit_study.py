@@ -60,9 +60,10 @@ from credit_assignment import first_reaching  # noqa: E402
 import stepgym  # noqa: E402, F401  (registers the envs)
 from stepgym import schema  # noqa: E402
 from stepgym.envs.credit_family import DECISIVE  # noqa: E402
+from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
-from stepgym.trainers.presets import get_preset  # noqa: E402
 from stepgym.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.trainers.presets import get_preset  # noqa: E402
 from stepgym.wrappers.hints import same_action  # noqa: E402
 
 ENV_ID = "StepGym/CreditFamily-v0"
@@ -240,7 +241,7 @@ def run_cell(cell: dict) -> dict:
     policy, stale = Policy(), Policy()
     graph = AgenticReferenceGraph()
     if method == "proas":
-        graph.seed_from_expert(gym.make(ENV_ID, n_tasks=a["tasks"], **knobs), env.task_ids)
+        seed_graph_from_expert(graph, gym.make(ENV_ID, n_tasks=a["tasks"], **knobs), env.task_ids)
     curve, share, dec_rows = [], [], []
     for it in range(a["iterations"]):
         if method == "stepopsd" and it % 10 == 0:

@@ -26,9 +26,8 @@ it is re-exported here with ``render_trajectory_text`` and ``hindsight_block``).
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -37,13 +36,20 @@ from pettingzoo import ParallelEnv
 
 from stepgym import schema
 from stepgym.episodes import EpisodeRecorder
-from stepgym.hindsight import first_success_peers, hindsight_block, peer_hindsight, render_trajectory_text
+from stepgym.hindsight import hindsight_block, peer_hindsight, render_trajectory_text
 from stepgym.schema import is_success
-from stepgym.workers import EnvRecipe, EnvWorkerError, Executor, InProcessExecutor, make_executor
+from stepgym.workers import (
+    EnvRecipe,
+    EnvWorkerError,
+    Executor,
+    ExecutorSpec,
+    InProcessExecutor,
+)
+from stepgym.wrappers.protocols import ParentState, split_parent_states
 
 __all__ = [
+    "GroupConfig",
     "GroupEnv",
-    "first_success_peers",
     "hindsight_block",
     "peer_hindsight",
     "render_trajectory_text",
@@ -56,6 +62,35 @@ WrapperFn = Callable[[gym.Env], gym.Env]
 # ---------------------------------------------------------------------------------------------------------------
 # The env
 # ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupConfig:
+    """How a :class:`GroupEnv` treats its rollouts (the same wherever its copies run).
+
+    Args:
+        task_option: the reset option that selects a task (used only to repair a copy that drew another task);
+            ``None`` if the env has none.
+        success_fn: what counts as a success for peer hindsight (default :func:`is_success`).
+        final_correctness: add StepOPSD's ``final_correctness:`` line to the hindsight blocks.
+        render_mode: ``"ansi"`` makes :meth:`GroupEnv.render` return every live rollout's text.
+    """
+
+    task_option: str | None = "task_id"
+    success_fn: Callable[[schema.Trajectory], bool] = is_success
+    final_correctness: bool = False
+    render_mode: str | None = None
+
+    def __post_init__(self) -> None:
+        modes = GroupEnv.metadata["render_modes"]
+        if self.render_mode is not None and self.render_mode not in modes:
+            raise ValueError(
+                f"GroupConfig.render_mode must be None or one of {modes}, got {self.render_mode!r}"
+            )
+        if not callable(self.success_fn):
+            raise TypeError(
+                f"GroupConfig.success_fn must be a function of a Trajectory, got {self.success_fn!r}"
+            )
+
+
 class GroupEnv(ParallelEnv[str, Any, Any]):
     """G rollouts of one task as a PettingZoo ``ParallelEnv`` (agents ``"rollout_0"`` … ``"rollout_{G-1}"``).
 
@@ -65,20 +100,16 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         env_kwargs: keyword arguments for every copy.
         wrappers: applied to every copy, first = innermost (e.g. ``[EnvFeedbackWrapper,
             functools.partial(TextInterfaceWrapper, fmt="alfworld")]``).
-        task_option: the reset option that selects a task (used only to repair a copy that drew another task);
-            ``None`` if the env has none.
-        success_fn: what counts as a success for peer hindsight (default :func:`is_success`).
-        final_correctness: add StepOPSD's ``final_correctness:`` line to the hindsight blocks.
-        render_mode: ``"ansi"`` makes :meth:`render` return every live rollout's text.
         executor: where the G copies run (:mod:`stepgym.workers`): ``"inprocess"`` (default), ``"process"`` (a
-            local pool of ``num_workers`` processes) or ``"ray"``; or an :class:`~stepgym.workers.Executor`
-            shared by several groups, with ``slots`` naming this group's G copies in it. With ``"process"`` and
-            ``"ray"`` the env, its kwargs and the wrappers must pickle (no lambdas); an ``ARGWrapper``'s graph then
-            stays here (:attr:`arg_graph`), reaches the workers as JSON and, with ``grow=True``, is grown here
-            from each finished group (``docs/trainer.md``, Scale-out).
-        num_workers: worker processes / actors for ``"process"`` and ``"ray"``.
-        executor_kwargs: more arguments for the executor (``timeout``, ``num_cpus``, ``address``...).
-        slots: with a shared executor, the G slots that hold this group's copies.
+            local pool of two processes) or ``"ray"``, or an :class:`~stepgym.workers.ExecutorSpec` (the number of
+            workers and the executor's options). With ``"process"`` and ``"ray"`` the env, its kwargs and the
+            wrappers must pickle (no lambdas); a wrapper that keeps state in the parent
+            (:mod:`stepgym.wrappers.protocols`, e.g. an ``ARGWrapper``'s graph) then has it kept here
+            (:attr:`parent_states`), sent to the workers and, when it grows, grown here from each finished group
+            (``docs/trainer.md``, Scale-out).
+        config: how rollouts are treated (:class:`GroupConfig`: task option, success rule, hindsight, render mode).
+
+    Several groups can share one executor: :meth:`on_executor` builds a group on some of its slots.
 
     ``step(actions)`` takes an action for any subset of the live agents (usually all of them); only those step,
     and the returned dicts hold exactly them. Acting for an agent that is not live is an error. ``step_async`` /
@@ -115,61 +146,75 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         env_kwargs: Mapping[str, Any] | None = None,
         wrappers: Sequence[WrapperFn] = (),
         *,
-        task_option: str | None = "task_id",
-        success_fn: Callable[[schema.Trajectory], bool] = is_success,
-        final_correctness: bool = False,
-        render_mode: str | None = None,
-        executor: str | Executor = "inprocess",
-        num_workers: int = 2,
-        executor_kwargs: Mapping[str, Any] | None = None,
-        slots: Sequence[int] | None = None,
+        executor: str | ExecutorSpec = "inprocess",
+        config: GroupConfig | None = None,
     ):
-        if not isinstance(group_size, int) or group_size < 1:
-            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
-            )
-        self.group_size = group_size
-        self.render_mode = render_mode
-        self.task_option = task_option
-        self.success_fn = success_fn
-        self.final_correctness = bool(final_correctness)
-        self._arg: _ParentARG | None = None
         if isinstance(executor, Executor):
-            if not isinstance(executor, InProcessExecutor):
-                _, arg = _arg_in_parent(executor.recipe.wrappers)
-                if arg is not None and arg.grow:
-                    raise ValueError(
-                        "ARGWrapper(grow=True) on a shared remote executor would grow a separate copy of the graph "
-                        "in each worker. Pass grow=False there and grow the graph in this process from each "
-                        "finished group (graph.add_trajectory(t) for t in group.trajectories), or give GroupEnv "
-                        "executor='process'/'ray' (it then grows the graph here and sends it to its workers)."
-                    )
-            self._slots = list(range(group_size)) if slots is None else [int(s) for s in slots]
-            if len(self._slots) != group_size:
-                raise ValueError(f"slots must name {group_size} env copies, got {len(self._slots)}")
-            self.executor, self._owns_executor = executor, False
-        else:
-            if slots is not None:
-                raise ValueError("slots= only applies to a shared Executor instance")
-            wrappers = tuple(wrappers)
-            if executor not in (None, "inprocess"):
-                wrappers, self._arg = _arg_in_parent(wrappers)
-            recipe = EnvRecipe(env, dict(env_kwargs or {}), wrappers)
-            self.executor = make_executor(
-                executor, recipe, group_size, num_workers=num_workers, **dict(executor_kwargs or {})
+            raise TypeError(
+                "GroupEnv(executor=...) takes a name or an ExecutorSpec; to put a group on an executor that you "
+                "built (and share), use GroupEnv.on_executor(executor, slots=...)"
             )
-            self._slots, self._owns_executor = list(range(group_size)), True
-        self.possible_agents = [f"rollout_{i}" for i in range(group_size)]
+        _check_size(group_size)
+        spec = executor if isinstance(executor, ExecutorSpec) else ExecutorSpec(executor)
+        wrappers, states = tuple(wrappers), ()
+        if spec.kind != "inprocess":
+            wrappers, states = split_parent_states(wrappers)
+        built = spec.build(EnvRecipe(env, dict(env_kwargs or {}), wrappers), group_size)
+        self._setup(built, range(group_size), owns=True, states=states, config=config)
+
+    @classmethod
+    def on_executor(
+        cls, executor: Executor, slots: Sequence[int] | None = None, *, config: GroupConfig | None = None
+    ) -> GroupEnv:
+        """A group on ``slots`` of an executor that several groups share (default: all its slots; G is their
+        number). The caller owns the executor: :meth:`close` leaves it running. A wrapper whose parent state
+        grows (e.g. ``ARGWrapper(grow=True)``) is refused on a remote executor: each worker would grow its own."""
+        slots = list(range(executor.n)) if slots is None else [int(s) for s in slots]
+        _check_size(len(slots))
+        if not isinstance(executor, InProcessExecutor):
+            _, states = split_parent_states(executor.recipe.wrappers)
+            if any(st.grows for st in states):
+                raise ValueError(
+                    "a wrapper whose parent state grows (ARGWrapper(grow=True)) on a shared remote executor would "
+                    "grow a separate copy in each worker. Pass grow=False there and grow the state in this process "
+                    "from each finished group (graph.add_trajectory(t) for t in group.trajectories), or give "
+                    "GroupEnv executor='process'/'ray' (it then grows the state here and sends it to its workers)."
+                )
+        group = cls.__new__(cls)
+        group._setup(executor, slots, owns=False, states=(), config=config)
+        return group
+
+    def _setup(
+        self,
+        executor: Executor,
+        slots: Sequence[int],
+        *,
+        owns: bool,
+        states: Sequence[ParentState],
+        config: GroupConfig | None,
+    ) -> None:
+        cfg = config if config is not None else GroupConfig()
+        if not isinstance(cfg, GroupConfig):
+            raise TypeError(f"config must be a GroupConfig, got {type(cfg).__name__}")
+        self.config = cfg
+        self.group_size = len(slots)
+        self.render_mode = cfg.render_mode
+        self.task_option = cfg.task_option
+        self.success_fn = cfg.success_fn
+        self.final_correctness = bool(cfg.final_correctness)
+        self.executor, self._owns_executor, self._slots = executor, owns, list(slots)
+        self._states = tuple(states)
+        # the payloads the workers hold (what the recipe carried), None when unknown
+        self._sent: list[Any] | None = [st.payload() for st in self._states]
+        self.possible_agents = [f"rollout_{i}" for i in range(self.group_size)]
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
         self.agents: list[str] = []
         # One space object per agent, returned every call (parallel_api_test checks identity).
-        spaces = self.executor.call("spaces", self._slots, [None] * group_size)
+        spaces = self.executor.call("spaces", self._slots, [None] * self.group_size)
         self.observation_spaces = {a: spaces[i][0] for a, i in self._index.items()}
         self.action_spaces = {a: spaces[i][1] for a, i in self._index.items()}
         self._rng: np.random.Generator | None = None
-        self._recorders = [EpisodeRecorder() for _ in range(group_size)]
+        self._recorders = [EpisodeRecorder() for _ in range(self.group_size)]
         self._hindsight: list[str | None] | None = None
         self._last_seed: int | None = None
         self._pending: tuple[str, int, Any] | None = None  # the call between *_async and *_wait
@@ -215,11 +260,11 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         self._last_seed = env_seed
         opts = dict(options or {})
         graph_ticket = None
-        if self._arg is not None:
-            text = self._arg.graph.to_json_text()
-            if text != self._arg.sent:  # grown (or changed by the user) since the workers last got it
-                graph_ticket = self.executor.submit("arg_graph", self._slots, [text] * self.group_size)
-                self._arg.sent = text
+        if self._states:
+            payloads = [st.payload() for st in self._states]
+            if payloads != self._sent:  # grown (or changed by the user) since the workers last got it
+                graph_ticket = self.executor.submit("parent_state", self._slots, [payloads] * self.group_size)
+                self._sent = payloads
         ticket = self.executor.submit("reset", self._slots, [(env_seed, dict(opts))] * self.group_size)
         self._pending = ("reset", ticket, (env_seed, opts, graph_ticket))
 
@@ -338,9 +383,8 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
                 self.executor.result(t)
 
     def _copies_lost(self) -> None:
-        # A restarted worker rebuilt its copies from the recipe, with the graph as it was then: send it again.
-        if self._arg is not None:
-            self._arg.sent = None
+        # A restarted worker rebuilt its copies from the recipe, with the state as it was then: send it again.
+        self._sent = None
 
     def _check_idle(self) -> None:
         if self._pending is not None:
@@ -354,8 +398,8 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     def _finish(self) -> None:
         trajs = self.trajectories
-        if self._arg is not None and self._arg.grow:
-            self._arg.grow_from(trajs)
+        for st in self._states:
+            st.update(trajs)
         self._hindsight = peer_hindsight(
             trajs, success_fn=self.success_fn, final_correctness=self.final_correctness
         )
@@ -372,11 +416,11 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         return out  # type: ignore[return-value]
 
     @property
-    def arg_graph(self) -> Any:
-        """The ARG of the copies' ``ARGWrapper`` when they run in workers (``executor="process"``/``"ray"``): the
-        one graph, kept in this process, sent to the workers as JSON and, with ``grow=True``, grown here from each
-        finished group. ``None`` in-process (the wrapper's own ``graph`` is then the one graph) or without one."""
-        return None if self._arg is None else self._arg.graph
+    def parent_states(self) -> tuple[ParentState, ...]:
+        """The states this process keeps for the copies' parent-state wrappers when they run in workers
+        (:mod:`stepgym.wrappers.protocols`; an ``ARGWrapper``'s is an ``ARGParentState`` whose ``graph`` is the one
+        graph), in wrapper order. Empty in-process (the wrappers' own state is then the one state)."""
+        return self._states
 
     @property
     def finished(self) -> bool:
@@ -406,17 +450,6 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         """The (wrapped) env copy ``agent`` acts in, when the copies live in this process (``executor="inprocess"``;
         elsewhere use :meth:`get_wrapper_attr`)."""
         return self.envs[self._index[agent]]
-
-    def env(self, agent: str) -> gym.Env:
-        """Deprecated name of :meth:`env_of` (PettingZoo users read ``.env`` as the wrapped env, not a method)."""
-        import warnings
-
-        warnings.warn(
-            "GroupEnv.env(agent) is renamed GroupEnv.env_of(agent); the old name goes away in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.env_of(agent)
 
     def get_wrapper_attr(self, name: str, agents: Sequence[str] | None = None) -> dict[str, Any]:
         """``env.get_wrapper_attr(name)`` of each agent's copy (default: the live agents), wherever it runs."""
@@ -457,66 +490,6 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             self.executor.close()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The ARG of copies that run in workers: one graph, here
-# ---------------------------------------------------------------------------------------------------------------
-class _ParentARG:
-    """The graph of an ``ARGWrapper`` whose copies run in workers: kept and (with ``grow``) grown in this process by
-    the wrapper's own rule, sent to the workers as JSON text (``sent``: the text they have, ``None`` if unknown)."""
-
-    def __init__(
-        self,
-        graph: Any,
-        key: Callable[[dict[str, Any]], str],
-        success_fn: Callable,
-        grow: bool,
-        warn_after: int,
-    ):
-        self.graph, self.key, self.success_fn, self.grow = graph, key, success_fn, grow
-        self.sent: str | None = graph.to_json_text()  # what the recipe carries to every worker
-        self.warn_after, self.episodes, self.grown = int(warn_after), 0, 0
-
-    def grow_from(self, trajectories: Sequence[schema.Trajectory]) -> None:
-        from stepgym.wrappers.arg import grow_graph, warn_never_grown
-
-        before = self.episodes
-        for t in trajectories:  # rollout order
-            self.episodes += 1
-            self.grown += grow_graph(self.graph, t, self.key, self.success_fn)
-        if self.grown == 0 and before < self.warn_after <= self.episodes:  # once, as the wrapper does
-            warn_never_grown(self.episodes, stacklevel=6)  # the caller of GroupEnv.step
-
-
-def _arg_in_parent(wrappers: Sequence[WrapperFn]) -> tuple[tuple[WrapperFn, ...], _ParentARG | None]:
-    """Find the ``ARGWrapper`` (its class or a ``functools.partial`` of it) among ``wrappers``; return the wrappers
-    with it replaced by one that labels against the graph read-only (``grow=False``), and the graph kept here."""
-    from stepgym.reference_graph import AgenticReferenceGraph, _key_fn
-    from stepgym.wrappers.arg import ARGWrapper
-
-    out: list[WrapperFn] = []
-    found: list[_ParentARG] = []
-    for w in wrappers:
-        fn, args, kw = (w.func, w.args, w.keywords) if isinstance(w, functools.partial) else (w, (), {})
-        if not (isinstance(fn, type) and issubclass(fn, ARGWrapper)):
-            out.append(w)
-            continue
-        bound = dict(inspect.signature(fn).bind_partial(None, *args, **kw).arguments)
-        bound.pop("env", None)
-        state_key, success_fn = bound.get("state_key"), bound.get("success_fn")
-        graph = bound.get("graph")
-        if graph is None:
-            graph = AgenticReferenceGraph(state_key, success_fn)
-        key = _key_fn(state_key) if state_key is not None else graph.state_key
-        found.append(
-            _ParentARG(
-                graph,
-                key,
-                success_fn if success_fn is not None else graph.success_fn,
-                bool(bound.get("grow", False)),
-                bound.get("warn_after", inspect.signature(ARGWrapper).parameters["warn_after"].default),
-            )
-        )
-        out.append(functools.partial(fn, **{**bound, "graph": graph, "grow": False}))
-    if len(found) > 1:
-        raise ValueError("a group's wrappers may hold one ARGWrapper (found several)")
-    return tuple(out), (found[0] if found else None)
+def _check_size(group_size: Any) -> None:
+    if not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")

@@ -24,7 +24,7 @@ resuming with different settings is refused.
 
 Pieces usable from Python: :class:`LLMAgent` (a :class:`stepgym.agents.Agent` that asks the endpoint),
 :class:`EndpointBackend` (a trainer rollout backend, ``make_backend("openai", ...)``, defined in
-:mod:`stepgym.trainers.endpoint_backend` and re-exported here), :func:`evaluate_endpoint`.
+:mod:`stepgym.trainers.endpoint_backend` and re-exported here), :func:`evaluate_endpoint` (with an :class:`EndpointEvalConfig`).
 The command line (``stepgym eval --model``, ``stepgym rollout --agent llm``) is :mod:`stepgym.cli.endpoint`.
 """
 
@@ -61,6 +61,7 @@ from stepgym.wrappers.text import make_text_env
 
 __all__ = [
     "EndpointBackend",
+    "EndpointEvalConfig",
     "EvalRunError",
     "LLMAgent",
     "Sampling",
@@ -280,53 +281,103 @@ def _step_limit(env: Any) -> int:
     return int(getattr(env.unwrapped, "max_steps", 0) or getattr(spec, "max_episode_steps", 0) or 50)
 
 
-def evaluate_endpoint(
-    client: ChatClient,
-    env_id: str,
-    *,
-    out_dir: str | os.PathLike[str],
-    split: str = "",
-    env_kwargs: Mapping[str, Any] | None = None,
-    fmt: str = "",
-    history: int | str | None = "default",
-    sampling: Sampling | None = None,
-    system: str = "",
-    concurrency: int = 8,
-    limit: int = 0,
-    seed: int = 0,
-    budgets: Sequence[int] | None = None,
-    check_model: bool = True,
-    progress: bool = False,
-    env_factory: Callable[[], Any] | None = None,
-    key_by_settings: bool = False,
-) -> dict[str, Any]:
-    """Evaluate the endpoint's model on every task of ``env_id``'s ``split`` (a sample of ``limit`` if set).
+@dataclass(frozen=True)
+class EndpointEvalConfig:
+    """What :func:`evaluate_endpoint` evaluates, and how (frozen; every field but ``env_id`` and ``out_dir`` has a
+    default).
+
+    Args:
+        env_id: the registered env (with ``env_factory``, only the run's name).
+        out_dir: where ``episodes.jsonl.gz``, ``run.json`` and ``summary.json`` go (see ``key_by_settings``).
+        split: the split to play (``env_kwargs["split"]``); ``""`` keeps the env's default.
+        env_kwargs: more keyword arguments for the env.
+        fmt: the text format by name (``""``: the env's own).
+        history: how many past steps the prompt shows (``"default"``: the format's).
+        sampling: the endpoint's sampling settings (:class:`Sampling`).
+        system: an optional system message.
+        concurrency: episodes in flight at once (one env copy and one request each).
+        limit: play a fixed stratified sample of this many tasks (0: the whole split).
+        seed: every episode's reset seed, and the seed of the task order.
+        budgets: the interaction budgets of the summary (default: :func:`default_budgets` of the step limit).
+        check_model: ask the server (``GET /models``) that the model is served, and what it serves under the name.
+        progress: show a progress bar.
+        env_factory: replaces :func:`make_text_env` for an env that needs building by hand; it must return the
+            text-interface env.
+        key_by_settings: write to ``out_dir/<hash of the settings>``, so a run with other settings (or another
+            checkpoint served under the same name) never shares a folder.
+    """
+
+    env_id: str
+    out_dir: str | os.PathLike[str]
+    split: str = ""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fmt: str = ""
+    history: int | str | None = "default"
+    sampling: Sampling = field(default_factory=Sampling)
+    system: str = ""
+    concurrency: int = 8
+    limit: int = 0
+    seed: int = 0
+    budgets: tuple[int, ...] | None = None
+    check_model: bool = True
+    progress: bool = False
+    env_factory: Callable[[], Any] | None = None
+    key_by_settings: bool = False
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("concurrency", 1), ("limit", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ValueError(f"EndpointEvalConfig.{name} must be an int >= {minimum}, got {value!r}")
+        if self.budgets is not None:
+            budgets = tuple(self.budgets)
+            if not all(isinstance(b, int) and b > 0 for b in budgets):
+                raise ValueError(
+                    f"EndpointEvalConfig.budgets must be positive step counts, got {self.budgets!r}"
+                )
+            object.__setattr__(self, "budgets", budgets or None)
+        if not isinstance(self.sampling, Sampling):
+            raise TypeError(
+                f"EndpointEvalConfig.sampling must be a Sampling, got {type(self.sampling).__name__}"
+            )
+
+    def env_arguments(self) -> dict[str, Any]:
+        """The env's keyword arguments: ``env_kwargs`` with ``split`` when one is set."""
+        kwargs = dict(self.env_kwargs)
+        if self.split:
+            kwargs["split"] = self.split
+        return kwargs
+
+
+def evaluate_endpoint(client: ChatClient, config: EndpointEvalConfig) -> dict[str, Any]:
+    """Evaluate the endpoint's model on every task of ``config.env_id``'s split (a sample of ``limit`` if set).
 
     Every task of the split is played, each reset with ``seed`` (as the trainer's evaluation does),
     ``concurrency`` at a time, in :func:`stepgym.data.stratified_order` (seeded with ``seed``), so ``limit > 0``
-    plays a fixed sample stratified by task type (the same tasks as :func:`stepgym.data.sample_tasks`). Episodes are recorded in
-    ``out_dir/episodes.jsonl.gz`` as they finish (``stepgym view out_dir`` shows them); the summary of the
-    recorded episodes (see :func:`summarise_records`, plus ``wall_seconds`` of this call, ``episodes_resumed``,
-    ``complete`` and ``out_dir``) goes to ``out_dir/summary.json`` and is returned. ``budgets`` defaults to
-    :func:`default_budgets` of the env's step limit. With ``key_by_settings`` the folder is
-    ``out_dir/<hash of the settings>``, so a run with other settings (or another checkpoint served under the same
-    model name) never shares one. Running it again on the same folder resumes (see the module docstring). When
-    the endpoint fails for good, the finished episodes stay recorded and the error
-    (:class:`~stepgym.llm_client.LLMUnavailableError` or :class:`~stepgym.llm_client.LLMConfigError`) is raised
-    with a note on how to resume. ``env_factory`` replaces :func:`~stepgym.wrappers.text.make_text_env` for an env that needs building by
-    hand; it must return the text-interface env (``env_id`` then only names the run).
+    plays a fixed sample stratified by task type (the same tasks as :func:`stepgym.data.sample_tasks`). Episodes
+    are recorded in ``out_dir/episodes.jsonl.gz`` as they finish (``stepgym view out_dir`` shows them); the
+    summary of the recorded episodes (see :func:`summarise_records`, plus ``wall_seconds`` of this call,
+    ``episodes_resumed``, ``complete`` and ``out_dir``) goes to ``out_dir/summary.json`` and is returned. Running
+    it again on the same folder resumes (see the module docstring). When the endpoint fails for good, the finished
+    episodes stay recorded and the error (:class:`~stepgym.llm_client.LLMUnavailableError` or
+    :class:`~stepgym.llm_client.LLMConfigError`) is raised with a note on how to resume. The settings are
+    :class:`EndpointEvalConfig`'s.
     """
+    if not isinstance(config, EndpointEvalConfig):
+        raise TypeError(
+            f"evaluate_endpoint takes an EndpointEvalConfig, got {type(config).__name__}: "
+            "evaluate_endpoint(client, EndpointEvalConfig(env_id, out_dir=..., ...))"
+        )
     t_start = time.perf_counter()
-    sampling = sampling or Sampling()
-    kwargs = dict(env_kwargs or {})
-    if split:
-        kwargs["split"] = split
-    settings = _settings(client, check_model, env_id, split, kwargs, fmt, history, system, sampling, seed)
-    folder = Path(out_dir) / settings.key() if key_by_settings else Path(out_dir)
+    cfg, kwargs = config, config.env_arguments()
+    settings = _settings(client, cfg, kwargs)
+    folder = Path(cfg.out_dir) / settings.key() if cfg.key_by_settings else Path(cfg.out_dir)
     writer = _open_writer(
-        folder, {"source": "eval", "method": client.model, "env_id": env_id, "split": split}
+        folder, {"source": "eval", "method": client.model, "env_id": cfg.env_id, "split": cfg.split}
     )
-    make = _env_maker(env_factory or (lambda: make_text_env(env_id, kwargs, fmt=fmt, history=history)))
+    make = _env_maker(
+        cfg.env_factory or (lambda: make_text_env(cfg.env_id, kwargs, fmt=cfg.fmt, history=cfg.history))
+    )
     created: list[Any] = []
     pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
     try:
@@ -334,12 +385,10 @@ def evaluate_endpoint(
         first = make()
         created.append(first)
         pool.put(first)
-        ids = _plan(list(first.unwrapped.task_ids), limit, seed)
-        budgets = tuple(budgets) if budgets else default_budgets(_step_limit(first))
+        ids = _plan(list(first.unwrapped.task_ids), cfg.limit, cfg.seed)
+        budgets = cfg.budgets or default_budgets(_step_limit(first))
         todo = [(i, tid) for i, tid in enumerate(ids) if tid not in done]
-        error = _run_tasks(
-            client, todo, writer, make, pool, created, sampling, system, seed, concurrency, progress
-        )
+        error = _run_tasks(client, cfg, todo, writer, make, pool, created)
     finally:
         writer.close()
         for env in created:
@@ -353,26 +402,24 @@ def evaluate_endpoint(
     return summary
 
 
-def _settings(
-    client: ChatClient,
-    check_model: bool,
-    env_id: str,
-    split: str,
-    kwargs: dict[str, Any],
-    fmt: str,
-    history: int | str | None,
-    system: str,
-    sampling: Sampling,
-    seed: int,
-) -> _Settings:
+def _settings(client: ChatClient, cfg: EndpointEvalConfig, kwargs: dict[str, Any]) -> _Settings:
     """What identifies this evaluation, the served weights included (one ``GET /models``, which also checks that
     the model is served, when ``check_model``)."""
-    entries = client.served_models() if check_model else []
-    if check_model:
+    entries = client.served_models() if cfg.check_model else []
+    if cfg.check_model:
         client.check_model(entries)
     served = served_identity(entries, client.model)
     return _Settings(
-        env_id, split, kwargs, fmt, history, client.model, system, asdict(sampling), int(seed), served=served
+        cfg.env_id,
+        cfg.split,
+        kwargs,
+        cfg.fmt,
+        cfg.history,
+        client.model,
+        cfg.system,
+        asdict(cfg.sampling),
+        int(cfg.seed),
+        served=served,
     )
 
 
@@ -451,20 +498,17 @@ def _raise_with_resume_note(error: Exception, n_done: int, n_planned: int, path:
 
 def _run_tasks(
     client: ChatClient,
+    cfg: EndpointEvalConfig,
     todo: Sequence[tuple[int, str]],
     writer: EpisodeWriter,
     make: Callable[[], Any],
     pool: queue.SimpleQueue[Any],
     created: list[Any],
-    sampling: Sampling,
-    system: str,
-    seed: int,
-    concurrency: int,
-    progress: bool,
 ) -> Exception | None:
     """Play ``todo`` with ``concurrency`` workers, recording each finished episode; returns the endpoint error
     that stopped the run, if any. On an error or Ctrl-C no task starts any more and running episodes are dropped
     at their next turn (they are played again on resume)."""
+    sampling, system, seed = cfg.sampling, cfg.system, cfg.seed
     stop = threading.Event()
     lock = threading.Lock()
 
@@ -492,12 +536,12 @@ def _run_tasks(
             pool.put(env)
 
     bar = None
-    if progress and todo:
+    if cfg.progress and todo:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="episodes", unit="ep", file=sys.stderr)
     error: Exception | None = None
-    with ThreadPoolExecutor(max_workers=max(1, int(concurrency))) as ex:
+    with ThreadPoolExecutor(max_workers=cfg.concurrency) as ex:
         futures = [ex.submit(one, i, tid) for i, tid in todo]
         try:
             for fut in as_completed(futures):

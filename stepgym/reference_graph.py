@@ -38,6 +38,9 @@ How the graph is built (``add_trajectory`` / ``add_path``), per task (graphs nev
    this guarantees a DAG after any number of unions, at the cost of not labelling the reverse direction of a
    route two successes took in opposite orders. A class merge that would close a cycle is skipped the same way.
 
+Seeding a graph by playing known-good policies (an agent, the env's expert, stored walkthroughs) is a policy
+loop, so it lives one layer up, in :mod:`stepgym.graph_seeding`.
+
 Storage is JSON (never pickle) with a format name and version, written atomically with the permissions a normal
 write gets: a crash mid-save leaves the previous file intact, and the next save removes the temporary file a
 killed save left behind. Loading a truncated, foreign or future-version file raises a clear error.
@@ -48,12 +51,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import networkx as nx
 
 from stepgym import schema
@@ -71,10 +73,12 @@ __all__ = [
     "AgenticReferenceGraph",
     "PathLabeler",
     "default_state_key",
+    "graph_from_json",
     "label_trajectory",
     "normalize_action",
     "reached_goal",
     "state_id",
+    "state_key_function",
     "step_edge",
     "trajectory_path",
 ]
@@ -142,8 +146,10 @@ def default_state_key(info: dict[str, Any]) -> str:
     )
 
 
-def _key_fn(state_key: StateKeyFn | str | None) -> Callable[[dict[str, Any]], str]:
-    """A state key function that always returns :func:`state_id` of the key (one rule for every path)."""
+def state_key_function(state_key: StateKeyFn | str | None) -> Callable[[dict[str, Any]], str]:
+    """The function of an info dict that a ``state_key`` argument stands for, returning :func:`state_id` of the
+    key (one rule for every path): ``None`` is :func:`default_state_key`, a string names an info key (a missing
+    one raises ``KeyError``), a callable is applied to the info."""
     if state_key is None:
         return default_state_key
     if isinstance(state_key, str):
@@ -183,7 +189,7 @@ def trajectory_path(
     traj: Trajectory, state_key: StateKeyFn | str | None = None
 ) -> tuple[list[str], list[str], list[bool]]:
     """What the graph reads from a recorded trajectory: states ``s_0..s_T``, edge actions and rejected flags."""
-    key = _key_fn(state_key)
+    key = state_key_function(state_key)
     states = [key(i) for i in traj.infos()]
     edges = [step_edge(s.action, s.info) for s in traj.steps]
     return states, [a for a, _ in edges], [r for _, r in edges]
@@ -396,8 +402,10 @@ class AgenticReferenceGraph:
     """
 
     def __init__(self, state_key: StateKeyFn | str | None = None, success_fn: SuccessFn | None = None):
-        self.state_key = _key_fn(state_key)
-        self._state_key_arg = state_key  # what crosses to another process (the key function may be a closure)
+        self.state_key = state_key_function(state_key)
+        #: the ``state_key`` argument as given (``None``, an info key name or a callable): what a copy of the graph
+        #: in another process is built with (:attr:`state_key` itself may be a closure that does not pickle)
+        self.state_key_spec = state_key
         self.success_fn: SuccessFn = success_fn if success_fn is not None else reached_goal
         self._tasks: dict[str, _TaskGraph] = {}
 
@@ -483,7 +491,7 @@ class AgenticReferenceGraph:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A graph crosses process boundaries (env workers, copies) as its JSON text, never as pickled objects.
-        return _graph_from_json, (self.to_json_text(), self._state_key_arg, self.success_fn)
+        return graph_from_json, (self.to_json_text(), self.state_key_spec, self.success_fn)
 
     # -- persistence ----------------------------------------------------------------------------------------
     def _to_json(self) -> dict[str, Any]:
@@ -549,64 +557,9 @@ class AgenticReferenceGraph:
             raise CorruptDataError(f"{where}: malformed ARG content ({type(exc).__name__}: {exc})") from exc
         return arg
 
-    # -- seeding --------------------------------------------------------------------------------------------
-    def seed_from_agent(
-        self, env: gym.Env, agent: Any, task_ids: Iterable[str] | None = None, *, seed: int | None = None
-    ) -> int:
-        """Play ``agent`` once per task and add its successful trajectories (e.g. an env's oracle expert).
-
-        ``seed``: the i-th task's episode is reset with ``seed + i``, so the env's own random choices (ALFWorld's
-        expert breaks ties with the env's generator) and hence the graph are the same on every run; ``None``
-        leaves the env's generator as it is (seeded from the OS on a first reset). Returns the number added."""
-        from stepgym.rollout import play_episode
-
-        added = 0
-        for i, tid in enumerate(task_ids if task_ids is not None else env.unwrapped.task_ids):
-            traj = play_episode(env, agent, seed=None if seed is None else seed + i, options={"task_id": tid})
-            if self.success_fn(traj):
-                self.add_trajectory(traj)
-                added += 1
-        return added
-
-    def seed_from_walkthroughs(
-        self, env: gym.Env, task_ids: Iterable[str] | None = None, *, seed: int | None = None
-    ) -> int:
-        """Replay each task's stored walkthrough (``env.unwrapped.walkthrough``, ALFWorld) and add the wins."""
-        return self.seed_from_agent(env, _Walkthrough(env), task_ids, seed=seed)
-
-    def seed_from_expert(
-        self, env: gym.Env, task_ids: Iterable[str] | None = None, *, seed: int | None = None
-    ) -> int:
-        """Play the env's ``stepgym/expert_action`` until it has none, per task, and add the wins."""
-        return self.seed_from_agent(env, _Expert(), task_ids, seed=seed)
-
 
 ARG = AgenticReferenceGraph
 """Short alias of :class:`AgenticReferenceGraph`."""
-
-
-class _Walkthrough:
-    """Replays the env's stored walkthrough of the current task, then stops (returns None)."""
-
-    def __init__(self, env: gym.Env) -> None:
-        self.env = env
-        self._actions: list[str] = []
-
-    def reset(self) -> None:
-        self._actions = list(self.env.unwrapped.walkthrough)[::-1]
-
-    def act(self, observation: str, info: dict[str, Any]) -> str | None:
-        return self._actions.pop() if self._actions else None
-
-
-class _Expert:
-    """Plays the env's expert action; stops when the expert has none (unlike ``ExpertAgent``, no fallback)."""
-
-    def reset(self) -> None:
-        return None
-
-    def act(self, observation: str, info: dict[str, Any]) -> str | None:
-        return info.get(schema.EXPERT_ACTION)
 
 
 def _pid_running(pid: int) -> bool:
@@ -633,10 +586,12 @@ def _remove_stale_temporaries(path: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _graph_from_json(
-    text: str, state_key: StateKeyFn | str | None, success_fn: SuccessFn | None
+def graph_from_json(
+    text: str, state_key: StateKeyFn | str | None = None, success_fn: SuccessFn | None = None
 ) -> AgenticReferenceGraph:
-    """Rebuild a graph sent as its JSON text (``AgenticReferenceGraph.__reduce__``)."""
+    """The graph whose :meth:`~AgenticReferenceGraph.to_json_text` is ``text`` (how a graph crosses to another
+    process: pickling one sends this text), with the given state key and success rule (as the constructor takes
+    them). A foreign, newer or malformed text raises the errors :meth:`~AgenticReferenceGraph.load` raises."""
     return AgenticReferenceGraph._from_data(json.loads(text), "an ARG sent as JSON", state_key, success_fn)
 
 

@@ -16,8 +16,9 @@ Design rules (the pattern of Ray-based agent-RL trainers, with their failure mod
 * **Only recipes cross process boundaries.** An :class:`EnvRecipe` (env id or importable factory, kwargs,
   importable wrapper classes or ``functools.partial`` of them) is sent to each worker, which builds its copies
   there. Envs, engines, browsers and LLM clients never leave their worker. A recipe that cannot be pickled (a
-  lambda, a local class) is refused when the executor is created, with the reason. An ARG crosses as its JSON
-  text; ``GroupEnv`` keeps the one graph in the driver and grows it there (the ``arg_graph`` operation sends it).
+  lambda, a local class) is refused when the executor is created, with the reason. A wrapper that keeps state in
+  the parent (:mod:`stepgym.wrappers.protocols`, e.g. the ARG) has it kept and grown by ``GroupEnv`` in the driver;
+  the ``parent_state`` operation sends it to the copies.
 * **One remote call per worker per turn.** Requests are queued (:meth:`Executor.submit`) and sent together on the
   first :meth:`Executor.result`: every worker receives one message holding all of its pending operations, runs
   them in order and answers once. Many groups on one worker therefore cost one round trip per turn, which keeps
@@ -59,6 +60,7 @@ __all__ = [
     "EnvRecipe",
     "EnvWorkerError",
     "Executor",
+    "ExecutorSpec",
     "InProcessExecutor",
     "ProcessExecutor",
     "RayExecutor",
@@ -113,14 +115,45 @@ class EnvRecipe:
                 ) from None
 
 
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """Which executor a :class:`~stepgym.GroupEnv` starts for its own copies (:func:`make_executor` builds it).
+
+    Args:
+        kind: ``"inprocess"`` (default), ``"process"`` (a local pool) or ``"ray"``.
+        num_workers: worker processes / actors for ``"process"`` and ``"ray"``.
+        options: more keyword arguments for the executor (``timeout``, ``start_timeout``, ``num_cpus``,
+            ``address``, ``ray_init_kwargs``: see :class:`ProcessExecutor` and :class:`RayExecutor`).
+    """
+
+    kind: str = "inprocess"
+    num_workers: int = 2
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTOR_KINDS:
+            raise ValueError(f"ExecutorSpec.kind must be one of {EXECUTOR_KINDS}, got {self.kind!r}")
+        if not isinstance(self.num_workers, int) or self.num_workers < 1:
+            raise ValueError(f"ExecutorSpec.num_workers must be a positive int, got {self.num_workers!r}")
+
+    def build(self, recipe: EnvRecipe, n: int) -> Executor:
+        """The executor of ``n`` copies built from ``recipe``."""
+        return make_executor(self.kind, recipe, n, num_workers=self.num_workers, **dict(self.options))
+
+
+#: The executors :func:`make_executor` and :class:`ExecutorSpec` know by name.
+EXECUTOR_KINDS = ("inprocess", "process", "ray")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # What a worker does: a shard of env copies answering a batch of operations
 # ---------------------------------------------------------------------------------------------------------------
 class _Shard:
     """The env copies of one worker, keyed by slot. Operations: ``reset`` (seed, options), ``step`` (action),
     ``attr`` (a wrapper attribute, e.g. the text interface's ``prompt``), ``unwrapped_attr`` (e.g. ``task_ids``),
-    ``spaces`` (the observation and action spaces), ``arg_graph`` (the JSON text of the ARG that the copy's
-    ``ARGWrapper`` labels against from its next reset: ``GroupEnv`` keeps and grows the graph in the parent)."""
+    ``spaces`` (the observation and action spaces), ``parent_state`` (the payloads of the copy's
+    :class:`~stepgym.wrappers.protocols.ParentStateWrapper` wrappers, innermost first: ``GroupEnv`` keeps and grows
+    their state in the parent)."""
 
     def __init__(self, recipe: EnvRecipe, slots: Sequence[int]):
         self.envs = {s: recipe.build() for s in slots}
@@ -155,8 +188,8 @@ class _Shard:
             return getattr(env.unwrapped, name, default)
         if op == "spaces":
             return env.observation_space, env.action_space
-        if op == "arg_graph":
-            return _set_arg_graph(env, arg)
+        if op == "parent_state":
+            return _load_parent_states(env, arg)
         raise ValueError(f"unknown operation {op!r}")
 
     def close(self) -> None:
@@ -170,17 +203,17 @@ class _Shard:
         return os.getpid()
 
 
-def _set_arg_graph(env: gym.Env, text: str) -> None:
-    """Make every ``ARGWrapper`` around ``env`` label against the graph sent as JSON ``text`` (keeping its state
-    key and success rule)."""
-    from stepgym.reference_graph import _graph_from_json
-    from stepgym.wrappers.arg import ARGWrapper
+def _load_parent_states(env: gym.Env, payloads: Sequence[Any]) -> None:
+    """Hand each parent-state wrapper around ``env`` (innermost first) its payload from the parent."""
+    from stepgym.wrappers.protocols import parent_state_wrappers
 
-    e: Any = env
-    while isinstance(e, gym.Wrapper):
-        if isinstance(e, ARGWrapper):
-            e.graph = _graph_from_json(text, e.graph._state_key_arg, e.graph.success_fn)
-        e = e.env
+    wrappers = parent_state_wrappers(env)
+    if len(wrappers) != len(payloads):
+        raise ValueError(
+            f"got {len(payloads)} parent states for {len(wrappers)} parent-state wrappers around this env copy"
+        )
+    for wrapper, payload in zip(wrappers, payloads, strict=True):
+        wrapper.load_parent_state(payload)
 
 
 def _worker_main(conn: Any, recipe: EnvRecipe, slots: list[int]) -> None:

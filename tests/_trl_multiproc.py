@@ -51,11 +51,12 @@ class ScriptedRollout(GroupRollout):
 def _arg() -> list:
     import gymnasium as gym
 
+    from stepgym.graph_seeding import seed_graph_from_expert
     from stepgym.integrations import task_ids
     from stepgym.reference_graph import AgenticReferenceGraph
 
     graph = AgenticReferenceGraph()
-    graph.seed_from_expert(gym.make(ENV_ID, **ENV_KWARGS), task_ids(ENV_ID, ENV_KWARGS))
+    seed_graph_from_expert(graph, gym.make(ENV_ID, **ENV_KWARGS), task_ids(ENV_ID, ENV_KWARGS))
     return [lambda env: ARGWrapper(env, graph=graph)]
 
 

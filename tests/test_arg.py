@@ -21,6 +21,7 @@ import stepgym  # noqa: F401
 from stepgym import schema
 from stepgym.envs.base import TextEnv
 from stepgym.errors import CorruptDataError, FormatVersionError
+from stepgym.graph_seeding import seed_graph_from_walkthroughs
 from stepgym.reference_graph import FORMAT_VERSION, AgenticReferenceGraph, label_trajectory, state_id
 from stepgym.schema import Step, Trajectory
 from stepgym.wrappers.arg import ARGWrapper
@@ -233,7 +234,7 @@ def test_wrapper_passes_check_env_on_alfworld():
 
     base = gym.make("StepGym/ALFWorld-v0", split="valid_seen").unwrapped
     arg = AgenticReferenceGraph()
-    arg.seed_from_walkthroughs(base, base.task_ids[:3])
+    seed_graph_from_walkthroughs(arg, base, base.task_ids[:3])
     check_env(ARGWrapper(base, graph=arg), skip_render_check=True)
 
 

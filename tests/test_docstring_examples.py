@@ -44,7 +44,12 @@ def test_public_class_has_an_example(cls: type) -> None:
 
 _NO_DATA = ["stepgym", "stepgym.envs.base", "stepgym.envs.credit", "stepgym.group"]
 _NO_DATA += ["stepgym.wrappers.feedback", "stepgym.wrappers.text", "stepgym.wrappers.hints"]
-_NO_DATA += ["stepgym.values.wrapper"]
+_NO_DATA += [
+    "stepgym.values.wrapper",
+    "stepgym.wrappers.arg",
+    "stepgym.wrappers.protocols",
+    "stepgym.graph_seeding",
+]
 _DATA = ["stepgym.envs.alfworld.env", "stepgym.envs.webshop.text_env", "stepgym.envs.searchqa.env"]
 
 

@@ -33,7 +33,14 @@ from stepgym import schema
 from stepgym.data import sample_tasks
 from stepgym.errors import CorruptDataError
 from stepgym.llm_client import ChatClient, LLMConfigError, LLMUnavailableError
-from stepgym.llm_eval import EndpointBackend, EvalRunError, Sampling, default_budgets, evaluate_endpoint
+from stepgym.llm_eval import (
+    EndpointBackend,
+    EndpointEvalConfig,
+    EvalRunError,
+    Sampling,
+    default_budgets,
+    evaluate_endpoint,
+)
 from stepgym.recording import FILE_NAME, EpisodeWriter, episode_trajectory, read_recording, read_records
 from stepgym.trainers.backends import GenerationRequest, ScriptedBackend, make_backend
 from stepgym.trainers.collector import Collector
@@ -306,7 +313,7 @@ def test_endpoint_matches_in_process(name: str, serve, tmp_path: Path, request) 
     server = serve(scripted_reply)
     with client_for(server, timeout=30.0) as client:
         summary = evaluate_endpoint(
-            client, env_id, out_dir=tmp_path, env_kwargs=kwargs, limit=n, concurrency=2
+            client, EndpointEvalConfig(env_id, out_dir=tmp_path, env_kwargs=kwargs, limit=n, concurrency=2)
         )
     records = episodes(tmp_path)
     trajs = in_process(env_id, kwargs, [r["task_id"] for r in records])
@@ -391,14 +398,16 @@ def test_endpoint_matches_hf_backend_greedy(serve, tmp_path: Path) -> None:
         with client_for(server, timeout=30.0) as client:
             summary = evaluate_endpoint(
                 client,
-                cfg.env.id,
-                out_dir=tmp_path / "eval",
-                env_kwargs=kwargs,
-                history=1,
-                sampling=Sampling(max_tokens=8),
-                limit=3,
-                concurrency=2,
-                budgets=(10, 20, 30, 40, 50),
+                EndpointEvalConfig(
+                    cfg.env.id,
+                    out_dir=tmp_path / "eval",
+                    env_kwargs=kwargs,
+                    history=1,
+                    sampling=Sampling(max_tokens=8),
+                    limit=3,
+                    concurrency=2,
+                    budgets=(10, 20, 30, 40, 50),
+                ),
             )
     finally:
         trainer.close()
@@ -444,7 +453,7 @@ CREDIT = ("StepGym/CreditToy-v0", {"split": "valid"})
 def credit_eval(client: ChatClient, out: Path, **kw: Any) -> dict[str, Any]:
     kw.setdefault("limit", 6)
     kw.setdefault("concurrency", 3)
-    return evaluate_endpoint(client, CREDIT[0], out_dir=out, env_kwargs=CREDIT[1], **kw)
+    return evaluate_endpoint(client, EndpointEvalConfig(CREDIT[0], out_dir=out, env_kwargs=CREDIT[1], **kw))
 
 
 def written(out: Path) -> list[int]:
@@ -708,7 +717,9 @@ def test_evaluator_process_killed_then_resumed(serve, tmp_path: Path) -> None:
     first = assert_each_task_once_partial(out)
     assert 2 <= len(first) < 10
     with client_for(server, timeout=30.0) as client:
-        s = evaluate_endpoint(client, CREDIT[0], out_dir=out, split="valid", limit=10, concurrency=2)
+        s = evaluate_endpoint(
+            client, EndpointEvalConfig(CREDIT[0], out_dir=out, split="valid", limit=10, concurrency=2)
+        )
     assert s["episodes_resumed"] == len(first) and s["complete"] and s["success"] == 1.0
     assert_each_task_once(out, 10)
 

@@ -15,8 +15,8 @@ import stepgym
 from stepgym import schema
 from stepgym.agents import ExpertAgent, NoisyExpertAgent, RandomAgent
 from stepgym.group import (
+    GroupConfig,
     GroupEnv,
-    first_success_peers,
     hindsight_block,
     peer_hindsight,
     render_trajectory_text,
@@ -70,14 +70,8 @@ class Script:
 # ---------------------------------------------------------------------------------------------------------------
 # Pure peer-hindsight functions
 # ---------------------------------------------------------------------------------------------------------------
-def test_first_success_peers_is_a_deprecated_form_of_the_one_rule() -> None:
-    with pytest.warns(DeprecationWarning, match="first_correct_peers"):
-        assert first_success_peers([False, True, False, True]) == [1, None, 1, None]
-    cases = [[False, True, False, True], [True, False], [True, True], [False, False], []]
-    for ok in cases:
-        peers = first_correct_peers(ok, [0] * len(ok)).tolist()
-        with pytest.warns(DeprecationWarning):
-            assert first_success_peers(ok) == [None if p == NO_PEER else p for p in peers]
+def test_first_correct_peers_picks_the_first_success_in_rollout_order() -> None:
+    assert first_correct_peers([False, True, False, True], [0] * 4).tolist() == [1, NO_PEER, 1, NO_PEER]
     assert first_correct_peers([True, False], [0, 0]).tolist() == [NO_PEER, 0]
     assert first_correct_peers([True, True], [0, 0]).tolist() == [NO_PEER, NO_PEER]
     assert first_correct_peers([False, False], [0, 0]).tolist() == [NO_PEER, NO_PEER]
@@ -233,7 +227,7 @@ def test_group_repairs_an_env_with_its_own_task_order() -> None:
     g = GroupEnv(Cycling, group_size=4)
     _, infos = g.reset(seed=0)
     assert len({i[schema.TASK_ID] for i in infos.values()}) == 1
-    g_strict = GroupEnv(Cycling, group_size=2, task_option=None)
+    g_strict = GroupEnv(Cycling, group_size=2, config=GroupConfig(task_option=None))
     with pytest.raises(RuntimeError, match="different tasks"):
         g_strict.reset(seed=0)
 

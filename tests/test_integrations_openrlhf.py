@@ -28,6 +28,7 @@ from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor
 
 from stepgym import schema
 from stepgym.errors import DependencyNotInstalled
+from stepgym.graph_seeding import seed_graph_from_expert
 from stepgym.integrations import task_rows
 from stepgym.integrations.openrlhf import UNKNOWN, agent_classes, state_key_id
 from stepgym.reference_graph import AgenticReferenceGraph
@@ -145,7 +146,7 @@ def test_concurrent_episodes_task_from_prompt_and_arg_labels(tok: Any) -> None:
     rows = task_rows(TOY, KW)
     graph = AgenticReferenceGraph()
     base = gym.make(TOY, **KW)
-    graph.seed_from_expert(base, [r["task_id"] for r in rows])
+    seed_graph_from_expert(graph, base, [r["task_id"] for r in rows])
     executor, made = _executor(wrappers=[lambda e: ARGWrapper(e, graph=graph)])
     engine = StandInEngine(tok)
 
@@ -251,7 +252,7 @@ def orl_episodes(tok: Any):
     rows = task_rows(TOY, KW)[:2]
     graph = AgenticReferenceGraph()
     base = gym.make(TOY, **KW)
-    graph.seed_from_expert(base, [r["task_id"] for r in rows])
+    seed_graph_from_expert(graph, base, [r["task_id"] for r in rows])
     executor, made = _executor(wrappers=[lambda e: ARGWrapper(e, graph=graph)])
     scripts = [[], ["I will wander"], [_reply("dance")] * 6, [_reply("take key"), "no tags"]]
     out = []

@@ -185,11 +185,12 @@ def _seeded_arg() -> list[Any]:
     """ProAS labels: ARGWrapper over a graph seeded from the env's expert on every task (fixed, not grown)."""
     import gymnasium as gym
 
+    from stepgym.graph_seeding import seed_graph_from_expert
     from stepgym.reference_graph import AgenticReferenceGraph
     from stepgym.wrappers.arg import ARGWrapper
 
     graph = AgenticReferenceGraph()
-    graph.seed_from_expert(gym.make(ENV_ID, **ENV_KWARGS), task_ids(ENV_ID, ENV_KWARGS))
+    seed_graph_from_expert(graph, gym.make(ENV_ID, **ENV_KWARGS), task_ids(ENV_ID, ENV_KWARGS))
     return [lambda env: ARGWrapper(env, graph=graph)]
 
 

@@ -38,6 +38,7 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from stepgym import schema  # noqa: E402
 from stepgym.errors import DependencyNotInstalled  # noqa: E402
+from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.integrations.verl import (  # noqa: E402
     ESTIMATORS,
     StepGymAgentLoop,
@@ -46,8 +47,8 @@ from stepgym.integrations.verl import (  # noqa: E402
     verl_rows,
 )
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
-from stepgym.trainers.models import train_tokenizer  # noqa: E402
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.trainers.models import train_tokenizer  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 
 TOY = "StepGym/CreditToy-v0"
@@ -267,7 +268,7 @@ def batch(tok):
     rows = verl_rows(TOY, TOY_KW, limit=2)
     graph = AgenticReferenceGraph()
     base = gym.make(TOY, **TOY_KW)
-    graph.seed_from_expert(base, [r["extra_info"]["task_id"] for r in rows])
+    seed_graph_from_expert(graph, base, [r["extra_info"]["task_id"] for r in rows])
     base.close()
     rng = np.random.default_rng(3)
     outs, uids = [], []

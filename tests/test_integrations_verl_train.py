@@ -30,6 +30,7 @@ from test_integrations_verl import CHATML, TOY, TOY_KW, ScriptedServerManager, _
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from stepgym.errors import StepRecordError  # noqa: E402
+from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.integrations.verl import teacher as vt  # noqa: E402
 from stepgym.integrations.verl import train as vtrain  # noqa: E402
 from stepgym.integrations.verl import verl_rows  # noqa: E402
@@ -58,7 +59,7 @@ def outs(tok):
     rows = verl_rows(TOY, TOY_KW, limit=2)
     graph = AgenticReferenceGraph()
     base = gym.make(TOY, **TOY_KW)
-    graph.seed_from_expert(base, [r["extra_info"]["task_id"] for r in rows])
+    seed_graph_from_expert(graph, base, [r["extra_info"]["task_id"] for r in rows])
     base.close()
     rng = np.random.default_rng(5)
     result = []

@@ -137,10 +137,9 @@ def test_group_exports_no_private_helper() -> None:
         assert getattr(stepgym.group, name).__module__.split(".")[-1][0] != "_", name
 
 
-def test_group_env_of_and_its_deprecated_alias() -> None:
+def test_group_env_of() -> None:
     from stepgym import GroupEnv
 
     group = GroupEnv("StepGym/CreditToy-v0", group_size=2)
     assert group.env_of("rollout_1") is group.envs[1]
-    with pytest.warns(DeprecationWarning, match="env_of"):
-        assert group.env("rollout_0") is group.envs[0]
+    assert not hasattr(group, "env")  # PettingZoo users read .env as the wrapped env: no method of that name

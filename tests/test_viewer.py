@@ -241,7 +241,7 @@ def test_endpoint_evaluation_opens_in_the_viewer(tmp_path: Path, capsys: pytest.
 
     from stepgym import schema
     from stepgym.cli import main
-    from stepgym.llm_eval import evaluate_endpoint
+    from stepgym.llm_eval import EndpointEvalConfig, evaluate_endpoint
 
     def skip_a_key_in_room_1(prompt: str) -> str:  # loses the tasks whose key lies in room 1: mixed outcomes
         if "Now: Room 1 of" in prompt and "'take key'" in prompt:
@@ -253,7 +253,8 @@ def test_endpoint_evaluation_opens_in_the_viewer(tmp_path: Path, capsys: pytest.
     try:
         with client_for(server, timeout=30.0) as client:
             summary = evaluate_endpoint(
-                client, env_id, out_dir=tmp_path, env_kwargs=kwargs, limit=n, concurrency=3
+                client,
+                EndpointEvalConfig(env_id, out_dir=tmp_path, env_kwargs=kwargs, limit=n, concurrency=3),
             )
     finally:
         server.stop()

@@ -7,11 +7,13 @@ the call fails naming it; a group is never stepped on a fresh copy without a res
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from _toy_env import ToyRoomEnv
@@ -20,7 +22,14 @@ import stepgym  # noqa: F401  (registers the envs)
 from stepgym import schema
 from stepgym.envs.credit import CreditToyEnv
 from stepgym.group import GroupEnv
-from stepgym.workers import EnvRecipe, EnvWorkerError, InProcessExecutor, ProcessExecutor, make_executor
+from stepgym.workers import (
+    EnvRecipe,
+    EnvWorkerError,
+    ExecutorSpec,
+    InProcessExecutor,
+    ProcessExecutor,
+    make_executor,
+)
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
 TOY_KWARGS = {"n_rooms": 3, "n_distractors": 1}
@@ -52,14 +61,13 @@ def _play(group: GroupEnv, seed: int, n_groups: int = 2) -> str:
     return repr(record)
 
 
-def _toy_group(executor, **kw) -> GroupEnv:
+def _toy_group(executor, num_workers=2, options=None) -> GroupEnv:
     return GroupEnv(
         "StepGym/CreditToy-v0",
         group_size=4,
         env_kwargs=TOY_KWARGS,
         wrappers=[EnvFeedbackWrapper],
-        executor=executor,
-        **kw,
+        executor=ExecutorSpec(executor, num_workers=num_workers, options=options or {}),
     )
 
 
@@ -89,9 +97,7 @@ def test_shared_executor_sends_one_call_per_worker_per_turn():
 
     ex = Counting(recipe, 8, num_workers=2)
     try:
-        groups = [
-            GroupEnv("unused", group_size=4, executor=ex, slots=range(4 * k, 4 * k + 4)) for k in range(2)
-        ]
+        groups = [GroupEnv.on_executor(ex, slots=range(4 * k, 4 * k + 4)) for k in range(2)]
         for k, g in enumerate(groups):
             g.reset_async(seed=k)
         for g in groups:
@@ -136,7 +142,7 @@ class _SlowOnWait(ToyRoomEnv):
 
 def test_hung_worker_times_out_and_is_restarted():
     group = GroupEnv(
-        _SlowOnWait, group_size=2, executor="process", num_workers=1, executor_kwargs={"timeout": 3}
+        _SlowOnWait, group_size=2, executor=ExecutorSpec("process", num_workers=1, options={"timeout": 3})
     )
     try:
         group.reset(seed=0)
@@ -158,7 +164,7 @@ class _Exploding(ToyRoomEnv):
 
 
 def test_env_exception_is_reported_with_the_worker_traceback():
-    group = GroupEnv(_Exploding, group_size=2, executor="process", num_workers=1)
+    group = GroupEnv(_Exploding, group_size=2, executor=ExecutorSpec("process", num_workers=1))
     try:
         group.reset(seed=0)
         with pytest.raises(
@@ -190,9 +196,10 @@ def test_a_plain_script_needs_no_main_guard(tmp_path):
     script = tmp_path / "plain.py"
     script.write_text(
         "import stepgym\n"
+        "from stepgym.workers import ExecutorSpec\n"
         "from stepgym.wrappers import EnvFeedbackWrapper\n"
         "g = stepgym.GroupEnv('StepGym/CreditToy-v0', group_size=2, wrappers=[EnvFeedbackWrapper],\n"
-        "                     executor='process', num_workers=2)\n"
+        "                     executor=ExecutorSpec('process', num_workers=2))\n"
         "obs, infos = g.reset(seed=0)\n"
         "print('agents', sorted(obs))\n"
         "g.close()\n"
@@ -406,7 +413,7 @@ def test_ray_executor_is_byte_identical_and_restarts_dead_actors(monkeypatch, tm
     expected = _play(ref, seed=7)
     # the executor starts Ray itself (as the trainer's does), so its runtime environment is the one under test
     kw = {"num_cpus": 0.5, "timeout": 120, "ray_init_kwargs": {"num_cpus": 2}}
-    group = _toy_group("ray", num_workers=2, executor_kwargs=kw)
+    group = _toy_group("ray", num_workers=2, options=kw)
     try:
 
         def runtime_env_vars():  # local, so Ray ships it by value
@@ -454,17 +461,15 @@ def test_alfworld_groups_identical_in_process_and_on_workers(executor, data_dir,
         ray = pytest.importorskip("ray")
         monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
         assert not ray.is_initialized()
-        extra = {"executor_kwargs": {"num_cpus": 0.5, "timeout": 300, "ray_init_kwargs": {"num_cpus": 2}}}
+        extra = {"num_cpus": 0.5, "timeout": 300, "ray_init_kwargs": {"num_cpus": 2}}
 
-    def group(kind, **kw):
+    def group(kind, options=None):
         return GroupEnv(
             "StepGym/ALFWorld-v0",
             group_size=2,
             env_kwargs=kwargs,
             wrappers=[EnvFeedbackWrapper],
-            executor=kind,
-            num_workers=2,
-            **kw,
+            executor=ExecutorSpec(kind, num_workers=2, options=options or {}),
         )
 
     ref = group("inprocess")
@@ -472,7 +477,7 @@ def test_alfworld_groups_identical_in_process_and_on_workers(executor, data_dir,
         expected = _play(ref, seed=1, n_groups=1)
     finally:
         ref.close()
-    workers = group(executor, **extra)
+    workers = group(executor, extra)
     try:
         assert _play(workers, seed=1, n_groups=1) == expected
     finally:
@@ -512,8 +517,7 @@ def _arg_group(executor: str, graph, grow: bool) -> GroupEnv:
         group_size=3,
         env_kwargs=TOY_KWARGS,
         wrappers=[EnvFeedbackWrapper, functools.partial(ARGWrapper, graph=graph, grow=grow)],
-        executor=executor,
-        num_workers=2,
+        executor=ExecutorSpec(executor, num_workers=2),
     )
 
 
@@ -540,6 +544,7 @@ def _arg_play(group: GroupEnv, n_groups: int, after_group=None) -> str:
 
 
 def _seeded_graph():
+    from stepgym.graph_seeding import seed_graph_from_expert
     from stepgym.reference_graph import AgenticReferenceGraph
 
     graph = AgenticReferenceGraph()
@@ -552,7 +557,7 @@ def _seeded_graph():
     import gymnasium as gym
 
     base = gym.make("StepGym/CreditToy-v0", **TOY_KWARGS)
-    assert graph.seed_from_expert(base, [task]) == 1
+    assert seed_graph_from_expert(graph, base, [task]) == 1
     return graph
 
 
@@ -581,7 +586,7 @@ def test_read_only_arg_labels_are_byte_identical_in_workers():
         ref.close()
     pool = _arg_group("process", graph, grow=False)
     try:
-        assert pool.arg_graph is graph
+        assert pool.parent_states[0].graph is graph
         assert _arg_play(pool, 2) == expected
     finally:
         pool.close()
@@ -612,14 +617,14 @@ def test_growing_arg_grows_once_in_the_parent_and_workers_label_against_it():
     submit = pool.executor.submit
 
     def counting(op, slots, args):
-        if op == "arg_graph":
+        if op == "parent_state":
             sent.append(len(slots))
         return submit(op, slots, args)
 
     pool.executor.submit = counting
     try:
         assert _arg_play(pool, 3) == expected  # later groups labelled against the parent's grown graph
-        assert graph == ref_graph and pool.arg_graph is graph
+        assert graph == ref_graph and pool.parent_states[0].graph is graph
         assert pool.get_wrapper_attr("grown", pool.possible_agents) == dict.fromkeys(pool.possible_agents, 0)
         assert sent == [
             3,
@@ -644,7 +649,7 @@ def test_growing_arg_on_a_shared_remote_executor_is_refused():
     ex = ProcessExecutor(recipe, 2, 1)
     try:
         with pytest.raises(ValueError, match="grow=True"):
-            GroupEnv("StepGym/CreditToy-v0", group_size=2, executor=ex)
+            GroupEnv.on_executor(ex)
     finally:
         ex.close()
 
@@ -659,14 +664,93 @@ def test_growing_arg_in_the_parent_warns_when_nothing_succeeds():
         group_size=2,
         env_kwargs=TOY_KWARGS,
         wrappers=[functools.partial(ARGWrapper, grow=True, warn_after=2)],
-        executor="process",
-        num_workers=1,
+        executor=ExecutorSpec("process", num_workers=1),
     )
     try:
         group.reset(seed=1)
         with pytest.warns(RuntimeWarning, match="none counted as a success"):
             while group.agents:
                 group.step(dict.fromkeys(group.agents, "wait"))
-        assert group.arg_graph.stats()["trajectories"] == 0
+        assert group.parent_states[0].graph.stats()["trajectories"] == 0
     finally:
         group.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Any wrapper that implements the parent-state protocol (stepgym.wrappers.protocols), not only the ARG
+# ---------------------------------------------------------------------------------------------------------------
+class _FinishedCounter(gym.Wrapper):
+    """Reports in every reset info how many episodes of the group's copies had finished when the parent last sent
+    its count; the count is kept and grown in the parent (the protocol's split, ship and merge)."""
+
+    def __init__(self, env, finished=0, step=1):
+        super().__init__(env)
+        self.finished, self.step_by = finished, step
+
+    @classmethod
+    def split_parent_state(cls, finished=0, step=1):
+        return functools.partial(cls, finished=finished, step=0), _FinishedCount(finished, step)
+
+    def load_parent_state(self, payload):
+        self.finished = payload
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        info["finished_before"] = self.finished
+        return obs, info
+
+
+class _FinishedCount:
+    def __init__(self, finished, step):
+        self.finished, self.step = finished, step
+        self.updates = 0
+
+    @property
+    def grows(self):
+        return self.step > 0
+
+    def payload(self):
+        return self.finished
+
+    def update(self, trajectories):
+        self.updates += 1
+        self.finished += self.step * len(trajectories)
+
+
+def test_any_parent_state_wrapper_is_kept_shipped_and_merged_in_the_parent():
+    from stepgym.wrappers.protocols import ParentState, ParentStateWrapper
+
+    assert isinstance(_FinishedCounter, ParentStateWrapper) and isinstance(_FinishedCount(0, 1), ParentState)
+    group = GroupEnv(
+        "StepGym/CreditToy-v0",
+        group_size=2,
+        env_kwargs=TOY_KWARGS,
+        wrappers=[EnvFeedbackWrapper, functools.partial(_FinishedCounter, finished=5)],
+        executor=ExecutorSpec("process", num_workers=2),
+    )
+    try:
+        (state,) = group.parent_states
+        seen = []
+        for seed in (1, 2, 3):
+            _, infos = group.reset(seed=seed)
+            seen.append(sorted({i["finished_before"] for i in infos.values()}))
+            while group.agents:
+                group.step(dict.fromkeys(group.agents, "wait"))
+        assert seen == [
+            [5],
+            [7],
+            [9],
+        ]  # each group's two finished episodes merged here and shipped to both workers
+        assert (state.finished, state.updates) == (11, 3)
+        assert group.get_wrapper_attr("step_by", group.possible_agents) == dict.fromkeys(
+            group.possible_agents, 0
+        )
+    finally:
+        group.close()
+    recipe = EnvRecipe("StepGym/CreditToy-v0", TOY_KWARGS, (_FinishedCounter,))
+    ex = ProcessExecutor(recipe, 2, 1)
+    try:
+        with pytest.raises(ValueError, match="grows"):
+            GroupEnv.on_executor(ex)
+    finally:
+        ex.close()

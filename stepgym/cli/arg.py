@@ -21,6 +21,7 @@ from stepgym import schema
 from stepgym.agents import make_agent
 from stepgym.cli._args import check_count, check_probability
 from stepgym.data import check_split, sample_tasks
+from stepgym.graph_seeding import seed_graph_from_agent, seed_graph_from_walkthroughs
 from stepgym.reference_graph import AgenticReferenceGraph
 from stepgym.rollout import play_episode
 
@@ -48,9 +49,9 @@ def _seed(arg: AgenticReferenceGraph, env: gym.Env, source: str, task_ids: list[
     episode is reset with a seed, so the graph (and the stats over it) are the same on every run."""
     added = 0
     if source in ("walkthroughs", "walkthroughs+expert"):
-        added += arg.seed_from_walkthroughs(env, task_ids, seed=seed)
+        added += seed_graph_from_walkthroughs(arg, env, task_ids, seed=seed)
     if source in ("expert", "walkthroughs+expert"):
-        added += arg.seed_from_agent(env, make_agent("expert"), task_ids, seed=seed)
+        added += seed_graph_from_agent(arg, env, make_agent("expert"), task_ids, seed=seed)
     return added
 
 

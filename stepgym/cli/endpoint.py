@@ -183,7 +183,7 @@ def _print_summary(s: Mapping[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
     """Entry point of ``stepgym eval --model ...`` and ``stepgym rollout --agent llm``."""
     from stepgym.llm_client import ChatClient
-    from stepgym.llm_eval import Sampling, evaluate_endpoint
+    from stepgym.llm_eval import EndpointEvalConfig, Sampling, evaluate_endpoint
 
     args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
     options = _checked(args)
@@ -208,13 +208,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
         if not client.model:
             client.use_only_served_model()
         slug = "-".join(x.replace("/", "_") for x in (client.model, args.env, options["split"]) if x)
-        summary = evaluate_endpoint(
-            client,
+        config = EndpointEvalConfig(
             args.env,
             out_dir=Path(args.out or f"runs/eval/{slug}"),
             sampling=sampling,
             key_by_settings=args.out is None,
             **options,
         )
+        summary = evaluate_endpoint(client, config)
     _print_summary(summary)
     return 0

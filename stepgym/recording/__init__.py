@@ -12,8 +12,10 @@ The parts, one module each (their public names are re-exported here):
   that survives crashes and concurrent writers (:class:`EpisodeWriter`) and the readers (:func:`read_records`,
   :func:`read_recording`, :func:`find_recordings`);
 * :mod:`~stepgym.recording.group`: :class:`GroupRecorder`, the few-line way for a :class:`~stepgym.GroupEnv` user
-  to record groups;
-* :mod:`~stepgym.recording.trainer`: the bundled trainer's hook (imports numpy, so it is not imported here).
+  to record groups.
+
+The bundled trainer's hook, which adds every compared shaper's advantages to a recording, belongs to the trainer
+(:mod:`stepgym.trainers.recorder`): this package sits below the shapers and imports none of them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Recording groups from a user's own loop over :class:`~stepgym.GroupEnv` (the trainer has its own hook,
-:mod:`stepgym.recording.trainer`)."""
+:mod:`stepgym.trainers.recorder`)."""
 
 from __future__ import annotations
 

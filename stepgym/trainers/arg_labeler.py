@@ -3,7 +3,7 @@
 Protocol (docs/shapers.md §8.10): a batch is labelled against the graph **as it stands before the batch** (so a success does
 not label itself all-reasonable), then the graph grows by strict union with the batch's verified successes.
 
-Only the graph's public API is used (``label``, ``add_trajectory``, ``seed_from_*``), so what is read from a step is
+Only the graph's public API is used (``label``, ``add_trajectory``; seeding through :mod:`stepgym.graph_seeding`), so what is read from a step is
 the graph's own rule (:func:`stepgym.reference_graph.step_edge`): edges carry the *parsed* env command, not the
 raw model reply (a reply's ``<think>`` text must not make two identical commands look different), and an
 unparsable or inadmissible reply is a rejected step (no edge). States are the graph's ``state_key``
@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from stepgym.graph_seeding import seed_graph_from_expert, seed_graph_from_walkthroughs
 from stepgym.reference_graph import AgenticReferenceGraph
 from stepgym.trainers.collector import Rollouts
 
@@ -59,9 +60,9 @@ class ArgLabeler:
             return
         env = self._seed_env()
         if self.seed_mode == "walkthrough":
-            self.graph.seed_from_walkthroughs(env, [task_id])
+            seed_graph_from_walkthroughs(self.graph, env, [task_id])
         elif self.seed_mode == "expert":
-            self.graph.seed_from_expert(env, [task_id])
+            seed_graph_from_expert(self.graph, env, [task_id])
         self.seeded.add(task_id)
 
     def label(self, ro: Rollouts) -> tuple[np.ndarray, np.ndarray]:

@@ -181,12 +181,7 @@ class Collector:
             self.close()
             self._shared = shared
             self._pool = [
-                GroupEnv(
-                    self.env_id,
-                    group_size=g_size,
-                    executor=self._shared,
-                    slots=range(k * g_size, (k + 1) * g_size),
-                )
+                GroupEnv.on_executor(self._shared, slots=range(k * g_size, (k + 1) * g_size))
                 for k in range(n)
             ]
         return self._pool[:n]

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from stepgym.shapers import dynamic_sampling_keep
 from stepgym.trainers.actor import UpdateRow
 from stepgym.trainers.advantages import ShapingResult, build_step_batch, shape_rows
 from stepgym.trainers.backends import backend_from_config
@@ -59,7 +60,6 @@ from stepgym.wrappers.text import resolve_format
 from stepgym.trainers.metrics import timing_metrics, world_metrics
 from stepgym.trainers.models import precision, resolve_device
 from stepgym.trainers.samples import PromptEncoder
-from stepgym.shapers import dynamic_sampling_keep
 
 __all__ = ["GRPOTrainer", "resolve_device"]
 
@@ -128,7 +128,7 @@ class GRPOTrainer:
         self.metrics = open_outputs(
             config, self.out, self.dist, resume_iteration=self.iteration if state is not None else None
         )
-        from stepgym.recording.trainer import TrainerRecorder  # episodes.jsonl.gz for `stepgym view`
+        from stepgym.trainers.recorder import TrainerRecorder  # episodes.jsonl.gz for `stepgym view`
 
         # Rank 0 records its share of each batch (under torchrun the other ranks' groups are not gathered).
         self.recorder = TrainerRecorder.create(self) if self.dist.is_main else None

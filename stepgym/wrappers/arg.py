@@ -11,7 +11,9 @@ The graph names this module used to define (``AgenticReferenceGraph``, ``label_t
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -20,7 +22,7 @@ from stepgym import reference_graph as _rg
 from stepgym import schema
 from stepgym.episodes import EpisodeRecorder
 
-__all__ = ["ARGWrapper"]
+__all__ = ["ARGParentState", "ARGWrapper"]
 
 _MOVED = (
     "FORMAT_NAME",
@@ -72,6 +74,40 @@ def warn_never_grown(episodes: int, stacklevel: int) -> None:
     )
 
 
+class ARGParentState:
+    """The graph of an ``ARGWrapper`` whose copies run in workers (:class:`~stepgym.wrappers.protocols.ParentState`):
+    kept in the parent, sent to the workers as its JSON text and, with ``grow``, grown there by the wrapper's own
+    rule (:func:`grow_graph`) from each finished group, in rollout order."""
+
+    def __init__(
+        self,
+        graph: _rg.AgenticReferenceGraph,
+        key: _rg.StateKeyFn,
+        success_fn: _rg.SuccessFn,
+        grow: bool,
+        warn_after: int,
+    ) -> None:
+        self.graph, self.key, self.success_fn, self.grow = graph, key, success_fn, bool(grow)
+        self.warn_after, self.episodes, self.grown = int(warn_after), 0, 0
+
+    @property
+    def grows(self) -> bool:
+        return self.grow
+
+    def payload(self) -> str:
+        return self.graph.to_json_text()
+
+    def update(self, trajectories: Sequence[schema.Trajectory]) -> None:
+        if not self.grow:
+            return
+        before = self.episodes
+        for t in trajectories:
+            self.episodes += 1
+            self.grown += grow_graph(self.graph, t, self.key, self.success_fn)
+        if self.grown == 0 and before < self.warn_after <= self.episodes:  # once, as the wrapper does
+            warn_never_grown(self.episodes, stacklevel=6)  # the caller of GroupEnv.step
+
+
 class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
     """Adds ``stepgym/arg_state``, ``arg_reasonable`` and ``arg_progress`` to every info, and ``arg_labels``
     (reasonable, progress, future_drift lists) to the info of the step that ends the episode.
@@ -93,10 +129,11 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
     Example (stepgym's credit-assignment toy, its graph seeded from the env's expert)::
 
         >>> import gymnasium as gym, stepgym
+        >>> from stepgym.graph_seeding import seed_graph_from_expert
         >>> from stepgym.reference_graph import AgenticReferenceGraph
         >>> base = gym.make("StepGym/CreditToy-v0")
         >>> arg = AgenticReferenceGraph()
-        >>> arg.seed_from_expert(base, ["credit-train-00000"])
+        >>> seed_graph_from_expert(arg, base, ["credit-train-00000"])
         1
         >>> env = ARGWrapper(base, graph=arg)
         >>> obs, info = env.reset(options={"task_id": "credit-train-00000"})
@@ -119,7 +156,7 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
         )
         gym.Wrapper.__init__(self, env)
         self.graph = graph if graph is not None else _rg.AgenticReferenceGraph(state_key, success_fn)
-        self._key = _rg._key_fn(state_key) if state_key is not None else self.graph.state_key
+        self._key = _rg.state_key_function(state_key) if state_key is not None else self.graph.state_key
         self.success_fn = success_fn if success_fn is not None else self.graph.success_fn
         self.grow = grow
         self.warn_after = int(warn_after)
@@ -128,6 +165,32 @@ class ARGWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArg
         self._warned = False
         self._labeler: _rg.PathLabeler | None = None
         self._recorder = EpisodeRecorder()
+
+    # -- the parent-state protocol (stepgym.wrappers.protocols): the graph stays in the parent process ------------
+    @classmethod
+    def split_parent_state(
+        cls,
+        graph: _rg.AgenticReferenceGraph | None = None,
+        state_key: _rg.StateKeyFn | str | None = None,
+        grow: bool = False,
+        success_fn: _rg.SuccessFn | None = None,
+        warn_after: int = 20,
+    ) -> tuple[Any, ARGParentState]:
+        """The workers label against the graph read-only (``grow=False``); the parent keeps it (and grows it)."""
+        graph = graph if graph is not None else _rg.AgenticReferenceGraph(state_key, success_fn)
+        key = _rg.state_key_function(state_key) if state_key is not None else graph.state_key
+        state = ARGParentState(
+            graph, key, success_fn if success_fn is not None else graph.success_fn, grow, warn_after
+        )
+        worker = functools.partial(
+            cls, graph=graph, state_key=state_key, grow=False, success_fn=success_fn, warn_after=warn_after
+        )
+        return worker, state
+
+    def load_parent_state(self, payload: str) -> None:
+        """Label against the graph sent as its JSON text from the next reset (keeping the state key and success
+        rule)."""
+        self.graph = _rg.graph_from_json(payload, self.graph.state_key_spec, self.graph.success_fn)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
