@@ -70,7 +70,7 @@ def test_an_env_without_a_text_format_is_refused_clearly() -> None:
     if "MyOrg/CreditToyCopy-v0" not in gym.registry:
         gym.register("MyOrg/CreditToyCopy-v0", entry_point="stepgym.envs.credit:CreditToyEnv")
     sid = register("MyOrg/CreditToyCopy-v0", "stepgym-toy-nofmt", env_kwargs=KW)
-    with pytest.raises(ValueError, match="no text format is registered for 'MyOrg/CreditToyCopy-v0'"):
+    with pytest.raises(ValueError, match="no text format is declared for 'MyOrg/CreditToyCopy-v0'"):
         skyrl_gym.make(sid, env_config={}, extras={})
     env = skyrl_gym.make(sid, env_config={"fmt": "webshop"}, extras={})
     assert env._env.fmt.name == "webshop"

@@ -31,11 +31,12 @@ import numpy as np
 from stepgym import _deps, schema
 from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupEnv, WrapperFn
-from stepgym.integrations.annotations import credit_fields, episode_annotations
+from stepgym.integrations.annotations import episode_annotations
+from stepgym.integrations.steps import build_step_batch
 from stepgym.integrations.tasks import task_id_of_prompt
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper
+from stepgym.wrappers.text import resolve_format, text_wrappers
 
 _deps.require("trl", "trl", what="the TRL integration")
 torch = _deps.require("torch", "trl")
@@ -57,13 +58,13 @@ __all__ = [
 
 
 def _format_name(make: Callable[[], gym.Env], fmt: Any) -> Any:
-    """The text format for the envs ``make`` builds: ``fmt`` when given, else the name registered for the env (the
-    text interface's own rule and error, read on a probe copy)."""
+    """The text format for the envs ``make`` builds: ``fmt`` when given, else the env's declared one
+    (:func:`~stepgym.wrappers.text.resolve_format`'s rule and error, read on a probe copy)."""
     if fmt is not None:
         return fmt
     probe = make()
     try:
-        return TextInterfaceWrapper(probe).fmt.name
+        return resolve_format(probe).name
     finally:
         probe.close()
 
@@ -329,11 +330,7 @@ class GroupRollout:
             raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
         self._make = _maker(env, env_kwargs)
         name = _format_name(self._make, fmt)
-        self._wrappers: list[WrapperFn] = [
-            EnvFeedbackWrapper,
-            functools.partial(TextInterfaceWrapper, fmt=name, history_length=history_length),
-            *wrappers,
-        ]
+        self._wrappers: list[WrapperFn] = [*text_wrappers(name, history=history_length), *wrappers]
         self.fmt = name
         self.max_turn_tokens = int(max_turn_tokens)
         self._rng = np.random.default_rng(seed)
@@ -607,27 +604,21 @@ def step_batch_from_rollouts(
     admissible (default, as the bundled trainer); GiGPO's anchor = the state the action was taken in; ProAS labels
     from ``ARGWrapper`` when every step has them.
     """
-    group_ids, traj_ids, rewards, spans = [], [], [], []
-    records: list[Mapping[str, Any]] = []
+    groups = []
     for b, rows in enumerate(steps):
         if not rows:
             raise ValueError(f"completion {b} has no steps")
-        spans.append([(int(s["start"]), int(s["stop"])) for s in rows])
-        for s in rows:
-            group_ids.append(int(s["group"]))
-            traj_ids.append(b)
-            rewards.append(float(s["reward"]) * reward_scale)
-            records.append(s)
-    fields = credit_fields(records, invalid_rule, [f"{b}:{i}" for i, b in enumerate(traj_ids)])
-    return StepBatch(
-        group_ids=np.asarray(group_ids, dtype=np.int64),
-        traj_ids=np.asarray(traj_ids, dtype=np.int64),
-        rewards=np.asarray(rewards, dtype=np.float64),
-        valid=fields.valid,
-        anchor_obs=fields.anchors,
-        reasonable=fields.reasonable,
-        progress=fields.progress,
-        layout=TokenLayout.from_spans(spans, length),
+        k = {int(r["group"]) for r in rows}
+        if len(k) != 1:
+            raise StepRecordError(f"completion {b}'s steps name several groups {sorted(k)}")
+        groups.append(k.pop())
+    return build_step_batch(
+        [[(int(r["start"]), int(r["stop"])) for r in rows] for rows in steps],
+        groups,
+        length,
+        records=[list(rows) for rows in steps],
+        reward_scale=reward_scale,
+        invalid_rule=invalid_rule,
     )
 
 
