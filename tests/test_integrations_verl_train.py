@@ -30,7 +30,7 @@ from test_integrations_verl import CHATML, TOY, TOY_KW, ScriptedServerManager, _
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from stepgym.errors import StepRecordError  # noqa: E402
-from stepgym.integrations.verl import teacher as vt  # noqa: E402
+from stepgym.integrations import teacher as vt  # noqa: E402
 from stepgym.integrations.verl import train as vtrain  # noqa: E402
 from stepgym.integrations.verl import verl_rows  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402

@@ -34,6 +34,7 @@ from stepgym.group import EnvFactory, GroupEnv, WrapperFn
 from stepgym.integrations.annotations import episode_annotations
 from stepgym.integrations.steps import build_step_batch
 from stepgym.integrations.tasks import task_id_of_prompt
+from stepgym.integrations.teacher import TeacherContexts, ahead_gaps, opsd_gaps
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import resolve_format, text_wrappers
@@ -664,7 +665,7 @@ class TeacherGaps:
     def __call__(
         self, trainer: Any, inputs: list[dict[str, Any]], outputs: dict[str, Any], batch: StepBatch
     ) -> dict[str, Any]:
-        from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherStats
+        from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherStats, span_mode_for
 
         kind = trainer.shape_config.token_reweight
         if kind not in ("ahead", "stepopsd"):
@@ -686,53 +687,39 @@ class TeacherGaps:
         model = trainer.model
         student = scorer.score(model, [p for p, _ in rows], [c for _, c in rows]) if lam > 0 else None
         stats = TeacherStats()
+        ctx = TeacherContexts(
+            prompts=[p for p, _ in rows],
+            responses=[c for _, c in rows],
+            steps=[list(r) for r in steps],
+            trajectories=list(trajs),
+            groups=[int(r[0]["group"]) for r in steps],
+            old_log_probs=_student_grid(student, len(rows), width),
+            max_context_tokens=budget,
+            min_pi_tokens=self.min_pi_tokens,
+        )
         if kind == "ahead":
-            out = self._ahead(tok, rows, trajs, steps, student, scorer, model, budget, stats, width)
+            delta = ahead_gaps(ctx, tok, lambda c, t: scorer.score(model, c, t), stats, self.analyzer)
+            out: dict[str, Any] = {"delta": delta}
         else:
             if self.stale is None:
                 self.stale = StaleTeacher(model, self.refresh_every)
             self.stale.maybe_refresh(model, int(trainer.state.global_step))
-            fmt = getattr(trainer.rollout_func, "fmt", None)
-            mode = "clean_step_no_observation" if fmt == "qa" else "action_only"
-            groups = [int(s[0]["group"]) for s in steps]
-            out = self._opsd(
-                trainer, tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width
+            teacher = self.stale.model
+            delta, mask, target = opsd_gaps(
+                ctx,
+                tok,
+                None if student is None else (lambda c, t: scorer.score(teacher, c, t)),
+                stats,
+                span_mode=span_mode_for(getattr(trainer.rollout_func, "fmt", None)),
+                blocks=self._hindsight_blocks(trainer, ctx.trajectories, ctx.groups),
+            )
+            out = (
+                {"target": target}
+                if delta is None
+                else {"delta": delta, "delta_mask": mask, "target": target}
             )
         self.last_metrics = {**stats.as_metrics(), "teacher/lambda": lam}
         return out
-
-    def _ahead(self, tok, rows, trajs, steps, student, scorer, model, budget, stats, width) -> dict[str, Any]:
-        from stepgym.shapers import scatter_span_deltas
-        from stepgym.trainers.teacher import _fit_privileged
-        from stepgym.wrappers.hints import ahead_privileged_text, analyze_many
-
-        analyses = analyze_many(trajs, self.analyzer, failure_only=True)
-        tail = _user_turn_tail(tok)
-        contexts, targets, where = [], [], []
-        for b, ((prompt, comp), traj, recs) in enumerate(zip(rows, trajs, steps, strict=True)):
-            for t, rec in enumerate(recs):
-                s, e = int(rec["start"]), int(rec["stop"])
-                prefix = prompt + comp[:s]
-                pi = ahead_privileged_text(traj, t, analyses[b].hints)
-                pi_ids = list(tok("\n\n" + pi, add_special_tokens=False)["input_ids"]) if pi else []
-                if pi_ids and prefix[len(prefix) - len(tail) :] == tail:
-                    pi_ids = _fit_privileged(
-                        pi_ids, budget - len(prefix) - (e - s), self.min_pi_tokens, stats
-                    )
-                    cut = len(prefix) - len(tail)
-                    prefix = prefix[:cut] + pi_ids + prefix[cut:]
-                    stats.privileged += int(bool(pi_ids))
-                contexts.append(prefix)
-                targets.append(comp[s:e])
-                where.append((b, s, e))
-        t_lp = scorer.score(model, contexts, targets)
-        stats.items, stats.tokens = len(targets), sum(len(x) for x in targets)
-        spans = [[(s, e) for bb, s, e in where if bb == b] for b in range(len(rows))]
-        gaps: list[list[np.ndarray]] = [[] for _ in rows]
-        for (b, s, e), lp in zip(where, t_lp, strict=True):
-            gaps[b].append(lp - student[b][s:e])
-        delta, _ = scatter_span_deltas(spans, gaps, (len(rows), width))
-        return {"delta": delta}
 
     @staticmethod
     def _hindsight_blocks(trainer: Any, trajs: list[Any], groups: list[int]) -> list[str | None]:
@@ -751,43 +738,15 @@ class TeacherGaps:
                 blocks[b] = block
         return blocks[offset : offset + len(trajs)]
 
-    def _opsd(
-        self, trainer, tok, rows, trajs, steps, groups, student, scorer, mode, budget, stats, width
-    ) -> dict[str, Any]:
-        from stepgym.shapers import scatter_span_deltas
-        from stepgym.shapers.stepopsd_text import structural_target_span
-        from stepgym.trainers.teacher import _fit_privileged, prefix_token_counter
 
-        blocks = self._hindsight_blocks(trainer, trajs, groups)
-        contexts, targets, where = [], [], []
-        spans: list[list[tuple[int, int]]] = [[] for _ in rows]
-        for b, ((prompt, comp), recs) in enumerate(zip(rows, steps, strict=True)):
-            block_ids = list(tok(blocks[b], add_special_tokens=False)["input_ids"]) if blocks[b] else []
-            for rec in recs:
-                s, e = int(rec["start"]), int(rec["stop"])
-                reply = comp[s:e]
-                text = tok.decode(reply, skip_special_tokens=True)
-                span = structural_target_span(text, prefix_token_counter(tok, reply), len(reply), mode=mode)
-                if span is None:
-                    continue
-                a, z = s + span[0], s + span[1]
-                room = budget - len(prompt) - z
-                fitted = _fit_privileged(block_ids, room, self.min_pi_tokens, stats)
-                stats.privileged += int(bool(fitted))
-                spans[b].append((a, z))
-                contexts.append(prompt + comp[:a] + fitted)
-                targets.append(comp[a:z])
-                where.append((b, a, z))
-        target = TokenLayout.from_spans(spans, width)
-        if student is None:  # λ = 0: no gap, but StepOPSD's step normalisation still needs the target spans
-            return {"target": target}
-        t_lp = scorer.score(self.stale.model, contexts, targets)
-        stats.items, stats.tokens = len(targets), sum(len(x) for x in targets)
-        gaps: list[list[np.ndarray]] = [[] for _ in rows]
-        for (b, a, z), lp in zip(where, t_lp, strict=True):
-            gaps[b].append(lp - student[b][a:z])
-        delta, mask = scatter_span_deltas(spans, gaps, (len(rows), width))
-        return {"delta": delta, "delta_mask": mask, "target": target}
+def _student_grid(student: list[np.ndarray] | None, n_rows: int, width: int) -> np.ndarray:
+    """The student's per-completion log-probs as a (B, width) grid (NaN past a completion's end; zeros when λ = 0
+    leaves the student unscored: no gap is taken then)."""
+    grid = np.full((n_rows, width), np.nan if student is not None else 0.0)
+    for b, lp in enumerate(student or []):
+        lp = np.asarray(lp, dtype=np.float64).ravel()[:width]
+        grid[b, : len(lp)] = lp
+    return grid
 
 
 def _token_rows(outputs: Mapping[str, Any]) -> list[tuple[list[int], list[int]]]:
@@ -802,16 +761,6 @@ def _token_rows(outputs: Mapping[str, Any]) -> list[tuple[list[int], list[int]]]
     ):
         rows.append(([t for t, m in zip(p, pm, strict=True) if m], c[: int(sum(cm))]))
     return rows
-
-
-def _user_turn_tail(tokenizer: Any) -> list[int]:
-    """The tokens a chat template puts after a user message's content up to the assistant header (ChatML:
-    ``<|im_end|>`` newline ``<|im_start|>assistant`` newline): where AHEAD's privileged text goes in before."""
-    a, b = user_turn_ids(tokenizer, "0"), user_turn_ids(tokenizer, "1")
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    return a[len(a) - n :]
 
 
 class StepGRPOTrainer(GRPOTrainer):
