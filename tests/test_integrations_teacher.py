@@ -33,7 +33,9 @@ class CharChat:
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = True):
         text = "".join(
-            m["content"] if self.bare else f"<u>{m['content']}</u><a>" for m in messages if m["role"] == "user"
+            m["content"] if self.bare else f"<u>{m['content']}</u><a>"
+            for m in messages
+            if m["role"] == "user"
         )
         return [ord(c) for c in text]
 
@@ -148,7 +150,10 @@ def test_trl_and_verl_build_teacher_contexts_with_this_one_module() -> None:
     trl_names = set().union(*(_imported_names(p) for p in (ROOT / "stepgym/integrations/trl").glob("*.py")))
     assert {"stepgym.integrations.teacher.ahead_gaps", "stepgym.integrations.teacher.opsd_gaps"} <= trl_names
     assert "stepgym.integrations.teacher" in _imported_names(ROOT / "stepgym/integrations/verl/train.py")
-    for path in [*(ROOT / "stepgym/integrations/trl").glob("*.py"), *(ROOT / "stepgym/integrations/verl").glob("*.py")]:
+    for path in [
+        *(ROOT / "stepgym/integrations/trl").glob("*.py"),
+        *(ROOT / "stepgym/integrations/verl").glob("*.py"),
+    ]:
         src = path.read_text()
         assert "def user_turn_tail" not in src and "def _user_turn_tail" not in src, path
         assert "fit_privileged(" not in src, path

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
+from _oracles import oracle_step_batch  # noqa: E402
 from _trl_tiny import (  # noqa: E402
     ENV_ID,
     ENV_KWARGS,
@@ -36,7 +37,7 @@ from stepgym.integrations.trl import (  # noqa: E402
     episode_return,
     use_tool_chat_template,
 )
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages  # noqa: E402
 from stepgym.wrappers.text import parse_action  # noqa: E402
 
 TOOL = {"tool_description": "Act in the room.", "action_description": "One admissible action."}
@@ -240,27 +241,8 @@ def _independent_advantages(
     out: dict[str, Any], length: int, cfg: ShapeConfig, update: int = 0, gaps: StepBatch | None = None
 ) -> np.ndarray:
     """shape_advantages on a StepBatch built here from the rollout's raw records (not the adapter's builder)."""
-    group, traj, rew, valid, anchor, spans, rea, prog = [], [], [], [], [], [], [], []
-    for b, recs in enumerate(out["stepgym_steps"]):
-        spans.append([(s["start"], s["stop"]) for s in recs])
-        for s in recs:
-            group.append(b // 4)
-            traj.append(b)
-            rew.append(10.0 * s["reward"])
-            valid.append(s["format_valid"] and s["admissible"])
-            anchor.append(s["state_key"])
-            rea.append(s["arg_reasonable"])
-            prog.append(s["arg_progress"])
-    labels = dict(reasonable=rea, progress=prog) if cfg.proas else {}
-    batch = StepBatch(
-        group,
-        traj,
-        rew,
-        valid=valid,
-        anchor_obs=anchor,
-        layout=TokenLayout.from_spans(spans, length),
-        **labels,
-    )
+    steps = out["stepgym_steps"]
+    batch = oracle_step_batch(steps, [b // 4 for b in range(len(steps))], length, labels=cfg.proas)
     if gaps is not None:  # the teacher's gaps are an input of the shapers, taken from the trainer's batch
         batch.delta, batch.delta_mask, batch.target = gaps.delta, gaps.delta_mask, gaps.target
     return shape_advantages(batch, cfg, update_index=update).token_advantages
