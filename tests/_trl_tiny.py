@@ -167,15 +167,10 @@ def noisy_expert(rng: np.random.Generator, p_expert: float = 0.6) -> Callable[[d
 def react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` ReAct chats of the noisy expert on the credit toy, as GroupRollout renders them (one user turn per
     step, replies ``<think>…</think><action>…</action>``)."""
-    import gymnasium as gym
-
     from stepgym.integrations import task_ids
-    from stepgym.wrappers.feedback import EnvFeedbackWrapper
-    from stepgym.wrappers.text import TextInterfaceWrapper
+    from stepgym.wrappers.text import make_text_env
 
-    env = TextInterfaceWrapper(
-        EnvFeedbackWrapper(gym.make(ENV_ID, **ENV_KWARGS)), fmt="alfworld", history_length=0
-    )
+    env = make_text_env(ENV_ID, ENV_KWARGS, fmt="alfworld", history=0)
     rng = np.random.default_rng(seed)
     policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
     out = []
