@@ -20,9 +20,9 @@ from _trl_tiny import (  # noqa: E402
     SYSTEM,
     clone,
     cpu_grpo_config,
-    noisy_expert,
     react_conversations,
     tiny_chat_model,
+    tool_conversations,
 )
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
@@ -102,31 +102,10 @@ def test_tool_template_is_installed_only_when_needed() -> None:
     assert use_tool_chat_template(tok).chat_template == qwen  # idempotent
 
 
-def _factory_conversations(Env, n: int, seed: int) -> list[dict[str, Any]]:
-    env, rng = Env(), np.random.default_rng(seed)
-    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
-    out = []
-    for ep in range(n):
-        messages = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": env.reset(task_id=ids[ep % len(ids)])},
-        ]
-        while not env.trajectory.done:
-            a = policy(env.trajectory.infos()[-1])
-            call = {"type": "function", "function": {"name": "act", "arguments": {"action": a}}}
-            messages += [
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "name": "act", "content": env.act(a)},
-            ]
-        messages.append({"role": "assistant", "content": "done"})
-        out.append({"messages": messages, "tools": [env.act]})
-    return out
-
-
 @pytest.fixture(scope="module")
 def factory_agent() -> tuple[Any, Any, type]:
     Env = environment_factory(ENV_ID, ENV_KWARGS, **TOOL)
-    convs = _factory_conversations(Env, 48, seed=0)
+    convs = tool_conversations(Env, 48, seed=0)
     tok, model = tiny_chat_model(convs)
     losses = clone(tok, model, convs, steps=100)
     assert losses[-1] < losses[0] / 4  # it learnt the tool-call format
