@@ -14,7 +14,6 @@ from stepgym.group import EnvFactory
 from stepgym.wrappers.text import resolve_format
 
 _deps.require("trl", "trl", what="the TRL integration")
-torch = _deps.require("torch", "trl")
 
 
 def format_name(make: Callable[[], gym.Env], fmt: Any) -> Any:

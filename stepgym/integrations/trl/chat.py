@@ -9,7 +9,6 @@ from typing import Any
 from stepgym import _deps
 
 _deps.require("trl", "trl", what="the TRL integration")
-torch = _deps.require("torch", "trl")
 
 from trl.chat_template_utils import supports_tool_calling  # noqa: E402
 

@@ -13,7 +13,6 @@ from stepgym.integrations.teacher import TeacherContexts, ahead_gaps, opsd_gaps
 from stepgym.shapers import StepBatch
 
 _deps.require("trl", "trl", what="the TRL integration")
-torch = _deps.require("torch", "trl")
 
 
 from stepgym.integrations.trl._common import gather_all  # noqa: E402

@@ -14,7 +14,6 @@ from stepgym.integrations.annotations import episode_annotations
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
 _deps.require("trl", "trl", what="the TRL integration")
-torch = _deps.require("torch", "trl")
 
 
 from stepgym.integrations.trl._common import env_maker  # noqa: E402
