@@ -560,7 +560,7 @@ def test_group_rollout_plays_a_straddling_group_as_one(scripted) -> None:
 def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> None:
     from _trl_multiproc import ScriptedRollout
 
-    import stepgym.integrations.trl as adapter
+    import stepgym.integrations.trl.trainer as adapter
 
     tok, prompts = scripted
     out = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24)(prompts, _fake_trainer(tok))
@@ -578,7 +578,7 @@ def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> No
     parts = {"lost": [inputs[:6], inputs[6:11]], "twice": [inputs[:6], inputs[:6]]}
     for case, match in (("lost", "rows were lost"), ("twice", "group")):
         local = [{"steps": [x["stepgym_steps"] for x in p], "width": width} for p in parts[case]]
-        monkeypatch.setattr(adapter, "_gather_all", lambda trainer, obj, local=local: local)
+        monkeypatch.setattr(adapter, "gather_all", lambda trainer, obj, local=local: local)
         with pytest.raises(StepRecordError, match=match):
             StepGRPOTrainer._global_batch(_fake_trainer(tok, processes=2), parts[case][0], width)
 
