@@ -164,18 +164,39 @@ def noisy_expert(rng: np.random.Generator, p_expert: float = 0.6) -> Callable[[d
     return act
 
 
+def tool_conversations(Env: Any, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` chats of the noisy expert through an ``environment_factory`` class ``Env``, as TRL's tool loop renders
+    them (the env's answers as tool turns), each with its tool list; the env is closed afterwards."""
+    from stepgym.integrations import task_ids
+
+    env, rng = Env(), np.random.default_rng(seed)
+    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
+    out = []
+    for ep in range(n):
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": env.reset(task_id=ids[ep % len(ids)])},
+        ]
+        while not env.trajectory.done:
+            a = policy(env.trajectory.infos()[-1])
+            call = {"type": "function", "function": {"name": "act", "arguments": {"action": a}}}
+            messages += [
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "name": "act", "content": env.act(a)},
+            ]
+        messages.append({"role": "assistant", "content": "done"})
+        out.append({"messages": messages, "tools": [env.act]})
+    env.env.close()
+    return out
+
+
 def react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` ReAct chats of the noisy expert on the credit toy, as GroupRollout renders them (one user turn per
     step, replies ``<think>…</think><action>…</action>``)."""
-    import gymnasium as gym
-
     from stepgym.integrations import task_ids
-    from stepgym.wrappers.feedback import EnvFeedbackWrapper
-    from stepgym.wrappers.text import TextInterfaceWrapper
+    from stepgym.wrappers.text import make_text_env
 
-    env = TextInterfaceWrapper(
-        EnvFeedbackWrapper(gym.make(ENV_ID, **ENV_KWARGS)), fmt="alfworld", history_length=0
-    )
+    env = make_text_env(ENV_ID, ENV_KWARGS, fmt="alfworld", history=0)
     rng = np.random.default_rng(seed)
     policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
     out = []

@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("openrlhf")
 pytest.importorskip("trl")  # the tiny ChatML tokenizer of tests/_trl_tiny.py
 
+from _oracles import oracle_step_batch
 from _trl_tiny import tiny_chat_model
 from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor
 
@@ -295,30 +296,14 @@ def _maker(orl_train, use_kl_loss=True):
 
 
 def _orl_expected(orl_episodes, width, preset):
-    from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import ShapeConfig, shape_advantages
 
-    g, tr, rw, va, an, rea, prog, spans = [], [], [], [], [], [], [], []
-    for i, (task, resp, agent) in enumerate(orl_episodes):
-        recs = agent.annotations["steps"]
-        spans.append([(a - 1, b - 1) for a, b in resp["action_ranges"]])  # action_mask drops the first token
-        for r in recs:
-            g.append(task)
-            tr.append(i)
-            rw.append(10.0 * r["reward"])
-            va.append(bool(r["format_valid"]) and r["admissible"] is not False)
-            an.append(r["state_key"])
-            rea.append(r["arg_reasonable"])
-            prog.append(r["arg_progress"])
-    sb = StepBatch(
-        group_ids=g,
-        traj_ids=tr,
-        rewards=np.asarray(rw),
-        valid=np.asarray(va),
-        anchor_obs=an,
-        reasonable=np.asarray(rea, dtype=bool),
-        progress=np.asarray(prog, dtype=bool),
-        layout=TokenLayout.from_spans(spans, width),
-    )
+    sb = oracle_step_batch(
+        [agent.annotations["steps"] for _, _, agent in orl_episodes],
+        [task for task, _, _ in orl_episodes],
+        width,
+        spans=[[(a - 1, b - 1) for a, b in resp["action_ranges"]] for _, resp, _ in orl_episodes],
+    )  # action_mask drops the first token
     return shape_advantages(sb, ShapeConfig.from_preset(preset)).token_advantages
 
 

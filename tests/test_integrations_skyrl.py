@@ -6,6 +6,8 @@ import pytest
 
 skyrl_gym = pytest.importorskip("skyrl_gym")
 
+from _oracles import oracle_step_batch, spans_of_mask  # noqa: E402
+
 from stepgym import schema  # noqa: E402
 from stepgym.integrations import task_rows  # noqa: E402
 from stepgym.integrations.skyrl import register  # noqa: E402
@@ -142,7 +144,7 @@ def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
     import numpy as np
 
     from stepgym.integrations.skyrl import StepAdvantageMixin
-    from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import ShapeConfig, shape_advantages
 
     masks, metrics, uids = _skyrl_rollouts()
 
@@ -153,20 +155,9 @@ def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
     data = trainer.convert_to_training_input({"loss_masks": masks, "env_metrics": metrics}, uids)
     adv = trainer.compute_advantages_and_returns(data)["advantages"].numpy()
     # the same from the raw records, built here
-    g, tr, rw, va, an, spans = [], [], [], [], [], []
-    for b, (m, met) in enumerate(zip(masks, metrics, strict=True)):
-        arr = np.asarray(m)
-        starts = [i for i in range(len(arr)) if arr[i] and (i == 0 or not arr[i - 1])]
-        stops = [i + 1 for i in range(len(arr)) if arr[i] and (i + 1 == len(arr) or not arr[i + 1])]
-        spans.append(list(zip(starts, stops, strict=True)))
-        for r in met["stepgym_steps"]:
-            g.append(uids[b])
-            tr.append(b)
-            rw.append(10.0 * r["reward"])
-            va.append(bool(r["format_valid"]) and r["admissible"] is not False)
-            an.append(r["state_key"])
-    sb = StepBatch(group_ids=g, traj_ids=tr, rewards=np.asarray(rw), valid=np.asarray(va), anchor_obs=an,
-                   layout=TokenLayout.from_spans(spans, adv.shape[1]))  # fmt: skip
+    sb = oracle_step_batch(
+        [met["stepgym_steps"] for met in metrics], uids, adv.shape[1], spans=[spans_of_mask(m) for m in masks]
+    )
     want = shape_advantages(sb, ShapeConfig.from_preset("gigpo-alfworld")).token_advantages
     assert np.allclose(adv, want, atol=1e-5) and np.abs(want).max() > 0
     assert len({m["won"] for m in metrics}) > 1

@@ -13,15 +13,16 @@ import pytest
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
+from _oracles import oracle_step_batch  # noqa: E402
 from _trl_tiny import (  # noqa: E402
     ENV_ID,
     ENV_KWARGS,
     SYSTEM,
     clone,
     cpu_grpo_config,
-    noisy_expert,
     react_conversations,
     tiny_chat_model,
+    tool_conversations,
 )
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
@@ -36,7 +37,7 @@ from stepgym.integrations.trl import (  # noqa: E402
     episode_return,
     use_tool_chat_template,
 )
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages  # noqa: E402
 from stepgym.wrappers.text import parse_action  # noqa: E402
 
 TOOL = {"tool_description": "Act in the room.", "action_description": "One admissible action."}
@@ -101,31 +102,10 @@ def test_tool_template_is_installed_only_when_needed() -> None:
     assert use_tool_chat_template(tok).chat_template == qwen  # idempotent
 
 
-def _factory_conversations(Env, n: int, seed: int) -> list[dict[str, Any]]:
-    env, rng = Env(), np.random.default_rng(seed)
-    policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
-    out = []
-    for ep in range(n):
-        messages = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": env.reset(task_id=ids[ep % len(ids)])},
-        ]
-        while not env.trajectory.done:
-            a = policy(env.trajectory.infos()[-1])
-            call = {"type": "function", "function": {"name": "act", "arguments": {"action": a}}}
-            messages += [
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "name": "act", "content": env.act(a)},
-            ]
-        messages.append({"role": "assistant", "content": "done"})
-        out.append({"messages": messages, "tools": [env.act]})
-    return out
-
-
 @pytest.fixture(scope="module")
 def factory_agent() -> tuple[Any, Any, type]:
     Env = environment_factory(ENV_ID, ENV_KWARGS, **TOOL)
-    convs = _factory_conversations(Env, 48, seed=0)
+    convs = tool_conversations(Env, 48, seed=0)
     tok, model = tiny_chat_model(convs)
     losses = clone(tok, model, convs, steps=100)
     assert losses[-1] < losses[0] / 4  # it learnt the tool-call format
@@ -241,27 +221,8 @@ def _independent_advantages(
     out: dict[str, Any], length: int, cfg: ShapeConfig, update: int = 0, gaps: StepBatch | None = None
 ) -> np.ndarray:
     """shape_advantages on a StepBatch built here from the rollout's raw records (not the adapter's builder)."""
-    group, traj, rew, valid, anchor, spans, rea, prog = [], [], [], [], [], [], [], []
-    for b, recs in enumerate(out["stepgym_steps"]):
-        spans.append([(s["start"], s["stop"]) for s in recs])
-        for s in recs:
-            group.append(b // 4)
-            traj.append(b)
-            rew.append(10.0 * s["reward"])
-            valid.append(s["format_valid"] and s["admissible"])
-            anchor.append(s["state_key"])
-            rea.append(s["arg_reasonable"])
-            prog.append(s["arg_progress"])
-    labels = dict(reasonable=rea, progress=prog) if cfg.proas else {}
-    batch = StepBatch(
-        group,
-        traj,
-        rew,
-        valid=valid,
-        anchor_obs=anchor,
-        layout=TokenLayout.from_spans(spans, length),
-        **labels,
-    )
+    steps = out["stepgym_steps"]
+    batch = oracle_step_batch(steps, [b // 4 for b in range(len(steps))], length, labels=cfg.proas)
     if gaps is not None:  # the teacher's gaps are an input of the shapers, taken from the trainer's batch
         batch.delta, batch.delta_mask, batch.target = gaps.delta, gaps.delta_mask, gaps.target
     return shape_advantages(batch, cfg, update_index=update).token_advantages
@@ -600,7 +561,7 @@ def test_group_rollout_plays_a_straddling_group_as_one(scripted) -> None:
 def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> None:
     from _trl_multiproc import ScriptedRollout
 
-    import stepgym.integrations.trl as adapter
+    import stepgym.integrations.trl.trainer as adapter
 
     tok, prompts = scripted
     out = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24)(prompts, _fake_trainer(tok))
@@ -618,7 +579,7 @@ def test_step_trainer_refuses_rows_it_cannot_credit(scripted, monkeypatch) -> No
     parts = {"lost": [inputs[:6], inputs[6:11]], "twice": [inputs[:6], inputs[:6]]}
     for case, match in (("lost", "rows were lost"), ("twice", "group")):
         local = [{"steps": [x["stepgym_steps"] for x in p], "width": width} for p in parts[case]]
-        monkeypatch.setattr(adapter, "_gather_all", lambda trainer, obj, local=local: local)
+        monkeypatch.setattr(adapter, "gather_all", lambda trainer, obj, local=local: local)
         with pytest.raises(StepRecordError, match=match):
             StepGRPOTrainer._global_batch(_fake_trainer(tok, processes=2), parts[case][0], width)
 

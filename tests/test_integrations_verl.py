@@ -29,6 +29,7 @@ pytest.importorskip(
 )
 torch = pytest.importorskip("torch")
 
+from _oracles import oracle_step_batch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigWrap  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
@@ -47,7 +48,7 @@ from stepgym.integrations.verl import (  # noqa: E402
     verl_rows,
 )
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, shape_advantages  # noqa: E402
 from stepgym.trainers.models import train_tokenizer  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 
@@ -299,28 +300,12 @@ def batch(tok):
 
 def _expected(outs, uids, width, preset) -> np.ndarray:
     """shape_advantages on the same batch, built here from the agent loop's raw step records."""
-    group_ids, traj_ids, rewards, valid, anchors, spans, rea, prog = [], [], [], [], [], [], [], []
-    for i, o in enumerate(outs):
-        recs = o.extra_fields["stepgym_steps"]
-        spans.append([(r["start"], r["stop"]) for r in recs])
-        for t, r in enumerate(recs):
-            group_ids.append(uids[i])
-            traj_ids.append(i)
-            rewards.append(o.reward_score if t == len(recs) - 1 else 0.0)
-            valid.append(bool(r["format_valid"]) and r["admissible"] is not False)
-            anchors.append(r["state_key"])
-            rea.append(r["arg_reasonable"])
-            prog.append(r["arg_progress"])
-    sb = StepBatch(
-        group_ids=group_ids,
-        traj_ids=traj_ids,
-        rewards=np.asarray(rewards),
-        valid=np.asarray(valid),
-        anchor_obs=anchors,
-        reasonable=np.asarray(rea, dtype=bool),
-        progress=np.asarray(prog, dtype=bool),
-        layout=TokenLayout.from_spans(spans, width),
-    )
+    records = [o.extra_fields["stepgym_steps"] for o in outs]
+    rewards = [
+        [o.reward_score if t == len(r) - 1 else 0.0 for t in range(len(r))]
+        for o, r in zip(outs, records, strict=True)
+    ]
+    sb = oracle_step_batch(records, uids, width, rewards=rewards)
     return shape_advantages(sb, ShapeConfig.from_preset(preset))
 
 

@@ -25,17 +25,18 @@ pytest.importorskip(
 pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs TransferQueue (scripts/test_verl.sh)")
 torch = pytest.importorskip("torch")
 
+from _oracles import oracle_step_batch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from test_integrations_verl import CHATML, TOY, TOY_KW, ScriptedServerManager, _play  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from stepgym.errors import StepRecordError  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
-from stepgym.integrations.verl import teacher as vt  # noqa: E402
+from stepgym.integrations import teacher as vt  # noqa: E402
 from stepgym.integrations.verl import train as vtrain  # noqa: E402
 from stepgym.integrations.verl import verl_rows  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, shape_advantages  # noqa: E402
 from stepgym.trainers.teacher import Scorer, TeacherStats  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 
@@ -102,28 +103,8 @@ def _trainer(preset="gigpo-alfworld", **stepgym):
 
 def _expected(outs, width, preset, **extra):
     """shape_advantages on the same episodes, built here from the agent loop's raw records."""
-    group_ids, traj_ids, rewards, valid, anchors, spans, rea, prog = [], [], [], [], [], [], [], []
-    for i, (uid, o) in enumerate(outs):
-        recs = o.extra_fields["stepgym_steps"]
-        spans.append([(r["start"], r["stop"]) for r in recs])
-        for r in recs:
-            group_ids.append(uid)
-            traj_ids.append(i)
-            rewards.append(10.0 * r["reward"])
-            valid.append(bool(r["format_valid"]) and r["admissible"] is not False)
-            anchors.append(r["state_key"])
-            rea.append(r["arg_reasonable"])
-            prog.append(r["arg_progress"])
-    sb = StepBatch(
-        group_ids=group_ids,
-        traj_ids=traj_ids,
-        rewards=np.asarray(rewards),
-        valid=np.asarray(valid),
-        anchor_obs=anchors,
-        reasonable=np.asarray(rea, dtype=bool),
-        progress=np.asarray(prog, dtype=bool),
-        layout=TokenLayout.from_spans(spans, width),
-        **extra,
+    sb = oracle_step_batch(
+        [o.extra_fields["stepgym_steps"] for _, o in outs], [uid for uid, _ in outs], width, **extra
     )
     return shape_advantages(sb, ShapeConfig.from_preset(preset), update_index=0)
 

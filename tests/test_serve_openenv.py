@@ -112,34 +112,19 @@ if HAVE_OPENENV:
     pytest.importorskip("trl")
     sys.path.insert(0, str(Path(__file__).parent))
     import torch
-    from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, clone, cpu_grpo_config, noisy_expert, tiny_chat_model
+    from _trl_tiny import (
+        ENV_ID,
+        ENV_KWARGS,
+        SYSTEM,
+        clone,
+        cpu_grpo_config,
+        tiny_chat_model,
+        tool_conversations,
+    )
     from trl import GRPOTrainer
 
-    from stepgym.integrations import task_dataset, task_ids
+    from stepgym.integrations import task_dataset
     from stepgym.integrations.trl import environment_factory
-
-    def _conversations(Env: Any, n: int) -> list[dict[str, Any]]:
-        import numpy as np
-
-        env, rng = Env(), np.random.default_rng(0)
-        policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
-        out = []
-        for ep in range(n):
-            messages = [
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": env.reset(task_id=ids[ep % len(ids)])},
-            ]
-            while not env.trajectory.done:
-                a = policy(env.trajectory.infos()[-1])
-                call = {"type": "function", "function": {"name": "act", "arguments": {"action": a}}}
-                messages += [
-                    {"role": "assistant", "content": "", "tool_calls": [call]},
-                    {"role": "tool", "name": "act", "content": env.act(a)},
-                ]
-            messages.append({"role": "assistant", "content": "done"})
-            out.append({"messages": messages, "tools": [env.act]})
-        env.env.close()
-        return out
 
     @pytest.mark.slow
     def test_trl_grpo_trains_through_openenv_against_stepgym_serve(tmp_path: Path) -> None:
@@ -149,7 +134,7 @@ if HAVE_OPENENV:
         with srv as url:
             tool = {"tool_description": "Act in the room.", "action_description": "One admissible action."}
             Env = environment_factory(functools.partial(RemoteEnv, url), **tool)
-            convs = _conversations(Env, 48)
+            convs = tool_conversations(Env, 48)
             tok, model = tiny_chat_model(convs)
             clone(tok, model, convs, steps=100)
             steps_before = srv.manager.counters["steps"]

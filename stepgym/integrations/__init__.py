@@ -32,6 +32,10 @@ Trainer-neutral pieces live here and import no trainer:
   so every trainer trains and evaluates on the same tasks;
 * :mod:`stepgym.integrations.annotations` flattens stepgym's step annotations (``stepgym.schema``) into plain
   values a trainer's reward or metadata hook can carry.
+* :mod:`stepgym.integrations.steps` builds the shapers' ``StepBatch`` from per-step records and token spans (one
+  rule for TRL, verl, SkyRL and OpenRLHF), and finds the reply spans in a loss mask;
+* :mod:`stepgym.integrations.teacher` builds the AHEAD / StepOPSD teacher contexts for one-row-per-episode layouts
+  (TRL and verl).
 """
 
 from __future__ import annotations

@@ -20,9 +20,12 @@ __all__ = [
     "INVALID_RULES",
     "STEP_FIELDS",
     "CreditFields",
+    "arg_labels",
     "credit_fields",
     "episode_annotations",
+    "state_anchors",
     "step_annotations",
+    "valid_flags",
 ]
 
 #: The fields of a per-step record, in order.
@@ -107,32 +110,47 @@ class CreditFields(NamedTuple):
     progress: np.ndarray | None
 
 
-def credit_fields(
-    records: Sequence[Mapping[str, Any]], invalid_rule: str, fallback_anchors: Sequence[str]
-) -> CreditFields:
-    """The shapers' per-step inputs from step records (:func:`step_annotations`' fields), one rule for every adapter.
-
-    valid = format-valid (``invalid_rule="format"``) or format-valid and not known to be inadmissible
-    (``"format_or_inadmissible"``, the bundled trainer's default; an env that does not annotate admissibility
-    counts as admissible); GiGPO's anchor = the state key the action was taken in, else ``fallback_anchors[i]`` (a
-    key no other step shares); ProAS's labels only when every record has both.
-    """
+def valid_flags(records: Sequence[Mapping[str, Any]], invalid_rule: str) -> np.ndarray:
+    """Each record's validity for the invalid-action penalty: format-valid (``invalid_rule="format"``) or
+    format-valid and not known to be inadmissible (``"format_or_inadmissible"``; an env that does not annotate
+    admissibility counts as admissible)."""
     if invalid_rule not in INVALID_RULES:
         raise ValueError(f"invalid_rule must be one of {INVALID_RULES}, got {invalid_rule!r}")
+    strict = invalid_rule == "format_or_inadmissible"
+    return np.asarray(
+        [bool(r["format_valid"]) and not (strict and r["admissible"] is False) for r in records], dtype=bool
+    )
+
+
+def state_anchors(records: Sequence[Mapping[str, Any]], fallback_anchors: Sequence[str]) -> list[Any]:
+    """GiGPO's anchor per record: the state key the action was taken in, else ``fallback_anchors[i]`` (a key no
+    other step shares)."""
     if len(fallback_anchors) != len(records):
         raise ValueError(f"{len(fallback_anchors)} fallback anchors for {len(records)} records")
-    strict = invalid_rule == "format_or_inadmissible"
-    valid = [bool(r["format_valid"]) and not (strict and r["admissible"] is False) for r in records]
-    anchors = [
+    return [
         r["state_key"] if r["state_key"] is not None else fb
         for r, fb in zip(records, fallback_anchors, strict=True)
     ]
-    rea = [r.get("arg_reasonable") for r in records]
-    prog = [r.get("arg_progress") for r in records]
-    labelled = bool(records) and all(x is not None for x in rea + prog)
+
+
+def arg_labels(records: Sequence[Mapping[str, Any]], field: str) -> np.ndarray | None:
+    """ProAS's label ``field`` (``"arg_reasonable"`` / ``"arg_progress"``) per record, only when every record has
+    both labels (else ``None``)."""
+    labelled = bool(records) and all(
+        r.get("arg_reasonable") is not None and r.get("arg_progress") is not None for r in records
+    )
+    return np.asarray([r[field] for r in records], dtype=bool) if labelled else None
+
+
+def credit_fields(
+    records: Sequence[Mapping[str, Any]], invalid_rule: str, fallback_anchors: Sequence[str]
+) -> CreditFields:
+    """The shapers' per-step inputs from step records (:func:`step_annotations`' fields), one rule for every adapter
+    (:func:`valid_flags`, :func:`state_anchors`, :func:`arg_labels`)."""
+    valid = valid_flags(records, invalid_rule)
     return CreditFields(
-        valid=np.asarray(valid, dtype=bool),
-        anchors=anchors,
-        reasonable=np.asarray(rea, dtype=bool) if labelled else None,
-        progress=np.asarray(prog, dtype=bool) if labelled else None,
+        valid=valid,
+        anchors=state_anchors(records, fallback_anchors),
+        reasonable=arg_labels(records, "arg_reasonable"),
+        progress=arg_labels(records, "arg_progress"),
     )

@@ -37,8 +37,7 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.integrations.annotations import episode_annotations, step_annotations
-from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper
+from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env, resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
 torch = _deps.require("torch", "openrlhf")
@@ -157,9 +156,7 @@ class _StepGymAgent(AgentInstanceBase):
         call.agent = self
         spec = self.spec
         task = spec.task_of(states.get("label"), states.get("observation"))
-        self.env = TextInterfaceWrapper(
-            EnvFeedbackWrapper(spec.make()), fmt=spec.fmt, history_length=spec.history_length
-        )
+        self.env = make_text_env(spec.make(), fmt=spec.fmt, history=spec.history_length)
         seed = int(spec.rng.integers(2**31 - 1))
         obs, self.info = await asyncio.to_thread(self.env.reset, seed=seed, options={"task_id": task})
         self.first = (str(obs), self.info)
@@ -294,9 +291,7 @@ def agent_classes(
 
     probe = make()
     try:
-        name = (
-            fmt if fmt is not None else TextInterfaceWrapper(probe).fmt.name
-        )  # the interface's rule and error
+        name = fmt if fmt is not None else resolve_format(probe).name
         ids = [str(t) for t in getattr(probe.unwrapped, "task_ids", [])]
     finally:
         probe.close()

@@ -31,8 +31,8 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.errors import StepRecordError
-from stepgym.integrations.annotations import credit_fields
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.integrations.steps import build_step_batch, mask_runs
+from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages
 
 torch = _deps.require("torch", "openrlhf")
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF trainer integration")
@@ -40,7 +40,7 @@ _deps.require("openrlhf", "openrlhf", what="the OpenRLHF trainer integration")
 from openrlhf.trainer.ppo_trainer import PPOTrainer  # noqa: E402
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # noqa: E402
 
-__all__ = ["StepExperienceMaker", "StepPPOTrainer", "decode_label", "main", "mask_runs", "step_batch"]
+__all__ = ["StepExperienceMaker", "StepPPOTrainer", "decode_label", "main", "step_batch"]
 
 #: Environment variables carrying the ``--stepgym.*`` settings to OpenRLHF's Ray actors.
 ENV = {
@@ -62,13 +62,6 @@ def decode_label(text: Any) -> list[dict[str, Any]]:
             "agent of stepgym.integrations.openrlhf.agent_classes (--train.agent_func_path)"
         )
     return value["stepgym_steps"]
-
-
-def mask_runs(row: Any) -> list[tuple[int, int]]:
-    """The runs of 1s in one ``action_mask`` row: one per model reply, i.e. one per env step."""
-    padded = np.concatenate([[0], (np.asarray(row) > 0).astype(np.int8), [0]])
-    edges = np.flatnonzero(np.diff(padded))
-    return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
 
 
 def _settings() -> tuple[ShapeConfig, float, str]:
@@ -96,7 +89,7 @@ def step_batch(
 ) -> StepBatch:
     """The shapers' batch: row b's steps are the runs of ``masks[b]`` matched in order with ``records[b]`` (steps
     the context length cut off entirely have no run and take no part; more runs than records is an error)."""
-    group_ids, traj_ids, rewards, spans, recs, fallback = [], [], [], [], [], []
+    spans, recs = [], []
     for b, (mask, row) in enumerate(zip(masks, records, strict=True)):
         runs = mask_runs(mask)
         if len(runs) > len(row) or not runs:
@@ -105,22 +98,9 @@ def step_batch(
                 "agent's steps are out of line"
             )
         spans.append(runs)
-        for t, rec in enumerate(row[: len(runs)]):
-            group_ids.append(str(groups[b]))
-            traj_ids.append(b)
-            rewards.append(float(rec["reward"]) * reward_scale)
-            recs.append(rec)
-            fallback.append(f"{b}:{t}")
-    fields = credit_fields(recs, invalid_rule, fallback)
-    return StepBatch(
-        group_ids=np.asarray(group_ids, dtype=object),
-        traj_ids=np.asarray(traj_ids, dtype=np.int64),
-        rewards=np.asarray(rewards, dtype=np.float64),
-        valid=fields.valid,
-        anchor_obs=fields.anchors,
-        reasonable=fields.reasonable,
-        progress=fields.progress,
-        layout=TokenLayout.from_spans(spans, width),
+        recs.append(list(row[: len(runs)]))
+    return build_step_batch(
+        spans, groups, width, records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule
     )
 
 

@@ -27,14 +27,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.errors import StepRecordError
-from stepgym.integrations.annotations import credit_fields, episode_annotations, step_annotations
-from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper
+from stepgym.integrations.annotations import episode_annotations, step_annotations
+from stepgym.integrations.steps import build_step_batch, mask_runs
+from stepgym.wrappers.text import make_text_env
 
 skyrl_gym = _deps.require("skyrl_gym", "skyrl", what="the SkyRL-gym integration")
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
@@ -82,16 +81,11 @@ class StepGymTextEnv(BaseTextEnv):
         if not env_id:
             raise ValueError("no stepgym env id: register() the env or set env_config.stepgym_env")
         kwargs = {**dict(env_kwargs or {}), **dict(cfg.get("env_kwargs") or {})}
-        inner = gym.make(env_id, **kwargs)
-        try:  # the wrapper's own rule: the given format, else the env's registered one, else a clear error
-            self._env = TextInterfaceWrapper(
-                EnvFeedbackWrapper(inner),
-                fmt=cfg.get("fmt", fmt) or None,
-                history_length=cfg.get("history_length", history_length),
-            )
-        except ValueError:
-            inner.close()
-            raise
+        # the given format, else the env's declared one, else a clear error (the inner env closed)
+        self._env = make_text_env(
+            env_id, kwargs, fmt=cfg.get("fmt", fmt) or None, history=cfg.get("history_length", history_length)
+        )
+        inner = self._env.unwrapped
         row = dict(extras or {})
         self.task_id = row.get("task_id")
         self.seed = row.get("seed")
@@ -185,12 +179,6 @@ def register(
 # ---------------------------------------------------------------------------------------------------------------
 # Step-level advantages in SkyRL's trainer
 # ---------------------------------------------------------------------------------------------------------------
-def _runs(row: np.ndarray) -> list[tuple[int, int]]:
-    padded = np.concatenate([[0], (row > 0).astype(np.int8), [0]])
-    edges = np.flatnonzero(np.diff(padded))
-    return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
-
-
 def step_advantages(
     loss_mask: Any,
     steps: Sequence[Sequence[Mapping[str, Any]] | None],
@@ -204,7 +192,7 @@ def step_advantages(
     """stepgym's (B, L) advantages for SkyRL's layout: row b's model turns are the runs of 1s in ``loss_mask[b]``
     (SkyRL masks the env's turns out), matched in order with ``steps[b]`` (the env's step records); groups are the
     ``uids``, each of which must hold ``group_size`` rows."""
-    from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+    from stepgym.shapers import ShapeConfig, shape_advantages
 
     cfg = ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
     if cfg.token_reweight is not None:
@@ -216,34 +204,21 @@ def step_advantages(
             f"groups {sorted(bad)[:5]} do not have n_samples_per_prompt={group_size} rows: a group was split or "
             "lost rows before the advantage step"
         )
-    group_ids, traj_ids, rewards, spans, recs, fallback = [], [], [], [], [], []
+    spans, recs = [], []
     for b, row in enumerate(steps):
         if row is None:
             raise StepRecordError(
                 f"row {b} has no stepgym_steps in its env metrics: was it played by StepGymTextEnv?"
             )
-        runs = _runs(mask[b])
+        runs = mask_runs(mask[b])
         if not runs or len(runs) > len(row):
             raise StepRecordError(
                 f"row {b}: {len(runs)} model turns in loss_mask but {len(row)} step records"
             )
         spans.append(runs)
-        for t, rec in enumerate(row[: len(runs)]):
-            group_ids.append(str(uids[b]))
-            traj_ids.append(b)
-            rewards.append(float(rec["reward"]) * reward_scale)
-            recs.append(rec)
-            fallback.append(f"{b}:{t}")
-    fields = credit_fields(recs, invalid_rule, fallback)
-    batch = StepBatch(
-        group_ids=np.asarray(group_ids, dtype=object),
-        traj_ids=np.asarray(traj_ids),
-        rewards=np.asarray(rewards),
-        valid=fields.valid,
-        anchor_obs=fields.anchors,
-        reasonable=fields.reasonable,
-        progress=fields.progress,
-        layout=TokenLayout.from_spans(spans, mask.shape[1]),
+        recs.append(list(row[: len(runs)]))
+    batch = build_step_batch(
+        spans, uids, mask.shape[1], records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule
     )
     return shape_advantages(batch, cfg).token_advantages * (mask > 0)
 

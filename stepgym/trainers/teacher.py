@@ -41,6 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from stepgym.shapers.ahead import ahead_delta
+from stepgym.shapers.stepopsd import opsd_span_gaps
+from stepgym.shapers.stepopsd_text import structural_target_span
+from stepgym.shapers.tokens import TokenLayout
 from stepgym.trainers.samples import (
     PromptEncoder,
     StepRow,
@@ -49,10 +53,6 @@ from stepgym.trainers.samples import (
     token_budget_batches,
     truncate_middle,
 )
-from stepgym.shapers.ahead import ahead_delta
-from stepgym.shapers.stepopsd import opsd_span_gaps
-from stepgym.shapers.stepopsd_text import structural_target_span
-from stepgym.shapers.tokens import TokenLayout
 
 __all__ = [
     "ScoreItem",
@@ -61,8 +61,10 @@ __all__ = [
     "TeacherRescorer",
     "TeacherStats",
     "ahead_items",
+    "fit_privileged",
     "opsd_items",
     "prefix_token_counter",
+    "span_mode_for",
 ]
 
 
@@ -178,7 +180,15 @@ def prefix_token_counter(tokenizer: Any, ids: Sequence[int]) -> Callable[[str], 
     return count
 
 
-def _fit_privileged(pi_ids: list[int], room: int, min_tokens: int, stats: TeacherStats) -> list[int]:
+def span_mode_for(fmt: str | None) -> str:
+    """StepOPSD's span mode for a text format (``span_mode="auto"``): the whole clean step for Search-QA (``qa``),
+    else the ``<action>`` tag."""
+    return "clean_step_no_observation" if fmt == "qa" else "action_only"
+
+
+def fit_privileged(pi_ids: list[int], room: int, min_tokens: int, stats: TeacherStats) -> list[int]:
+    """``pi_ids`` fitted into ``room`` tokens: unchanged when they fit, cut in the middle when at least
+    ``min_tokens`` fit, else dropped (``stats`` counts truncations and drops)."""
     if len(pi_ids) <= room:
         return pi_ids
     if room < min_tokens:
@@ -209,7 +219,7 @@ def ahead_items(
         text = "\n\n" + pi if pi else ""
         room = max_context_tokens - len(row.prompt_ids) - len(row.response_ids)
         pi_ids = list(tok(text, add_special_tokens=False)["input_ids"]) if text else []
-        fitted = _fit_privileged(pi_ids, room, min_pi_tokens, stats)
+        fitted = fit_privileged(pi_ids, room, min_pi_tokens, stats)
         if fitted and fitted != pi_ids:
             text = tok.decode(fitted, skip_special_tokens=True)
         elif not fitted:
@@ -260,7 +270,7 @@ def opsd_items(
             continue
         room = max_context_tokens - len(row.prompt_ids) - e
         block_ids = list(tokenizer(block, add_special_tokens=False)["input_ids"]) if block else []
-        block_ids = _fit_privileged(block_ids, room, min_pi_tokens, stats)
+        block_ids = fit_privileged(block_ids, room, min_pi_tokens, stats)
         ctx = list(row.prompt_ids) + list(row.response_ids[:s]) + block_ids
         items.append(ScoreItem(i, ctx, list(row.response_ids[s:e]), s, bool(block_ids)))
         stats.privileged += int(bool(block_ids))
@@ -419,11 +429,7 @@ class TeacherRescorer:
 
         tc = self.cfg.teacher
         rows = ro.rows
-        mode = (
-            tc.span_mode
-            if tc.span_mode != "auto"
-            else ("clean_step_no_observation" if self.fmt_name == "qa" else "action_only")
-        )
+        mode = tc.span_mode if tc.span_mode != "auto" else span_mode_for(self.fmt_name)
         blocks = [ro.hindsight[r.traj] for r in rows]
         live = tc.opsd_teacher == "live"
         items, spans = opsd_items(

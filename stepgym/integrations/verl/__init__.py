@@ -45,11 +45,11 @@ from stepgym import _deps, schema
 from stepgym.episodes import EpisodeRecorder
 from stepgym.errors import StepRecordError
 from stepgym.group import WrapperFn
-from stepgym.integrations.annotations import INVALID_RULES, credit_fields, episode_annotations
+from stepgym.integrations.annotations import INVALID_RULES, episode_annotations
+from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.integrations.tasks import task_rows
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
-from stepgym.wrappers.feedback import EnvFeedbackWrapper
-from stepgym.wrappers.text import TextInterfaceWrapper
+from stepgym.wrappers.text import make_text_env
 
 _deps.require("verl", "verl", what="the verl integration")
 torch = _deps.require("torch", "verl")
@@ -164,14 +164,10 @@ class StepGymAgentLoop(AgentLoopBase):
         kwargs = self.env_kwargs if self.env_kwargs is not None else _row_value(row, "env_kwargs")
         if isinstance(kwargs, str):
             kwargs = json.loads(kwargs)
-        inner = gym.make(str(env_id), **dict(kwargs or {}))
-        try:  # the wrapper's own rule: the given format, else the env's registered one, else a clear error
-            env: gym.Env = TextInterfaceWrapper(
-                EnvFeedbackWrapper(inner), fmt=self.fmt or None, history_length=self.history_length
-            )
-        except ValueError:
-            inner.close()
-            raise
+        # the given format, else the env's declared one, else a clear error (the inner env closed)
+        env: gym.Env = make_text_env(
+            str(env_id), dict(kwargs or {}), fmt=self.fmt or None, history=self.history_length
+        )
         for w in self.wrappers:
             env = w(env)
         return env
@@ -287,13 +283,6 @@ class StepGymAgentLoop(AgentLoopBase):
 # ---------------------------------------------------------------------------------------------------------------
 # Advantage estimators
 # ---------------------------------------------------------------------------------------------------------------
-def _mask_runs(row: np.ndarray) -> list[tuple[int, int]]:
-    """The runs of 1s in one response mask row: one per model reply, i.e. one per env step."""
-    padded = np.concatenate([[0], (row > 0).astype(np.int8), [0]])
-    edges = np.flatnonzero(np.diff(padded))
-    return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
-
-
 def step_batch_from_verl(
     token_level_rewards: Any,
     response_mask: Any,
@@ -325,40 +314,34 @@ def step_batch_from_verl(
         raise StepRecordError(f"index has {len(index)} entries for {b} rows")
     if steps is not None and len(steps) != b:
         raise StepRecordError(f"steps has {len(steps)} rows for {b} rows")
-    group_ids, traj_ids, rewards, spans = [], [], [], []
-    records: list[Mapping[str, Any]] = []
-    fallbacks: list[str] = []
+    spans, rewards, records = [], [], []
     for i in range(b):
         if steps is not None and steps[i] is None:
             raise StepRecordError(f"row {i} has no stepgym_steps: was it played by StepGymAgentLoop?")
-        recs = list(steps[i]) if steps is not None else None
-        row_spans = [(int(r["start"]), int(r["stop"])) for r in recs] if recs else _mask_runs(mask_bl[i])
+        recs = list(steps[i]) if steps is not None else []
+        row_spans = [(int(r["start"]), int(r["stop"])) for r in recs] if recs else mask_runs(mask_bl[i])
         if recs:  # steps the response_length cut off entirely hold no token; they take no part
             keep = [t for t, (s, e) in enumerate(row_spans) if e > s]
             recs = [recs[t] for t in keep]
             row_spans = [row_spans[t] for t in keep]
         if not row_spans:
             raise StepRecordError(f"row {i} has no response token (no step to credit)")
-        spans.append(row_spans)
         starts = [s for s, _ in row_spans] + [length]
-        for t, (s, _) in enumerate(row_spans):
-            group_ids.append(index[i])
-            traj_ids.append(i)
-            lo = 0 if t == 0 else s
-            rewards.append(float(rewards_bl[i, lo : starts[t + 1]].sum()))
-            if recs is not None:
-                records.append(recs[t])
-                fallbacks.append(f"{i}:{t}")
-    fields = credit_fields(records, invalid_rule, fallbacks) if steps is not None else None
-    return StepBatch(
-        group_ids=np.asarray([str(g) for g in group_ids], dtype=object),
-        traj_ids=np.asarray(traj_ids, dtype=np.int64),
-        rewards=np.asarray(rewards, dtype=np.float64),
-        valid=fields.valid if fields else None,
-        anchor_obs=fields.anchors if fields else None,
-        reasonable=fields.reasonable if fields else None,
-        progress=fields.progress if fields else None,
-        layout=TokenLayout.from_spans(spans, length),
+        rewards.append(
+            [
+                float(rewards_bl[i, (0 if t == 0 else s) : starts[t + 1]].sum())
+                for t, (s, _) in enumerate(row_spans)
+            ]
+        )
+        spans.append(row_spans)
+        records.append(recs)
+    return build_step_batch(
+        spans,
+        index,
+        length,
+        records=records if steps is not None else None,
+        rewards=rewards,
+        invalid_rule=invalid_rule,
     )
 
 

@@ -7,7 +7,7 @@ estimators see only token rewards and the group uid; this step reads the agent l
 (``stepgym_steps``, ``stepgym_trajectory``) from TransferQueue and writes
 :func:`~stepgym.shapers.shape_advantages`' per-token advantages back, the way verl's own step writes
 its advantages. For AHEAD and StepOPSD the teacher log-probs come from verl's own workers on the rebuilt contexts
-(:mod:`stepgym.integrations.verl.teacher`): AHEAD's teacher is θ_old, the actor before this step's update
+(:mod:`stepgym.integrations.teacher`): AHEAD's teacher is θ_old, the actor before this step's update
 (``actor_rollout_wg.compute_log_prob``); StepOPSD's stale teacher is verl's reference policy
 (``compute_ref_log_prob``, the initial weights, which verl never refreshes: the paper refreshes its snapshot every
 10 updates, so from update 11 on this teacher is staler than the paper's; ``stepgym.teacher.opsd_teacher=actor``
@@ -32,9 +32,10 @@ import numpy as np
 from stepgym import _deps
 from stepgym.atomic import atomic_path, atomic_write_text
 from stepgym.errors import StepRecordError
+from stepgym.integrations import teacher as _teacher
 from stepgym.integrations import verl as _verl
-from stepgym.integrations.verl import teacher as _teacher
 from stepgym.shapers import ShapeConfig
+from stepgym.trainers.teacher import span_mode_for
 
 torch = _deps.require("torch", "verl")
 tq = _deps.require("transfer_queue", "verl", what="verl's v1 trainer (TransferQueue)")
@@ -173,7 +174,7 @@ class StepGymTrainerMixin:
             out: dict[str, Any] = {"delta": delta}
         elif cfg.token_reweight == "stepopsd":
             role = str((self._stepgym("teacher") or {}).get("opsd_teacher", "ref"))
-            mode = _teacher.span_mode_for(self._stepgym("fmt"))
+            mode = span_mode_for(self._stepgym("fmt"))
             score = (lambda c, t: self.stepgym_score(c, t, role)) if lam > 0 else None
             delta, dmask, target = _teacher.opsd_gaps(ctx, tok, score, stats, span_mode=mode)
             out = {"delta": np.zeros((len(data), width)) if delta is None else delta, "target": target}

@@ -1,10 +1,13 @@
-"""AHEAD and StepOPSD teacher contexts for verl's layout (one token row per episode), scored by a callback.
+"""AHEAD and StepOPSD teacher contexts for layouts of one token row per episode, scored by a callback.
 
-verl keeps one row per episode: the prompt, then the response, in which the model's replies (``response_mask``
-1) alternate with the env's turns (0). The agent loop records each reply's span (``stepgym_steps[t]["start"/
-"stop"]``) and the recorded episode (``stepgym_trajectory``). This module rebuilds, per reply, the context the
-paper's teacher reads, and leaves the forward passes to ``score(contexts, targets) -> [log-probs]``, which the
-verl trainer (:mod:`stepgym.integrations.verl.train`) runs through verl's own actor / ref ``compute_log_prob``:
+TRL (:class:`stepgym.integrations.trl.TeacherGaps`) and verl (:mod:`stepgym.integrations.verl.train`) both keep
+one row per episode: the prompt, then the response, in which the model's replies alternate with the env's turns.
+The adapter records each reply's span (``stepgym_steps[t]["start"/"stop"]``) and the recorded episode
+(``stepgym_trajectory``). This module rebuilds, per reply, the context the paper's teacher reads, and leaves the
+forward passes to ``score(contexts, targets) -> [log-probs]`` (TRL: the trainer's model; verl: its own actor / ref
+``compute_log_prob``). One rule for both: a span is clamped to the response and an empty one skipped (the
+response length cut it off), the teacher must return one log-prob per target token, and the chat template must
+have a user-turn tail.
 
 * AHEAD (docs/shapers.md §4): the reply is scored again with the privileged text (the env's feedback to it, plus
   the oracle analyzer's corrective hint on the error steps of failed episodes) inserted at the end of the user
@@ -15,7 +18,7 @@ verl trainer (:mod:`stepgym.integrations.verl.train`) runs through verl's own ac
 
 The privileged text is cut (middle first) or dropped to fit ``max_context_tokens``, as in the bundled trainer
 (:mod:`stepgym.trainers.teacher`). Gaps are teacher − student, the student being θ_old on the row as generated
-(verl's ``old_log_probs``).
+(verl's ``old_log_probs``; TRL: the trainer's model on the batch before the update).
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from stepgym import schema
 from stepgym.errors import StepRecordError
 from stepgym.shapers import TokenLayout, scatter_span_deltas
 from stepgym.shapers.stepopsd_text import structural_target_span
-from stepgym.trainers.teacher import TeacherStats, _fit_privileged, prefix_token_counter
+from stepgym.trainers.teacher import TeacherStats, fit_privileged, prefix_token_counter
 
-__all__ = ["TeacherContexts", "ahead_gaps", "as_trajectory", "opsd_gaps", "span_mode_for", "user_turn_tail"]
+__all__ = ["ScoreFn", "TeacherContexts", "ahead_gaps", "as_trajectory", "opsd_gaps", "user_turn_tail"]
 
 #: ``score(contexts, targets)``: one float array of log-probs per target (its length), under the teacher.
 ScoreFn = Callable[[list[list[int]], list[list[int]]], list[np.ndarray]]
@@ -40,13 +43,13 @@ ScoreFn = Callable[[list[list[int]], list[list[int]]], list[np.ndarray]]
 
 @dataclass(frozen=True)
 class TeacherContexts:
-    """The batch's token rows and records, as the trainer read them from verl."""
+    """The batch's token rows and records, as the adapter read them from its trainer."""
 
     prompts: list[list[int]]  # each row's prompt ids (no padding)
     responses: list[list[int]]  # each row's response ids (no padding)
     steps: list[list[dict[str, Any]]]  # the agent loop's stepgym_steps
     trajectories: list[schema.Trajectory]  # the agent loop's stepgym_trajectory
-    groups: list[str]  # the group uid per row
+    groups: list[Any]  # the group per row (verl's uid, TRL's block)
     old_log_probs: np.ndarray  # (B, L) θ_old log-probs of the response tokens
     max_context_tokens: int
     min_pi_tokens: int = 32
@@ -100,6 +103,11 @@ def user_turn_tail(tokenizer: Any) -> list[int]:
     n = 0
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
+    if n == 0:
+        raise ValueError(
+            "the chat template puts nothing after a user message's content (no end-of-turn or assistant header): "
+            "AHEAD has no place to insert the privileged text; use a chat template with turn markers (ChatML)"
+        )
     return a[len(a) - n :]
 
 
@@ -134,9 +142,9 @@ def ahead_gaps(
             prefix = list(prompt) + list(resp[:s])
             pi = ahead_privileged_text(ctx.trajectories[b], t, analyses[b].hints)
             pi_ids = list(tokenizer("\n\n" + pi, add_special_tokens=False)["input_ids"]) if pi else []
-            if pi_ids and tail and prefix[len(prefix) - len(tail) :] == tail:
+            if pi_ids and prefix[len(prefix) - len(tail) :] == tail:
                 room = ctx.max_context_tokens - len(prefix) - (e - s)
-                pi_ids = _fit_privileged(pi_ids, room, ctx.min_pi_tokens, stats)
+                pi_ids = fit_privileged(pi_ids, room, ctx.min_pi_tokens, stats)
                 cut = len(prefix) - len(tail)
                 prefix = prefix[:cut] + pi_ids + prefix[cut:]
                 stats.privileged += int(bool(pi_ids))
@@ -168,10 +176,16 @@ def opsd_gaps(
     stats: TeacherStats,
     *,
     span_mode: str = "action_only",
+    blocks: list[str | None] | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None, TokenLayout]:
     """StepOPSD's ``(Δ, Δ mask, target layout)``: each reply's target span rescored after the group's peer
-    hindsight block. ``score=None`` (λ = 0) returns only the target layout, which the step normalisation needs."""
-    blocks = _peer_blocks(ctx)
+    hindsight block. ``score=None`` (λ = 0) returns only the target layout, which the step normalisation needs.
+    ``blocks``: each row's hindsight block when the adapter found the peers itself (TRL gathers them over
+    processes); default: the first successful peer among ``ctx``'s rows of the same group."""
+    if blocks is None:
+        blocks = _peer_blocks(ctx)
+    elif len(blocks) != len(ctx.prompts):
+        raise StepRecordError(f"{len(blocks)} hindsight blocks for {len(ctx.prompts)} rows")
     contexts, targets, where = [], [], []
     spans: list[list[tuple[int, int]]] = [[] for _ in ctx.prompts]
     for b, (prompt, resp, recs) in enumerate(zip(ctx.prompts, ctx.responses, ctx.steps, strict=True)):
@@ -188,7 +202,7 @@ def opsd_gaps(
             if span is None:
                 continue  # no parsable action: no target, no gap
             a, z = s + span[0], s + span[1]
-            fitted = _fit_privileged(
+            fitted = fit_privileged(
                 block_ids, ctx.max_context_tokens - len(prompt) - z, ctx.min_pi_tokens, stats
             )
             stats.privileged += int(bool(fitted))
@@ -204,8 +218,3 @@ def opsd_gaps(
     _, gaps = _gap_arrays(where, t_lp, ctx.old_log_probs, len(ctx.prompts))
     delta, mask = scatter_span_deltas(spans, gaps, (len(ctx.prompts), ctx.width))
     return delta, mask, target
-
-
-def span_mode_for(fmt: str | None) -> str:
-    """StepOPSD's span mode for a text format (the bundled trainer's ``auto``)."""
-    return "clean_step_no_observation" if fmt == "qa" else "action_only"

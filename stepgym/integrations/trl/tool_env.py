@@ -1,0 +1,155 @@
+"""``environment_factory``: a stepgym env as the tool class TRL's ``GRPOTrainer(environment_factory=...)``
+instantiates per rollout (``reset``, one action tool, ``get_reward``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from stepgym import _deps, schema
+from stepgym.group import EnvFactory, WrapperFn
+from stepgym.integrations.annotations import episode_annotations
+from stepgym.wrappers.feedback import EnvFeedbackWrapper
+
+_deps.require("trl", "trl", what="the TRL integration")
+
+
+from stepgym.integrations.trl._common import env_maker  # noqa: E402
+
+
+def _observation_text(obs: Any, info: Mapping[str, Any], *, goal: bool) -> str:
+    """What the model reads after reset (with the goal) or after an action: the observation and the actions."""
+    parts = []
+    task = info.get(schema.GOAL)
+    if goal and isinstance(task, str) and task and task not in str(obs):
+        parts.append(f"Your task is to: {task}")
+    parts.append(str(obs))
+    actions = [a for a in info.get(schema.ADMISSIBLE_ACTIONS) or [] if a != "help"]
+    if actions:
+        parts.append("Admissible actions: " + ", ".join(f"'{a}'" for a in actions) + ".")
+    return "\n".join(parts)
+
+
+class StepGymToolEnv:
+    """Base of the classes :func:`environment_factory` builds (TRL makes one instance per concurrent rollout).
+
+    Only ``reset``, ``get_reward`` and the action tool are public methods (TRL exposes every public method as a
+    tool); the recorded episode is read through the :attr:`trajectory` and :attr:`annotations` properties.
+    """
+
+    _make: Callable[[], gym.Env]
+
+    def __init__(self) -> None:
+        self._env = self._make()
+        self._trajectory: schema.Trajectory | None = None
+        self._info: dict[str, Any] = {}
+        self._done = True
+
+    def reset(self, task_id: str | None = None, seed: int | None = None, **row: Any) -> str:
+        """Start the episode of the dataset row's task; returns the first observation (TRL appends it to the
+        prompt). ``row`` holds the row's other columns (TRL passes them all)."""
+        options = {"task_id": task_id} if task_id is not None else None
+        obs, info = self._env.reset(seed=seed, options=options)
+        self._trajectory = schema.Trajectory(str(info.get(schema.TASK_ID, task_id or "")), str(obs), info)
+        self._info = info
+        self._done = False
+        return _observation_text(obs, info, goal=True)
+
+    def _act(self, action: str) -> str:
+        if self._trajectory is None:
+            raise RuntimeError("reset() must be called before the first action")
+        if self._done:
+            return "The episode is over; no further actions are taken."
+        obs, reward, terminated, truncated, info = self._env.step(action)
+        prev = (
+            self._trajectory.steps[-1].next_observation
+            if self._trajectory.steps
+            else self._trajectory.initial_observation
+        )
+        self._trajectory.steps.append(
+            schema.Step(prev, action, float(reward), str(obs), bool(terminated), bool(truncated), info)
+        )
+        self._info = info
+        self._done = bool(terminated or truncated)
+        text = _observation_text(obs, info, goal=False)
+        if self._done:
+            text += "\nThe episode is over: " + (
+                "you won." if info.get(schema.WON) else "the task was not solved."
+            )
+        return text
+
+    def get_reward(self) -> float:
+        """The episode return so far (the sum of the env's rewards)."""
+        return 0.0 if self._trajectory is None else self._trajectory.total_reward
+
+    @property
+    def trajectory(self) -> schema.Trajectory | None:
+        """The current episode as a :class:`stepgym.schema.Trajectory` (``None`` before the first reset)."""
+        return self._trajectory
+
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """The current episode's :func:`~stepgym.integrations.annotations.episode_annotations` record."""
+        return None if self._trajectory is None else episode_annotations(self._trajectory)
+
+    @property
+    def env(self) -> gym.Env:
+        """The wrapped stepgym env."""
+        return self._env
+
+
+_DEFAULT_ACTION_DOC = (
+    "One command for the environment, written exactly as one of the admissible actions listed."
+)
+
+
+def environment_factory(
+    env: str | EnvFactory,
+    env_kwargs: Mapping[str, Any] | None = None,
+    *,
+    wrappers: Sequence[WrapperFn] = (),
+    tool_name: str = "act",
+    tool_description: str = "Take one action in the environment and read what happens.",
+    action_description: str = _DEFAULT_ACTION_DOC,
+) -> type[StepGymToolEnv]:
+    """The class to pass as ``GRPOTrainer(environment_factory=...)`` for a stepgym env.
+
+    Args:
+        env: a registered env id or a factory ``f(**env_kwargs) -> gym.Env``.
+        env_kwargs: keyword arguments for the env (``split=``, ``max_steps=`` ...).
+        wrappers: applied after :class:`~stepgym.wrappers.feedback.EnvFeedbackWrapper` (first = innermost), e.g.
+            ``[functools.partial(ARGWrapper, graph=graph)]``.
+        tool_name: the tool's name as the model sees it (a Python identifier; not ``reset`` / ``get_reward``).
+        tool_description / action_description: the tool's docstring, from which TRL builds its JSON schema.
+
+    Each instance owns one env; ``reset(task_id=..., **row)`` starts the row's task and returns the first
+    observation with the goal and the admissible actions; the tool steps the env with its ``action`` argument and
+    returns the next observation (after the episode has ended it answers without stepping, so a model that keeps
+    calling cannot move a finished env); ``get_reward()`` is the episode return.
+    """
+    if not tool_name.isidentifier() or tool_name.startswith("_") or tool_name in ("reset", "get_reward"):
+        raise ValueError(
+            f"tool_name must be a public identifier other than reset/get_reward, got {tool_name!r}"
+        )
+    make = env_maker(env, env_kwargs)
+    wrap = list(wrappers)
+
+    def build() -> gym.Env:
+        e: gym.Env = EnvFeedbackWrapper(make())
+        for w in wrap:
+            e = w(e)
+        return e
+
+    def tool(self, action: str) -> str:  # no annotation on self: TRL builds the schema from the hints
+        return self._act(action)
+
+    tool.__name__ = tool.__qualname__ = tool_name
+    tool.__doc__ = (
+        f"{tool_description}\n\nArgs:\n    action: {action_description}\n\n"
+        "Returns:\n    The environment's answer: the new observation and the admissible actions.\n"
+    )
+    name = env if isinstance(env, str) else getattr(env, "__name__", "Env")
+    cls_name = "StepGym_" + "".join(ch if ch.isalnum() else "_" for ch in str(name))
+    return type(cls_name, (StepGymToolEnv,), {tool_name: tool, "_make": staticmethod(build)})

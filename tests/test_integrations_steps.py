@@ -1,0 +1,72 @@
+"""The one StepBatch builder and mask-run helper every one-row-per-episode adapter uses (integrations.steps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _oracles import oracle_step_batch, spans_of_mask
+
+from stepgym.errors import StepRecordError
+from stepgym.integrations import steps as st
+from stepgym.shapers import ShapeConfig, shape_advantages
+
+
+def _rec(reward, state_key, *, fmt=True, adm=True, rea=None, prog=None):
+    return {
+        "reward": reward,
+        "format_valid": fmt,
+        "admissible": adm,
+        "state_key": state_key,
+        "arg_reasonable": rea,
+        "arg_progress": prog,
+    }
+
+
+def test_mask_runs_are_the_replies() -> None:
+    mask = [0, 1, 1, 0, 0, 1, 0, 1, 1, 1]
+    assert st.mask_runs(mask) == spans_of_mask(mask) == [(1, 3), (5, 6), (7, 10)]
+    assert st.mask_runs(np.zeros(4)) == []
+    assert st.mask_runs(np.ones(3)) == [(0, 3)]
+
+
+def test_the_rule_group_ids_as_text_row_trajectories_and_row_step_fallback_anchors() -> None:
+    records = [[_rec(0.0, "s0"), _rec(1.0, None)], [_rec(0.0, None, adm=False)]]
+    spans = [[(0, 2), (4, 6)], [(1, 3)]]
+    batch = st.build_step_batch(spans, [3, "3"], 8, records=records, reward_scale=10.0)
+    assert batch.group_ids.dtype == object and batch.group_ids.tolist() == ["3", "3", "3"]
+    assert batch.traj_ids.dtype == np.int64 and batch.traj_ids.tolist() == [0, 0, 1]
+    assert batch.rewards.tolist() == [0.0, 10.0, 0.0]
+    assert batch.anchor_obs == ["s0", "0:1", "1:0"]  # a step without a state key shares its anchor with none
+    assert batch.valid.tolist() == [True, True, False]
+    assert batch.reasonable is None and batch.progress is None  # no step has ProAS labels
+    fmt_only = st.build_step_batch(spans, [0, 0], 8, records=records, invalid_rule="format")
+    assert fmt_only.valid.tolist() == [True, True, True]
+    given = st.build_step_batch(spans, [0, 0], 8, rewards=[[0.5, 1.5], [2.0]])
+    assert given.rewards.tolist() == [0.5, 1.5, 2.0] and given.valid is None and given.anchor_obs is None
+
+
+def test_every_record_field_reaches_the_batch_and_equals_the_oracle() -> None:
+    records = [
+        [_rec(0.0, "a", rea=True, prog=False), _rec(1.0, "b", rea=True, prog=True)],
+        [_rec(0.0, "a", rea=False, prog=False), _rec(0.0, "c", fmt=False, rea=False, prog=False)],
+    ]
+    spans = [[(0, 2), (3, 5)], [(0, 1), (2, 4)]]
+    batch = st.build_step_batch(spans, ["g", "g"], 6, records=records, reward_scale=10.0)
+    for name in st.RECORD_FIELDS:
+        assert getattr(batch, name) is not None, name
+    want = oracle_step_batch(records, ["g", "g"], 6, spans=spans)
+    cfg = ShapeConfig.from_preset("proas-gigpo")
+    assert np.allclose(
+        shape_advantages(batch, cfg).token_advantages, shape_advantages(want, cfg).token_advantages
+    )
+
+
+def test_records_that_do_not_match_the_spans_are_refused() -> None:
+    with pytest.raises(StepRecordError, match="row 0: 1 records for 2 step spans"):
+        st.build_step_batch([[(0, 1), (2, 3)]], [0], 4, records=[[_rec(0.0, "s")]])
+    with pytest.raises(StepRecordError, match="row 0 has no step to credit"):
+        st.build_step_batch([[]], [0], 4, records=[[]])
+    with pytest.raises(StepRecordError, match="2 group ids for 1 rows"):
+        st.build_step_batch([[(0, 1)]], [0, 1], 4, rewards=[[1.0]])
+    with pytest.raises(ValueError, match="needs the step records or the per-step rewards"):
+        st.build_step_batch([[(0, 1)]], [0], 4)

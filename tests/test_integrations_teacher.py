@@ -1,0 +1,159 @@
+"""The AHEAD / StepOPSD teacher contexts TRL and verl share (stepgym.integrations.teacher): the three rules where
+the two adapters' copies used to differ, and that both adapters call this one module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepgym import schema
+from stepgym.errors import StepRecordError
+from stepgym.integrations import teacher as tc
+from stepgym.trainers.teacher import TeacherStats
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CharChat:
+    """A character-level tokenizer (token = code point) with a ChatML-like template, or none when ``bare``."""
+
+    eos_token_id = 0
+
+    def __init__(self, bare: bool = False) -> None:
+        self.bare = bare
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) for c in text]}
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = True):
+        text = "".join(
+            m["content"] if self.bare else f"<u>{m['content']}</u><a>"
+            for m in messages
+            if m["role"] == "user"
+        )
+        return [ord(c) for c in text]
+
+
+def _episode() -> schema.Trajectory:
+    info = {schema.FORMAT_VALID: True}
+    steps = [
+        schema.Step("room", "go left", 0.0, "a wall", False, False, dict(info)),
+        schema.Step("a wall", "go right", 0.0, "a door", False, True, dict(info)),
+    ]
+    return schema.Trajectory("t0", "room", {}, steps)
+
+
+def _ctx(tok: CharChat, stop: int = 40, max_context: int = 500) -> tc.TeacherContexts:
+    """One row: the prompt, reply 1 (``<action>go left</action>``), an env turn, reply 2 whose recorded span
+    ends at ``stop`` (past the response when ``stop`` is large); a third step the response cut off entirely."""
+    prompt = tok("<u>start</u><a>")["input_ids"]
+    r1 = "<action>go left</action>"
+    env = "<u>a wall</u><a>"
+    r2 = "<action>go right</action>"
+    resp = tok(r1 + env + r2)["input_ids"]
+    s2 = len(r1) + len(env)
+    steps = [
+        {"start": 0, "stop": len(r1), "group": 0},
+        {"start": s2, "stop": stop, "group": 0},
+        {"start": len(resp), "stop": len(resp) + 5, "group": 0},
+    ]
+    width = len(resp) + 8
+    return tc.TeacherContexts(
+        prompts=[prompt],
+        responses=[resp],
+        steps=[steps],
+        trajectories=[_episode()],
+        groups=[0],
+        old_log_probs=np.full((1, width), -1.0),
+        max_context_tokens=max_context,
+        min_pi_tokens=4,
+    )
+
+
+def _score_ok(contexts, targets):
+    return [np.full(len(t), -0.5) for t in targets]
+
+
+def test_a_span_past_the_response_is_clamped_and_an_empty_one_skipped() -> None:
+    tok = CharChat()
+    ctx = _ctx(tok, stop=10_000)
+    n = len(ctx.responses[0])
+    seen: list[list[int]] = []
+
+    def score(contexts, targets):
+        seen.extend(targets)
+        return _score_ok(contexts, targets)
+
+    delta = tc.ahead_gaps(ctx, tok, score, TeacherStats())
+    assert len(seen) == 2  # the cut-off third step is skipped, not scored as an empty target
+    assert seen[1] == ctx.responses[0][ctx.steps[0][1]["start"] : n]  # clamped to the response
+    s2 = ctx.steps[0][1]["start"]
+    assert np.allclose(delta[0, s2:n], 0.5)  # teacher − student on the clamped span
+    assert not np.any(delta[0, n:] == 0.5)  # no gap beyond the response
+    _, _, target = tc.opsd_gaps(ctx, tok, None, TeacherStats(), span_mode="action_only")
+    assert target.n_steps == 2
+    assert (target.token_step[0, n:] == -1).all()
+
+
+@pytest.mark.parametrize("method", ["ahead", "opsd"])
+def test_a_wrong_number_of_teacher_log_probs_is_a_clear_error(method: str) -> None:
+    tok = CharChat()
+    ctx = _ctx(tok)
+
+    def short(contexts, targets):
+        return [np.zeros(max(len(t) - 1, 0)) for t in targets]
+
+    with pytest.raises(StepRecordError, match=r"the teacher scored \d+ tokens for a \d+-token target"):
+        if method == "ahead":
+            tc.ahead_gaps(ctx, tok, short, TeacherStats())
+        else:
+            tc.opsd_gaps(ctx, tok, short, TeacherStats(), span_mode="action_only")
+
+
+def test_a_chat_template_without_a_user_turn_tail_is_refused() -> None:
+    assert tc.user_turn_tail(CharChat()) == [ord(c) for c in "</u><a>"]
+    with pytest.raises(ValueError, match="puts nothing after a user message's content"):
+        tc.user_turn_tail(CharChat(bare=True))
+    with pytest.raises(ValueError, match="puts nothing after a user message's content"):
+        tc.ahead_gaps(_ctx(CharChat(bare=True)), CharChat(bare=True), _score_ok, TeacherStats())
+
+
+def test_ahead_inserts_the_privileged_text_before_the_turn_tail() -> None:
+    tok = CharChat()
+    ctx = _ctx(tok)
+    contexts: list[list[int]] = []
+    tc.ahead_gaps(ctx, tok, lambda c, t: (contexts.extend(c), _score_ok(c, t))[1], TeacherStats())
+    first = tok.decode(contexts[0])
+    assert first.startswith("<u>start\n\n") and first.endswith("</u><a>")
+    assert "a wall" in first  # the env's feedback to reply 1 is its privileged text
+
+
+def _imported_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {
+        f"{node.module}.{a.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for a in node.names
+    }
+
+
+def test_trl_and_verl_build_teacher_contexts_with_this_one_module() -> None:
+    """Both adapters' teacher paths go through stepgym.integrations.teacher (verl's tests run in its own venv;
+    TRL's trainer tests exercise TeacherGaps end to end), and neither keeps a copy of its rules."""
+    trl_names = set().union(*(_imported_names(p) for p in (ROOT / "stepgym/integrations/trl").glob("*.py")))
+    assert {"stepgym.integrations.teacher.ahead_gaps", "stepgym.integrations.teacher.opsd_gaps"} <= trl_names
+    assert "stepgym.integrations.teacher" in _imported_names(ROOT / "stepgym/integrations/verl/train.py")
+    for path in [
+        *(ROOT / "stepgym/integrations/trl").glob("*.py"),
+        *(ROOT / "stepgym/integrations/verl").glob("*.py"),
+    ]:
+        src = path.read_text()
+        assert "def user_turn_tail" not in src and "def _user_turn_tail" not in src, path
+        assert "fit_privileged(" not in src, path
