@@ -212,7 +212,8 @@ def graph_credit_table(b: dict[str, Any], repeats: int) -> None:
     won = last & (b["rewards"] > 0)
     nxt = [*b["anchors"][1:], ""]
     nxt = [
-        ("goal" if w else b["anchors"][i - 7]) if e else o for i, (o, e, w) in enumerate(zip(nxt, last, won))
+        ("goal" if w else b["anchors"][i - 7]) if e else o
+        for i, (o, e, w) in enumerate(zip(nxt, last, won, strict=True))
     ]
     batch = S.StepBatch(
         group_ids=b["group"],
