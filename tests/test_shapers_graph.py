@@ -368,3 +368,26 @@ def test_bundled_trainer_fills_the_graph_fields() -> None:
         batch, ShapeConfig.from_preset("graphgpo-alfworld", gamma=0.5, step_mode="mean_norm")
     )
     np.testing.assert_allclose(out.step_advantages, [6.875, 5, -6.875, -5])
+
+
+def test_rewardflow_alfworld_cleaning_and_isolated_states() -> None:
+    # one trajectory: s0 -look-> s0, s0 -go-> s1, s1 -examine-> s1x, s1x -take-> s2 (reward 10, ended); γ = 0.5
+    b = dict(
+        group_ids=[0] * 4,
+        traj_ids=[0] * 4,
+        rewards=[0, 0, 0, 10.0],
+        anchor_obs=["s0", "s0", "s1", "s1x"],
+        next_obs=["s0", "s1", "s1x", "s2"],
+        actions=["look", "go to desk 1", "examine desk 1", "take pen 1"],
+    )
+    # plain: self-loop dropped; chain s0 → s1 → s1x → s2: V = 1.25, 2.5, 5, 10 → r̃ = [0, 1.25, 2.5, 5]
+    np.testing.assert_allclose(_run("rewardflow", b, gamma=0.5).gigpo.returns, [0, 1.25, 2.5, 5])
+    # cleaned: look and examine runs spliced: s0 → s1, s1 → s2; s1x is on no edge → V(s1x) = 0 (upstream fill)
+    # V = s0 2.5, s1 5, s2 10 → r̃ = [0, 2.5, 0 − 5, 10 − 0]
+    out = _run("rewardflow", b, gamma=0.5, rewardflow_alfworld_clean=True)
+    np.testing.assert_allclose(out.gigpo.returns, [0, 2.5, -5, 10])
+    with pytest.raises(ValueError, match="actions"):
+        _run("rewardflow", {k: v for k, v in b.items() if k != "actions"}, rewardflow_alfworld_clean=True)
+    # a state on no edge starts at 0, not at its reward: s0 -x-> s0 with reward 10 → r̃ = 0
+    lone = dict(group_ids=[0], traj_ids=[0], rewards=[10.0], anchor_obs=["s0"], next_obs=["s0"])
+    np.testing.assert_allclose(_run("rewardflow", lone).gigpo.returns, [0.0])

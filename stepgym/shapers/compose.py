@@ -136,6 +136,9 @@ class ShapeConfig:
     """HGPO ``base_group``: add the episode advantage as item k = 0 (upstream default False: no episode term)."""
     rewardflow_rounds: int = 1000
     """RewardFlow propagation rounds of V ← max(V, γ·V(successor)) (docs/shapers.md §12)."""
+    rewardflow_alfworld_clean: bool = False
+    """RewardFlow's ALFWorld trajectory cleaning (splice out look / inventory / examine / "Nothing happens"
+    transitions; needs ``StepBatch.actions``). Off by default, as the base environment manager."""
     g2po_success_reward: float = 10.0
     """G2PO: an episode reward equal to this (exactly) marks success (upstream ``SUCCESS_REWARD``)."""
     g2po_step_penalty: float = 0.1
@@ -290,6 +293,7 @@ class StepBatch:
             state after it). None: every trajectory's last row counts as ended.
         step_index: int t of each row inside its trajectory (optional; checked to increase along trajectories).
         true_gain: float ``schema.VALUE_GAIN`` of the step (``ValueWrapper``; the "oracle" base needs it).
+        actions: the action text of each step (RewardFlow's ALFWorld cleaning reads it).
     """
 
     group_ids: Sequence[Any] | np.ndarray
@@ -308,6 +312,7 @@ class StepBatch:
     dones: Any = None
     step_index: Any = None
     true_gain: Any = None
+    actions: Sequence[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -352,6 +357,7 @@ def shape_advantages(
         dones=batch.dones,
         step_index=batch.step_index,
         true_gain=batch.true_gain,
+        actions=batch.actions,
     )
     tg = Groups(batch.traj_ids)
     gg = Groups(batch.group_ids)

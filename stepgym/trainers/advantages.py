@@ -81,6 +81,7 @@ def build_step_batch(
         success=_info_column(rows, schema.WON, bool),
         step_index=np.array([r.t for r in rows], dtype=np.int64),
         true_gain=_info_column(rows, schema.VALUE_GAIN, float),
+        actions=[r.action for r in rows],
         reasonable=reasonable,
         progress=progress,
         layout=TokenLayout.from_step_rows(mask),
