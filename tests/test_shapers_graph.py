@@ -391,3 +391,25 @@ def test_rewardflow_alfworld_cleaning_and_isolated_states() -> None:
     # a state on no edge starts at 0, not at its reward: s0 -x-> s0 with reward 10 → r̃ = 0
     lone = dict(group_ids=[0], traj_ids=[0], rewards=[10.0], anchor_obs=["s0"], next_obs=["s0"])
     np.testing.assert_allclose(_run("rewardflow", lone).gigpo.returns, [0.0])
+
+
+def test_graphgpo_similarity_canonicaliser_merges_near_identical_states() -> None:
+    # B starts in "...kitchen now." (one character more than A's start): with the canonicaliser it is A's node,
+    # so d(cur) of B's first row is d(s0) = 2 instead of the unreachable fill 3. normalize_distance, γ = 0.5:
+    # row 2: 10·γ^(d(next) − d(cur) + 1) = 10·.5^(3 − 3 + 1) = 5 exactly keyed, 10·.5^(3 − 2 + 1) = 2.5 merged
+    b = dict(
+        TWO,
+        anchor_obs=[
+            "you are in the kitchen now",
+            "a red apple",
+            "you are in the kitchen now.",
+            "dark hallway",
+        ],
+        next_obs=["a red apple", "done", "dark hallway", "dark hallway"],
+    )
+    exact = _run("graphgpo", b, gamma=0.5, normalize_distance=True).gigpo
+    merged = _run("graphgpo", b, gamma=0.5, normalize_distance=True, similarity=True).gigpo
+    assert exact.returns[2] == pytest.approx(5.0)
+    assert merged.returns[2] == pytest.approx(2.5)
+    # the step term still groups anchors exactly (upstream): both s0 rows stay singletons → 0
+    assert merged.step[0] == merged.step[2] == 0.0

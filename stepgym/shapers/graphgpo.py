@@ -13,8 +13,10 @@ trainer ``graphgpo_ray_trainer.py`` (the invalid-action penalty). Per episode gr
   groups (upstream ignores the similarity flag there even when the graph used it), both in ``mode``.
 
 Departures (docs/shapers.md §10): states are keyed per group (no cross-group node sharing, as upstream's per-uid
-graphs); success comes from ``StepBatch.success`` when given, else upstream's episode return > 0; the similarity
-canonicaliser reuses GiGPO's greedy first-member clustering over anchors then next states, in row order.
+graphs); success comes from ``StepBatch.success`` when given, else episode return > 0 on the trajectory's last row
+(upstream's rollout loop writes the literal next state 'success'); the similarity canonicaliser is GiGPO's greedy
+first-member clustering, fed as upstream's ``StateCanonicalizer`` is: per group, row by row, anchor then next state
+(the literal 'success' for a success row).
 """
 
 from __future__ import annotations
@@ -59,11 +61,12 @@ def graph_distances(
     eg = Groups(group_ids)
     tg = Groups(traj_ids)
     n = len(eg.codes)
-    if similarity:  # canonical state = cluster code (clusters never cross groups)
-        both = build_step_groups(
-            np.concatenate([eg.codes, eg.codes]), [*anchor_obs, *next_obs], similarity=True, tau=tau
-        )
-        anchor_obs, next_obs = both[:n].tolist(), both[n:].tolist()
+    if similarity:  # canonical state = cluster code; upstream canonicalises anchor then next, row by row
+        both = [None] * (2 * n)
+        both[0::2] = list(anchor_obs)
+        both[1::2] = ["success" if s else o for o, s in zip(next_obs, success.tolist(), strict=True)]
+        codes = build_step_groups(np.repeat(eg.codes, 2), both, similarity=True, tau=tau)
+        anchor_obs, next_obs = codes[0::2].tolist(), codes[1::2].tolist()
     a, b, node_group = code_states(eg, anchor_obs, next_obs, success)
     _, nxt_row = prev_next_rows(tg)
     check_chain(a, np.where(success, -1, b), nxt_row)

@@ -5,7 +5,7 @@ discounted returns G (γ = ``algorithm.gamma``) minus the invalid-action penalty
 k = 1..min(H + 1, t + 1), its context group is (k, the last k anchors ending at t) inside the episode group. A
 context group of more than one row normalises its returns, (G − μ)/(σ + ε) with the **population** σ, or G − μ;
 each row collects one item (k, a) per context; items with a == 0 exactly are dropped; the rest are combined with
-weights w_k = (k + 1)^α as Σ w_k a_k / (Σ w_k + 1e-6). ``base_group=True`` adds the episode advantage as an item
+weights w_k = (k + 1)^α as Σ w_k a_k / (Σ w_k + ε). ``base_group=True`` adds the episode advantage as an item
 with k = 0; by default HGPO has **no episode term**. A row with no item gets 0.
 
 Departures: anchors are compared exactly after the same hashable conversion as GiGPO; computed in float64.
@@ -99,7 +99,7 @@ def hgpo_advantage(
         w = float(k + 1) ** alpha
         num += np.where(keep, w * ak, 0.0)
         den += w * keep
-    return num / (den + 1e-6)
+    return num / (den + eps)
 
 
 @register(
