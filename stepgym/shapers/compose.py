@@ -76,7 +76,8 @@ class ShapeConfig:
 
     base: str = "grpo"
     """Base advantage: "grpo" (mean/std), "drgrpo" (mean only), "dapo" (= GRPO; DAPO differs in loss/sampling),
-    "gigpo" (episode + anchor-state terms), or any name registered for the "base" stage."""
+    "gigpo" (episode + anchor-state terms), the graph / history credit bases "graphgpo", "hgpo", "rewardflow",
+    "g2po", the analysis-only ceiling "oracle" (docs/shapers.md §10–§14), or any name registered for "base"."""
     eps: float = 1e-6
     """ε added to the std (GRPO, GiGPO)."""
     singleton: Literal["verl", "zero"] = "verl"
@@ -324,7 +325,8 @@ class ShapedAdvantages:
     base_advantages: np.ndarray  #: (N,) base advantage (GRPO / GiGPO combined) before ProAS
     scores: np.ndarray  #: (N,) row scores R_i − c(1 − v)
     lam: float  #: mixing weight used by the token reweighting (0 if none)
-    gigpo: GiGPOTerms | None = field(default=None)  #: GiGPO's separate terms when base="gigpo"
+    #: the base's (episode, step) terms: GiGPO, GraphGPO, RewardFlow, G2PO, oracle (None for the others)
+    gigpo: GiGPOTerms | None = field(default=None)
 
 
 def shape_advantages(
