@@ -13,6 +13,9 @@ Baselines (same run, same inputs, results checked equal before timing):
   timing), as the public code computes it; the DAPO loss: ``stepgym.trainers.losses`` (torch float32, one thread),
   which is what the trainer runs (on its GPU in real training).
 
+A second table times the graph / history credit bases (GraphGPO, HGPO, RewardFlow, G2PO, the oracle ceiling)
+through ``shape_advantages`` next to GiGPO on the same rows, with each one's CPU time as a multiple of GiGPO's.
+
 Run: ``python benchmarks/shapers_bench.py [--repeats 5] [--quick]``. Prints a Markdown table: median wall time and
 median CPU time of this process per call, in milliseconds.
 """
