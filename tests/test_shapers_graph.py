@@ -413,3 +413,24 @@ def test_graphgpo_similarity_canonicaliser_merges_near_identical_states() -> Non
     assert merged.returns[2] == pytest.approx(2.5)
     # the step term still groups anchors exactly (upstream): both s0 rows stay singletons → 0
     assert merged.step[0] == merged.step[2] == 0.0
+
+
+@pytest.mark.parametrize("base", ["graphgpo", "hgpo", "rewardflow", "g2po"])
+def test_a_group_where_nobody_succeeded_gets_zero(base: str) -> None:
+    # upstream rules: GraphGPO d = 1 everywhere; HGPO / RewardFlow / G2PO all values 0 → every term 0
+    # (all actions valid: G2PO's term 1 always charges its own 0.1 to an invalid one)
+    b = _random_group_batch(np.random.default_rng(11))
+    n = len(b["rewards"])
+    b = dict(
+        b, rewards=[0.0] * n, valid=[True] * n, next_obs=[o.replace("goal", "s0") for o in b["next_obs"]]
+    )
+    np.testing.assert_allclose(_run(base, b).base_advantages, 0.0, atol=1e-12)
+
+
+def test_rewardflow_is_linear_in_the_reward_scale() -> None:
+    # mean_norm everywhere and V ← max(V, γ·V') commute with a positive scale
+    b = _random_group_batch(np.random.default_rng(5))
+    scaled = dict(b, rewards=[3.0 * r for r in b["rewards"]])
+    np.testing.assert_allclose(
+        _run("rewardflow", scaled).base_advantages, 3.0 * _run("rewardflow", b).base_advantages, atol=1e-9
+    )
