@@ -2,7 +2,7 @@
 
 Order (docs/shapers.md §0; the only order that keeps every method's stated property):
 
-    rewards → invalid-action penalty → base advantage (GRPO / Dr.GRPO / DAPO / GiGPO)
+    rewards → invalid-action penalty → base advantage (GRPO / Dr.GRPO / DAPO / GiGPO / graph bases §10–§14)
             → ProAS step multipliers → broadcast to tokens → AHEAD or StepOPSD token reweighting
             → StepOPSD step normalisation (equal_step_mean_abs)
     (then the clipped policy loss with the DAPO knobs: ``stepgym.trainers.losses``)
@@ -26,7 +26,9 @@ Refused (``ValueError`` at config construction):
 * ``equal_step_mean_abs`` on top of AHEAD — same reason: it would flatten the extra weight AHEAD puts on the error
   steps that received a corrective hint (stepgym's judgement; the §0 order only places it after StepOPSD);
 * AHEAD and StepOPSD together — both are a clipped teacher-gap reweight of the same advantage; stacking applies
-  the gap twice and voids both papers' multiplier bounds (the §0 order says "AHEAD *or* StepOPSD").
+  the gap twice and voids both papers' multiplier bounds (the §0 order says "AHEAD *or* StepOPSD");
+* ProAS on base="hgpo" — HGPO has no trajectory-level advantage for ProAS to branch on (docs/shapers.md §14.3);
+  ProAS on GraphGPO, RewardFlow, G2PO and the oracle shapes their episode term, as on GiGPO.
 """
 
 from __future__ import annotations
@@ -289,7 +291,7 @@ class StepBatch:
         anchor_obs is the state *before* the step; next_obs the state *after* it, keyed the same way
             (``schema.STATE_KEY`` by default, or the observation text): next_obs[t] must equal anchor_obs[t+1].
         success: bool, True on the last row of a trajectory that reached the success terminal (only last rows
-            are read). None: each code's rule (GraphGPO/oracle: episode return > 0; G2PO: return == 10 exactly).
+            are read). None: each code's rule (GraphGPO: episode return > 0; G2PO: return == 10 exactly).
         dones: bool, True on the last row when the episode ended before the row horizon (RewardFlow adds the
             state after it). None: every trajectory's last row counts as ended.
         step_index: int t of each row inside its trajectory (optional; checked to increase along trajectories).
