@@ -336,6 +336,7 @@ def test_bundled_trainer_fills_the_graph_fields() -> None:
     def row(traj: int, t: int, a: str, n: str, r: float, won: bool) -> StepRow:
         info = {schema.WON: won, schema.VALUE_GAIN: 1.0, schema.STATE_KEY: n}
         return StepRow(
+            terminated=won,
             group=0,
             rollout=traj,
             traj=traj,
@@ -363,6 +364,7 @@ def test_bundled_trainer_fills_the_graph_fields() -> None:
     assert batch.next_obs == ["s1", "s3", "s2", "s2"]
     np.testing.assert_array_equal(batch.success, [False, True, False, False])
     np.testing.assert_array_equal(batch.step_index, [0, 1, 0, 1])
+    np.testing.assert_array_equal(batch.dones, [False, True, False, False])  # B was cut at the step limit
     np.testing.assert_array_equal(batch.true_gain, 1.0)
     out = shape_advantages(
         batch, ShapeConfig.from_preset("graphgpo-alfworld", gamma=0.5, step_mode="mean_norm")

@@ -68,7 +68,7 @@ def build_step_batch(
     Graph credit fields (docs/shapers.md §14.2): ``anchor_obs`` / ``next_obs`` are the states before / after each
     step keyed by ``EnvConfig.anchor`` ("state_key": ``schema.STATE_KEY``, exact; "observation": the text, the
     methods' own keying); ``success`` is ``schema.WON``, ``true_gain`` ``schema.VALUE_GAIN`` (ValueWrapper), each
-    None unless every row's info has it; ``dones`` stays None (every trajectory's last state counts as reached).
+    None unless every row's info has it; ``dones`` is the step's ``terminated`` (a cut at the step limit is not done).
     """
     _, mask = response_matrix([r.response_ids for r in rows], pad_id)
     batch = StepBatch(
@@ -80,6 +80,7 @@ def build_step_batch(
         next_obs=_column(rows, "next_anchor"),
         success=_info_column(rows, schema.WON, bool),
         step_index=np.array([r.t for r in rows], dtype=np.int64),
+        dones=np.array([r.terminated for r in rows], dtype=bool),
         true_gain=_info_column(rows, schema.VALUE_GAIN, float),
         actions=[r.action for r in rows],
         reasonable=reasonable,

@@ -392,6 +392,7 @@ class _Collection:
                         info=info,
                         anchor=self.col._anchor(self.last_info[gi][a], self.last_obs[gi][a]),
                         next_anchor=self.col._anchor(info, step.next_observation),
+                        terminated=bool(step.terminated),
                     )
                 )
                 self.last_info[gi][a] = info
