@@ -40,3 +40,24 @@ def test_scripted_iteration_with_each_graph_base(tmp_path: Path, preset: str) ->
     rec = json.loads((tmp_path / preset / "metrics.jsonl").read_text().splitlines()[-1])
     assert all(np.isfinite(v) for v in rec.values() if isinstance(v, float)), rec
     assert 0.0 <= rec["rollout/success"] <= 1.0
+
+
+def test_oracle_runs_with_value_labels_and_is_refused_without(tmp_path: Path) -> None:
+    shaper = ShapeConfig.from_preset("oracle")
+    cfg = scripted(tiny_config(tmp_path / "oracle", shaper), "noisy-expert:0.3")
+    cfg = replace(cfg, run=replace(cfg.run, iterations=1), env=replace(cfg.env, value_labels=True))
+    tr = GRPOTrainer(cfg)
+    try:
+        ro = tr.collect()
+        batch, _ = build_step_batch(ro.rows, reward_scale=10.0, invalid_rule="admissible", pad_id=tr.pad_id)
+        assert batch.true_gain is not None and (batch.true_gain <= 1.0).all()  # +1 = an optimal step
+        tr.train()
+    finally:
+        tr.close()
+    bare = scripted(tiny_config(tmp_path / "bare", shaper), "noisy-expert:0.3")
+    tr = GRPOTrainer(replace(bare, run=replace(bare.run, iterations=1)))
+    try:
+        with pytest.raises(ValueError, match="true_gain"):
+            tr.train()
+    finally:
+        tr.close()

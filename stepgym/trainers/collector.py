@@ -135,6 +135,7 @@ class Collector:
         num_workers: int = 2,
         executor_kwargs: dict[str, Any] | None = None,
         overlap: str = "auto",
+        value_labels: bool = False,
     ) -> None:
         if overlap not in ("auto", "on", "off"):
             raise ValueError(f"overlap must be 'auto', 'on' or 'off', got {overlap!r}")
@@ -150,11 +151,20 @@ class Collector:
         self.num_workers = int(num_workers)
         self.executor_kwargs = dict(executor_kwargs or {})
         self.overlap = overlap
+        self.value_labels = bool(value_labels)
         self._pool: list[GroupEnv] = []
         self._shared: Executor | None = None
 
     def _wrappers(self) -> list[Callable[[Any], Any]]:
+        inner: list[Callable[[Any], Any]] = []
+        if (
+            self.value_labels
+        ):  # innermost: it reads the engine's state key and task id (EnvConfig.value_labels)
+            from stepgym.values import ValueWrapper
+
+            inner.append(ValueWrapper)
         return [
+            *inner,
             EnvFeedbackWrapper,
             functools.partial(TextInterfaceWrapper, fmt=self.fmt, history_length=self.history),
         ]

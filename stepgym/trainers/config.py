@@ -61,7 +61,11 @@ class EnvConfig:
     inadmissible command (stepgym's default; envs that do not report admissibility count as admissible)."""
     anchor: Literal["state_key", "observation"] = "state_key"
     """GiGPO anchor state: the env's symbolic ``STATE_KEY`` (distinct states stay distinct) or the raw observation
-    text (verl-agent; every no-op reads "Nothing happens." and collapses)."""
+    text (verl-agent; every no-op reads "Nothing happens." and collapses). The graph credit bases key the state
+    before and after each step the same way (docs/shapers.md §14.2)."""
+    value_labels: bool = False
+    """Wrap the env in ``stepgym.values.ValueWrapper`` so every step's info carries ``schema.VALUE_GAIN`` (the
+    ``oracle`` base needs it; costs an oracle search per new state)."""
 
     def make_kwargs(self, split: str | None) -> dict[str, Any]:
         """The keyword arguments for ``gym.make`` (JSON ``kwargs`` + split + max_steps)."""

@@ -222,6 +222,11 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
             f"{k} on the credit-assignment toy, tiny model (CPU, seconds per iteration)",
             _credit(s, f"credit-{k}"),
         )
+    oracle = _credit(ShapeConfig.from_preset("oracle"), "credit-oracle")
+    p["credit-oracle"] = (
+        "the perfect-credit ceiling (true step gains from ValueWrapper) on the credit-assignment toy, tiny model",
+        replace(oracle, env=replace(oracle.env, value_labels=True)),
+    )
     return p
 
 
