@@ -436,3 +436,12 @@ def test_rewardflow_is_linear_in_the_reward_scale() -> None:
     np.testing.assert_allclose(
         _run("rewardflow", scaled).base_advantages, 3.0 * _run("rewardflow", b).base_advantages, atol=1e-9
     )
+
+
+@pytest.mark.parametrize("base", ["graphgpo", "hgpo", "rewardflow", "g2po", "oracle"])
+def test_an_empty_batch_gives_empty_advantages(base: str) -> None:
+    e = np.zeros(0)
+    b = dict(
+        group_ids=e.astype(int), traj_ids=e.astype(int), rewards=e, anchor_obs=[], next_obs=[], true_gain=e
+    )
+    assert _run(base, b).base_advantages.shape == (0,)

@@ -89,6 +89,9 @@ def g2po_terms(
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
     if mode not in ("mean_norm", "mean_std_norm"):
         raise ValueError(f"G2PO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+    if n == 0:
+        empty = np.zeros(0)
+        return GiGPOTerms(empty, empty, empty, empty, np.zeros(0, dtype=np.int64))
     eg, tg = Groups(group_ids), Groups(traj_ids)
     check_traj_in_one_group(eg, tg, traj_ids)
     std = mode == "mean_std_norm"
