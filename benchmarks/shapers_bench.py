@@ -13,6 +13,9 @@ Baselines (same run, same inputs, results checked equal before timing):
   timing), as the public code computes it; the DAPO loss: ``stepgym.trainers.losses`` (torch float32, one thread),
   which is what the trainer runs (on its GPU in real training).
 
+A second table times the graph / history credit bases (GraphGPO, HGPO, RewardFlow, G2PO, the oracle ceiling)
+through ``shape_advantages`` next to GiGPO on the same rows, with each one's CPU time as a multiple of GiGPO's.
+
 Run: ``python benchmarks/shapers_bench.py [--repeats 5] [--quick]``. Prints a Markdown table: median wall time and
 median CPU time of this process per call, in milliseconds.
 """
@@ -202,6 +205,43 @@ def timeit(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
+def graph_credit_table(b: dict[str, Any], repeats: int) -> None:
+    """The graph / history credit bases (docs/shapers.md §10–§14) next to GiGPO on the same rows, with the ratio.
+
+    The benchmark's anchors become a state chain: next_obs[t] = anchor_obs[t+1] inside a trajectory; after the last
+    step a won trajectory reaches "goal", a failed one a random state of its task's pool."""
+    traj = b["traj"]
+    last = np.r_[traj[1:] != traj[:-1], True]
+    won = last & (b["rewards"] > 0)
+    nxt = [*b["anchors"][1:], ""]
+    nxt = [
+        ("goal" if w else b["anchors"][i - 7]) if e else o
+        for i, (o, e, w) in enumerate(zip(nxt, last, won, strict=True))
+    ]
+    batch = S.StepBatch(
+        group_ids=b["group"],
+        traj_ids=traj,
+        rewards=b["rewards"],
+        valid=b["valid"],
+        anchor_obs=b["anchors"],
+        next_obs=nxt,
+        true_gain=np.where(b["rea"], 1.0, 0.0),
+    )
+    cfgs = {
+        "gigpo": S.ShapeConfig.from_preset("gigpo-alfworld"),
+        "graphgpo": S.ShapeConfig.from_preset("graphgpo-alfworld"),
+        "hgpo": S.ShapeConfig.from_preset("hgpo-alfworld"),
+        "rewardflow": S.ShapeConfig.from_preset("rewardflow-alfworld"),
+        "g2po": S.ShapeConfig.from_preset("g2po-alfworld"),
+        "oracle": S.ShapeConfig.from_preset("oracle"),
+    }
+    times = {k: timeit(lambda c=c: S.shape_advantages(batch, c), repeats) for k, c in cfgs.items()}
+    print("\n| base (per-step pipeline, no tokens) | wall (ms) | CPU (ms) | CPU / GiGPO's |")
+    print("|---|---:|---:|---:|")
+    for k, (t, c) in times.items():
+        print(f"| {k} | {t * 1e3:.1f} | {c * 1e3:.1f} | {c / times['gigpo'][1]:.2f}× |")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -368,6 +408,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         else:
             print(f"| {name} | {t * 1e3:.1f} | {c * 1e3:.1f} | – | – | – | – |")
+    graph_credit_table(b, args.repeats)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Advantage shapers as pure NumPy functions: GRPO, Dr.GRPO, DAPO, GiGPO, ProAS, AHEAD, StepOPSD (docs/shapers.md).
+"""Advantage shapers as pure NumPy functions: GRPO, Dr.GRPO, DAPO, GiGPO, ProAS, AHEAD, StepOPSD, and the graph /
+history credit bases GraphGPO, HGPO, RewardFlow, G2PO with the perfect-credit ceiling "oracle" (docs/shapers.md).
 
 Arrays in, arrays out, float64, no trainer state, no torch: ``import stepgym.shapers`` stays light (the
 torch loss pieces are in :mod:`stepgym.trainers.losses`). A trainer normally calls one function,
@@ -33,6 +34,7 @@ from stepgym.shapers.dapo import (
     policy_loss,
     policy_loss_np,
 )
+from stepgym.shapers.g2po import g2po_terms
 from stepgym.shapers.gigpo import (
     GiGPOTerms,
     build_step_groups,
@@ -41,7 +43,10 @@ from stepgym.shapers.gigpo import (
     step_discounted_returns,
     step_relative_advantage,
 )
+from stepgym.shapers.graphgpo import graph_distances, graphgpo_terms
 from stepgym.shapers.grpo import drgrpo_advantage, grpo_advantage
+from stepgym.shapers.hgpo import hgpo_advantage
+from stepgym.shapers.oracle import oracle_terms
 from stepgym.shapers.proas import proas_multipliers, proas_on_gigpo, proas_shape, proas_trajectory
 from stepgym.shapers.registry import (
     PIPELINE_STAGES,
@@ -53,6 +58,7 @@ from stepgym.shapers.registry import (
     load_shaper_modules,
     register,
 )
+from stepgym.shapers.rewardflow import propagate_decay, rewardflow_terms
 from stepgym.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     RECIPE_INVALID_PENALTY,
@@ -120,14 +126,19 @@ __all__ = [
     "equal_step_mean_abs",
     "extract_response_steps",
     "first_correct_peers",
+    "g2po_terms",
     "get",
     "gigpo_advantage",
     "gigpo_terms",
+    "graph_distances",
+    "graphgpo_terms",
     "grpo_advantage",
+    "hgpo_advantage",
     "hindsight_block",
     "hindsight_blocks",
     "load_shaper_modules",
     "opsd_span_gaps",
+    "oracle_terms",
     "overlong_penalty",
     "policy_loss",
     "policy_loss_np",
@@ -135,7 +146,9 @@ __all__ = [
     "proas_on_gigpo",
     "proas_shape",
     "proas_trajectory",
+    "propagate_decay",
     "register",
+    "rewardflow_terms",
     "scatter_span_deltas",
     "shape_advantages",
     "step_discounted_returns",

@@ -81,6 +81,7 @@ def make_collector(
         encoder=encoder,
         backend=backend,
         anchor=cfg.env.anchor,
+        value_labels=cfg.env.value_labels,
         **cfg.rollout.executor_options(),
     )
 

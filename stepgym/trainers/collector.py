@@ -133,6 +133,7 @@ class Collector:
         num_workers: int = 2,
         executor_kwargs: dict[str, Any] | None = None,
         overlap: str = "auto",
+        value_labels: bool = False,
     ) -> None:
         if overlap not in ("auto", "on", "off"):
             raise ValueError(f"overlap must be 'auto', 'on' or 'off', got {overlap!r}")
@@ -148,11 +149,18 @@ class Collector:
         self.num_workers = int(num_workers)
         self.executor_kwargs = dict(executor_kwargs or {})
         self.overlap = overlap
+        self.value_labels = bool(value_labels)
         self._pool: list[GroupEnv] = []
         self._shared: Executor | None = None
 
     def _wrappers(self) -> list[Callable[[Any], Any]]:
-        return text_wrappers(self.fmt, history=self.history)
+        # innermost: ValueWrapper reads the engine's state key and task id (EnvConfig.value_labels)
+        inner: list[Callable[[Any], Any]] = []
+        if self.value_labels:
+            from stepgym.values import ValueWrapper
+
+            inner.append(ValueWrapper)
+        return [*inner, *text_wrappers(self.fmt, history=self.history)]
 
     def groups(self, n: int) -> list[GroupEnv]:
         """``n`` GroupEnvs, created on first use and reused (ALFWorld caches parsed games per env).
@@ -381,6 +389,8 @@ class _Collection:
                         action=info.get(schema.PARSED_ACTION),
                         info=info,
                         anchor=self.col._anchor(self.last_info[gi][a], self.last_obs[gi][a]),
+                        next_anchor=self.col._anchor(info, step.next_observation),
+                        terminated=bool(step.terminated),
                     )
                 )
                 self.last_info[gi][a] = info

@@ -61,7 +61,11 @@ class EnvConfig:
     inadmissible command (stepgym's default; envs that do not report admissibility count as admissible)."""
     anchor: Literal["state_key", "observation"] = "state_key"
     """GiGPO anchor state: the env's symbolic ``STATE_KEY`` (distinct states stay distinct) or the raw observation
-    text (verl-agent; every no-op reads "Nothing happens." and collapses)."""
+    text (verl-agent; every no-op reads "Nothing happens." and collapses). The graph credit bases key the state
+    before and after each step the same way (docs/shapers.md §14.2)."""
+    value_labels: bool = False
+    """Wrap the env in ``stepgym.values.ValueWrapper`` so every step's info carries ``schema.VALUE_GAIN`` (the
+    ``oracle`` base needs it; costs an oracle search per new state)."""
 
     def make_kwargs(self, split: str | None) -> dict[str, Any]:
         """The keyword arguments for ``gym.make`` (JSON ``kwargs`` + split + max_steps)."""
@@ -331,6 +335,20 @@ class RunConfig:
     times faster with 1 thread than with 2 (measured in benchmarks/credit_assignment.py's setting)."""
 
 
+#: Display names of the built-in base advantages (logs and reports).
+_METHOD_NAMES = {
+    "grpo": "GRPO",
+    "drgrpo": "Dr.GRPO",
+    "dapo": "DAPO",
+    "gigpo": "GiGPO",
+    "graphgpo": "GraphGPO",
+    "hgpo": "HGPO",
+    "rewardflow": "RewardFlow",
+    "g2po": "G2PO",
+    "oracle": "Oracle",
+}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything ``stepgym train`` needs."""
@@ -359,7 +377,7 @@ class TrainConfig:
     def method(self) -> str:
         """A short name of the advantage method (for logs and reports)."""
         s = self.shaper
-        name = {"grpo": "GRPO", "drgrpo": "Dr.GRPO", "dapo": "DAPO", "gigpo": "GiGPO"}.get(s.base, s.base)
+        name = _METHOD_NAMES.get(s.base, s.base)
         if s.proas:
             name = f"ProAS({name})"
         if s.token_reweight == "ahead":

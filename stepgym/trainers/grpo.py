@@ -56,10 +56,10 @@ from stepgym.trainers.config import TrainConfig
 from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shaping_arrays, shaping_metrics
 from stepgym.trainers.distributed import context_from_env, group_shard, resolve_world_size
 from stepgym.trainers.evaluate import eval_metrics, evaluate
-from stepgym.wrappers.text import resolve_format
 from stepgym.trainers.metrics import timing_metrics, world_metrics
 from stepgym.trainers.models import precision, resolve_device
 from stepgym.trainers.samples import PromptEncoder
+from stepgym.wrappers.text import resolve_format
 
 __all__ = ["GRPOTrainer", "resolve_device"]
 
