@@ -156,6 +156,8 @@ def cold() -> None:
     starts with those empty, so every variant's first visit of a state costs what a first visit costs."""
     if "stepgym.envs.alfworld.native.engine" in sys.modules:
         sys.modules["stepgym.envs.alfworld.native.engine"].clear_shared_state_caches()
+    if "stepgym.values.alfworld" in sys.modules:
+        sys.modules["stepgym.values.alfworld"].clear_shared_work()
 
 
 # -- ALFWorld's first play in a fresh process -------------------------------------------------------------------
@@ -224,7 +226,14 @@ def fresh_bench(args: argparse.Namespace, budget: int) -> None:
     for r in range(args.repeat):
         got = {}
         for variant in ("plain", "labelled") if r % 2 == 0 else ("labelled", "plain"):
-            cmd = [sys.executable, os.path.abspath(__file__), "--fresh-child", variant, "--budget", str(budget)]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--fresh-child",
+                variant,
+                "--budget",
+                str(budget),
+            ]
             cmd += ["--group", str(args.group), "--alfworld-steps", str(args.alfworld_steps)]
             cmd += ["--alfworld-games", str(args.alfworld_games)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -240,7 +249,9 @@ def fresh_bench(args: argparse.Namespace, budget: int) -> None:
         f"{np.median(labelled) / n * 1e3:.2f} | labelled / plain median {np.median(ratios):.2f}x "
         f"(runs: {', '.join(f'{x:.2f}x' for x in ratios)}) | label digest {got['labelled']['digest'][:16]}"
     )
-    print(f"load average at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    print(
+        f"load average at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
+    )
 
 
 def _maybe(name: str, fn: Callable[[], None]) -> None:

@@ -42,7 +42,7 @@ labelled state gets at least an upper bound.
 from __future__ import annotations
 
 import copy
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator, Mapping
 from heapq import heappop, heappush
 from itertools import combinations
@@ -57,7 +57,7 @@ from stepgym.envs.alfworld.state import TaskTargets
 from stepgym.errors import ValueOracleError
 from stepgym.values.base import Remember, Value
 
-__all__ = ["ALFWorldOracle", "LowerBound", "Relevance", "reference_cost", "useful_moves"]
+__all__ = ["ALFWorldOracle", "LowerBound", "Relevance", "clear_shared_work", "reference_cost", "useful_moves"]
 
 EXPERT_LIMIT = 100
 """The most commands the expert may play to reach a win from a state (its completions are far shorter)."""
@@ -398,15 +398,9 @@ class ALFWorldOracle:
                 'ValueWrapper on ALFWorld searches native-engine snapshots: make the env with engine="native" '
                 "(the default)"
             )
-        from stepgym.envs.alfworld.native import NativeEngine
-
         self.env = env
         self.budget = int(budget)
-        self._engine = NativeEngine(cache_size=4)  # private: the live engine is never stepped
-        self._targets: dict[str, TaskTargets] = {}
-        self._views: dict[str, PlanView] = {}  # per game file (remade when the private engine reloads it)
-        self._bounds: dict[str, LowerBound] = {}
-        self._relevance: dict[tuple[str, str], Relevance] = {}
+        self._engine: Any = None  # the private engine of the game last labelled (never the live one)
         self.stats = {"searches": 0, "exact": 0, "bound": 0, "unknown": 0, "generated": 0}
 
     # -- the label ------------------------------------------------------------------------------------------
@@ -417,20 +411,11 @@ class ALFWorldOracle:
             self.env.engine.get_state()
         )  # the engine's snapshot (the env's whole one only if the expert plays)
         game = self.env.game
-        targets = self._targets.get(game.task_id)
-        if targets is None:
-            targets = self._targets[game.task_id] = TaskTargets(game.task_params())
-        engine = self._engine
-        if engine.game_file is None or str(engine.game_file) != live.game_file:
-            engine.set_state(live)  # the private engine on this game (commands come through it)
-        view = self._views.get(live.game_file)
-        if view is None or not view.on(engine):
-            view = self._views[live.game_file] = PlanView(engine)
-            self._bounds[live.game_file] = LowerBound(view)
-        bound = self._bounds[live.game_file]
-        rel = self._relevance.get((live.game_file, game.task_id))
-        if rel is None or rel.view is not view:
-            rel = self._relevance[(live.game_file, game.task_id)] = Relevance(view, targets)
+        work = _game_work(live)
+        self._engine = engine = work.engine
+        view, bound, rel = work.view, work.bound, work.relevance(game)
+        if getattr(remember, "caching", True):  # shares exact values with the other oracles on this game
+            remember = _SharedMemo(remember, work.exact_of(game.task_id))
         root = view.atoms_of(live)
         known = remember.recall(_memo_key(view.key(root)))
         if known is not None and known.exact:  # the same state, up to facts nothing reads
@@ -529,6 +514,76 @@ class ALFWorldOracle:
     ) -> tuple[str, int | None, list[Atoms]]:
         self.stats["generated"] += generated
         return outcome, cost, path
+
+
+class _GameWork:
+    """What labelling one game needs besides the state, worked out once per process and shared by every oracle
+    on that game (a GRPO group's envs play one game each, each with its own ``ValueWrapper``): a private engine
+    on the game, its :class:`PlanView` (with the join indexes it accumulates), the :class:`LowerBound` (with its
+    memo), the :class:`Relevance` per task, and the exact values proved so far, per task.
+
+    Only *exact* values are shared: a proved cost-to-go is a property of the state and the task, whoever proved
+    it, so reading one another's never changes an exact label; it only spares the search (and where a search
+    would have run out of budget, it may turn an upper bound into the exact value)."""
+
+    def __init__(self, live: Any):
+        from stepgym.envs.alfworld.native import NativeEngine
+
+        self.engine = NativeEngine(cache_size=1)  # private: the live engine is never stepped
+        self.engine.set_state(live)
+        self.view = PlanView(self.engine)
+        self.bound = LowerBound(self.view)
+        self._relevance: dict[str, Relevance] = {}
+        self._exact: dict[str, dict[Any, Value]] = {}
+
+    def relevance(self, game: Any) -> Relevance:
+        rel = self._relevance.get(game.task_id)
+        if rel is None:
+            rel = self._relevance[game.task_id] = Relevance(self.view, TaskTargets(game.task_params()))
+        return rel
+
+    def exact_of(self, task_id: str) -> dict[Any, Value]:
+        return self._exact.setdefault(task_id, {})
+
+
+_WORK: OrderedDict[str, _GameWork] = OrderedDict()
+_WORK_GAMES = 32  # games whose work a process keeps (least recently labelled dropped first)
+_SHARED_VALUES = 200_000  # exact values kept per task
+
+
+def _game_work(live: Any) -> _GameWork:
+    """The shared work of the game the snapshot ``live`` is on (made on first use)."""
+    work = _WORK.pop(live.game_file, None)
+    if work is None or not work.view.on(work.engine):
+        work = _GameWork(live)
+    _WORK[live.game_file] = work
+    while len(_WORK) > _WORK_GAMES:
+        _WORK.popitem(last=False)
+    return work
+
+
+def clear_shared_work() -> None:
+    """Forget every game's shared work and the exact values proved (benchmarks: time a first visit)."""
+    _WORK.clear()
+
+
+class _SharedMemo:
+    """A :class:`Remember` over the wrapper's own cache and the game's shared exact values: reads prefer an
+    exact value from either, writes go to both (exact ones only to the shared store)."""
+
+    def __init__(self, own: Remember, exact: dict[Any, Value]):
+        self._own, self._exact = own, exact
+
+    def __call__(self, state_key: Any, value: Value) -> None:
+        self._own(state_key, value)
+        if value.exact and len(self._exact) < _SHARED_VALUES:
+            self._exact[state_key] = value
+
+    def recall(self, state_key: Any) -> Value | None:
+        known = self._own.recall(state_key)
+        if known is not None and known.exact:
+            return known
+        return self._exact.get(state_key, known)
 
 
 class _AStar:
