@@ -12,6 +12,12 @@ play identical actions; the wrapper only adds keys). Printed per env: seconds pe
 the ratio labelled / plain, the cache hit rate and, for ALFWorld, the share of oracle calls whose search proved the
 value within the budget (the rest are the expert's upper bounds, or unknown) and the share of exact step labels.
 
+``--fresh`` measures ALFWorld's labels as a trainer meets them: each variant (plain, labelled) plays in a new
+process (the expert's library imported before the clock starts, as both pay it alike), ``--group`` envs, one
+``ValueWrapper`` each as ``GroupEnv`` wraps its copies, play every ``--fresh-games``-th game in lockstep, resets
+included, first play (nothing parsed or cached before); ``--repeat`` pairs, the order alternated; it prints each
+pair's ratio labelled / plain, the median, a digest of every label (equal digests: equal labels) and the load.
+
 Run: ``STEPGYM_DATA=../shared/data python benchmarks/values_bench.py --alfworld-games 10 --budget 500``
 (``--alfworld-games 0`` plays every valid_seen game). Envs without their data are skipped with a note. A labelled
 warm-up pass runs first, so caches the variants share (WebShop's search results, parsed ALFWorld games) are
@@ -221,7 +227,7 @@ def fresh_child(variant: str, games: list[str], group: int, steps: int, budget: 
 def fresh_bench(args: argparse.Namespace, budget: int) -> None:
     """``--fresh``: the plain and the labelled first play, each in its own new process, ``--repeat`` times with
     the order alternated (a burst of load hits both alike); prints each pair's ratio and the median."""
-    games = fresh_games(args.alfworld_games)
+    games = fresh_games(args.fresh_games)
     ratios, plain, labelled = [], [], []
     for r in range(args.repeat):
         got = {}
@@ -235,7 +241,7 @@ def fresh_bench(args: argparse.Namespace, budget: int) -> None:
                 str(budget),
             ]
             cmd += ["--group", str(args.group), "--alfworld-steps", str(args.alfworld_steps)]
-            cmd += ["--alfworld-games", str(args.alfworld_games)]
+            cmd += ["--fresh-games", str(args.fresh_games)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             got[variant] = json.loads(out.strip().splitlines()[-1])
         plain.append(got["plain"]["seconds"])
@@ -281,13 +287,16 @@ def main() -> None:
         action="store_true",
         help="ALFWorld's first play, each variant in a new process (groups of --group, resets included)",
     )
+    ap.add_argument(
+        "--fresh-games", type=int, default=20, help="--fresh: every n-th valid_seen game (0: all)"
+    )
     ap.add_argument("--fresh-child", choices=("plain", "labelled"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     from stepgym.values import DEFAULT_BUDGET
 
     budget = DEFAULT_BUDGET if args.budget is None else args.budget
     if args.fresh_child:
-        games = fresh_games(args.alfworld_games)
+        games = fresh_games(args.fresh_games)
         res = fresh_child(args.fresh_child, games, args.group, args.alfworld_steps, budget)
         print(json.dumps(res))
         return

@@ -42,6 +42,7 @@ labelled state gets at least an upper bound.
 from __future__ import annotations
 
 import copy
+import gc
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator, Mapping
 from heapq import heappop, heappush
@@ -73,6 +74,17 @@ _ON_OBJECT = {
 _GOTO = "gotolocation"
 _NEVER_AFTER_GOTO = _NEVER | {_GOTO}
 _BOUND_MEMO = 100_000  # lower bounds kept per game (by the atoms they read)
+
+
+_EXACT_COSTS: dict[int, Value] = {}
+
+
+def _exact_cost(cost: int) -> Value:
+    """The exact value of a state ``cost`` commands from a win (one object per cost: many states share it)."""
+    value = _EXACT_COSTS.get(cost)
+    if value is None:
+        value = _EXACT_COSTS[cost] = Value(float(cost), True, True, 1.0)
+    return value
 
 
 def _memo_key(key: Atoms) -> tuple[str, Atoms]:
@@ -407,6 +419,18 @@ class ALFWorldOracle:
     def value(self, info: dict[str, Any], remember: Remember) -> Value:
         if info[schema.WON]:
             return Value.won()
+        # A search allocates many small containers that die with it and form no cycles: the cyclic garbage
+        # collector is paused meanwhile (as ``timeit`` does), or its collections would promote the search's
+        # short-lived states and set off full collections of the whole process (a third of the labels' cost).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._value(info, remember)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _value(self, info: dict[str, Any], remember: Remember) -> Value:
         live = (
             self.env.engine.get_state()
         )  # the engine's snapshot (the env's whole one only if the expert plays)
@@ -415,7 +439,7 @@ class ALFWorldOracle:
         self._engine = engine = work.engine
         view, bound, rel = work.view, work.bound, work.relevance(game)
         if getattr(remember, "caching", True):  # shares exact values with the other oracles on this game
-            remember = _SharedMemo(remember, work.exact_of(game.task_id))
+            remember = _SharedMemo(remember, work.exact_of(game.task_id), work.pairs)
         root = view.atoms_of(live)
         known = remember.recall(_memo_key(view.key(root)))
         if known is not None and known.exact:  # the same state, up to facts nothing reads
@@ -443,8 +467,8 @@ class ALFWorldOracle:
         assert cost is not None
         self.stats["exact"] += 1
         for i, key in enumerate(path or [view.key(root)]):
-            remember(_memo_key(key), Value(float(cost - i), True, True, 1.0))
-        return Value(float(cost), True, True, 1.0)
+            remember(_memo_key(key), _exact_cost(cost - i))
+        return _exact_cost(cost)
 
     # -- the expert's completion ----------------------------------------------------------------------------
     def _expert_path(
@@ -535,6 +559,7 @@ class _GameWork:
         self.bound = LowerBound(self.view)
         self._relevance: dict[str, Relevance] = {}
         self._exact: dict[str, dict[Any, Value]] = {}
+        self.pairs: dict[Any, Any] = {}  # the (predicate, atoms) pairs of the stored states' keys, interned
 
     def relevance(self, game: Any) -> Relevance:
         rel = self._relevance.get(game.task_id)
@@ -547,7 +572,8 @@ class _GameWork:
 
 
 _WORK: OrderedDict[str, _GameWork] = OrderedDict()
-_WORK_GAMES = 32  # games whose work a process keeps (least recently labelled dropped first)
+_WORK_GAMES = 8  # games whose work a process keeps (least recently labelled dropped first; each holds its
+# parsed game alive, and a full garbage collection walks all of it: a few more than a group's one game)
 _SHARED_VALUES = 200_000  # exact values kept per task
 
 
@@ -571,19 +597,27 @@ class _SharedMemo:
     """A :class:`Remember` over the wrapper's own cache and the game's shared exact values: reads prefer an
     exact value from either, writes go to both (exact ones only to the shared store)."""
 
-    def __init__(self, own: Remember, exact: dict[Any, Value]):
-        self._own, self._exact = own, exact
+    def __init__(self, own: Remember, exact: dict[Any, Value], pairs: dict[Any, Any]):
+        self._own, self._exact, self._pairs = own, exact, pairs
 
     def __call__(self, state_key: Any, value: Value) -> None:
-        self._own(state_key, value)
         if value.exact and len(self._exact) < _SHARED_VALUES:
-            self._exact[state_key] = value
+            # read back from here by every oracle: not copied to the own cache
+            self._exact[self._interned(state_key)] = value
+        else:
+            self._own(state_key, value)
+
+    def _interned(self, state_key: Any) -> Any:
+        """``("atoms", key)`` with each ``(predicate, atoms)`` pair of the key replaced by one object shared by every
+        stored state that has it (the states of a game share most of them): the store keeps fewer objects alive."""
+        if not (isinstance(state_key, tuple) and len(state_key) == 2 and state_key[0] == "atoms"):
+            return state_key
+        pairs = self._pairs
+        return ("atoms", tuple([pairs.setdefault(pair, pair) for pair in state_key[1]]))
 
     def recall(self, state_key: Any) -> Value | None:
-        known = self._own.recall(state_key)
-        if known is not None and known.exact:
-            return known
-        return self._exact.get(state_key, known)
+        known = self._exact.get(state_key)
+        return known if known is not None else self._own.recall(state_key)
 
 
 class _AStar:
