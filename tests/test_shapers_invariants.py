@@ -473,7 +473,17 @@ def test_registry() -> None:
         "broadcast",
     } <= set(S.available())
     assert S.available("token") == ["ahead", "stepopsd"]
-    assert S.available("base") == ["dapo", "drgrpo", "gigpo", "grpo"]
+    assert S.available("base") == [
+        "dapo",
+        "drgrpo",
+        "g2po",
+        "gigpo",
+        "graphgpo",
+        "grpo",
+        "hgpo",
+        "oracle",
+        "rewardflow",
+    ]
     # every pipeline entry has its stage's signature: a base stage maps (batch, config, scores) to BaseAdvantage
     batch = S.StepBatch([0, 0], [0, 1], [1.0, 0.0])
     got = S.get("grpo", "base")(batch, S.ShapeConfig(), np.array([1.0, 0.0]))

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.shapers import ahead, grpo, proas, stepopsd  # noqa: F401  (they register their stages)
+from stepgym.shapers import ahead, g2po, graphgpo, grpo, hgpo, oracle, proas, rewardflow, stepopsd  # noqa: F401
 from stepgym.shapers._common import (
     Groups,
     as_float_array,
@@ -57,8 +57,17 @@ from stepgym.shapers.tokens import TokenLayout
 __all__ = ["PRESETS", "ShapeConfig", "ShapedAdvantages", "StepBatch", "shape_advantages"]
 
 #: The built-in names of the stage each config field selects (any name registered for that stage is accepted).
-Base = Literal["grpo", "drgrpo", "dapo", "gigpo"]
+Base = Literal["grpo", "drgrpo", "dapo", "gigpo", "graphgpo", "hgpo", "rewardflow", "g2po", "oracle"]
 TokenReweight = Literal["ahead", "stepopsd"]
+
+
+#: Bases whose BaseAdvantage carries GiGPO-style (episode, step) terms: ProAS shapes their episode term.
+_TERM_BASES = frozenset({"gigpo", "graphgpo", "rewardflow", "g2po", "oracle"})
+#: Bases ProAS refuses, with the reason (docs/shapers.md §14.3).
+_NO_PROAS = {
+    "hgpo": "HGPO's advantage is a weighted mix of history-group step advantages with no trajectory-level term "
+    "(base_group adds one only as a renormalised item), and ProAS branches on the trajectory advantage",
+}
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,27 @@ class ShapeConfig:
     step_norm_target: Literal["shaped", "modification"] = "shaped"
     step_norm_coef_clip: float = 2.0
     step_norm_eps: float = 1e-6
+    step_mode: Literal["mean_norm", "mean_std_norm"] | None = None
+    """Normalisation of the graph / history bases (graphgpo, hgpo, rewardflow, g2po, oracle); None = each public
+    code's default (GraphGPO, HGPO, G2PO, oracle "mean_std_norm"; RewardFlow "mean_norm"). docs/shapers.md §10–§14."""
+    episode_weight: float = 1.0
+    """GraphGPO ``episode_advantage_w`` (0 skips the episode term); docs/shapers.md §10."""
+    graph_scale: float = 10.0
+    """GraphGPO step return scale: r = graph_scale·γ^d (upstream 10)."""
+    normalize_distance: bool = False
+    """GraphGPO: r = scale·γ^(d(next) − d(cur) + 1) instead of scale·γ^d(next)."""
+    hgpo_history: int = 2
+    """HGPO ``history_length`` H: context groups of k = 1..H+1 anchors (docs/shapers.md §11)."""
+    hgpo_alpha: float = 1.0
+    """HGPO weight exponent: item of length k weighs (k+1)^α."""
+    hgpo_base_group: bool = False
+    """HGPO ``base_group``: add the episode advantage as item k = 0 (upstream default False: no episode term)."""
+    rewardflow_rounds: int = 1000
+    """RewardFlow propagation rounds of V ← max(V, γ·V(successor)) (docs/shapers.md §12)."""
+    g2po_success_reward: float = 10.0
+    """G2PO: an episode reward equal to this (exactly) marks success (upstream ``SUCCESS_REWARD``)."""
+    g2po_step_penalty: float = 0.1
+    """G2PO term 1's own invalid-action penalty (upstream ``compute_step_level_advantage`` default 0.1)."""
 
     def __post_init__(self) -> None:
         check_name("base", self.base, "base")
@@ -137,8 +167,21 @@ class ShapeConfig:
                 "equal_step_mean_abs is StepOPSD's step normalisation; on top of AHEAD it would flatten the extra "
                 "weight AHEAD puts on hinted error steps. Use token_reweight='stepopsd' or step_norm=None."
             )
-        if self.base != "gigpo" and (self.proas_target != "episode" or self.similarity):
-            raise ValueError("proas_target='combined' and similarity grouping apply to base='gigpo' only")
+        if self.base not in _TERM_BASES and self.proas_target != "episode":
+            raise ValueError(f"proas_target='combined' applies to the bases {sorted(_TERM_BASES)} only")
+        if self.base not in ("gigpo", "graphgpo") and self.similarity:
+            raise ValueError("similarity grouping applies to base='gigpo' or 'graphgpo' only")
+        if self.proas and self.base in _NO_PROAS:
+            raise ValueError(
+                f"proas=True cannot run on base={self.base!r}: {_NO_PROAS[self.base]} (docs/shapers.md §14.3). "
+                "Use a base with an episode term (grpo, gigpo, graphgpo, rewardflow, g2po, oracle)."
+            )
+        if self.step_mode not in (None, "mean_norm", "mean_std_norm"):
+            raise ValueError(
+                f"step_mode must be None, 'mean_norm' or 'mean_std_norm', got {self.step_mode!r}"
+            )
+        if self.hgpo_history < 0 or self.rewardflow_rounds < 0:
+            raise ValueError("hgpo_history and rewardflow_rounds must be >= 0")
         if self.proas_target not in ("episode", "combined"):
             raise ValueError(f"proas_target must be 'episode' or 'combined', got {self.proas_target!r}")
 
@@ -193,6 +236,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         "token_reweight": "stepopsd",
         "step_norm": "equal_step_mean_abs",
     },
+    **{
+        f"graphgpo-{env}": {"base": "graphgpo", "gamma": g, "invalid_penalty": RECIPE_INVALID_PENALTY}
+        for env, g in (("alfworld", 0.1), ("webshop", 0.2))
+    },
+    "graphgpo-searchqa": {"base": "graphgpo", "gamma": 0.1},
+    **{
+        f"hgpo-{env}": {"base": "hgpo", "gamma": 0.95, "invalid_penalty": RECIPE_INVALID_PENALTY}
+        for env in ("alfworld", "webshop")
+    },
+    "hgpo-searchqa": {"base": "hgpo", "gamma": 0.95},
+    **{
+        f"rewardflow-{env}": {"base": "rewardflow", "gamma": 0.9, "invalid_penalty": RECIPE_INVALID_PENALTY}
+        for env in ("alfworld", "webshop")
+    },
+    "rewardflow-searchqa": {"base": "rewardflow", "gamma": 0.95},
+    **{
+        f"g2po-{env}": {"base": "g2po", "invalid_penalty": RECIPE_INVALID_PENALTY}
+        for env in ("alfworld", "webshop")
+    },
+    "g2po-searchqa": {"base": "g2po"},
+    "oracle": {"base": "oracle"},
     "stepopsd-searchqa": {
         "base": "grpo",
         "cross_steps": False,
@@ -217,6 +281,15 @@ class StepBatch:
             ``scatter_span_deltas``); NaN/inf allowed. delta_mask: where the gap applies (AHEAD: optional SERL-style
             mask; StepOPSD default: the target spans).
         target: StepOPSD target spans as a :class:`TokenLayout` on the same (B, L) grid (``TokenLayout.from_spans``).
+    Graph / history bases (docs/shapers.md §10–§14), per step row (N,):
+        anchor_obs is the state *before* the step; next_obs the state *after* it, keyed the same way
+            (``schema.STATE_KEY`` by default, or the observation text): next_obs[t] must equal anchor_obs[t+1].
+        success: bool, True on the last row of a trajectory that reached the success terminal (only last rows
+            are read). None: each code's rule (GraphGPO/oracle: episode return > 0; G2PO: return == 10 exactly).
+        dones: bool, True on the last row when the episode ended before the row horizon (RewardFlow adds the
+            state after it). None: every trajectory's last row counts as ended.
+        step_index: int t of each row inside its trajectory (optional; checked to increase along trajectories).
+        true_gain: float ``schema.VALUE_GAIN`` of the step (``ValueWrapper``; the "oracle" base needs it).
     """
 
     group_ids: Sequence[Any] | np.ndarray
@@ -230,6 +303,11 @@ class StepBatch:
     delta: Any = None
     delta_mask: Any = None
     target: TokenLayout | None = None
+    next_obs: Sequence[Any] | None = None
+    success: Any = None
+    dones: Any = None
+    step_index: Any = None
+    true_gain: Any = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +347,11 @@ def shape_advantages(
         anchor_obs=batch.anchor_obs,
         reasonable=batch.reasonable,
         progress=batch.progress,
+        next_obs=batch.next_obs,
+        success=batch.success,
+        dones=batch.dones,
+        step_index=batch.step_index,
+        true_gain=batch.true_gain,
     )
     tg = Groups(batch.traj_ids)
     gg = Groups(batch.group_ids)

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers.samples import StepRow, response_matrix
+from stepgym import schema
 from stepgym.shapers import ShapeConfig, ShapedAdvantages, StepBatch, TokenLayout, shape_advantages
+from stepgym.trainers.samples import StepRow, response_matrix
 
 __all__ = ["ShapingResult", "advantage_stats", "build_step_batch", "shape_rows", "step_means"]
 
@@ -62,7 +63,13 @@ def build_step_batch(
     delta_mask: Any = None,
     target: TokenLayout | None = None,
 ) -> tuple[StepBatch, np.ndarray]:
-    """The shapers' input for ``rows`` (one row per step, in (trajectory, step) order) and the (B, R) mask."""
+    """The shapers' input for ``rows`` (one row per step, in (trajectory, step) order) and the (B, R) mask.
+
+    Graph credit fields (docs/shapers.md §14.2): ``anchor_obs`` / ``next_obs`` are the states before / after each
+    step keyed by ``EnvConfig.anchor`` ("state_key": ``schema.STATE_KEY``, exact; "observation": the text, the
+    methods' own keying); ``success`` is ``schema.WON``, ``true_gain`` ``schema.VALUE_GAIN`` (ValueWrapper), each
+    None unless every row's info has it; ``dones`` stays None (every trajectory's last state counts as reached).
+    """
     _, mask = response_matrix([r.response_ids for r in rows], pad_id)
     batch = StepBatch(
         group_ids=np.array([r.group for r in rows], dtype=np.int64),
@@ -70,6 +77,10 @@ def build_step_batch(
         rewards=np.array([r.reward * reward_scale for r in rows], dtype=np.float64),
         valid=step_valid(rows, invalid_rule),
         anchor_obs=[r.anchor for r in rows],
+        next_obs=_column(rows, "next_anchor"),
+        success=_info_column(rows, schema.WON, bool),
+        step_index=np.array([r.t for r in rows], dtype=np.int64),
+        true_gain=_info_column(rows, schema.VALUE_GAIN, float),
         reasonable=reasonable,
         progress=progress,
         layout=TokenLayout.from_step_rows(mask),
@@ -78,6 +89,19 @@ def build_step_batch(
         target=target,
     )
     return batch, mask
+
+
+def _column(rows: Sequence[StepRow], attr: str) -> list[Any] | None:
+    """``[getattr(r, attr)]``, or None when any row lacks it (rows built without it)."""
+    col = [getattr(r, attr) for r in rows]
+    return None if any(v is None for v in col) else col
+
+
+def _info_column(rows: Sequence[StepRow], key: str, kind: type) -> np.ndarray | None:
+    """An env-info value per row (e.g. ``schema.VALUE_GAIN`` from ValueWrapper), or None unless every row has it."""
+    if not rows or any(r.info.get(key) is None for r in rows):
+        return None
+    return np.array([kind(r.info[key]) for r in rows])
 
 
 def shape_rows(

@@ -391,6 +391,7 @@ class _Collection:
                         action=info.get(schema.PARSED_ACTION),
                         info=info,
                         anchor=self.col._anchor(self.last_info[gi][a], self.last_obs[gi][a]),
+                        next_anchor=self.col._anchor(info, step.next_observation),
                     )
                 )
                 self.last_info[gi][a] = info

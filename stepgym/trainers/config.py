@@ -331,6 +331,20 @@ class RunConfig:
     times faster with 1 thread than with 2 (measured in benchmarks/credit_assignment.py's setting)."""
 
 
+#: Display names of the built-in base advantages (logs and reports).
+_METHOD_NAMES = {
+    "grpo": "GRPO",
+    "drgrpo": "Dr.GRPO",
+    "dapo": "DAPO",
+    "gigpo": "GiGPO",
+    "graphgpo": "GraphGPO",
+    "hgpo": "HGPO",
+    "rewardflow": "RewardFlow",
+    "g2po": "G2PO",
+    "oracle": "Oracle",
+}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything ``stepgym train`` needs."""
@@ -359,7 +373,7 @@ class TrainConfig:
     def method(self) -> str:
         """A short name of the advantage method (for logs and reports)."""
         s = self.shaper
-        name = {"grpo": "GRPO", "drgrpo": "Dr.GRPO", "dapo": "DAPO", "gigpo": "GiGPO"}.get(s.base, s.base)
+        name = _METHOD_NAMES.get(s.base, s.base)
         if s.proas:
             name = f"ProAS({name})"
         if s.token_reweight == "ahead":

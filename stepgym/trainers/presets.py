@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from stepgym.errors import InvalidArgumentError
 from stepgym.recording import RecordConfig
+from stepgym.shapers import ShapeConfig
 from stepgym.trainers.config import (
     EnvConfig,
     EvalConfig,
@@ -36,7 +37,6 @@ from stepgym.trainers.config import (
     TrainConfig,
     WarmupConfig,
 )
-from stepgym.shapers import ShapeConfig
 
 __all__ = ["PRESETS", "UnknownPresetError", "get_preset"]
 
@@ -209,6 +209,7 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
         "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
         replace(sq, rollout=replace(sq.rollout, group_size=5)),
     )
+    _graph_presets(p)
     credit = {
         "grpo": ShapeConfig.from_preset("grpo-alfworld"),
         "gigpo": ShapeConfig.from_preset("gigpo-alfworld"),
@@ -222,6 +223,25 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
             _credit(s, f"credit-{k}"),
         )
     return p
+
+
+#: The graph / history credit bases (docs/shapers.md §10–§13), each with its public code's settings per env.
+_GRAPH_METHODS = {
+    "graphgpo": "GraphGPO (graph shortest-path step returns)",
+    "hgpo": "HGPO (history-context groups, k = 1..3)",
+    "rewardflow": "RewardFlow (decay-propagated state values)",
+    "g2po": "G2PO (group-aggregation values)",
+}
+
+
+def _graph_presets(p: dict[str, tuple[str, TrainConfig]]) -> None:
+    """``<env>-<method>`` for ALFWorld, WebShop and Search-QA; shaper settings from ``PRESETS['<method>-<env>']``."""
+    envs = {"alfworld": _ALFWORLD_ENV, "webshop": _WEBSHOP_ENV, "searchqa": _SEARCHQA_ENV}
+    for env_name, env in envs.items():
+        for method, desc in _GRAPH_METHODS.items():
+            name = f"{env_name}-{method}"
+            shaper = ShapeConfig.from_preset(f"{method}-{env_name}")
+            p[name] = (f"{desc} on {env_name} (γ {shaper.gamma})", _paper(env, shaper, name))
 
 
 #: name → (one-line description, config)

@@ -111,6 +111,7 @@ class StepRow:
     action: str | None = None
     info: Mapping[str, Any] = field(default_factory=dict)  #: the env info returned for this step
     anchor: Any = None  #: GiGPO anchor state (state key, or the observation)
+    next_anchor: Any = None  #: the same keying of the state after the step (graph credit bases' next state)
 
     @property
     def valid(self) -> bool:

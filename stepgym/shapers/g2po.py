@@ -1,0 +1,136 @@
+"""G2PO: group-aggregation state values and two step terms on top of the episode term (docs/shapers.md §13).
+
+Public code: ``Nala-YN/G2PO`` ``g2po/core_g2po.py`` (``compute_group_aggregation_values``,
+``compute_step_level_advantage``, ``compute_g2po_outcome_advantage``). Per episode group (uid):
+
+* groups: exact anchors; each row adds 0.95^(T − t)·R (T its trajectory's length, t its 0-based step, R the
+  trajectory's episode reward) to its group; a group's value V(g) is that sum over its member count;
+* next group: the next row's group; after a trajectory's last row the success terminal (V = 10) if R == 10.0
+  exactly, else the failure terminal (V = 0);
+* term 1: inside each anchor group of more than one row, normalise V(next) − 0.1·(1 − v) (0 for a group of one);
+* term 2: over all rows of the uid, normalise V(next) − V(cur);
+* A = A^E + w·(term 1 + term 2), A^E GiGPO's episode term of the penalised row score; sample std (n − 1).
+
+Quirks kept: the discount 0.95 is fixed upstream (``ShapeConfig.gamma``, default 0.95, sets it here); the success
+test is an exact equality with 10.0 (``ShapeConfig.g2po_success_reward``; ``StepBatch.success`` overrides it).
+Departure: a uid with a single step row would give NaN upstream (std of one value) in term 2; stepgym raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from stepgym.shapers._common import (
+    Groups,
+    as_bool_array,
+    as_float_array,
+    check_same_length,
+    check_traj_in_one_group,
+)
+from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows, success_rows
+from stepgym.shapers.gigpo import GiGPOTerms, build_step_groups
+from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.registry import BaseAdvantage, register
+from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
+
+__all__ = ["g2po_group_values", "g2po_terms"]
+
+
+def g2po_group_values(
+    episode: np.ndarray,
+    tg: Groups,
+    groups: Groups,
+    success: np.ndarray,
+    *,
+    gamma: float,
+    success_value: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(V(cur), V(next)) per row (``compute_group_aggregation_values`` with the terminal values)."""
+    t = tg.position()
+    length = tg.counts[tg.codes]
+    value = groups.mean(np.power(gamma, length - t) * episode)
+    _, nxt = prev_next_rows(tg)
+    v_cur = value[groups.codes]
+    term = np.where(success, success_value, 0.0)
+    v_next = np.where(nxt >= 0, v_cur[np.maximum(nxt, 0)], term)
+    return v_cur, v_next
+
+
+def _norm(x: np.ndarray, g: Groups, std: bool, eps: float) -> np.ndarray:
+    mean = g.exact_mean(x)
+    out = x - mean[g.codes]
+    if std:
+        out /= g.sample_std(x, mean)[g.codes] + eps
+    return out
+
+
+def g2po_terms(
+    rewards: Any,
+    group_ids: Any,
+    traj_ids: Any,
+    anchor_obs: Sequence[Any],
+    valid: Any = None,
+    success: Any = None,
+    *,
+    gamma: float = 0.95,
+    success_reward: float = 10.0,
+    step_penalty: float = 0.1,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: str = "mean_std_norm",
+    eps: float = 1e-6,
+    singleton: Singleton = "verl",
+) -> GiGPOTerms:
+    """G2PO's episode term and step term (term 1 + term 2) per row; ``returns`` holds V(next)."""
+    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    n = len(r)
+    check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"G2PO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+    eg, tg = Groups(group_ids), Groups(traj_ids)
+    check_traj_in_one_group(eg, tg, traj_ids)
+    std = mode == "mean_std_norm"
+    if std and (eg.counts == 1).any():
+        raise ValueError(
+            "G2PO's term 2 normalises over the step rows of each group; a group with one step row has no std "
+            "(upstream gives NaN). Give each group several rows, or use step_mode='mean_norm'."
+        )
+    episode_r = episode_scores(r, tg)
+    succ = success_rows(success, tg, episode_r, "equal", success_reward)
+    sg = build_step_groups(eg.codes, anchor_obs)
+    groups = Groups(codes=sg, n_groups=int(sg.max(initial=-1)) + 1)
+    v_cur, v_next = g2po_group_values(episode_r, tg, groups, succ, gamma=gamma, success_value=success_reward)
+    invalid = 0.0 if valid is None else (~as_bool_array(valid, "valid")).astype(np.float64)
+    term1 = _norm(v_next - step_penalty * invalid, groups, std, eps)
+    term1[groups.counts[groups.codes] == 1] = 0.0
+    term2 = _norm(v_next - v_cur, eg, std, eps)
+    scores = apply_invalid_action_penalty(episode_r, valid, invalid_penalty)
+    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
+    return GiGPOTerms(episode=episode, step=term1 + term2, scores=scores, returns=v_next, step_groups=sg)
+
+
+@register(
+    "g2po", stage="base", summary="G2PO: episode term + group-aggregation step terms (docs/shapers.md §13)."
+)
+def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    if batch.anchor_obs is None:
+        raise ValueError("base='g2po' needs StepBatch.anchor_obs (the state before each step)")
+    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
+    terms = g2po_terms(
+        batch.rewards,
+        batch.group_ids,
+        batch.traj_ids,
+        batch.anchor_obs,
+        batch.valid,
+        batch.success,
+        gamma=config.gamma,
+        success_reward=config.g2po_success_reward,
+        step_penalty=config.g2po_step_penalty,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.step_mode or "mean_std_norm",
+        eps=config.eps,
+        singleton=config.singleton,
+    )
+    return BaseAdvantage(terms.combined(config.step_weight), terms)

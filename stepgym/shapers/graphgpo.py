@@ -1,0 +1,160 @@
+"""GraphGPO: step returns from reverse shortest paths to success on a per-group state graph (docs/shapers.md §10).
+
+Public code: verl-agent ``recipe/GraphGPO/core_graph.py`` (``ComplexGraph.from_data``,
+``all_to_target_shortest_paths``, ``compute_graph_path_returns``, ``compute_graphgpo_outcome_advantage``) and its
+trainer ``graphgpo_ray_trainer.py`` (the invalid-action penalty). Per episode group (task uid):
+
+* graph: one edge anchor → next state per step row; the next state of the last row of a trajectory that succeeded
+  is the group's literal success node (failed trajectories keep their real next state);
+* d(n): fewest edges from n to success; a node that cannot reach it gets (largest finite d in the group) + 1, so
+  in a group without any success every node gets 0 + 1 = 1;
+* step return r = 10·γ^d(next) (``normalize_distance``: 10·γ^(d(next) − d(cur) + 1)), minus c(1 − v);
+* A = w_E·A^E + w_S·A^S: A^E GiGPO's episode term on the row score, A^S GiGPO's step term of r in *exact* anchor
+  groups (upstream ignores the similarity flag there even when the graph used it), both in ``mode``.
+
+Departures (docs/shapers.md §10): states are keyed per group (no cross-group node sharing, as upstream's per-uid
+graphs); success comes from ``StepBatch.success`` when given, else upstream's episode return > 0; the similarity
+canonicaliser reuses GiGPO's greedy first-member clustering over anchors then next states, in row order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from stepgym.shapers._common import Groups, as_float_array, check_same_length, check_traj_in_one_group
+from stepgym.shapers._graph import (
+    check_chain,
+    check_step_index,
+    code_states,
+    coded_groups,
+    prev_next_rows,
+    require_next,
+    reverse_hops,
+    success_rows,
+)
+from stepgym.shapers.gigpo import GiGPOTerms, build_step_groups, step_relative_advantage
+from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.registry import BaseAdvantage, register
+from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
+
+__all__ = ["graph_distances", "graphgpo_terms"]
+
+
+def graph_distances(
+    group_ids: Any,
+    traj_ids: Any,
+    anchor_obs: Sequence[Any],
+    next_obs: Sequence[Any],
+    success: np.ndarray,
+    *,
+    similarity: bool = False,
+    tau: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(d(cur), d(next)) per row: hop distances to the group's success node with upstream's fill rule
+    (unreachable → largest finite distance in the group + 1; no success → 1). ``success`` (N,) bool marks the
+    last rows whose next node is success. Raises ``ValueError`` if next_obs[t] != anchor_obs[t+1]."""
+    eg = Groups(group_ids)
+    tg = Groups(traj_ids)
+    n = len(eg.codes)
+    if similarity:  # canonical state = cluster code (clusters never cross groups)
+        both = build_step_groups(
+            np.concatenate([eg.codes, eg.codes]), [*anchor_obs, *next_obs], similarity=True, tau=tau
+        )
+        anchor_obs, next_obs = both[:n].tolist(), both[n:].tolist()
+    a, b, node_group = code_states(eg, anchor_obs, next_obs, success)
+    _, nxt_row = prev_next_rows(tg)
+    check_chain(a, np.where(success, -1, b), nxt_row)
+    n_nodes = len(node_group)
+    targets = np.unique(b[success])
+    dist = reverse_hops(n_nodes, a, b, targets)
+    finite = np.where(np.isfinite(dist), dist, -np.inf)
+    best = np.full(eg.n_groups, -np.inf)
+    np.maximum.at(best, node_group, finite)
+    fill = np.where(np.isfinite(best), best, 0.0) + 1.0
+    dist = np.where(np.isfinite(dist), dist, fill[node_group])
+    return dist[a], dist[b]
+
+
+def graphgpo_terms(
+    rewards: Any,
+    group_ids: Any,
+    traj_ids: Any,
+    anchor_obs: Sequence[Any],
+    next_obs: Sequence[Any],
+    valid: Any = None,
+    success: Any = None,
+    *,
+    gamma: float = 0.95,
+    scale: float = 10.0,
+    normalize_distance: bool = False,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: str = "mean_std_norm",
+    episode_weight: float = 1.0,
+    eps: float = 1e-6,
+    similarity: bool = False,
+    tau: float = 0.95,
+    singleton: Singleton = "verl",
+) -> GiGPOTerms:
+    """GraphGPO's terms per step row (docs/shapers.md §10). ``episode`` is already multiplied by
+    ``episode_weight`` (0 skips it), so ``terms.combined(step_weight)`` is the advantage.
+
+    ``success`` (N,) bool (True on the last row of a successful trajectory) or None: episode return > 0 on the
+    trajectory's last row (upstream). ``mode`` "mean_std_norm" (upstream default) or "mean_norm", both terms.
+    """
+    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    check_same_length(
+        len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, next_obs=next_obs
+    )
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"GraphGPO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+    if not (np.isfinite(gamma) and np.isfinite(scale)):
+        raise ValueError(f"gamma and the return scale must be finite, got {gamma}, {scale}")
+    eg, tg = Groups(group_ids), Groups(traj_ids)
+    check_traj_in_one_group(eg, tg, traj_ids)
+    episode_r = episode_scores(r, tg)
+    succ = success_rows(success, tg, episode_r, "positive")
+    d_cur, d_next = graph_distances(
+        eg.codes, tg.codes, anchor_obs, next_obs, succ, similarity=similarity, tau=tau
+    )
+    expo = d_next - d_cur + 1.0 if normalize_distance else d_next
+    returns = apply_invalid_action_penalty(scale * np.power(gamma, expo), valid, invalid_penalty)
+    scores = apply_invalid_action_penalty(episode_r, valid, invalid_penalty)
+    std = mode == "mean_std_norm"
+    if episode_weight == 0:
+        episode = np.zeros(len(r))
+    else:
+        episode = episode_weight * group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
+    sgc = build_step_groups(eg.codes, anchor_obs)
+    step = step_relative_advantage(
+        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
+    )
+    return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
+
+
+@register("graphgpo", stage="base", summary="GraphGPO: episode term + graph shortest-path step term (§10).")
+def _graphgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    next_obs = require_next(batch, "graphgpo")
+    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
+    terms = graphgpo_terms(
+        batch.rewards,
+        batch.group_ids,
+        batch.traj_ids,
+        batch.anchor_obs,
+        next_obs,
+        batch.valid,
+        batch.success,
+        gamma=config.gamma,
+        scale=config.graph_scale,
+        normalize_distance=config.normalize_distance,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.step_mode or "mean_std_norm",
+        episode_weight=config.episode_weight,
+        eps=config.eps,
+        similarity=config.similarity,
+        tau=config.similarity_tau,
+        singleton=config.singleton,
+    )
+    return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -1,0 +1,127 @@
+"""HGPO: history-context group advantages of several lengths, weighted (docs/shapers.md §11).
+
+Public code: verl-agent ``recipe/hgpo/core_hgpo.py`` (``hgpo_advantage_estimate``). Step returns are GiGPO's
+discounted returns G (γ = ``algorithm.gamma``) minus the invalid-action penalty. For the row at position t and each
+k = 1..min(H + 1, t + 1), its context group is (k, the last k anchors ending at t) inside the episode group. A
+context group of more than one row normalises its returns, (G − μ)/(σ + ε) with the **population** σ, or G − μ;
+each row collects one item (k, a) per context; items with a == 0 exactly are dropped; the rest are combined with
+weights w_k = (k + 1)^α as Σ w_k a_k / (Σ w_k + 1e-6). ``base_group=True`` adds the episode advantage as an item
+with k = 0; by default HGPO has **no episode term**. A row with no item gets 0.
+
+Departures: anchors are compared exactly after the same hashable conversion as GiGPO; computed in float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from stepgym.shapers._common import Groups, as_float_array, check_same_length, check_traj_in_one_group
+from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows
+from stepgym.shapers.gigpo import build_step_groups, step_discounted_returns
+from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.registry import BaseAdvantage, register
+from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
+
+__all__ = ["context_normalize", "hgpo_advantage"]
+
+
+def context_normalize(x: np.ndarray, codes: np.ndarray, *, std: bool, eps: float = 1e-6) -> np.ndarray:
+    """Per context group (int codes): x − μ, or (x − μ)/(σ_pop + ε); groups of one give 0."""
+    g = Groups(codes)
+    mean = g.exact_mean(x)
+    out = x - mean[g.codes]
+    if std:
+        pop = np.sqrt(g.sum(out * out) / g.counts)
+        out = out / (pop[g.codes] + eps)
+    out[g.counts[g.codes] == 1] = 0.0
+    return out
+
+
+def _pair_codes(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Codes of the pairs (left, right) (both non-negative int64)."""
+    return np.unique(left * (int(right.max(initial=0)) + 1) + right, return_inverse=True)[1].reshape(-1)
+
+
+def hgpo_advantage(
+    rewards: Any,
+    group_ids: Any,
+    traj_ids: Any,
+    anchor_obs: Sequence[Any],
+    valid: Any = None,
+    *,
+    gamma: float = 0.95,
+    history: int = 2,
+    alpha: float = 1.0,
+    base_group: bool = False,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: str = "mean_std_norm",
+    eps: float = 1e-6,
+    singleton: Singleton = "verl",
+) -> np.ndarray:
+    """HGPO advantage per step row (docs/shapers.md §11); arguments as ``ShapeConfig``'s ``hgpo_*`` fields."""
+    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    check_same_length(len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"HGPO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+    if history < 0 or not np.isfinite(alpha):
+        raise ValueError(f"HGPO needs history >= 0 and a finite alpha, got {history}, {alpha}")
+    eg, tg = Groups(group_ids), Groups(traj_ids)
+    check_traj_in_one_group(eg, tg, traj_ids)
+    std = mode == "mean_std_norm"
+    returns = apply_invalid_action_penalty(
+        step_discounted_returns(r, tg.codes, gamma), valid, invalid_penalty
+    )
+    anchor = build_step_groups(eg.codes, anchor_obs)
+    prev, _ = prev_next_rows(tg)
+    num = np.zeros(len(r))
+    den = np.zeros(len(r))
+    if base_group:
+        scores = apply_invalid_action_penalty(episode_scores(r, tg), valid, invalid_penalty)
+        a0 = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
+        keep = a0 != 0
+        num += np.where(keep, a0, 0.0)
+        den += keep
+    key, back, rows = anchor.copy(), prev.copy(), np.ones(len(r), dtype=bool)
+    for k in range(1, history + 2):
+        if k > 1:  # extend each context by the anchor k-1 steps back
+            rows &= back >= 0
+            key = np.where(rows, _pair_codes(key, np.where(rows, anchor[np.maximum(back, 0)], 0)), -1)
+            back = np.where(back >= 0, prev[np.maximum(back, 0)], -1)
+        if not rows.any():
+            break
+        idx = np.flatnonzero(rows)
+        ak = np.zeros(len(r))
+        ak[idx] = context_normalize(returns[idx], key[idx], std=std, eps=eps)
+        keep = ak != 0
+        w = float(k + 1) ** alpha
+        num += np.where(keep, w * ak, 0.0)
+        den += w * keep
+    return num / (den + 1e-6)
+
+
+@register(
+    "hgpo", stage="base", summary="HGPO: weighted history-context group advantages (docs/shapers.md §11)."
+)
+def _hgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    if batch.anchor_obs is None:
+        raise ValueError("base='hgpo' needs StepBatch.anchor_obs (the state before each step)")
+    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
+    values = hgpo_advantage(
+        batch.rewards,
+        batch.group_ids,
+        batch.traj_ids,
+        batch.anchor_obs,
+        batch.valid,
+        gamma=config.gamma,
+        history=config.hgpo_history,
+        alpha=config.hgpo_alpha,
+        base_group=config.hgpo_base_group,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.step_mode or "mean_std_norm",
+        eps=config.eps,
+        singleton=config.singleton,
+    )
+    return BaseAdvantage(values)
