@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator, Mapping
 from heapq import heappop, heappush
@@ -422,13 +423,16 @@ class ALFWorldOracle:
         # A search allocates many small containers that die with it and form no cycles: the cyclic garbage
         # collector is paused meanwhile (as ``timeit`` does), or its collections would promote the search's
         # short-lived states and set off full collections of the whole process (a third of the labels' cost).
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            return self._value(info, remember)
-        finally:
-            if paused:
-                gc.enable()
+        # The per-game work is shared by the process's oracles (its private engine is stepped by the expert's
+        # completion): one label at a time, whichever thread asks.
+        with _LOCK:
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                return self._value(info, remember)
+            finally:
+                if paused:
+                    gc.enable()
 
     def _value(self, info: dict[str, Any], remember: Remember) -> Value:
         live = (
@@ -572,6 +576,7 @@ class _GameWork:
 
 
 _WORK: OrderedDict[str, _GameWork] = OrderedDict()
+_LOCK = threading.RLock()
 _WORK_GAMES = 8  # games whose work a process keeps (least recently labelled dropped first; each holds its
 # parsed game alive, and a full garbage collection walks all of it: a few more than a group's one game)
 _SHARED_VALUES = 200_000  # exact values kept per task
@@ -590,7 +595,8 @@ def _game_work(live: Any) -> _GameWork:
 
 def clear_shared_work() -> None:
     """Forget every game's shared work and the exact values proved (benchmarks: time a first visit)."""
-    _WORK.clear()
+    with _LOCK:
+        _WORK.clear()
 
 
 class _SharedMemo:
