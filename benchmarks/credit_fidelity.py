@@ -57,12 +57,23 @@ from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.group import GroupEnv  # noqa: E402
 from stepgym.hindsight import NO_PEER, first_correct_peers  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
-from stepgym.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.trainers.presets import PRESETS, get_preset  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import OracleAnalyzer, same_action  # noqa: E402
 
-METHODS = ("grpo", "gigpo", "proas", "ahead", "stepopsd")
+GRAPH = ("graphgpo", "hgpo", "rewardflow", "g2po")
+#: the five of before, the four graph / history bases keyed on stepgym's exact state keys (``STATE_KEY``) and,
+#: with ``-obs``, on the observation text as their public code keys states, and the perfect-credit ceiling
+METHODS = (
+    "grpo",
+    "gigpo",
+    "proas",
+    "ahead",
+    "stepopsd",
+    *[f"{m}{keying}" for m in GRAPH for keying in ("", "-obs")],
+    "oracle",
+)
 METRICS = ("auroc", "spearman", "neg_share")
 
 
@@ -133,9 +144,11 @@ def paired_bootstrap(
     rng: np.random.Generator,
     n_boot: int,
     base: str = "grpo",
+    ceiling: str = "oracle",
 ) -> dict[str, dict[str, tuple[float, float]]]:
-    """95% percentile intervals of every method's scores and of its difference to ``base``; each resample draws
-    whole groups with replacement and scores every method on the same draw (the pairing)."""
+    """95% percentile intervals of every method's scores and of its difference to ``base`` (``"m-grpo"``) and to
+    the ``ceiling`` (``"m-oracle"``, when it was scored); each resample draws whole groups with replacement and
+    scores every method on the same draw (the pairing)."""
     ids = np.unique(groups)
     rows_of = [np.flatnonzero(groups == g) for g in ids]
     draws: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -147,8 +160,9 @@ def paired_bootstrap(
         for m, s in scored.items():
             for k, v in s.items():
                 draws[m][k].append(v)
-                if base in scored:
-                    draws[f"{m}-{base}"][k].append(v - scored[base][k])
+                for ref in (base, ceiling):
+                    if ref in scored:
+                        draws[f"{m}-{ref}"][k].append(v - scored[ref][k])
     return {name: {k: _interval(v) for k, v in per.items()} for name, per in draws.items()}
 
 
@@ -309,9 +323,8 @@ def collect(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any)
 
 
 def text_wrappers(spec: EnvSpec) -> list[Any]:
-    from stepgym.wrappers.text import resolve_format
     from stepgym.wrappers.feedback import EnvFeedbackWrapper
-    from stepgym.wrappers.text import TextInterfaceWrapper
+    from stepgym.wrappers.text import TextInterfaceWrapper, resolve_format
 
     fmt = resolve_format(spec.env_id, "")
     return [EnvFeedbackWrapper, lambda e: TextInterfaceWrapper(e, fmt=fmt)]
@@ -335,7 +348,13 @@ def endpoint_agent(args: argparse.Namespace) -> Any:
 # Each shaper's per-step credit on the collected groups
 # --------------------------------------------------------------------------------------------------------------
 def shaper_config(spec: EnvSpec, method: str) -> tuple[str, Any]:
-    """The env's own preset when there is one (``webshop-gigpo``), else ALFWorld's (credit envs: ``credit-*``)."""
+    """The env's own preset when there is one (``webshop-gigpo``, ``searchqa-graphgpo``), else ALFWorld's (the
+    credit envs: ``credit-*``, ``alfworld-graphgpo``); a graph base's ``-obs`` variant has its preset (only the
+    keying differs); the ceiling ``oracle`` is the shaper preset of that name (no trainer preset: it reads
+    labels)."""
+    method = method.removesuffix("-obs")
+    if method == "oracle":
+        return "oracle", ShapeConfig.from_preset("oracle")
     name = f"{spec.preset}-{method}"
     if name not in PRESETS:
         name = f"alfworld-{method}"
@@ -351,6 +370,10 @@ class Rows:
     reward: list[float] = field(default_factory=list)
     valid: list[bool] = field(default_factory=list)
     anchor: list[str] = field(default_factory=list)
+    next_anchor: list[str] = field(default_factory=list)  # the state key after the step
+    obs: list[str] = field(default_factory=list)  # the observation text before the step
+    next_obs: list[str] = field(default_factory=list)  # and after it
+    done: list[bool] = field(default_factory=list)  # the episode ended on this step (not cut by the horizon)
     gain: list[float] = field(default_factory=list)
     exact: list[bool] = field(default_factory=list)
     task_type: list[str] = field(default_factory=list)
@@ -368,6 +391,10 @@ def flatten(groups: list[Group]) -> Rows:
                 r.reward.append(float(step.reward))
                 r.valid.append(bool(step.info.get(schema.ADMISSIBLE, True)))
                 r.anchor.append(str(pre.get(schema.STATE_KEY)))
+                r.next_anchor.append(str(step.info.get(schema.STATE_KEY)))
+                r.obs.append(step.observation)
+                r.next_obs.append(step.next_observation)
+                r.done.append(bool(step.terminated))
                 gain = step.info.get(schema.VALUE_GAIN)
                 r.gain.append(float("nan") if gain is None else float(gain))
                 r.exact.append(bool(step.info.get(schema.VALUE_EXACT)) and gain is not None)
@@ -466,8 +493,23 @@ def credits(spec: EnvSpec, groups: list[Group], rows: Rows, strength: float) -> 
         if method == "stepopsd":
             batch.delta = stepopsd_gaps(groups, strength)[:, None]
             batch.target = batch.layout if cfg.step_norm is not None else None
+        if method.removesuffix("-obs") in (*GRAPH, "oracle"):
+            graph_inputs(batch, rows, obs_keyed=method.endswith("-obs"))
         out[method] = shape_advantages(batch, cfg).token_advantages[:, 0]
     return out
+
+
+def graph_inputs(batch: StepBatch, rows: Rows, obs_keyed: bool) -> None:
+    """What the graph / history bases and the ceiling read: the state before and after each step (stepgym's
+    ``STATE_KEY``, or with ``obs_keyed`` the observation text, as their public code keys states), whether the
+    episode ended there, and the true gain (``VALUE_GAIN``; 0.0 where the label is unknown: the gain rule's
+    "no claim", and such steps are not scored)."""
+    if obs_keyed:
+        batch.anchor_obs, batch.next_obs = list(rows.obs), list(rows.next_obs)
+    else:
+        batch.anchor_obs, batch.next_obs = list(rows.anchor), list(rows.next_anchor)
+    batch.dones = list(rows.done)
+    batch.true_gain = np.nan_to_num(np.array(rows.gain, dtype=float), nan=0.0)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -520,7 +562,8 @@ def fmt_cell(v: float, ci: tuple[float, float]) -> str:
 def table(results: list[dict], metric: str, subset_prefix: str = "all", diff: bool = False) -> str:
     """A markdown table: one row per (env, subset) whose subset starts with ``subset_prefix``; ``diff``: each
     method minus GRPO with its paired interval."""
-    methods = [m for m in METHODS if m != "grpo"] if diff else list(METHODS)
+    present = methods_in(results)
+    methods = [m for m in present if m != "grpo"] if diff else present
     names = [f"{m} − grpo" for m in methods] if diff else methods
     head = "| env | subset | exact steps (−/0/+) | " + " | ".join(names) + " |"
     lines = [head, "|" + "---|" * (3 + len(methods))]
@@ -539,6 +582,12 @@ def table(results: list[dict], metric: str, subset_prefix: str = "all", diff: bo
     return "\n".join(lines)
 
 
+def methods_in(results: list[dict]) -> list[str]:
+    """The methods a results file scored, in ``METHODS`` order (an older file has fewer)."""
+    scored = {m for r in results for m in r["scores"]}
+    return [m for m in METHODS if m in scored]
+
+
 NAMES = {
     "auroc": "AUROC (helpful vs harmful)",
     "spearman": "Spearman with the gain",
@@ -554,6 +603,39 @@ def report_tables(results: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
+def method_table(results: list[dict], metric: str, subset: str = "all", ref: str = "") -> str:
+    """One row per method, one column per env (its ``subset`` row): the score with its interval, or with ``ref``
+    (``"grpo"``, ``"oracle"``) each method minus ``ref`` with its paired interval."""
+    rows = [r for r in results if r["subset"] == subset]
+    head = "| method | " + " | ".join(f"{r['env']} ({r['exact_steps']} steps)" for r in rows) + " |"
+    lines = [head, "|" + "---|" * (1 + len(rows))]
+    for m in methods_in(results):
+        if ref and m == ref:
+            continue
+        cells = []
+        for r in rows:
+            sc = r["scores"]
+            if ref:
+                key = f"{m}-{ref}"
+                ok = ref in sc and key in r["ci"]
+                cells.append(fmt_cell(sc[m][metric] - sc[ref][metric], r["ci"][key][metric]) if ok else "—")
+            else:
+                cells.append(fmt_cell(sc[m][metric], r["ci"][m][metric]))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def docs_tables(results: list[dict]) -> str:
+    """docs/credit_fidelity.md's tables: every method per env for each score, then the paired differences of
+    AUROC and Spearman to GRPO and to the ceiling (``oracle``)."""
+    parts = [f"**{NAMES[m]}**\n\n{method_table(results, m)}" for m in METRICS]
+    for metric in ("auroc", "spearman"):
+        for ref, what in (("grpo", "GRPO"), ("oracle", "the ceiling (oracle)")):
+            label = f"{NAMES[metric]}, each method minus {what} (paired)"
+            parts.append(f"**{label}**\n\n{method_table(results, metric, ref=ref)}")
+    return "\n\n".join(parts)
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -561,14 +643,16 @@ def plot(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in results if r["subset"] == "all" or r["subset"].startswith("type:")]
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(15, 0.45 * len(rows) + 1.6), sharey=True)
+    height = (0.1 * len(methods_in(rows)) + 0.3) * len(rows) + 1.6
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(15, height), sharey=True)
     y = np.arange(len(rows))
     for ax, metric in zip(axes, METRICS, strict=True):
-        for j, m in enumerate(METHODS):
+        present = methods_in(rows)
+        for j, m in enumerate(present):
             v = np.array([r["scores"][m][metric] for r in rows], dtype=float)
             lo = np.array([r["ci"][m][metric][0] for r in rows], dtype=float)
             hi = np.array([r["ci"][m][metric][1] for r in rows], dtype=float)
-            off = (j - 2) * 0.15
+            off = (j - (len(present) - 1) / 2) * 0.6 / len(present)
             ax.errorbar(v, y + off, xerr=[np.abs(v - lo), np.abs(hi - v)], fmt="o", ms=3, label=m, capsize=0)
         if (
             metric != "neg_share"
@@ -658,7 +742,8 @@ def run_env(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any)
 def write_reports(data: dict, out: Path, plot_path: str) -> None:
     results = data["results"]
     tables = "\n\n".join(f"### {NAMES[m]}\n\n{table(results, m, '')}" for m in METRICS)
-    (out / "tables.md").write_text(tables + "\n\n## README\n\n" + report_tables(results) + "\n")
+    docs = "\n\n## docs/credit_fidelity.md\n\n" + docs_tables(results)
+    (out / "tables.md").write_text(tables + "\n\n## README\n\n" + report_tables(results) + docs + "\n")
     try:
         plot(results, Path(plot_path) if plot_path else out / "credit_fidelity.png")
     except ImportError:

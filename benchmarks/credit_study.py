@@ -62,12 +62,26 @@ from stepgym import schema  # noqa: E402
 from stepgym.envs.credit_family import DECISIVE  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
-from stepgym.shapers import StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.trainers.presets import get_preset  # noqa: E402
+from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import same_action  # noqa: E402
 
 ENV_ID = "StepGym/CreditFamily-v0"
-METHODS = ("grpo", "gigpo", "proas", "ahead", "stepopsd")
+GRAPH = ("graphgpo", "hgpo", "rewardflow", "g2po")
+#: the five of before; the four graph / history bases keyed on ``STATE_KEY`` and, with ``-obs``, on the
+#: observation text (their public code's keying); and the perfect-credit ceiling ``oracle`` (the true gain of
+#: ``ValueWrapper``'s labels as step credit, with the episode term)
+METHODS = (
+    "grpo",
+    "gigpo",
+    "proas",
+    "ahead",
+    "stepopsd",
+    *[f"{m}{keying}" for m in GRAPH for keying in ("", "-obs")],
+    "oracle",
+)
+CEILING = "oracle"
 EXTRA = ("gigpo-obs", "stepopsd-nonorm")  # variants run only in the settings that name them
 CENTER = {
     "horizon": 10,
@@ -149,6 +163,8 @@ class Step:
     info: dict  # the info of the state the action was taken in
     reward: float = 0.0
     next_info: dict = field(default_factory=dict)
+    next_obs: str = ""  # the observation text after the step
+    done: bool = False  # the episode ended on this step (terminated, not cut by the horizon)
 
 
 @dataclass
@@ -174,7 +190,7 @@ def play(
         )
         step = Step(obs, actions, k, z, info)
         obs, reward, terminated, truncated, info = env.step(actions[k])
-        step.reward, step.next_info = float(reward), info
+        step.reward, step.next_info, step.next_obs, step.done = float(reward), info, obs, bool(terminated)
         steps.append(step)
         if terminated or truncated:
             return Episode(task_id, -1, steps, bool(info[schema.WON]))
@@ -220,12 +236,32 @@ def grow(graph: AgenticReferenceGraph, eps: list[Episode]) -> None:
             graph.add_path(e.task_id, keys, [s.actions[s.chosen] for s in e.steps], won=True)
 
 
+def graph_inputs(batch: StepBatch, rows: list[tuple[Episode, Step]], method: str) -> None:
+    """The graph / history bases' and the ceiling's inputs: the state before and after each step (``STATE_KEY``,
+    or with ``-obs`` the observation text, their public code's keying), where the episode ended, and (the
+    ceiling) the true gain ``VALUE_GAIN`` of each step."""
+    if method.endswith("-obs"):
+        batch.anchor_obs = [s.obs for _, s in rows]
+        batch.next_obs = [s.next_obs for _, s in rows]
+    else:
+        batch.anchor_obs = [s.info[schema.STATE_KEY] for _, s in rows]
+        batch.next_obs = [s.next_info[schema.STATE_KEY] for _, s in rows]
+    batch.dones = [s.done for _, s in rows]
+    if method == CEILING:
+        batch.true_gain = [float(s.next_info[schema.VALUE_GAIN]) for _, s in rows]
+
+
 # --------------------------------------------------------------------------------------------------------------
 # One cell
 # --------------------------------------------------------------------------------------------------------------
 def shaper_config(method: str):
-    """The ``credit-*`` preset's shaper; ``stepopsd-nonorm`` drops StepOPSD's per-step budget normalisation."""
-    cfg = get_preset(f"credit-{method.split('-')[0]}").shaper
+    """The ``credit-*`` preset's shaper; ``stepopsd-nonorm`` drops StepOPSD's per-step budget normalisation; a graph
+    base (either keying) has its ALFWorld shaper preset (``graphgpo-alfworld``: the ``credit-*`` presets take
+    ALFWorld's shapers), the ceiling the ``oracle`` shaper preset."""
+    base = method.split("-")[0]
+    if base in (*GRAPH, CEILING):
+        return ShapeConfig.from_preset(base if base == CEILING else f"{base}-alfworld")
+    cfg = get_preset(f"credit-{base}").shaper
     return replace(cfg, step_norm=None) if method == "stepopsd-nonorm" else cfg
 
 
@@ -235,22 +271,24 @@ def run_cell(cell: dict) -> dict:
     method, seed, a = cell["method"], cell["seed"], cell["args"]
     knobs = {**CENTER, **cell["knobs"]}
     env = gym.make(ENV_ID, n_tasks=a["tasks"], **knobs).unwrapped
+    if method == CEILING:  # the ceiling reads the true gain of every step
+        env = ValueWrapper(env)
     valid = gym.make(ENV_ID, split="valid", n_tasks=a["eval_tasks"], **knobs).unwrapped
     cfg = shaper_config(method)
     rng = np.random.default_rng(seed)  # identical across methods: same task order and initial policy
     policy, stale = Policy(), Policy()
     graph = AgenticReferenceGraph()
     if method == "proas":
-        seed_graph_from_expert(graph, gym.make(ENV_ID, n_tasks=a["tasks"], **knobs), env.task_ids)
+        seed_graph_from_expert(graph, gym.make(ENV_ID, n_tasks=a["tasks"], **knobs), env.unwrapped.task_ids)
     curve, share, dec_rows = [], [], []
     for it in range(a["iterations"]):
         if method == "stepopsd" and it % 10 == 0:
             stale = policy.copy()  # the stale teacher: refreshed every 10 updates (initial weights for 1..10)
-        tasks = rng.choice(len(env.task_ids), size=a["n_tasks"], replace=False)
+        tasks = rng.choice(len(env.unwrapped.task_ids), size=a["n_tasks"], replace=False)
         eps = []
         for g, ti in enumerate(tasks):
             for _ in range(a["group_size"]):
-                e = play(env, policy, env.task_ids[ti], rng)
+                e = play(env, policy, env.unwrapped.task_ids[ti], rng)
                 e.group = g
                 eps.append(e)
         rows = [(e, s) for e in eps for s in e.steps]
@@ -263,6 +301,8 @@ def run_cell(cell: dict) -> dict:
             anchor_obs=[s.obs if method == "gigpo-obs" else s.info[schema.STATE_KEY] for _, s in rows],
             layout=TokenLayout.from_step_rows(np.ones((n, 1))),
         )
+        if method.split("-")[0] in (*GRAPH, CEILING):
+            graph_inputs(batch, rows, method)
         if method == "proas":
             batch.reasonable, batch.progress = proas_labels(graph, eps)
         if cfg.token_reweight is not None:
@@ -292,7 +332,7 @@ def run_cell(cell: dict) -> dict:
         "decisive_share": share,
         "decisive_rows": dec_rows,
         "valid_success": held,
-        "random_success": env.random_success(),
+        "random_success": env.unwrapped.random_success(),
         "seconds": time.perf_counter() - t0,
     }
 
@@ -379,7 +419,9 @@ STAT_KEYS = ("it50", "it80", "auc", "valid", "decisive_share")
 
 
 def summarise(results: list[dict], smooth: int) -> list[dict]:
-    """One row per (setting, method): means over seeds and paired differences vs GRPO with 95% bootstrap CIs."""
+    """One row per (setting, method): means over seeds and paired differences vs GRPO (``d_*``) and vs the
+    perfect-credit ceiling (``c_*``: the method minus ``oracle``; NaN when the ceiling was not run) with 95%
+    bootstrap CIs."""
     by = defaultdict(dict)
     for r in results:
         by[(r["setting"], r["method"])][r["seed"]] = metrics(r, smooth)
@@ -405,12 +447,15 @@ def summarise(results: list[dict], smooth: int) -> list[dict]:
             row[k] = (
                 float(np.mean(vals)) if vals else float("nan")
             )  # share: NaN for a run that never had credit
-        for k in STAT_KEYS:
-            d = np.array([per_seed[s][k] - base[s][k] for s in paired])
-            d = d[~np.isnan(d)]
-            lo, hi = bootstrap_ci(d, rng) if method != "grpo" else (float("nan"), float("nan"))
-            row[f"d_{k}"] = float(d.mean()) if len(d) and method != "grpo" else float("nan")
-            row[f"d_{k}_lo"], row[f"d_{k}_hi"] = lo, hi
+        ceiling = by.get((setting, CEILING), {})
+        for prefix, ref, ref_name in (("d", base, "grpo"), ("c", ceiling, CEILING)):
+            for k in STAT_KEYS:
+                d = np.array([per_seed[s][k] - ref[s][k] for s in seeds if s in ref])
+                d = d[~np.isnan(d)]
+                own = method == ref_name or not len(d)
+                lo, hi = (float("nan"), float("nan")) if own else bootstrap_ci(d, rng)
+                row[f"{prefix}_{k}"] = float("nan") if own else float(d.mean())
+                row[f"{prefix}_{k}_lo"], row[f"{prefix}_{k}_hi"] = lo, hi
         rows.append(row)
     order = {m: i for i, m in enumerate((*METHODS, *EXTRA))}
     names = list(dict.fromkeys(r["setting"] for r in results))
@@ -450,20 +495,27 @@ def write_csv(rows: list[dict], path: Path) -> None:
 def markdown(rows: list[dict]) -> str:
     """The headline table: AUC and held-out success, and the AUC difference vs GRPO with its 95% CI."""
     out = [
-        "| setting | method | AUC | Δ AUC vs GRPO [95% CI] | it→80% | valid | decisive share (rows) |",
-        "|---|---|---|---|---|---|---|",
+        "| setting | method | seeds | AUC | Δ AUC vs GRPO [95% CI] | Δ AUC vs ceiling [95% CI] | it→80% "
+        "| Δ it→80% vs GRPO [95% CI] | valid | decisive share (rows) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        d = (
-            "—"
-            if r["method"] == "grpo"
-            else f"{r['d_auc']:+.3f} [{r['d_auc_lo']:+.3f}, {r['d_auc_hi']:+.3f}]"
+        d, c, i = (
+            _ci(r, f"{p}_{k}", fmt)
+            for p, k, fmt in (("d", "auc", "+.3f"), ("c", "auc", "+.3f"), ("d", "it80", "+.1f"))
         )
         out.append(
-            f"| {r['setting']} | {r['method']} | {r['auc']:.3f} | {d} | {r['it80']:.1f} | {r['valid']:.2f} | "
-            f"{r['decisive_share']:.3f} ({r['decisive_rows']:.3f}) |"
+            f"| {r['setting']} | {r['method']} | {r['seeds']} | {r['auc']:.3f} | {d} | {c} | {r['it80']:.1f} | {i} | "
+            f"{r['valid']:.2f} | {r['decisive_share']:.3f} ({r['decisive_rows']:.3f}) |"
         )
     return "\n".join(out)
+
+
+def _ci(row: dict, key: str, fmt: str) -> str:
+    """``mean [lo, hi]`` of a paired difference, or "—" (the reference itself, or no paired seeds)."""
+    if math.isnan(row[key]):
+        return "—"
+    return f"{row[key]:{fmt}} [{row[key + '_lo']:{fmt}}, {row[key + '_hi']:{fmt}}]"
 
 
 def plot(results: list[dict], rows: list[dict], out: Path) -> list[Path]:
@@ -474,7 +526,7 @@ def plot(results: list[dict], rows: list[dict], out: Path) -> list[Path]:
 
     settings = list(dict.fromkeys(r["setting"] for r in results))
     methods = [m for m in (*METHODS, *EXTRA) if any(r["method"] == m for r in results)]
-    colors = dict(zip(methods, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    colors = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}  # 15 methods: more than 10
     cols = min(4, len(settings))
     nrows = math.ceil(len(settings) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.4 * nrows), squeeze=False, sharey=True)

@@ -12,6 +12,12 @@ play identical actions; the wrapper only adds keys). Printed per env: seconds pe
 the ratio labelled / plain, the cache hit rate and, for ALFWorld, the share of oracle calls whose search proved the
 value within the budget (the rest are the expert's upper bounds, or unknown) and the share of exact step labels.
 
+``--fresh`` measures ALFWorld's labels as a trainer meets them: each variant (plain, labelled) plays in a new
+process (the expert's library imported before the clock starts, as both pay it alike), ``--group`` envs, one
+``ValueWrapper`` each as ``GroupEnv`` wraps its copies, play every ``--fresh-games``-th game in lockstep, resets
+included, first play (nothing parsed or cached before); ``--repeat`` pairs, the order alternated; it prints each
+pair's ratio labelled / plain, the median, a digest of every label (equal digests: equal labels) and the load.
+
 Run: ``STEPGYM_DATA=../shared/data python benchmarks/values_bench.py --alfworld-games 10 --budget 500``
 (``--alfworld-games 0`` plays every valid_seen game). Envs without their data are skipped with a note. A labelled
 warm-up pass runs first, so caches the variants share (WebShop's search results, parsed ALFWorld games) are
@@ -22,7 +28,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
+import json
+import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -152,6 +162,102 @@ def cold() -> None:
     starts with those empty, so every variant's first visit of a state costs what a first visit costs."""
     if "stepgym.envs.alfworld.native.engine" in sys.modules:
         sys.modules["stepgym.envs.alfworld.native.engine"].clear_shared_state_caches()
+    if "stepgym.values.alfworld" in sys.modules:
+        sys.modules["stepgym.values.alfworld"].clear_shared_work()
+
+
+# -- ALFWorld's first play in a fresh process -------------------------------------------------------------------
+LABEL_KEYS = (
+    schema.VALUE_BEFORE,
+    schema.VALUE_AFTER,
+    schema.VALUE_GAIN,
+    schema.VALUE_EXACT,
+    schema.VALUE_REACHABLE,
+    schema.VALUE_BEST_REWARD,
+)
+
+
+def fresh_games(n_games: int, split: str = "valid_seen") -> list[str]:
+    """Every n-th game of ``split`` (``n_games`` of them; 0: all)."""
+    ids = gym.make("StepGym/ALFWorld-v0", split=split).unwrapped.task_ids
+    return list(ids if n_games <= 0 else ids[:: max(1, len(ids) // n_games)][:n_games])
+
+
+def fresh_child(variant: str, games: list[str], group: int, steps: int, budget: int) -> dict[str, Any]:
+    """One process's first play: ``group`` envs (one ``ValueWrapper`` each when ``variant`` is "labelled", as
+    ``GroupEnv`` wraps its copies), every game played by the group in lockstep, resets included. Returns the CPU
+    seconds spent in reset/step, the steps and a digest of every label (the labelled variant)."""
+    rng = np.random.default_rng(0)
+    # the expert's library parses its logic files on import (~0.5 s, once per process, in both variants alike):
+    # imported before the clock starts, so the ratio compares the steps' work, not a one-off import
+    from stepgym.envs.alfworld.expert import RobustExpert
+
+    RobustExpert()
+
+    def make() -> gym.Env:
+        env = gym.make("StepGym/ALFWorld-v0", split="valid_seen", max_steps=steps).unwrapped
+        return ValueWrapper(env, budget=budget) if variant == "labelled" else env
+
+    envs = [make() for _ in range(group)]
+    digest, per_game = hashlib.sha256(), {}
+    spent, n = 0.0, 0
+    gc.collect()
+    for game in games:
+        game_digest = hashlib.sha256()
+        t0 = time.process_time()
+        infos = [env.reset(seed=g, options={"task_id": game})[1] for g, env in enumerate(envs)]
+        spent += time.process_time() - t0
+        live = list(range(group))
+        while live:
+            for g in list(live):
+                action = admissible_policy(infos[g], rng, g == 0)
+                t0 = time.process_time()
+                _, _, terminated, truncated, infos[g] = envs[g].step(action)
+                spent += time.process_time() - t0
+                n += 1
+                labels = json.dumps([infos[g].get(k) for k in LABEL_KEYS]).encode()
+                digest.update(labels)
+                game_digest.update(labels)
+                if terminated or truncated:
+                    live.remove(g)
+        per_game[game] = game_digest.hexdigest()[:16]
+    return {"variant": variant, "seconds": spent, "steps": n, "digest": digest.hexdigest(), "games": per_game}
+
+
+def fresh_bench(args: argparse.Namespace, budget: int) -> None:
+    """``--fresh``: the plain and the labelled first play, each in its own new process, ``--repeat`` times with
+    the order alternated (a burst of load hits both alike); prints each pair's ratio and the median."""
+    games = fresh_games(args.fresh_games)
+    ratios, plain, labelled = [], [], []
+    for r in range(args.repeat):
+        got = {}
+        for variant in ("plain", "labelled") if r % 2 == 0 else ("labelled", "plain"):
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--fresh-child",
+                variant,
+                "--budget",
+                str(budget),
+            ]
+            cmd += ["--group", str(args.group), "--alfworld-steps", str(args.alfworld_steps)]
+            cmd += ["--fresh-games", str(args.fresh_games)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            got[variant] = json.loads(out.strip().splitlines()[-1])
+        plain.append(got["plain"]["seconds"])
+        labelled.append(got["labelled"]["seconds"])
+        ratios.append(labelled[-1] / plain[-1])
+        n = got["plain"]["steps"]
+        assert n == got["labelled"]["steps"], "the wrapper changed the rollouts"
+    print(
+        f"ALFWorld first play, fresh process: {len(games)} valid_seen games x group {args.group}, "
+        f"{n} steps, resets included | ms/step plain {np.median(plain) / n * 1e3:.2f}  labelled "
+        f"{np.median(labelled) / n * 1e3:.2f} | labelled / plain median {np.median(ratios):.2f}x "
+        f"(runs: {', '.join(f'{x:.2f}x' for x in ratios)}) | label digest {got['labelled']['digest'][:16]}"
+    )
+    print(
+        f"load average at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
+    )
 
 
 def _maybe(name: str, fn: Callable[[], None]) -> None:
@@ -176,11 +282,28 @@ def main() -> None:
     ap.add_argument(
         "--only", default="", help="comma-separated subset: credit,family,alfworld,webshop,searchqa"
     )
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="ALFWorld's first play, each variant in a new process (groups of --group, resets included)",
+    )
+    ap.add_argument(
+        "--fresh-games", type=int, default=20, help="--fresh: every n-th valid_seen game (0: all)"
+    )
+    ap.add_argument("--fresh-child", choices=("plain", "labelled"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     from stepgym.values import DEFAULT_BUDGET
 
     budget = DEFAULT_BUDGET if args.budget is None else args.budget
+    if args.fresh_child:
+        games = fresh_games(args.fresh_games)
+        res = fresh_child(args.fresh_child, games, args.group, args.alfworld_steps, budget)
+        print(json.dumps(res))
+        return
     only = set(filter(None, args.only.split(",")))
+    if args.fresh:
+        fresh_bench(args, budget)
+        return
     print(
         f"# values_bench {time.strftime('%Y-%m-%d')} on {platform.node()} ({platform.processor() or 'cpu'}), "
         f"group {args.group}, ALFWorld budget {budget}"

@@ -1,6 +1,6 @@
 """Regenerate (or check) the figures the README quotes from a command's output, so they cannot go stale.
 
-Each figure is a region of README.md between ``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->``, rebuilt
+Each figure is a region of README.md (or of a docs page: ``Figure.page``) between ``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->``, rebuilt
 from the output of stepgym's own commands. ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a
 diff when the README differs from a fresh run; ``--write`` puts the fresh figures in.
 
@@ -82,13 +82,47 @@ def credit_fidelity() -> str:
     return cf.report_tables(json.loads(CREDIT_FIDELITY.read_text(encoding="utf-8"))["results"])
 
 
+CREDIT_FIDELITY_ALL = ROOT / "benchmarks" / "results" / "credit_fidelity_2026-12-05.json"
+CREDIT_STUDY_CELLS = ROOT / "benchmarks" / "results" / "credit_study_2026-12-05_cells.jsonl.gz"
+
+
+def credit_fidelity_methods() -> str:
+    """docs/credit_fidelity.md's tables of every method (the graph bases with both keyings, the ceiling), rebuilt
+    from the committed results file."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import json
+
+    import credit_fidelity as cf
+
+    return cf.docs_tables(json.loads(CREDIT_FIDELITY_ALL.read_text(encoding="utf-8"))["results"])
+
+
+def credit_study_methods() -> str:
+    """docs/credit_study.md's table of every method per CreditFamily setting (learning-curve AUC, its paired
+    differences to GRPO and to the ceiling), rebuilt from the committed cells."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import credit_study as cs
+
+    rows = cs.summarise(cs.load_cells(CREDIT_STUDY_CELLS), smooth=2)
+    return cs.markdown(rows)
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str
     build: Callable[[], str]
+    page: Path = README  # the file holding the figure's region
 
 
-FIGURES = {f.name: f for f in (Figure("arg-stats", arg_stats), Figure("credit-fidelity", credit_fidelity))}
+FIGURES = {
+    f.name: f
+    for f in (
+        Figure("arg-stats", arg_stats),
+        Figure("credit-fidelity", credit_fidelity),
+        Figure("credit-fidelity-methods", credit_fidelity_methods, ROOT / "docs" / "credit_fidelity.md"),
+        Figure("credit-study-methods", credit_study_methods, ROOT / "docs" / "credit_study.md"),
+    )
+}
 
 
 def _region(name: str) -> re.Pattern[str]:
@@ -104,22 +138,25 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help="write the fresh figures into the README")
     ap.add_argument("--only", choices=sorted(FIGURES), action="append", help="just these figures")
     args = ap.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
+    texts: dict[Path, str] = {}
     stale = []
     for name in args.only or sorted(FIGURES):
+        page = FIGURES[name].page
+        text = texts.setdefault(page, page.read_text(encoding="utf-8"))
         match = _region(name).search(text)
         if match is None:
-            raise SystemExit(f"README.md has no <!-- figure:{name} --> … <!-- /figure:{name} --> region")
+            raise SystemExit(f"{page.name} has no <!-- figure:{name} --> … <!-- /figure:{name} --> region")
         fresh = FIGURES[name].build()
         if match.group(2) != fresh:
             stale.append(name)
             diff = difflib.unified_diff(
-                match.group(2).splitlines(), fresh.splitlines(), "README", "fresh", lineterm=""
+                match.group(2).splitlines(), fresh.splitlines(), page.name, "fresh", lineterm=""
             )
             print(f"figure {name} is stale:\n" + "\n".join(diff))
-            text = text[: match.start(2)] + fresh + text[match.end(2) :]
+            texts[page] = text[: match.start(2)] + fresh + text[match.end(2) :]
     if args.write:
-        README.write_text(text, encoding="utf-8")
+        for page, text in texts.items():
+            page.write_text(text, encoding="utf-8")
         print(f"wrote {len(stale)} figure(s): {', '.join(stale) or 'none changed'}")
         return 0
     return 1 if stale else 0

@@ -106,6 +106,16 @@ def test_quick_run_scores_every_env_and_method(quick) -> None:
             assert np.isnan(a) or 0.0 <= a <= 1.0
     toy = next(r for r in data["results"] if r["env"] == "CreditToy" and r["subset"] == "all")
     assert toy["presets"]["gigpo"] == "credit-gigpo"
+    # the graph bases take ALFWorld's presets on the credit envs (both keyings), the ceiling its own
+    assert toy["presets"]["graphgpo"] == toy["presets"]["graphgpo-obs"] == "alfworld-graphgpo"
+    assert toy["presets"]["oracle"] == "oracle"
+    # the ceiling's credit is the true gain (plus the episode term): on the exact credit envs it separates
+    # helpful from harmful steps better than the outcome alone, and every difference to it has an interval
+    for env in ("CreditToy", "CreditFamily"):
+        r = next(r for r in data["results"] if r["env"] == env and r["subset"] == "all")
+        assert r["scores"]["oracle"]["auroc"] >= max(r["scores"]["grpo"]["auroc"], 0.9)
+        assert set(r["ci"]) >= {f"{m}-oracle" for m in cf.METHODS}
+    assert "| graphgpo-obs |" in (out / "tables.md").read_text()
     assert "| CreditToy | all |" in (out / "tables.md").read_text()
 
 

@@ -53,6 +53,11 @@ def test_quick_sweep_writes_paired_cells_csv_and_plots(quick):
     for r in rows:
         assert r["seeds"] == r["paired_seeds"] == "2"
         assert (r["d_auc"] == "nan") == (r["method"] == "grpo")
+        # the distance to the perfect-credit ceiling, paired on the same seeds; none for the ceiling itself
+        assert (r["c_auc"] == "nan") == (r["method"] == cs.CEILING)
+        if r["method"] != cs.CEILING:
+            assert float(r["c_auc_lo"]) <= float(r["c_auc"]) <= float(r["c_auc_hi"])
+    assert {f"{m}{k}" for m in cs.GRAPH for k in ("", "-obs")} | {"oracle"} <= methods
     assert (quick / "summary.md").read_text().startswith("| setting | method |")
     for png in ("credit_study_curves.png", "credit_study_auc_diff.png"):
         assert (quick / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -77,14 +82,14 @@ def test_a_killed_sweep_resumes_and_redoes_nothing(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the whole sweep at once: parent and workers
     proc.wait()
     before = cs.load_cells(results)
-    assert 2 <= len(before) < 10
+    assert 2 <= len(before) < 2 * len(cs.METHODS)
     kept = results.read_bytes()
     assert cs.main(["--quick", "--settings", "center", "--out", str(out), "--workers", "1"]) == 0
     after_bytes = results.read_bytes()
     assert after_bytes.startswith(kept)  # finished cells are kept as they were, not rerun
     after = cs.load_cells(results)
     keys = [c["key"] for c in after]
-    assert len(keys) == len(set(keys)) == 10  # 5 methods × 2 seeds, each exactly once
+    assert len(keys) == len(set(keys)) == 2 * len(cs.METHODS)  # every method × 2 seeds, each exactly once
 
 
 def test_a_torn_last_line_is_dropped_and_the_next_append_is_clean(tmp_path):
@@ -140,8 +145,32 @@ def test_stepopsd_step_norm_leaves_one_token_steps_at_grpo_credit():
 
 def test_the_committed_summary_is_what_the_committed_cells_give(tmp_path):
     results = REPO / "benchmarks" / "results"
-    cells = results / "credit_study_2026-11-30_cells.jsonl.gz"
+    cells = results / "credit_study_2026-12-05_cells.jsonl.gz"
     assert cs.main(["--report-only", "--out", str(tmp_path), "--cells", str(cells)]) == 0
     for name in ("summary.csv", "summary.md"):
-        committed = (results / f"credit_study_2026-11-30_{name}").read_text()
+        committed = (results / f"credit_study_2026-12-05_{name}").read_text()
         assert (tmp_path / name).read_text() == committed, name
+
+
+def test_graph_bases_get_both_keyings_and_the_ceiling_the_true_gain():
+    """A graph base's batch is keyed on STATE_KEY, its ``-obs`` variant on the observation text (next_obs[t] is
+    the text before step t+1); the ceiling reads VALUE_GAIN of each step; the configs are the shaper presets."""
+    import gymnasium as gym
+
+    from stepgym.wrappers import ValueWrapper
+
+    env = ValueWrapper(gym.make(cs.ENV_ID, n_tasks=4, **{**cs.CENTER, "alias": True}).unwrapped)
+    ep = cs.play(env, cs.Policy(), env.unwrapped.task_ids[0], np.random.default_rng(0))
+    rows = [(ep, s) for s in ep.steps]
+    for method in ("graphgpo", "graphgpo-obs", "oracle"):
+        batch = cs.StepBatch(group_ids=[0] * len(rows), traj_ids=[0] * len(rows), rewards=[0.0] * len(rows))
+        cs.graph_inputs(batch, rows, method)
+        assert batch.next_obs[:-1] == batch.anchor_obs[1:]
+        assert batch.dones == [False] * (len(rows) - 1) + [ep.steps[-1].done]
+        if method.endswith("-obs"):
+            assert batch.anchor_obs == [s.obs for s in ep.steps]
+        else:
+            assert batch.anchor_obs == [s.info[cs.schema.STATE_KEY] for s in ep.steps]
+        assert (batch.true_gain is None) == (method != "oracle")
+    assert cs.shaper_config("graphgpo-obs") == cs.shaper_config("graphgpo")
+    assert cs.shaper_config("graphgpo").base == "graphgpo" and cs.shaper_config("oracle").base == "oracle"

@@ -376,3 +376,67 @@ def test_the_check_script_runs_on_one_game() -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "1 games" in done.stdout and "0 disagreements" in done.stdout
+
+
+def _group_labels(envs, task: str, seed: int) -> list[list]:
+    """Every env of ``envs`` plays ``task`` (the expert with probability 0.6, else a random admissible command),
+    in lockstep as a group does; returns each env's labels per step (None for an env without ``ValueWrapper``)."""
+    rng = np.random.default_rng(seed)
+    infos = [env.reset(options={"task_id": task})[1] for env in envs]
+    out: list[list] = [[(i.get(schema.VALUE_AFTER), i.get(schema.VALUE_EXACT))] for i in infos]
+    live = list(range(len(envs)))
+    for _ in range(10):
+        for g in list(live):
+            acts, expert = infos[g][schema.ADMISSIBLE_ACTIONS], infos[g][schema.EXPERT_ACTION]
+            action = expert if expert and rng.random() < 0.6 else acts[int(rng.integers(len(acts)))]
+            *_, term, trunc, infos[g] = envs[g].step(action)
+            keys = (schema.VALUE_BEFORE, schema.VALUE_AFTER, schema.VALUE_GAIN, schema.VALUE_EXACT)
+            out[g].append(tuple(infos[g].get(k) for k in keys))
+            if term or trunc:
+                live.remove(g)
+    return out
+
+
+def test_a_group_shares_what_it_proved_and_labels_as_one_wrapper_alone() -> None:
+    """The wrappers of a group (one per env, as GroupEnv wraps its copies) share the game's work and the exact
+    values proved: a state one of them labelled costs the others no search, and every label equals the label a
+    wrapper gets alone, with nothing shared (the shared work cleared before each env plays)."""
+    from stepgym.values.alfworld import clear_shared_work
+
+    make = lambda: ValueWrapper(gym.make(ENV_ID, split="valid_seen").unwrapped)  # noqa: E731
+    tasks = [make().unwrapped.task_ids[i] for i in (SMALL_GAME, 60, 100)]
+    for task in tasks:
+        clear_shared_work()
+        group = [make() for _ in range(4)]
+        together = _group_labels(group, task, seed=5)
+        assert group[0].oracle.stats["searches"] >= 1
+        assert group[1].oracle.stats["searches"] < group[0].oracle.stats["searches"] + 5
+        alone = []
+        for g in range(4):  # the same rollouts (same seeded choices), only env g labelled, nothing shared
+            clear_shared_work()
+            envs = [make() if i == g else gym.make(ENV_ID, split="valid_seen").unwrapped for i in range(4)]
+            alone.append(_group_labels(envs, task, seed=5)[g])
+        assert together == alone
+    # the start state, labelled by the first wrapper of the group, is read back by the others: no search there
+    clear_shared_work()
+    first, second = make(), make()
+    first.reset(options={"task_id": tasks[1]})
+    obs, info = second.reset(options={"task_id": tasks[1]})
+    assert second.oracle.stats["searches"] == 0 and info[schema.VALUE_EXACT]
+
+
+def test_no_cache_shares_nothing() -> None:
+    """``cache_size=0`` (every step runs the oracle) neither reads nor writes the shared exact values: an exhausted
+    budget stays an upper bound even after another wrapper proved the state."""
+    from stepgym.values.alfworld import clear_shared_work
+
+    clear_shared_work()
+    task = gym.make(ENV_ID, split="valid_seen").unwrapped.task_ids[60]
+    proved = ValueWrapper(gym.make(ENV_ID, split="valid_seen").unwrapped)
+    obs, info = proved.reset(options={"task_id": task})
+    *_, info = proved.step(info[schema.ADMISSIBLE_ACTIONS][0])
+    assert info[schema.VALUE_EXACT]
+    starved = ValueWrapper(gym.make(ENV_ID, split="valid_seen").unwrapped, budget=0, cache_size=0)
+    obs, info = starved.reset(options={"task_id": task})
+    *_, info = starved.step(info[schema.ADMISSIBLE_ACTIONS][0])
+    assert info[schema.VALUE_EXACT] is False

@@ -42,7 +42,9 @@ labelled state gets at least an upper bound.
 from __future__ import annotations
 
 import copy
-from collections import deque
+import gc
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Collection, Iterator, Mapping
 from heapq import heappop, heappush
 from itertools import combinations
@@ -57,7 +59,7 @@ from stepgym.envs.alfworld.state import TaskTargets
 from stepgym.errors import ValueOracleError
 from stepgym.values.base import Remember, Value
 
-__all__ = ["ALFWorldOracle", "LowerBound", "Relevance", "reference_cost", "useful_moves"]
+__all__ = ["ALFWorldOracle", "LowerBound", "Relevance", "clear_shared_work", "reference_cost", "useful_moves"]
 
 EXPERT_LIMIT = 100
 """The most commands the expert may play to reach a win from a state (its completions are far shorter)."""
@@ -73,6 +75,17 @@ _ON_OBJECT = {
 _GOTO = "gotolocation"
 _NEVER_AFTER_GOTO = _NEVER | {_GOTO}
 _BOUND_MEMO = 100_000  # lower bounds kept per game (by the atoms they read)
+
+
+_EXACT_COSTS: dict[int, Value] = {}
+
+
+def _exact_cost(cost: int) -> Value:
+    """The exact value of a state ``cost`` commands from a win (one object per cost: many states share it)."""
+    value = _EXACT_COSTS.get(cost)
+    if value is None:
+        value = _EXACT_COSTS[cost] = Value(float(cost), True, True, 1.0)
+    return value
 
 
 def _memo_key(key: Atoms) -> tuple[str, Atoms]:
@@ -398,39 +411,39 @@ class ALFWorldOracle:
                 'ValueWrapper on ALFWorld searches native-engine snapshots: make the env with engine="native" '
                 "(the default)"
             )
-        from stepgym.envs.alfworld.native import NativeEngine
-
         self.env = env
         self.budget = int(budget)
-        self._engine = NativeEngine(cache_size=4)  # private: the live engine is never stepped
-        self._targets: dict[str, TaskTargets] = {}
-        self._views: dict[str, PlanView] = {}  # per game file (remade when the private engine reloads it)
-        self._bounds: dict[str, LowerBound] = {}
-        self._relevance: dict[tuple[str, str], Relevance] = {}
+        self._engine: Any = None  # the private engine of the game last labelled (never the live one)
         self.stats = {"searches": 0, "exact": 0, "bound": 0, "unknown": 0, "generated": 0}
 
     # -- the label ------------------------------------------------------------------------------------------
     def value(self, info: dict[str, Any], remember: Remember) -> Value:
         if info[schema.WON]:
             return Value.won()
+        # A search allocates many small containers that die with it and form no cycles: the cyclic garbage
+        # collector is paused meanwhile (as ``timeit`` does), or its collections would promote the search's
+        # short-lived states and set off full collections of the whole process (a third of the labels' cost).
+        # The per-game work is shared by the process's oracles (its private engine is stepped by the expert's
+        # completion): one label at a time, whichever thread asks.
+        with _LOCK:
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                return self._value(info, remember)
+            finally:
+                if paused:
+                    gc.enable()
+
+    def _value(self, info: dict[str, Any], remember: Remember) -> Value:
         live = (
             self.env.engine.get_state()
         )  # the engine's snapshot (the env's whole one only if the expert plays)
         game = self.env.game
-        targets = self._targets.get(game.task_id)
-        if targets is None:
-            targets = self._targets[game.task_id] = TaskTargets(game.task_params())
-        engine = self._engine
-        if engine.game_file is None or str(engine.game_file) != live.game_file:
-            engine.set_state(live)  # the private engine on this game (commands come through it)
-        view = self._views.get(live.game_file)
-        if view is None or not view.on(engine):
-            view = self._views[live.game_file] = PlanView(engine)
-            self._bounds[live.game_file] = LowerBound(view)
-        bound = self._bounds[live.game_file]
-        rel = self._relevance.get((live.game_file, game.task_id))
-        if rel is None or rel.view is not view:
-            rel = self._relevance[(live.game_file, game.task_id)] = Relevance(view, targets)
+        work = _game_work(live)
+        self._engine = engine = work.engine
+        view, bound, rel = work.view, work.bound, work.relevance(game)
+        if getattr(remember, "caching", True):  # shares exact values with the other oracles on this game
+            remember = _SharedMemo(remember, work.exact_of(game.task_id), work.pairs)
         root = view.atoms_of(live)
         known = remember.recall(_memo_key(view.key(root)))
         if known is not None and known.exact:  # the same state, up to facts nothing reads
@@ -458,8 +471,8 @@ class ALFWorldOracle:
         assert cost is not None
         self.stats["exact"] += 1
         for i, key in enumerate(path or [view.key(root)]):
-            remember(_memo_key(key), Value(float(cost - i), True, True, 1.0))
-        return Value(float(cost), True, True, 1.0)
+            remember(_memo_key(key), _exact_cost(cost - i))
+        return _exact_cost(cost)
 
     # -- the expert's completion ----------------------------------------------------------------------------
     def _expert_path(
@@ -529,6 +542,88 @@ class ALFWorldOracle:
     ) -> tuple[str, int | None, list[Atoms]]:
         self.stats["generated"] += generated
         return outcome, cost, path
+
+
+class _GameWork:
+    """What labelling one game needs besides the state, worked out once per process and shared by every oracle
+    on that game (a GRPO group's envs play one game each, each with its own ``ValueWrapper``): a private engine
+    on the game, its :class:`PlanView` (with the join indexes it accumulates), the :class:`LowerBound` (with its
+    memo), the :class:`Relevance` per task, and the exact values proved so far, per task.
+
+    Only *exact* values are shared: a proved cost-to-go is a property of the state and the task, whoever proved
+    it, so reading one another's never changes an exact label; it only spares the search (and where a search
+    would have run out of budget, it may turn an upper bound into the exact value)."""
+
+    def __init__(self, live: Any):
+        from stepgym.envs.alfworld.native import NativeEngine
+
+        self.engine = NativeEngine(cache_size=1)  # private: the live engine is never stepped
+        self.engine.set_state(live)
+        self.view = PlanView(self.engine)
+        self.bound = LowerBound(self.view)
+        self._relevance: dict[str, Relevance] = {}
+        self._exact: dict[str, dict[Any, Value]] = {}
+        self.pairs: dict[Any, Any] = {}  # the (predicate, atoms) pairs of the stored states' keys, interned
+
+    def relevance(self, game: Any) -> Relevance:
+        rel = self._relevance.get(game.task_id)
+        if rel is None:
+            rel = self._relevance[game.task_id] = Relevance(self.view, TaskTargets(game.task_params()))
+        return rel
+
+    def exact_of(self, task_id: str) -> dict[Any, Value]:
+        return self._exact.setdefault(task_id, {})
+
+
+_WORK: OrderedDict[str, _GameWork] = OrderedDict()
+_LOCK = threading.RLock()
+_WORK_GAMES = 8  # games whose work a process keeps (least recently labelled dropped first; each holds its
+# parsed game alive, and a full garbage collection walks all of it: a few more than a group's one game)
+_SHARED_VALUES = 200_000  # exact values kept per task
+
+
+def _game_work(live: Any) -> _GameWork:
+    """The shared work of the game the snapshot ``live`` is on (made on first use)."""
+    work = _WORK.pop(live.game_file, None)
+    if work is None or not work.view.on(work.engine):
+        work = _GameWork(live)
+    _WORK[live.game_file] = work
+    while len(_WORK) > _WORK_GAMES:
+        _WORK.popitem(last=False)
+    return work
+
+
+def clear_shared_work() -> None:
+    """Forget every game's shared work and the exact values proved (benchmarks: time a first visit)."""
+    with _LOCK:
+        _WORK.clear()
+
+
+class _SharedMemo:
+    """A :class:`Remember` over the wrapper's own cache and the game's shared exact values: reads prefer an
+    exact value from either, writes go to both (exact ones only to the shared store)."""
+
+    def __init__(self, own: Remember, exact: dict[Any, Value], pairs: dict[Any, Any]):
+        self._own, self._exact, self._pairs = own, exact, pairs
+
+    def __call__(self, state_key: Any, value: Value) -> None:
+        if value.exact and len(self._exact) < _SHARED_VALUES:
+            # read back from here by every oracle: not copied to the own cache
+            self._exact[self._interned(state_key)] = value
+        else:
+            self._own(state_key, value)
+
+    def _interned(self, state_key: Any) -> Any:
+        """``("atoms", key)`` with each ``(predicate, atoms)`` pair of the key replaced by one object shared by every
+        stored state that has it (the states of a game share most of them): the store keeps fewer objects alive."""
+        if not (isinstance(state_key, tuple) and len(state_key) == 2 and state_key[0] == "atoms"):
+            return state_key
+        pairs = self._pairs
+        return ("atoms", tuple([pairs.setdefault(pair, pair) for pair in state_key[1]]))
+
+    def recall(self, state_key: Any) -> Value | None:
+        known = self._exact.get(state_key)
+        return known if known is not None else self._own.recall(state_key)
 
 
 class _AStar:

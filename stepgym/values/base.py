@@ -147,6 +147,12 @@ class TaskMemo:
     def __init__(self, cache: ValueCache, task: str):
         self._cache, self._task = cache, task
 
+    @property
+    def caching(self) -> bool:
+        """Whether values are kept at all (``cache_size=0``: every step runs the oracle, and an oracle that
+        shares what it proved with others of the process does not either)."""
+        return self._cache.max_size > 0
+
     def __call__(self, state_key: str, value: Value) -> None:
         self._cache.put((self._task, state_key), value)
 
