@@ -155,3 +155,12 @@ def test_a_docstring_reference_to_a_renamed_name_fails(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "tinypkg.renamed_away" in output
     assert any("tinypkg/__init__.py:" in p for p in locate(output, tmp_path / "docs")), output[-2000:]
+
+
+def test_sphinx_roles_render_as_code_on_the_site() -> None:
+    import griffe_rst
+
+    text = "Uses :class:`StepBatch` and :func:`~stepgym.shapers.shape_advantages`.\n\nUsage::\n\n    x = 1\n"
+    assert griffe_rst.markdownify(text) == (
+        "Uses `StepBatch` and `stepgym.shapers.shape_advantages`.\n\nUsage:\n\n    x = 1\n"
+    )
