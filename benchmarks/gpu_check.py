@@ -47,6 +47,7 @@ if str(REPO) not in sys.path:
 
 
 def _config(out: Path, args: argparse.Namespace, *, model: str, iterations: int, device: str, precision: str):
+    from stepgym.shapers import ShapeConfig
     from stepgym.trainers.config import (
         EnvConfig,
         EvalConfig,
@@ -58,7 +59,6 @@ def _config(out: Path, args: argparse.Namespace, *, model: str, iterations: int,
         TrainConfig,
         WarmupConfig,
     )
-    from stepgym.shapers import ShapeConfig
 
     return TrainConfig(
         run=RunConfig(
