@@ -74,7 +74,7 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             shared by several groups, with ``slots`` naming this group's G copies in it. With ``"process"`` and
             ``"ray"`` the env, its kwargs and the wrappers must pickle (no lambdas); an ``ARGWrapper``'s graph then
             stays here (:attr:`arg_graph`), reaches the workers as JSON and, with ``grow=True``, is grown here
-            from each finished group (``docs/scale_out.md``).
+            from each finished group (``docs/trainer.md``, Scale-out).
         num_workers: worker processes / actors for ``"process"`` and ``"ray"``.
         executor_kwargs: more arguments for the executor (``timeout``, ``num_cpus``, ``address``...).
         slots: with a shared executor, the G slots that hold this group's copies.
