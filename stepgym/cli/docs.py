@@ -68,7 +68,10 @@ def serve_site(site: Path, port: int = 0) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="stepgym docs", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="stepgym docs",
+        description="Build the documentation site from a clone and serve it on 127.0.0.1.",
+    )
     ap.add_argument("--root", default=None, help="the stepgym clone (default: found from here upwards)")
     ap.add_argument("--out", default=None, help="where the site is built (default: <root>/site)")
     ap.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
