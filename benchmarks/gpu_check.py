@@ -318,7 +318,7 @@ def trl(work: Path, args: argparse.Namespace) -> dict:
 
 def verl(work: Path, args: argparse.Namespace) -> dict:
     """Not run here: verl pins its own versions (a virtualenv of its own, ``scripts/test_verl.sh``); its one-GPU
-    command is ``python -m stepgym.integrations.verl.train`` (docs/integrations.md)."""
+    command is ``python -m stepgym.integrations.verl.train`` (docs/verl.md)."""
     why = "verl lives in a virtualenv of its own (scripts/test_verl.sh); run stepgym.integrations.verl.train there"
     print(f"verl: not run: {why}", flush=True)
     return {"ran": False, "why": why}

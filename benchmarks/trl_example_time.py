@@ -1,4 +1,4 @@
-"""How long the docs' TRL example takes: the ALFWorld + ProAS block of docs/integrations.md ("TRL, way 2"), run as
+"""How long the docs' TRL example takes: the ALFWorld + ProAS block of docs/trl.md ("TRL, way 2"), run as
 written except for ``max_steps`` (and the output folder), timed per optimizer step.
 
 The docs quote this script's numbers so that a reader knows what ``trainer.train()`` will cost before starting it
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PAGE = REPO / "docs" / "integrations.md"
-HEADING = "## TRL, way 2"
+PAGE = REPO / "docs" / "trl.md"
+HEADING = "### TRL, way 2"
 
 
 def example_code(steps: int, out_dir: Path) -> str:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the example failed (exit {done.returncode})", file=sys.stderr)
         return done.returncode
     print(
-        f"docs/integrations.md TRL example, max_steps={args.steps}: {wall:.0f} s wall "
+        f"docs/trl.md TRL example, max_steps={args.steps}: {wall:.0f} s wall "
         f"({wall / args.steps:.0f} s per step including model and env set-up; the docs' max_steps=10 is about "
         f"{10 * wall / args.steps / 60:.0f} min at this rate)"
     )

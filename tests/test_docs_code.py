@@ -1,4 +1,4 @@
-"""Every ```python block of docs/*.md runs: a page's blocks in order, as one script in a fresh interpreter, in a
+"""Every ```python block of docs/**/*.md runs: a page's blocks in order, as one script in a fresh interpreter, in a
 temporary folder, on the real data. A block that cannot run here (it needs a served LLM, a GPU, a long training
 run, or is a fragment that names the caller's own variables) carries ``<!-- not run: reason -->`` on the line
 before its fence; the test honours the marker, requires a reason and reports every such block. README.md's blocks
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = sorted((REPO / "docs").glob("*.md"))
+DOCS = sorted((REPO / "docs").rglob("*.md"))
 _BLOCK = re.compile(r"(?:<!--\s*not run:(?P<reason>.*?)-->\s*\n)?```python\n(?P<code>.*?)```", re.S)
 
 
@@ -33,7 +33,8 @@ def blocks(path: Path) -> list[Block]:
     for m in _BLOCK.finditer(text):
         line = text.count("\n", 0, m.start("code"))
         reason = m.group("reason")
-        out.append(Block(path.name, line, m.group("code"), None if reason is None else reason.strip()))
+        page = path.relative_to(REPO / "docs").as_posix() if path.is_relative_to(REPO / "docs") else path.name
+        out.append(Block(page, line, m.group("code"), None if reason is None else reason.strip()))
     return out
 
 
@@ -61,7 +62,9 @@ def test_every_skipped_block_says_why_and_the_readme_skips_none(capsys: pytest.C
 @pytest.mark.slow
 @pytest.mark.usefixtures("data_dir")
 @pytest.mark.parametrize(
-    "page", [p for p in DOCS if any(b.not_run is None for b in blocks(p))], ids=lambda p: p.name
+    "page",
+    [p for p in DOCS if any(b.not_run is None for b in blocks(p))],
+    ids=lambda p: p.relative_to(REPO / "docs").as_posix(),
 )
 def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     runnable = [b for b in blocks(page) if b.not_run is None]
@@ -70,11 +73,16 @@ def test_the_pages_code_runs(page: Path, tmp_path: Path) -> None:
     for b in runnable:
         lines += [""] * max(0, b.line - len(lines))
         lines += b.code.splitlines()
-    script = tmp_path / page.name.replace(".md", "_md.py")
+    script = tmp_path / page.name.replace(
+        ".md", "_md.py"
+    )  # a traceback names docs/<page> by the assert below
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     env_cwd = tmp_path / "cwd"
     env_cwd.mkdir()
     run = subprocess.run(
         [sys.executable, str(script)], cwd=env_cwd, capture_output=True, text=True, timeout=900
     )
-    assert run.returncode == 0, f"docs/{page.name}:\n{run.stderr[-4000:]}"
+    rel = page.relative_to(REPO / "docs").as_posix()
+    assert run.returncode == 0, (
+        f"docs/{rel} (a traceback's line numbers are the page's):\n{run.stderr[-4000:]}"
+    )

@@ -392,7 +392,7 @@ def test_factory_plays_a_real_alfworld_task(data_dir: Path) -> None:
 
 
 def _docs_block(marker: str) -> str:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "trl.md").read_text()
     after = text[text.index(marker) :]
     return after.split("```python\n", 1)[1].split("```", 1)[0]
 

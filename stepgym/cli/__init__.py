@@ -63,6 +63,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "stepgym.cli.serve:main",
         "serve an env over the network (OpenEnv protocol; per-step annotations)",
     ),
+    "docs": ("stepgym.cli.docs:main", "build this documentation site from a clone and serve it on 127.0.0.1"),
 }
 
 

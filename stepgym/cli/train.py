@@ -4,7 +4,7 @@
 and overrides any field; without ``--preset`` it starts from the defaults (the credit-assignment toy with the
 tiny model). ``--shaper-module MODULE_OR_FILE`` (repeatable) imports a module that registers shapers of your own
 before the config is read, so ``--shaper.base`` / ``--shaper.token-reweight`` / ``--shaper.step-norm`` may name
-them (docs/shapers.md, "Registering your own shaper"). ``stepgym eval --preset NAME --checkpoint DIR``
+them (docs/shapers_guide.md, "Registering your own shaper"). ``stepgym eval --preset NAME --checkpoint DIR``
 evaluates a checkpoint (or the preset's initial model) on the configured fixed splits and prints success per task
 type and per interaction budget.
 """

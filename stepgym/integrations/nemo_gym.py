@@ -32,7 +32,7 @@ stepgym session early; a finished episode closes it by itself, and a session nob
 session's ``/state`` tells whether it was applied.
 
 Run it the way NeMo Gym runs any resources server: a config entry and a ``resources_servers/stepgym/app.py`` that
-calls ``StepGymResourcesServer.run_webserver()`` (``docs/serve.md`` has both), or ``python -m
+calls ``StepGymResourcesServer.run_webserver()`` (``docs/nemo_gym.md`` has both), or ``python -m
 stepgym.integrations.nemo_gym`` with the launcher's ``NEMO_GYM_CONFIG_DICT`` / ``NEMO_GYM_CONFIG_PATH`` set.
 """
 

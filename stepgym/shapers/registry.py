@@ -30,7 +30,7 @@ module as a plain function (``grpo_advantage``, ``ahead_reweight``, ...); what i
 from the stage signature to that function.
 
 A third party registers a stage from its own module and names it in the config (``stepgym train
---shaper-module my_shapers --shaper.base my_base``; see docs/shapers.md "Registering your own shaper")::
+--shaper-module my_shapers --shaper.base my_base``; see docs/shapers_guide.md "Registering your own shaper")::
 
     from stepgym.shapers import BaseAdvantage, register, grpo_advantage
 

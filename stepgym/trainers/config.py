@@ -147,7 +147,7 @@ class RolloutConfig:
     env_executor: Literal["inprocess", "process", "ray"] = "inprocess"
     """Where the env copies run (``stepgym.workers``): in this process one after another ('inprocess'), sharded over
     ``env_workers`` local processes ('process', standard library), or over Ray actors ('ray', the ``ray`` extra).
-    Trajectories are identical whichever runs them (docs/trainer.md, "Scale-out")."""
+    Trajectories are identical whichever runs them (docs/scale_out.md)."""
     env_workers: int = 2
     """Worker processes / Ray actors holding the env copies (process and ray executors)."""
     env_timeout: float = 0.0
@@ -160,7 +160,7 @@ class RolloutConfig:
     overlap: Literal["auto", "on", "off"] = "auto"
     """Overlap env stepping with generation: the batch's groups go in two waves, and the workers step one while the
     backend answers the other ('auto': on with the process and ray executors). Requests are then group-seeded
-    (``group_seeds``), so the iteration is the one of ``overlap=off, group_seeds=true`` (docs/trainer.md)."""
+    (``group_seeds``), so the iteration is the one of ``overlap=off, group_seeds=true`` (docs/scale_out.md)."""
     group_seeds: bool = True
     """Give every request its own seed from its group's generator (always so under torchrun and with overlap), so
     that a group's replies do not depend on which groups share a backend call: a plain run then equals a torchrun

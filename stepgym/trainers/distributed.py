@@ -5,7 +5,7 @@ holds the whole model and the same NumPy generator, so every rank draws the same
 collects only its contiguous share of **whole groups** (a group is never split, since the shapers normalise within
 a group), shapes them, and computes gradients on its own rows. The trainer sums the ranks' gradients; what makes
 the sum *the* gradient of the global batch is that every rank weights its rows by the **global** normaliser (the
-global token count for token-mean), not its own (docs/trainer.md, "Scale-out"). Rank 0 alone writes metrics,
+global token count for token-mean), not its own (docs/scale_out.md). Rank 0 alone writes metrics,
 reports, credit pictures and checkpoints; every rank reads the same checkpoint to resume.
 
 Randomness that would depend on how the batch is split is derived per group instead: under ``torchrun`` each

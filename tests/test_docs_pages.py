@@ -1,0 +1,67 @@
+"""The docs pages that took over the README's reference sections stay true: the schema table is generated from the
+schema, every registered env and every stepgym command and preset they name exist, and the results tables moved
+with their figure regions (scripts/doc_figures.py; tests/test_doc_figures.py and tests/test_credit_fidelity.py
+rebuild them from the committed results). Links and anchors are checked by the strict site build
+(tests/test_docs_site.py)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from stepgym import schema
+from stepgym.cli import SUBCOMMANDS
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+
+def _page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def test_schema_table_is_generated_from_the_schema():
+    block = _page("schema.md").split("<!-- schema:begin", 1)[1].split("<!-- schema:end -->", 1)[0]
+    table = block.split("-->", 1)[1].strip()
+    assert table == schema.describe()
+
+
+def test_every_registered_env_has_a_row_and_a_page():
+    import stepgym
+
+    envs = _page("envs.md")
+    for env_id in stepgym.ENV_IDS:
+        row = next((line for line in envs.splitlines() if line.startswith(f"| `{env_id}`")), None)
+        assert row is not None, f"docs/envs.md has no row for {env_id}"
+        pages = re.findall(r"\]\(([\w.]+\.md)\)", row)
+        assert pages and all((DOCS / p).is_file() for p in pages), (env_id, pages)
+
+
+def test_every_stepgym_command_and_preset_in_the_guides_exists():
+    from stepgym.trainers.presets import PRESETS
+
+    text = "\n".join(_page(p) for p in ("getting_started.md", "trainer.md", "scale_out.md", "index.md"))
+    code = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL))
+    commands = set(re.findall(r"^stepgym (\w+)", code, flags=re.MULTILINE))
+    commands |= set(re.findall(r"`stepgym (\w+)", text))
+    assert commands and commands <= set(SUBCOMMANDS), commands - set(SUBCOMMANDS)
+    presets = set(re.findall(r"--preset ([a-z][a-z0-9-]+)", text))  # not a placeholder (NAME)
+    assert presets and presets <= set(PRESETS), presets - set(PRESETS)
+
+
+def test_the_results_figures_live_on_the_benchmarks_page():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import doc_figures
+
+    for name in ("arg-stats", "credit-fidelity"):
+        figure = doc_figures.FIGURES[name]
+        assert figure.page == DOCS / "benchmarks.md", name
+        assert f"<!-- figure:{name} -->" in _page("benchmarks.md")
+    assert "<!-- figure:" not in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_home_page_runs_the_readme_first_example():
+    """docs/index.md shows the README's first example verbatim (tests/test_docs_code.py runs it there too)."""
+    first = re.search(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S).group(1)
+    assert first in _page("index.md") and first in _page("getting_started.md")
