@@ -15,7 +15,7 @@ True
 
 from __future__ import annotations
 
-from stepgym import _moved, schema
+from stepgym import schema
 from stepgym.envs import ENV_IDS, register_envs
 from stepgym.lazy import lazy_exports
 
@@ -23,7 +23,6 @@ __version__ = "0.1.0"
 __all__ = ["ENV_IDS", "GroupEnv", "__version__", "peer_hindsight", "register_envs", "schema", "wrappers"]
 
 register_envs()
-_moved.install()  # old import paths of moved modules (stepgym.downloads, ...) keep working for one release
 
 
 # Lazy exports (PEP 562): ``stepgym.GroupEnv`` imports pettingzoo only when first used, keeping ``import stepgym`` fast.

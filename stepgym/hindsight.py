@@ -16,7 +16,6 @@ responses) or to recorded trajectories (:func:`peer_hindsight`, which :class:`~s
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -27,7 +26,6 @@ from stepgym import schema
 __all__ = [
     "NO_PEER",
     "first_correct_peers",
-    "first_success_peers",
     "hindsight_block",
     "hindsight_blocks",
     "peer_hindsight",
@@ -184,16 +182,3 @@ def peer_hindsight(
             )
         out.append(rendered[p])
     return out
-
-
-def first_success_peers(successes: Sequence[bool]) -> list[int | None]:
-    """Deprecated: ``first_correct_peers(successes, [0] * n)``, with ``None`` for :data:`NO_PEER`."""
-    warnings.warn(
-        "first_success_peers is deprecated: use first_correct_peers(successes, [0] * len(successes)), whose "
-        "'no peer' value is NO_PEER (-1)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return [
-        None if p == NO_PEER else p for p in first_correct_peers(successes, [0] * len(successes)).tolist()
-    ]

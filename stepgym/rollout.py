@@ -107,11 +107,3 @@ def evaluate(
     if bar is not None:
         bar.close()
     return result
-
-
-def __getattr__(name: str) -> Any:
-    if name == "main":  # the CLI moved; the old name works for one release
-        from stepgym._moved import moved
-
-        return moved("stepgym.rollout.main", "stepgym.cli.rollout", "main")
-    raise AttributeError(f"module 'stepgym.rollout' has no attribute {name!r}")

@@ -402,14 +402,11 @@ def test_the_custom_env_example_in_the_docs_runs(tmp_path, monkeypatch):
     exec(compile(code, "docs/arg.md", "exec"), {"__name__": "docs_arg_example"})
 
 
-def test_old_names_of_the_graph_still_work_with_a_deprecation_warning():
+def test_the_graph_has_one_home():
     import stepgym.wrappers
     import stepgym.wrappers.arg
     from stepgym import reference_graph
 
     assert stepgym.AgenticReferenceGraph is stepgym.ARG is reference_graph.AgenticReferenceGraph
     for module in (stepgym.wrappers, stepgym.wrappers.arg):
-        with pytest.warns(DeprecationWarning, match="stepgym.reference_graph"):
-            assert module.AgenticReferenceGraph is AgenticReferenceGraph
-        with pytest.warns(DeprecationWarning):
-            assert module.label_trajectory is label_trajectory
+        assert not hasattr(module, "AgenticReferenceGraph") and not hasattr(module, "label_trajectory")

@@ -1,44 +1,51 @@
-"""Names users expect: one package for the CLIs, old import paths deprecated (not broken), lazy exports listed."""
+"""Names users expect: one package for the CLIs, no old import paths (an unreleased package keeps no shims), lazy
+exports listed."""
 
 from __future__ import annotations
 
 import importlib
-import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
 from stepgym import schema
-from stepgym._moved import MOVED_MODULES
 from stepgym.envs.credit import CreditToyEnv
 
+OLD_MODULES = (
+    "stepgym.download",
+    "stepgym.downloads",
+    "stepgym.trainers.cli",
+    "stepgym.trainers.arg",
+    "stepgym.wrappers.arg_cli",
+    "stepgym.envs.searchqa.cli",
+    "stepgym.envs.webshop.cli",
+    "stepgym.recording.trainer",
+    "stepgym.wrappers._recording",
+)
 
-@pytest.mark.parametrize(("old", "new"), sorted(MOVED_MODULES.items()))
-def test_old_module_paths_warn_and_are_the_new_module(old: str, new: str) -> None:
+
+@pytest.mark.parametrize("old", OLD_MODULES)
+def test_an_unreleased_package_keeps_no_old_module_paths(old: str) -> None:
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
-def test_old_module_paths_work_in_a_fresh_interpreter() -> None:
-    code = "from stepgym.download import fetch; from stepgym.trainers.cli import parse_config; print(fetch.__module__)"
-    out = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning", "-c", code], capture_output=True, text=True
-    )
-    assert out.returncode != 0 and "DeprecationWarning" in out.stderr  # it warns ...
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "stepgym.fetch"  # ... and works
-
-
-def test_rollout_main_moved_to_the_cli_package() -> None:
+def test_old_names_are_gone_not_deprecated() -> None:
     import stepgym.rollout
-    from stepgym.cli.rollout import main
+    import stepgym.shapers
+    import stepgym.wrappers
+    import stepgym.wrappers.arg
 
-    with pytest.warns(DeprecationWarning, match="stepgym.cli.rollout.main"):
-        assert stepgym.rollout.main is main
-    assert "main" not in stepgym.rollout.__all__
+    assert not hasattr(stepgym.rollout, "main")  # the CLI is stepgym.cli.rollout.main
+    for name in ("parse_action", "AgenticReferenceGraph", "label_trajectory", "render_prompt"):
+        assert not hasattr(stepgym.wrappers, name), name
+    assert not hasattr(stepgym.wrappers.arg, "AgenticReferenceGraph")
+    for name in ("policy_loss", "agg_loss", "clipped_surrogate"):  # the NumPy twins keep only their _np names
+        assert not hasattr(stepgym.shapers, name), name
+    assert not (Path(stepgym.__file__).parent / "_moved.py").exists()
 
 
 def test_every_subcommand_lives_in_the_cli_package() -> None:
@@ -121,13 +128,7 @@ def test_wrappers_package_exports_only_wrappers() -> None:
 
     for name in wrappers.__all__:
         assert issubclass(getattr(wrappers, name), gym.Wrapper), name
-    with pytest.warns(
-        DeprecationWarning, match=r"stepgym\.wrappers\.parse_action moved to stepgym\.wrappers\.text"
-    ):
-        from stepgym.wrappers import parse_action
-    from stepgym.wrappers.text import parse_action as real
-
-    assert parse_action is real
+    assert not hasattr(wrappers, "parse_action")  # functions live in the wrapper's own module
 
 
 def test_group_exports_no_private_helper() -> None:

@@ -461,15 +461,14 @@ def test_torch_losses_on_cuda_match_cpu() -> None:
         )
 
 
-def test_numpy_loss_twins_have_their_own_names_and_old_names_warn() -> None:
+def test_numpy_loss_twins_have_their_own_names() -> None:
     loss = np.array([[1.0, 1.0, 1.0], [4.0, 9.0, 9.0]])
     mask = np.array([[1, 1, 1], [1, 0, 0]])
-    with pytest.warns(DeprecationWarning, match="agg_loss_np"):
-        assert S.agg_loss(loss, mask) == S.agg_loss_np(loss, mask) == 7 / 4
-    with pytest.warns(DeprecationWarning, match="policy_loss_np"):
-        close(S.policy_loss([math.log(1.5)], [0.0], [1.0]), S.policy_loss_np([math.log(1.5)], [0.0], [1.0]))
-    with pytest.warns(DeprecationWarning, match="clipped_surrogate_np"):
-        close(S.clipped_surrogate([5.0], [-1.0]), [3.0])
+    assert S.agg_loss_np(loss, mask) == 7 / 4
+    close(S.clipped_surrogate_np([5.0], [-1.0]), [3.0])
+    assert not hasattr(S, "agg_loss") and not hasattr(
+        S, "policy_loss"
+    )  # the torch names are trainers.losses'
 
 
 def test_teacher_gaps_on_the_response_grid() -> None:

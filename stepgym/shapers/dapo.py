@@ -1,8 +1,8 @@
 """DAPO's knobs in NumPy: clip-higher + dual-clip surrogate, loss aggregation, dynamic sampling, overlong shaping
 (docs/shapers.md §6). The torch versions the trainer differentiates through are in :mod:`stepgym.trainers.losses` and are
 tested against these. The NumPy twins carry an ``_np`` suffix (``policy_loss_np``, ``agg_loss_np``,
-``clipped_surrogate_np``) so a name says which array library it takes; the unsuffixed names here are deprecated
-aliases (the torch functions keep the plain names in :mod:`stepgym.trainers.losses`).
+``clipped_surrogate_np``) so a name says which array library it takes (the torch functions keep the plain names
+in :mod:`stepgym.trainers.losses`).
 
 Paper: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (arXiv 2503.14476):
 Eq. 8–10 (clip-higher with ε_low/ε_high, token-level loss, dynamic sampling constraint 0 < #correct < G), Eq. 13
@@ -20,9 +20,6 @@ Departures from verl:
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -34,13 +31,10 @@ __all__ = [
     "AGG_MODES",
     "DAPO_CLIP_HIGH",
     "DAPO_CLIP_LOW",
-    "agg_loss",
     "agg_loss_np",
-    "clipped_surrogate",
     "clipped_surrogate_np",
     "dynamic_sampling_keep",
     "overlong_penalty",
-    "policy_loss",
     "policy_loss_np",
 ]
 
@@ -167,24 +161,3 @@ def overlong_penalty(lengths: Any, max_len: int, buffer_len: int = 4096, factor:
         raise ValueError(f"need 0 < buffer_len <= max_len, got buffer_len={buffer_len}, max_len={max_len}")
     expected = max_len - buffer_len
     return np.minimum(-(n - expected) / buffer_len * factor, 0.0)
-
-
-def _deprecated(fn: Callable[..., Any], old: str) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def alias(*args: Any, **kwargs: Any) -> Any:
-        warnings.warn(
-            f"stepgym.shapers.{old} is deprecated: use {fn.__name__} (NumPy) or "
-            f"stepgym.trainers.losses.{old} (torch)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return fn(*args, **kwargs)
-
-    alias.__name__ = alias.__qualname__ = old
-    return alias
-
-
-#: Deprecated aliases (one release): the NumPy twins under the names the torch functions keep.
-clipped_surrogate = _deprecated(clipped_surrogate_np, "clipped_surrogate")
-policy_loss = _deprecated(policy_loss_np, "policy_loss")
-agg_loss = _deprecated(agg_loss_np, "agg_loss")

@@ -3,10 +3,6 @@
 The graph itself, and every rule of what is read from a step (state, edge action, rejection, success), live in
 :mod:`stepgym.reference_graph`; the wrapper only drives a :class:`~stepgym.reference_graph.PathLabeler` online, so
 its labels are exactly the offline ones (``AgenticReferenceGraph.label``).
-
-The graph names this module used to define (``AgenticReferenceGraph``, ``label_trajectory``, ``FORMAT_VERSION``,
-...) still resolve here, with a ``DeprecationWarning``: import them from :mod:`stepgym.reference_graph` (or
-``stepgym.AgenticReferenceGraph``).
 """
 
 from __future__ import annotations
@@ -23,28 +19,6 @@ from stepgym import schema
 from stepgym.episodes import EpisodeRecorder
 
 __all__ = ["ARGParentState", "ARGWrapper"]
-
-_MOVED = (
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "ARGLabels",
-    "AgenticReferenceGraph",
-    "default_state_key",
-    "label_trajectory",
-    "normalize_action",
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        warnings.warn(
-            f"stepgym.wrappers.arg.{name} moved to stepgym.reference_graph.{name}; the old name goes away in "
-            "the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(_rg, name)
-    raise AttributeError(f"module 'stepgym.wrappers.arg' has no attribute {name!r}")
 
 
 def grow_graph(
