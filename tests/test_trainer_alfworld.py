@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("textworld")
 
+from stepgym.shapers import ShapeConfig
 from stepgym.trainers.config import (
     EnvConfig,
     EvalConfig,
@@ -24,7 +25,6 @@ from stepgym.trainers.config import (
     WarmupConfig,
 )
 from stepgym.trainers.grpo import GRPOTrainer
-from stepgym.shapers import ShapeConfig
 
 
 def alfworld_config(out: Path, preset: str, data_dir: Path) -> TrainConfig:

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from stepgym.shapers import ShapeConfig, TokenLayout, broadcast_to_tokens  # noqa: E402
 from stepgym.trainers.checkpoint import find_latest  # noqa: E402
 from stepgym.trainers.config import (  # noqa: E402
     EnvConfig,
@@ -27,7 +28,6 @@ from stepgym.trainers.config import (  # noqa: E402
 )
 from stepgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from stepgym.trainers.samples import pack, response_logprobs  # noqa: E402
-from stepgym.shapers import ShapeConfig, TokenLayout, broadcast_to_tokens  # noqa: E402
 
 
 def tiny_config(out: Path, shaper: ShapeConfig | None = None, **over) -> TrainConfig:

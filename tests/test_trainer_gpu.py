@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from stepgym.shapers import ShapeConfig  # noqa: E402
 from stepgym.trainers.config import (  # noqa: E402
     EnvConfig,
     EvalConfig,
@@ -21,7 +22,6 @@ from stepgym.trainers.config import (  # noqa: E402
 )
 from stepgym.trainers.grpo import GRPOTrainer  # noqa: E402
 from stepgym.trainers.samples import pack, response_logprobs  # noqa: E402
-from stepgym.shapers import ShapeConfig  # noqa: E402
 
 
 def _cfg(out: Path, precision: str, backend: str = "hf") -> TrainConfig:

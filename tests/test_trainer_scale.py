@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from stepgym.shapers import ShapeConfig  # noqa: E402
 from stepgym.trainers.config import (  # noqa: E402
     EnvConfig,
     EvalConfig,
@@ -28,7 +29,6 @@ from stepgym.trainers.config import (  # noqa: E402
 )
 from stepgym.trainers.distributed import group_shard  # noqa: E402
 from stepgym.trainers.grpo import GRPOTrainer  # noqa: E402
-from stepgym.shapers import ShapeConfig  # noqa: E402
 
 
 def tiny_config(out: Path, **rollout) -> TrainConfig:
