@@ -58,7 +58,7 @@ from stepgym.group import GroupEnv  # noqa: E402
 from stepgym.hindsight import NO_PEER, first_correct_peers  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
-from stepgym.trainers.presets import PRESETS, get_preset  # noqa: E402
+from stepgym.trainers.presets import TRAINER_PRESETS, get_preset  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import OracleAnalyzer, same_action  # noqa: E402
 
@@ -356,7 +356,7 @@ def shaper_config(spec: EnvSpec, method: str) -> tuple[str, Any]:
     if method == "oracle":
         return "oracle", ShapeConfig.from_preset("oracle")
     name = f"{spec.preset}-{method}"
-    if name not in PRESETS:
+    if name not in TRAINER_PRESETS:
         name = f"alfworld-{method}"
     return name, get_preset(name).shaper
 

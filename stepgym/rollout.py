@@ -1,4 +1,4 @@
-"""Playing and scoring agents: ``play_episode`` records one episode, ``evaluate`` runs a whole split in its fixed
+"""Playing and scoring agents: ``play_episode`` records one episode, ``evaluate_agent`` runs a whole split in its fixed
 order (``stepgym rollout``, in :mod:`stepgym.cli.rollout`, prints its success per task type).
 
 Evaluation never samples: it iterates ``env.unwrapped.task_ids`` in order (ALFWorld valid_seen 140, valid_unseen
@@ -18,7 +18,7 @@ from stepgym.agents import Agent
 from stepgym.episodes import EpisodeRecorder
 from stepgym.schema import Trajectory
 
-__all__ = ["EvalResult", "evaluate", "play_episode"]
+__all__ = ["EvalResult", "evaluate_agent", "play_episode"]
 
 
 def play_episode(
@@ -69,7 +69,7 @@ class EvalResult:
         return "\n".join(rows)
 
 
-def evaluate(
+def evaluate_agent(
     env: gym.Env,
     agent: Agent,
     *,

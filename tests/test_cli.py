@@ -221,7 +221,7 @@ def test_limit_takes_a_seeded_stratified_sample(data_dir: Path) -> None:
 
 def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path: Path, monkeypatch, capsys) -> None:
     import stepgym.cli as cli
-    from stepgym.cli import _args
+    from stepgym.cli import _options as _args
     from stepgym.cli.train import _train_interrupt_note
     from stepgym.trainers.config import RunConfig, TrainConfig
 
@@ -273,10 +273,10 @@ def test_helps_show_what_a_new_user_needs() -> None:
 
 
 def test_presets_give_each_env_its_own_budgets_and_comparisons() -> None:
-    from stepgym.trainers.presets import PRESETS
+    from stepgym.trainers.presets import TRAINER_PRESETS
 
     step_limit = {"StepGym/ALFWorld-v0": 50, "StepGym/WebShop-v0": 15, "StepGym/SearchQA-v0": 5, TOY: 10}
-    for name, (_, cfg) in PRESETS.items():
+    for name, (_, cfg) in TRAINER_PRESETS.items():
         limit = cfg.eval.max_steps or cfg.env.max_steps or step_limit[cfg.env.id]
         assert max(cfg.eval.budgets) == limit, name  # budgets reach the episode's end, never past it
         if "ALFWorld" not in cfg.env.id:
@@ -286,7 +286,7 @@ def test_presets_give_each_env_its_own_budgets_and_comparisons() -> None:
 def test_paper_presets_take_each_envs_token_budgets() -> None:
     """ALFWorld's 2048/512 was every env's: WebShop's observations (verl-agent: 4096/512) and Search-QA's retrieved
     passages (Search-R1: 4096/500) need their own recipes' budgets."""
-    from stepgym.trainers.presets import PRESETS
+    from stepgym.trainers.presets import TRAINER_PRESETS
 
     want = {
         "StepGym/ALFWorld-v0": (2048, 512),
@@ -294,7 +294,7 @@ def test_paper_presets_take_each_envs_token_budgets() -> None:
         "StepGym/SearchQA-v0": (4096, 500),
     }
     seen = set()
-    for name, (_, cfg) in PRESETS.items():
+    for name, (_, cfg) in TRAINER_PRESETS.items():
         if cfg.model.name.startswith("Qwen/") and cfg.env.id in want:
             got = (cfg.rollout.max_prompt_tokens, cfg.rollout.max_response_tokens)
             assert got == want[cfg.env.id], name

@@ -39,7 +39,7 @@ def test_every_registered_env_has_a_row_and_a_page():
 
 
 def test_every_stepgym_command_and_preset_in_the_guides_exists():
-    from stepgym.trainers.presets import PRESETS
+    from stepgym.trainers.presets import TRAINER_PRESETS
 
     text = "\n".join(_page(p) for p in ("getting_started.md", "trainer.md", "scale_out.md", "index.md"))
     code = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL))
@@ -47,7 +47,7 @@ def test_every_stepgym_command_and_preset_in_the_guides_exists():
     commands |= set(re.findall(r"`stepgym (\w+)", text))
     assert commands and commands <= set(SUBCOMMANDS), commands - set(SUBCOMMANDS)
     presets = set(re.findall(r"--preset ([a-z][a-z0-9-]+)", text))  # not a placeholder (NAME)
-    assert presets and presets <= set(PRESETS), presets - set(PRESETS)
+    assert presets and presets <= set(TRAINER_PRESETS), presets - set(TRAINER_PRESETS)
 
 
 def test_the_results_figures_live_on_the_benchmarks_page():

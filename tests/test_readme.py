@@ -32,14 +32,14 @@ def test_the_two_commands_exist_and_ci_runs_the_test_command():
 
 
 def test_every_stepgym_command_and_preset_in_the_readme_exists():
-    from stepgym.trainers.presets import PRESETS
+    from stepgym.trainers.presets import TRAINER_PRESETS
 
     code = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.DOTALL))
     commands = set(re.findall(r"^stepgym (\w+)", code, flags=re.MULTILINE))
     commands |= set(re.findall(r"`stepgym (\w+)", README))
     assert commands and commands <= set(SUBCOMMANDS), commands - set(SUBCOMMANDS)
     presets = set(re.findall(r"--preset ([\w-]+)", README))
-    assert presets and presets <= set(PRESETS), presets - set(PRESETS)
+    assert presets and presets <= set(TRAINER_PRESETS), presets - set(TRAINER_PRESETS)
 
 
 def test_every_relative_link_resolves():

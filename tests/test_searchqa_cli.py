@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stepgym.cli import searchqa as cli
+from stepgym.cli import retriever as cli
 from stepgym.envs.searchqa.datasets import _CACHE, load_split
 from stepgym.envs.searchqa.download import CORPUS_FILE, FILES, download
 from stepgym.errors import CorruptDataError, ServiceUnavailableError

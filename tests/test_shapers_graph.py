@@ -320,11 +320,11 @@ def test_shaper_presets_carry_the_run_scripts_values() -> None:
 
 
 def test_trainer_presets_for_each_env_and_method() -> None:
-    from stepgym.trainers.presets import PRESETS
+    from stepgym.trainers.presets import TRAINER_PRESETS
 
     for env in ("alfworld", "webshop", "searchqa"):
         for method in ("graphgpo", "hgpo", "rewardflow", "g2po"):
-            cfg = PRESETS[f"{env}-{method}"][1]
+            cfg = TRAINER_PRESETS[f"{env}-{method}"][1]
             assert cfg.shaper == ShapeConfig.from_preset(f"{method}-{env}")
 
 

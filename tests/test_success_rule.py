@@ -11,7 +11,7 @@ import pytest
 from stepgym import schema
 from stepgym.llm_eval import summarise_records
 from stepgym.recording import GroupRecorder, find_recordings, read_recording
-from stepgym.rollout import evaluate, play_episode
+from stepgym.rollout import evaluate_agent, play_episode
 from stepgym.trainers.evaluate import summarise
 
 
@@ -57,7 +57,7 @@ CASES = [
 def test_rollout_and_eval_agree(env, expected, tmp_path):
     traj = play_episode(env, Say())
     assert traj.success is expected and schema.is_success(traj) is expected
-    rolled = evaluate(env, Say(), progress=False)
+    rolled = evaluate_agent(env, Say(), progress=False)
     assert rolled.episodes[0]["won"] is expected
     assert rolled.success_by_type() == {"t": (int(expected), 1), "all": (int(expected), 1)}
     assert summarise([traj], budgets=[1])["success"] == float(expected)
@@ -72,7 +72,10 @@ def test_a_missing_task_type_has_one_name():
     env = OneStep(1.0, {}, task_type=None)
     traj = play_episode(env, Say())
     assert traj.task_type == schema.UNTYPED
-    assert evaluate(env, Say(), progress=False).success_by_type() == {schema.UNTYPED: (1, 1), "all": (1, 1)}
+    assert evaluate_agent(env, Say(), progress=False).success_by_type() == {
+        schema.UNTYPED: (1, 1),
+        "all": (1, 1),
+    }
     assert summarise([traj], budgets=[1])["per_type"] == {schema.UNTYPED: {"n": 1, "success": 1.0}}
     assert schema.success_by_type([("a", True), ("", False), (None, True), ("a", False)]) == {
         "a": (1, 2),

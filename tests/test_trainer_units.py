@@ -219,16 +219,16 @@ def test_metrics_logger_resume_drops_redone_iterations(tmp_path: Path) -> None:
 def test_presets_build_and_cli_overrides() -> None:
     pytest.importorskip("tyro")
     from stepgym.cli.train import parse_config
-    from stepgym.trainers.presets import PRESETS
+    from stepgym.trainers.presets import TRAINER_PRESETS
 
     assert {"alfworld-cpu", "alfworld-gigpo", "alfworld-ahead", "alfworld-stepopsd", "credit-grpo"} <= set(
-        PRESETS
+        TRAINER_PRESETS
     )
-    for _, cfg in PRESETS.values():
+    for _, cfg in TRAINER_PRESETS.values():
         assert cfg.rollout.group_size >= 2
-    p = PRESETS["alfworld-stepopsd"][1]
+    p = TRAINER_PRESETS["alfworld-stepopsd"][1]
     assert p.shaper.token_reweight == "stepopsd" and p.teacher.refresh_every == 10 and p.loss.kl_coef == 0.01
-    assert PRESETS["alfworld-gigpo"][1].rollout.max_prompt_tokens == 2048
+    assert TRAINER_PRESETS["alfworld-gigpo"][1].rollout.max_prompt_tokens == 2048
     cfg = parse_config(["--preset", "credit-gigpo", "--rollout.n-tasks", "3", "--shaper.gamma", "0.9"])
     assert cfg.rollout.n_tasks == 3 and cfg.shaper.gamma == 0.9 and cfg.shaper.base == "gigpo"
     with pytest.raises(KeyError, match="unknown preset"):

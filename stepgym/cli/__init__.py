@@ -47,11 +47,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "GRPO training with a step-level shaper (GRPO, GiGPO, ProAS, AHEAD, StepOPSD)",
     ),
     "eval": (
-        "stepgym.cli.train:eval_main",
+        "stepgym.cli.eval:main",
         "evaluate a model on fixed splits (success per task type and per budget)",
     ),
     "retriever": (
-        "stepgym.cli.searchqa:main",
+        "stepgym.cli.retriever:main",
         "Search-QA retrieval: build indexes, serve over HTTP, evaluate recall",
     ),
     "webshop": (
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         if debug:
             traceback.print_exc()
-        from stepgym.cli._args import interrupt_note
+        from stepgym.cli._options import interrupt_note
 
         print(f"stepgym {name}: interrupted; {interrupt_note()}", file=sys.stderr)
         return 130

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stepgym.cli._args import check_count, on_interrupt, parse_kv
+from stepgym.cli._options import check_count, on_interrupt, parse_kv
 from stepgym.errors import InvalidArgumentError
 
 __all__ = ["build_parser", "main"]

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from stepgym.cli._args import check_count, check_probability, on_interrupt, parse_kv
+from stepgym.cli._options import check_count, check_probability, on_interrupt, parse_kv
 
 __all__ = ["main"]
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     import stepgym  # noqa: F401 - registers the envs
     from stepgym.agents import make_agent
     from stepgym.data import sample_tasks
-    from stepgym.rollout import evaluate
+    from stepgym.rollout import evaluate_agent
 
     env = gym.make(args.env, **kwargs)
     agent = make_agent(args.agent, seed=args.seed, error_rate=args.error_rate)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             if recorder is not None:
                 recorder.record_trajectories([traj])
 
-        result = evaluate(env, agent, task_ids=ids, progress=not args.no_progress, on_episode=write)
+        result = evaluate_agent(env, agent, task_ids=ids, progress=not args.no_progress, on_episode=write)
     finally:
         if sink is not None:
             sink.close()

@@ -38,9 +38,9 @@ from stepgym.serve.protocol import (
     ErrorCode,
     ProtocolError,
     error_message,
-    parse_action,
     parse_message,
     parse_reset,
+    parse_step_request,
 )
 from stepgym.serve.sessions import Session, SessionManager
 
@@ -116,7 +116,7 @@ class _Handlers:
                 seed, options, episode = parse_reset(data)
                 payload = await self.m.reset(s, seed, options, episode)
             else:
-                payload = await self.m.step(s, parse_action(data, self.m.limits))
+                payload = await self.m.step(s, parse_step_request(data, self.m.limits))
         return {"type": "observation", "data": payload}
 
     async def guarded(self, s: Session, kind: str, data: dict[str, Any]) -> dict[str, Any]:

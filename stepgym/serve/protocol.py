@@ -32,8 +32,8 @@ __all__ = [
     "ServeLimits",
     "error_message",
     "observation_payload",
-    "parse_action",
     "parse_message",
+    "parse_step_request",
     "to_json",
 ]
 
@@ -221,7 +221,7 @@ def parse_message(raw: str | bytes, limits: ServeLimits) -> tuple[str, dict[str,
     return kind, data
 
 
-def parse_action(data: dict[str, Any], limits: ServeLimits) -> str:
+def parse_step_request(data: dict[str, Any], limits: ServeLimits) -> str:
     """The action text of a step's action object ``{"action": "<text>", "metadata": {...}?}``."""
     extra = set(data) - {ACTION_FIELD, "metadata"}
     if extra:

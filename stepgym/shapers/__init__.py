@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from stepgym.shapers.ahead import ahead_delta, ahead_lambda, ahead_reweight, ahead_weights
 from stepgym.shapers.compose import (
-    PRESETS,
+    SHAPER_PRESETS,
     ShapeConfig,
     ShapedAdvantages,
     StepBatch,
@@ -90,9 +90,9 @@ __all__ = [
     "DAPO_CLIP_LOW",
     "DEFAULT_INVALID_PENALTY",
     "PIPELINE_STAGES",
-    "PRESETS",
     "RECIPE_INVALID_PENALTY",
     "SEGMENT_KINDS",
+    "SHAPER_PRESETS",
     "SPAN_MODES",
     "STAGES",
     "BaseAdvantage",

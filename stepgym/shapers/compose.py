@@ -56,7 +56,7 @@ from stepgym.shapers.rewards import (
 )
 from stepgym.shapers.tokens import TokenLayout
 
-__all__ = ["PRESETS", "ShapeConfig", "ShapedAdvantages", "StepBatch", "shape_advantages"]
+__all__ = ["SHAPER_PRESETS", "ShapeConfig", "ShapedAdvantages", "StepBatch", "shape_advantages"]
 
 #: The built-in names of the stage each config field selects (any name registered for that stage is accepted).
 Base = Literal["grpo", "drgrpo", "dapo", "gigpo", "graphgpo", "hgpo", "rewardflow", "g2po", "oracle"]
@@ -193,11 +193,11 @@ class ShapeConfig:
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ShapeConfig:
-        """A paper setup from :data:`PRESETS`, with field overrides."""
+        """A paper setup from :data:`SHAPER_PRESETS`, with field overrides."""
         try:
-            kwargs = dict(PRESETS[name])
+            kwargs = dict(SHAPER_PRESETS[name])
         except KeyError:
-            raise KeyError(f"unknown preset {name!r}; available: {sorted(PRESETS)}") from None
+            raise KeyError(f"unknown preset {name!r}; available: {sorted(SHAPER_PRESETS)}") from None
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise TypeError(f"unknown ShapeConfig fields: {sorted(unknown)}")
@@ -217,7 +217,7 @@ class ShapeConfig:
 
 
 #: Paper setups (docs/shapers.md §2.7, §4.3, §5.8). ALFWorld recipes use the invalid-action penalty 0.1; Search-QA none.
-PRESETS: dict[str, dict[str, Any]] = {
+SHAPER_PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {"base": "grpo"},
     "grpo-alfworld": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY},
     "drgrpo": {"base": "drgrpo"},

@@ -52,7 +52,7 @@ class EndpointBackend:
 
     Each request's ``prompt`` text goes out as :func:`chat_messages`; up to ``concurrency`` requests are in flight.
     An endpoint returns text, not the trainer's token ids, so ``response_ids`` are empty: the backend serves
-    evaluation (``trainers.evaluate.evaluate`` with a collector), not training updates. ``client`` is a
+    evaluation (``trainers.evaluate.evaluate_policy`` with a collector), not training updates. ``client`` is a
     :class:`stepgym.llm_client.ChatClient`.
     """
 

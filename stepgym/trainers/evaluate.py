@@ -16,7 +16,7 @@ import numpy as np
 from stepgym import schema
 from stepgym.trainers.collector import Collector
 
-__all__ = ["eval_metrics", "evaluate", "format_summary", "summarise"]
+__all__ = ["eval_metrics", "evaluate_policy", "format_summary", "summarise"]
 
 
 def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int]) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def format_summary(summary: Mapping[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-def evaluate(
+def evaluate_policy(
     collector: Collector,
     *,
     budgets: Sequence[int] = (10, 20, 30, 40, 50),

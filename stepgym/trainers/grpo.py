@@ -55,7 +55,7 @@ from stepgym.trainers.collector import Collector, Rollouts
 from stepgym.trainers.config import TrainConfig
 from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shaping_arrays, shaping_metrics
 from stepgym.trainers.distributed import context_from_env, group_shard, resolve_world_size
-from stepgym.trainers.evaluate import eval_metrics, evaluate
+from stepgym.trainers.evaluate import eval_metrics, evaluate_policy
 from stepgym.trainers.metrics import timing_metrics, world_metrics
 from stepgym.trainers.models import precision, resolve_device
 from stepgym.trainers.samples import PromptEncoder
@@ -316,7 +316,7 @@ class GRPOTrainer:
                 if ec.max_steps > 0:
                     kw["max_steps"] = ec.max_steps
                 self._eval_collectors[split] = self._collector(kw, 1)
-            res = evaluate(
+            res = evaluate_policy(
                 self._eval_collectors[split],
                 budgets=ec.budgets,
                 limit=ec.limit,

@@ -38,7 +38,7 @@ from stepgym.trainers.config import (
     WarmupConfig,
 )
 
-__all__ = ["PRESETS", "UnknownPresetError", "get_preset"]
+__all__ = ["TRAINER_PRESETS", "UnknownPresetError", "get_preset"]
 
 PAPER_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -240,7 +240,7 @@ _GRAPH_METHODS = {
 
 
 def _graph_presets(p: dict[str, tuple[str, TrainConfig]]) -> None:
-    """``<env>-<method>`` for ALFWorld, WebShop and Search-QA; shaper settings from ``PRESETS['<method>-<env>']``."""
+    """``<env>-<method>`` for ALFWorld, WebShop and Search-QA; shaper settings from ``SHAPER_PRESETS['<method>-<env>']``."""
     envs = {"alfworld": _ALFWORLD_ENV, "webshop": _WEBSHOP_ENV, "searchqa": _SEARCHQA_ENV}
     for env_name, env in envs.items():
         for method, desc in _GRAPH_METHODS.items():
@@ -250,7 +250,7 @@ def _graph_presets(p: dict[str, tuple[str, TrainConfig]]) -> None:
 
 
 #: name → (one-line description, config)
-PRESETS: dict[str, tuple[str, TrainConfig]] = _build()
+TRAINER_PRESETS: dict[str, tuple[str, TrainConfig]] = _build()
 
 
 class UnknownPresetError(InvalidArgumentError, KeyError):
@@ -263,12 +263,12 @@ class UnknownPresetError(InvalidArgumentError, KeyError):
 def get_preset(name: str) -> TrainConfig:
     """The preset ``name``; an unknown name is an :class:`UnknownPresetError` listing them (and the closest)."""
     try:
-        return PRESETS[name][1]
+        return TRAINER_PRESETS[name][1]
     except KeyError:
         import difflib
 
-        close = difflib.get_close_matches(name, PRESETS, n=1)
+        close = difflib.get_close_matches(name, TRAINER_PRESETS, n=1)
         hint = f"did you mean --preset {close[0]}? " if close else ""
         raise UnknownPresetError(
-            f"unknown preset {name!r}; {hint}available: {', '.join(sorted(PRESETS))} (`--list-presets` describes them)"
+            f"unknown preset {name!r}; {hint}available: {', '.join(sorted(TRAINER_PRESETS))} (`--list-presets` describes them)"
         ) from None

@@ -57,7 +57,7 @@ __all__ = [
     "ShopEngine",
     "ShopState",
     "click_key",
-    "parse_action",
+    "parse_shop_action",
     "text_segment",
 ]
 
@@ -81,7 +81,7 @@ def _not_clickable(key: str) -> str:
     return f"{key!r} is not a button, product or option on this page"
 
 
-def parse_action(action: str) -> tuple[str, str | None]:
+def parse_shop_action(action: str) -> tuple[str, str | None]:
     """Upstream's ``parse_action``: ``re.match(r"(.+)\\[(.+)\\]")`` -> ``(name, argument)`` or ``(action, None)``."""
     m = _ACTION.match(action)
     if m is None:
@@ -349,7 +349,7 @@ class ShopEngine:
         """
         if state.page == "done":
             return state, "the episode is over"
-        name, arg = parse_action(action)
+        name, arg = parse_shop_action(action)
         if arg is None:
             return state, "expected search[keywords] or click[element]"
         if name == "search":

@@ -38,7 +38,7 @@ from stepgym import schema
 from stepgym._deps import require
 from stepgym.envs.base import TextEnv
 from stepgym.envs.webshop.core import SEARCH_PLACEHOLDER, WebShopCore, shared_core
-from stepgym.envs.webshop.engine import ShopState, click_key, parse_action
+from stepgym.envs.webshop.engine import ShopState, click_key, parse_shop_action
 from stepgym.envs.webshop.goals import Goal
 from stepgym.envs.webshop.pages_html import html_to_text
 from stepgym.envs.webshop.server import ShopSite, state_from_url
@@ -429,7 +429,7 @@ class WebShopSiteEnv(TextEnv):
 
     def _act(self, action: str) -> str:
         """Perform ``action`` in the browser; returns '' or why it is invalid (nothing happens then)."""
-        name, arg = parse_action(action)
+        name, arg = parse_shop_action(action)
         if arg is None:
             return "expected search[keywords] or click[element]"
         if name == "search":

@@ -1,0 +1,168 @@
+"""The package's layers, declared once, and the two import rules that keep them honest.
+
+Dependencies point down only: a module may import its own layer or any layer below it, never one above (every
+``import`` counts, those inside functions too, read from the source with ``ast`` as in tests/test_import_graph.py).
+And a name that begins with ``_`` is private to its package: no module imports a private module or attribute of
+another package (``stepgym`` itself counts as the package of its top-level modules, so its private helper modules
+``stepgym._deps`` and ``stepgym._env_worker`` may be used by its top-level modules only). The layers are
+:data:`LAYERS` below, top to bottom; ``scripts/api_report.py`` prints the counts these tests hold at zero.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from test_import_graph import PACKAGE, _modules
+
+#: Top to bottom. A module belongs to the layer of the longest entry that is its name or a prefix of it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("stepgym.cli",),
+    ("stepgym.integrations", "stepgym.llm_eval", "stepgym.serve", "stepgym.viewer"),
+    ("stepgym.trainers",),
+    (
+        "stepgym.group",
+        "stepgym.workers",
+        "stepgym._env_worker",
+        "stepgym.recording",
+        "stepgym.rollout",
+        "stepgym.graph_seeding",
+        "stepgym.agents",
+        "stepgym.testing",
+    ),
+    (
+        "stepgym.wrappers",
+        "stepgym.values",
+        "stepgym.reference_graph",
+        "stepgym.llm_client",
+    ),
+    ("stepgym.envs",),
+    ("stepgym.shapers",),
+    (
+        "stepgym.schema",
+        "stepgym.episodes",
+        "stepgym.data",
+        "stepgym.fetch",
+        "stepgym.errors",
+        "stepgym.spaces",
+        "stepgym.text_utils",
+        "stepgym.atomic",
+        "stepgym.lazy",
+        "stepgym._deps",
+        "stepgym.hindsight",
+        "stepgym.labels",
+        "stepgym",
+    ),
+)
+
+
+#: ``stepgym/__init__.py``, the facade: it registers the envs and exports a few names lazily. It is in no layer: any
+#: module may import it (Python runs it before any submodule anyway), and its own imports are not checked.
+FACADE = "stepgym"
+
+
+def layer_of(module: str) -> int:
+    best, level = "", None
+    for i, entries in enumerate(LAYERS):
+        for e in entries:
+            if (module == e or module.startswith(e + ".")) and len(e) > len(best):
+                best, level = e, i
+    if level is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS in tests/test_layers.py")
+    return level
+
+
+def _package_of(module: str, is_pkg: bool) -> str:
+    return module if is_pkg else module.rpartition(".")[0]
+
+
+def _imports(module: str, path: Path, is_pkg: bool) -> list[tuple[int, str, str | None]]:
+    """(line, imported module, imported attribute or None) for every stepgym import of ``module``."""
+    base = _package_of(module, is_pkg)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "stepgym"]
+        elif isinstance(node, ast.ImportFrom):
+            pkg = node.module or ""
+            if node.level:
+                anchor = base
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                pkg = f"{anchor}.{pkg}" if pkg else anchor
+            if pkg.split(".")[0] == "stepgym":
+                out += [(node.lineno, pkg, a.name) for a in node.names]
+    return out
+
+
+def _resolve(name: str, modules: dict) -> str:
+    while name not in modules and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def violations(root: Path = PACKAGE) -> tuple[list[str], list[str]]:
+    """(upward imports, private cross-package imports), each as 'file:line: what'."""
+    modules = _modules(root)
+    upward, private = [], []
+    for module, (path, is_pkg) in sorted(modules.items()):
+        if module == FACADE:
+            continue
+        mine = layer_of(module)
+        here = _package_of(module, is_pkg)
+        rel = path.relative_to(root.parent)
+        for line, target, attr in _imports(module, path, is_pkg):
+            full = f"{target}.{attr}" if attr else target
+            resolved = _resolve(full if full in modules else target, modules)
+            if resolved == FACADE:  # `import stepgym` (its version, its env registration) is allowed anywhere
+                continue
+            if resolved != module and layer_of(resolved) < mine:
+                upward.append(
+                    f"{rel}:{line}: {module} (layer {mine}) imports {resolved} (layer {layer_of(resolved)})"
+                )
+            # private: a `_x` part of the target module path outside the importer's package, or a `_x` attribute
+            target_pkg = _package_of(resolved, modules[resolved][1])
+            parts = full.split(".")
+            private_part = any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+            if private_part and not (here == target_pkg or (here.startswith(target_pkg + ".") and False)):
+                owner = ".".join(parts[: next(i for i, p in enumerate(parts) if i and p.startswith("_"))])
+                if not (here == owner or here.startswith(owner + ".")):
+                    private.append(f"{rel}:{line}: {module} imports {full}")
+    return upward, private
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in _modules():
+        if module != FACADE:
+            layer_of(module)
+
+
+def test_no_lower_layer_imports_a_higher_one() -> None:
+    upward, _ = violations()
+    assert not upward, "imports running up the layers:\n" + "\n".join(upward)
+
+
+def test_no_module_imports_a_private_name_of_another_package() -> None:
+    _, private = violations()
+    assert not private, "private names imported across packages:\n" + "\n".join(private)
+
+
+@pytest.mark.parametrize(
+    ("source", "upward", "private"),
+    [
+        ("from stepgym.trainers.grpo import GRPOTrainer\n", 1, 0),  # shapers → trainers: up
+        ("from stepgym.schema import TASK_ID\n", 0, 0),  # down: fine
+        ("from stepgym.trainers.teacher import _x\n", 1, 1),  # up, and a private name of another package
+        ("def f():\n    from stepgym.cli import main\n", 1, 0),  # a lazy import counts too
+    ],
+)
+def test_the_rules_catch_what_they_should(tmp_path: Path, source: str, upward: int, private: int) -> None:
+    import shutil
+
+    root = tmp_path / "stepgym"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("__pycache__", "*.json", "*.html", "*.yaml"))
+    (root / "shapers" / "probe.py").write_text(source, encoding="utf-8")
+    up, priv = violations(root)
+    assert len([v for v in up if "probe.py" in v]) == upward
+    assert len([v for v in priv if "probe.py" in v]) == private
