@@ -2,8 +2,9 @@
 
 * :func:`oracle_step_batch`: the shapers' ``StepBatch`` built by hand from raw step records (the rule of
   ``stepgym.integrations.steps``, restated: valid = format-valid and not inadmissible, anchor = the state key,
-  ProAS labels when every step has them), so a test compares an adapter's advantages with ``shape_advantages`` on
-  it.
+  ProAS labels when every step has them; for the graph methods the state after each step (``"<row>:<t+1>"`` where
+  a record has none), termination, step index, action text and the true gain when every step has one), so a test
+  compares an adapter's advantages with ``shape_advantages`` on it.
 * :func:`spans_of_mask`: the runs of 1s in a mask, by a plain scan.
 """
 
@@ -40,13 +41,19 @@ def oracle_step_batch(
     (default: the records' ``start``/``stop``); ``rewards[b]`` its per-step rewards (default: ``reward`` ×
     ``reward_scale``). ``labels=False`` leaves out ProAS's labels; ``extra`` sets more ``StepBatch`` fields."""
     g, tr, rw, va, an, rea, prog = [], [], [], [], [], [], []
+    nxt, done, idx, act, gain = [], [], [], [], []
     for b, recs in enumerate(records):
         for t, r in enumerate(recs):
             g.append(groups[b])
             tr.append(b)
             rw.append(rewards[b][t] if rewards is not None else reward_scale * r["reward"])
             va.append(bool(r["format_valid"]) and r["admissible"] is not False)
-            an.append(r["state_key"])
+            an.append(r["state_key"] if r["state_key"] is not None else f"{b}:{t}")
+            nxt.append(r["next_state_key"] if r.get("next_state_key") is not None else f"{b}:{t + 1}")
+            done.append(bool(r.get("terminated", False)))
+            idx.append(t)
+            act.append("" if r.get("action") is None else str(r["action"]))
+            gain.append(r.get("value_gain"))
             rea.append(r.get("arg_reasonable"))
             prog.append(r.get("arg_progress"))
     if spans is None:
@@ -61,5 +68,12 @@ def oracle_step_batch(
         reasonable=np.asarray(rea, dtype=bool) if labelled else None,
         progress=np.asarray(prog, dtype=bool) if labelled else None,
         layout=TokenLayout.from_spans([list(s) for s in spans], width),
-        **extra,
+        **{
+            "next_obs": nxt,
+            "dones": np.asarray(done, dtype=bool),
+            "step_index": np.asarray(idx, dtype=np.int64),
+            "actions": act,
+            "true_gain": np.asarray(gain, dtype=np.float64) if gain and None not in gain else None,
+            **extra,
+        },
     )

@@ -307,7 +307,18 @@ def _orl_expected(orl_episodes, width, preset):
     return shape_advantages(sb, ShapeConfig.from_preset(preset)).token_advantages
 
 
-@pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo", "grpo-alfworld"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "gigpo-alfworld",
+        "proas-gigpo",
+        "grpo-alfworld",
+        "graphgpo-alfworld",
+        "hgpo-alfworld",
+        "rewardflow-alfworld",
+        "g2po-alfworld",
+    ],
+)
 def test_openrlhfs_loss_receives_stepgyms_advantages(
     orl_train, orl_episodes, tok, monkeypatch, preset
 ) -> None:

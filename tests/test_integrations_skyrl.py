@@ -140,7 +140,10 @@ def _skyrl_rollouts(n_per_task: int = 4):
     return masks, metrics, uids
 
 
-def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
+@pytest.mark.parametrize(
+    "preset", ["gigpo-alfworld", "graphgpo-alfworld", "hgpo-alfworld", "rewardflow-alfworld", "g2po-alfworld"]
+)
+def test_skyrl_trainer_mixin_gives_stepgyms_advantages(preset: str) -> None:
     import numpy as np
 
     from stepgym.integrations.skyrl import StepAdvantageMixin
@@ -149,7 +152,7 @@ def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
     masks, metrics, uids = _skyrl_rollouts()
 
     class Trainer(StepAdvantageMixin, StandInTrainer):
-        stepgym_shape_config = "gigpo-alfworld"
+        stepgym_shape_config = preset
 
     trainer = Trainer(4)
     data = trainer.convert_to_training_input({"loss_masks": masks, "env_metrics": metrics}, uids)
@@ -158,7 +161,7 @@ def test_skyrl_trainer_mixin_gives_stepgyms_advantages() -> None:
     sb = oracle_step_batch(
         [met["stepgym_steps"] for met in metrics], uids, adv.shape[1], spans=[spans_of_mask(m) for m in masks]
     )
-    want = shape_advantages(sb, ShapeConfig.from_preset("gigpo-alfworld")).token_advantages
+    want = shape_advantages(sb, ShapeConfig.from_preset(preset)).token_advantages
     assert np.allclose(adv, want, atol=1e-5) and np.abs(want).max() > 0
     assert len({m["won"] for m in metrics}) > 1
 

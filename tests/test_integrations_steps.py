@@ -11,12 +11,16 @@ from stepgym.integrations import steps as st
 from stepgym.shapers import ShapeConfig, shape_advantages
 
 
-def _rec(reward, state_key, *, fmt=True, adm=True, rea=None, prog=None):
+def _rec(reward, state_key, *, fmt=True, adm=True, rea=None, prog=None, nxt=None, term=False, gain=None):
     return {
         "reward": reward,
+        "action": "go",
         "format_valid": fmt,
         "admissible": adm,
         "state_key": state_key,
+        "next_state_key": nxt,
+        "terminated": term,
+        "value_gain": gain,
         "arg_reasonable": rea,
         "arg_progress": prog,
     }
@@ -47,18 +51,44 @@ def test_the_rule_group_ids_as_text_row_trajectories_and_row_step_fallback_ancho
 
 def test_every_record_field_reaches_the_batch_and_equals_the_oracle() -> None:
     records = [
-        [_rec(0.0, "a", rea=True, prog=False), _rec(1.0, "b", rea=True, prog=True)],
-        [_rec(0.0, "a", rea=False, prog=False), _rec(0.0, "c", fmt=False, rea=False, prog=False)],
+        [
+            _rec(0.0, "a", rea=True, prog=False, nxt="b", gain=1.0),
+            _rec(1.0, "b", rea=True, prog=True, nxt="w", term=True, gain=1.0),
+        ],
+        [
+            _rec(0.0, "a", rea=False, prog=False, nxt="c", gain=-1.0),
+            _rec(0.0, "c", fmt=False, rea=False, prog=False, nxt="c", gain=0.0),
+        ],
     ]
     spans = [[(0, 2), (3, 5)], [(0, 1), (2, 4)]]
     batch = st.build_step_batch(spans, ["g", "g"], 6, records=records, reward_scale=10.0)
     for name in st.RECORD_FIELDS:
         assert getattr(batch, name) is not None, name
+    assert batch.next_obs == ["b", "w", "c", "c"] and batch.dones.tolist() == [False, True, False, False]
+    assert batch.step_index.tolist() == [0, 1, 0, 1] and batch.true_gain.tolist() == [1.0, 1.0, -1.0, 0.0]
     want = oracle_step_batch(records, ["g", "g"], 6, spans=spans)
-    cfg = ShapeConfig.from_preset("proas-gigpo")
+    for preset in (
+        "proas-gigpo",
+        "graphgpo-alfworld",
+        "hgpo-alfworld",
+        "rewardflow-alfworld",
+        "g2po-alfworld",
+    ):
+        cfg = ShapeConfig.from_preset(preset)
+        got = shape_advantages(batch, cfg).token_advantages
+        assert np.allclose(got, shape_advantages(want, cfg).token_advantages), preset
+        assert np.abs(got).max() > 0, preset
+    cfg = ShapeConfig.from_preset("oracle")
     assert np.allclose(
         shape_advantages(batch, cfg).token_advantages, shape_advantages(want, cfg).token_advantages
     )
+
+
+def test_a_step_without_a_state_key_still_chains_the_graph_states() -> None:
+    records = [[_rec(0.0, None), _rec(1.0, None, term=True)]]
+    batch = st.build_step_batch([[(0, 1), (1, 2)]], ["g"], 2, records=records)
+    assert batch.anchor_obs == ["0:0", "0:1"] and batch.next_obs == ["0:1", "0:2"]
+    assert batch.true_gain is None  # no step was labelled by ValueWrapper
 
 
 def test_records_that_do_not_match_the_spans_are_refused() -> None:

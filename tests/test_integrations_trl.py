@@ -228,7 +228,19 @@ def _independent_advantages(
     return shape_advantages(batch, cfg, update_index=update).token_advantages
 
 
-@pytest.mark.parametrize("preset", ["gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "gigpo-alfworld",
+        "proas-gigpo",
+        "ahead",
+        "stepopsd-alfworld",
+        "graphgpo-alfworld",
+        "hgpo-alfworld",
+        "rewardflow-alfworld",
+        "g2po-alfworld",
+    ],
+)
 def test_step_trainer_optimises_exactly_the_shaped_token_advantages(
     react_agent, tmp_path: Path, preset: str
 ) -> None:
@@ -451,7 +463,14 @@ def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkey
 # ---------------------------------------------------------------------------------------------------------------
 # Many processes
 # ---------------------------------------------------------------------------------------------------------------
-SCALE_PRESETS = ["gigpo-alfworld", "proas-gigpo", "ahead", "stepopsd-alfworld"]
+SCALE_PRESETS = [
+    "gigpo-alfworld",
+    "proas-gigpo",
+    "ahead",
+    "stepopsd-alfworld",
+    "graphgpo-alfworld",
+    "g2po-alfworld",
+]
 
 
 def _launch(out: Path, processes: int, script: str = "_trl_multiproc.py", *args: str) -> None:

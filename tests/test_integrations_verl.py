@@ -395,3 +395,31 @@ def test_teacher_presets_are_refused_without_gaps(batch) -> None:
     data, _ = batch
     with pytest.raises(ValueError, match="teacher log-prob gaps"):
         compute_step_advantage(data, "ahead")
+
+
+GRAPH_BASES = ("graphgpo", "hgpo", "rewardflow", "g2po")
+
+
+@pytest.mark.parametrize(
+    ("estimator", "preset"),
+    [(name, preset) for name, preset in ESTIMATORS.items() if preset.split("-")[0] in GRAPH_BASES],
+)
+def test_graph_estimators_equal_shape_advantages(batch, estimator: str, preset: str) -> None:
+    """GraphGPO, HGPO, RewardFlow and G2PO read each step's state before and after it from the agent loop's
+    records: the registered estimator (given them) and compute_step_advantage equal shape_advantages."""
+    data, outs = batch
+    uids = list(data.non_tensor_batch["uid"])
+    width = data.batch["response_mask"].shape[1]
+    with pytest.raises(ValueError, match="state keys before and after each step"):
+        compute_advantage(data, adv_estimator=estimator)
+    adv, _ = get_adv_estimator_fn(estimator)(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        config=None,
+        non_tensor_batch=data.non_tensor_batch,
+    )
+    want = _expected(outs, uids, width, preset).token_advantages
+    assert np.allclose(adv.numpy(), want, atol=1e-6) and np.abs(want).max() > 0
+    full = compute_step_advantage(data, preset)
+    assert np.allclose(full.batch["advantages"].numpy(), want, atol=1e-6)

@@ -38,6 +38,8 @@ STEP_FIELDS: tuple[str, ...] = (
     "state_key",
     "next_state_key",
     "won",
+    "terminated",
+    "value_gain",
     "arg_reasonable",
     "arg_progress",
 )
@@ -60,13 +62,20 @@ def _key(value: Any) -> str | None:
 
 
 def step_annotations(
-    before: Mapping[str, Any], action: Any, reward: float, after: Mapping[str, Any]
+    before: Mapping[str, Any],
+    action: Any,
+    reward: float,
+    after: Mapping[str, Any],
+    *,
+    terminated: bool = False,
 ) -> dict[str, Any]:
     """The record of one step: ``before`` is the info the action was chosen from, ``after`` the step's info.
 
     ``action`` is the parsed env command when a text interface recorded one (``None`` for an unparsable reply),
     else the action as sent; ``state_key`` is the state the action was taken in, ``next_state_key`` the one it led
-    to (GiGPO's anchor states and the ARG's vertices).
+    to (GiGPO's anchor states and the ARG's vertices; the graph methods' edges); ``terminated`` whether the step
+    ended the episode before its step limit (RewardFlow's rule for the last state); ``value_gain`` the step's true
+    gain when a :class:`~stepgym.values.ValueWrapper` labelled it (the ``oracle`` ceiling), else ``None``.
     """
     parsed = after.get(schema.PARSED_ACTION, action)  # None when a text interface found no action
     rec: dict[str, Any] = {
@@ -75,6 +84,8 @@ def step_annotations(
         "state_key": _key(before.get(schema.STATE_KEY)),
         "next_state_key": _key(after.get(schema.STATE_KEY)),
         "won": bool(after.get(schema.WON, False)),
+        "terminated": bool(terminated),
+        "value_gain": None if after.get(schema.VALUE_GAIN) is None else float(after[schema.VALUE_GAIN]),
     }
     rec.update({name: _flag(after.get(key)) for name, key in _FLAGS.items()})
     return {name: rec[name] for name in STEP_FIELDS}
@@ -83,7 +94,10 @@ def step_annotations(
 def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
     """The record of a (possibly unfinished) episode: task id, outcome, return and one record per step."""
     infos = trajectory.infos()
-    steps = [step_annotations(infos[t], s.action, s.reward, s.info) for t, s in enumerate(trajectory.steps)]
+    steps = [
+        step_annotations(infos[t], s.action, s.reward, s.info, terminated=s.terminated)
+        for t, s in enumerate(trajectory.steps)
+    ]
     last = infos[-1]
     return {
         "task_id": trajectory.task_id,

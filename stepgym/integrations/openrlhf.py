@@ -173,7 +173,7 @@ class _StepGymAgent(AgentInstanceBase):
         _, reward, term, trunc, info = await asyncio.to_thread(self.env.step, action)
         self.info = info
         done = bool(term or trunc)
-        rec = step_annotations(before, action, float(reward), info)
+        rec = step_annotations(before, action, float(reward), info, terminated=bool(term))
         rec["task_id"] = info.get(schema.TASK_ID)
         self.steps.append(rec)
         self.episode_return += float(reward)

@@ -112,7 +112,7 @@ class StepGymTextEnv(BaseTextEnv):
         self._info = info
         self.turns += 1
         done = bool(terminated or truncated)
-        meta = step_annotations(before, action, float(reward), info)
+        meta = step_annotations(before, action, float(reward), info, terminated=bool(terminated))
         meta["task_id"] = info.get(schema.TASK_ID)
         if done:
             first_obs, first_info = self._first

@@ -11,7 +11,12 @@ into a ``StepBatch`` under one rule:
 * trajectory id = the row index (``int64``);
 * reward = the given per-step rewards, else each record's ``reward`` × ``reward_scale``;
 * the per-step annotation fields come from :data:`RECORD_FIELDS`, one entry per ``StepBatch`` field; GiGPO's
-  fallback anchor for a step without a state key is ``"<row>:<step>"`` (a key no other step shares).
+  fallback anchor for a step without a state key is ``"<row>:<step>"`` (a key no other step shares), and the
+  graph methods' state after a step without one is ``"<row>:<step + 1>"`` (so a row's states still chain:
+  ``next_obs[t] == anchor_obs[t + 1]``);
+* the graph methods' fields: ``next_obs`` (the state key after the step), ``dones`` (the step terminated the
+  episode), ``step_index``, ``actions`` and, when every step has one, ``true_gain`` (``ValueWrapper``'s
+  ``VALUE_GAIN``); ``success`` is left to each method's own rule on the episode return.
 
 :func:`mask_runs` finds the reply spans in a loss mask when an adapter has no recorded spans.
 """
@@ -43,6 +48,8 @@ class RecordContext(NamedTuple):
 
     invalid_rule: str  #: ``annotations.INVALID_RULES``
     fallback_keys: list[str]  #: ``"<row>:<step>"`` per record
+    next_fallback_keys: list[str]  #: ``"<row>:<step + 1>"`` per record
+    step_index: list[int]  #: the record's position in its row
 
 
 #: ``StepBatch`` field → its value read from the batch's step records (flat, in step-row order). A new per-step
@@ -52,6 +59,18 @@ RECORD_FIELDS: dict[str, Callable[[list[Mapping[str, Any]], RecordContext], Any]
     "anchor_obs": lambda recs, ctx: state_anchors(recs, ctx.fallback_keys),
     "reasonable": lambda recs, ctx: arg_labels(recs, "arg_reasonable"),
     "progress": lambda recs, ctx: arg_labels(recs, "arg_progress"),
+    "next_obs": lambda recs, ctx: [
+        r["next_state_key"] if r.get("next_state_key") is not None else fb
+        for r, fb in zip(recs, ctx.next_fallback_keys, strict=True)
+    ],
+    "dones": lambda recs, ctx: np.asarray([bool(r.get("terminated", False)) for r in recs], dtype=bool),
+    "step_index": lambda recs, ctx: np.asarray(ctx.step_index, dtype=np.int64),
+    "actions": lambda recs, ctx: ["" if r.get("action") is None else str(r["action"]) for r in recs],
+    "true_gain": lambda recs, ctx: (
+        np.asarray([float(r["value_gain"]) for r in recs], dtype=np.float64)
+        if recs and all(r.get("value_gain") is not None for r in recs)
+        else None
+    ),
 }
 
 
@@ -101,7 +120,12 @@ def build_step_batch(
     )
     fields: dict[str, Any] = {}
     if flat is not None:
-        ctx = RecordContext(invalid_rule, [f"{b}:{t}" for b, k in enumerate(n) for t in range(k)])
+        ctx = RecordContext(
+            invalid_rule,
+            [f"{b}:{t}" for b, k in enumerate(n) for t in range(k)],
+            [f"{b}:{t + 1}" for b, k in enumerate(n) for t in range(k)],
+            [t for k in n for t in range(k)],
+        )
         fields = {name: read(flat, ctx) for name, read in RECORD_FIELDS.items()}
     return StepBatch(
         group_ids=np.asarray(

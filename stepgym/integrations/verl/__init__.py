@@ -355,6 +355,8 @@ def _needs_annotations(config: ShapeConfig) -> list[str]:
     need = []
     if config.base == "gigpo":
         need.append("state keys (GiGPO anchors)")
+    if config.base in ("graphgpo", "hgpo", "rewardflow", "g2po", "oracle"):
+        need.append(f"state keys before and after each step ({config.base}'s graph)")
     if config.proas:
         need.append("ARG labels (ProAS)")
     if config.invalid_penalty:
@@ -476,6 +478,10 @@ ESTIMATORS: dict[str, str] = {
     "stepgym_drgrpo": "drgrpo",
     "stepgym_gigpo": "gigpo-alfworld",
     "stepgym_proas": "proas-gigpo",
+    "stepgym_graphgpo": "graphgpo-alfworld",
+    "stepgym_hgpo": "hgpo-alfworld",
+    "stepgym_rewardflow": "rewardflow-alfworld",
+    "stepgym_g2po": "g2po-alfworld",
 }
 
 for _name, _preset in ESTIMATORS.items():
