@@ -57,12 +57,12 @@ from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.group import GroupEnv  # noqa: E402
 from stepgym.hindsight import NO_PEER, first_correct_peers  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import GRAPH_BASES, ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.trainers.presets import TRAINER_PRESETS, get_preset  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import OracleAnalyzer, same_action  # noqa: E402
 
-GRAPH = ("graphgpo", "hgpo", "rewardflow", "g2po")
+GRAPH = GRAPH_BASES
 #: the five of before, the four graph / history bases keyed on stepgym's exact state keys (``STATE_KEY``) and,
 #: with ``-obs``, on the observation text as their public code keys states, and the perfect-credit ceiling
 METHODS = (

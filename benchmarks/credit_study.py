@@ -62,13 +62,13 @@ from stepgym import schema  # noqa: E402
 from stepgym.envs.credit_family import DECISIVE  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+from stepgym.shapers import GRAPH_BASES, ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
 from stepgym.trainers.presets import get_preset  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import same_action  # noqa: E402
 
 ENV_ID = "StepGym/CreditFamily-v0"
-GRAPH = ("graphgpo", "hgpo", "rewardflow", "g2po")
+GRAPH = GRAPH_BASES
 #: the five of before; the four graph / history bases keyed on ``STATE_KEY`` and, with ``-obs``, on the
 #: observation text (their public code's keying); and the perfect-credit ceiling ``oracle`` (the true gain of
 #: ``ValueWrapper``'s labels as step credit, with the episode term)

@@ -35,12 +35,14 @@ def _resolve(name: str, modules: dict[str, tuple[Path, bool]]) -> str | None:
     return name or None
 
 
-def _imports(module: str, path: Path, is_pkg: bool, modules: dict[str, tuple[Path, bool]]) -> set[str]:
+def import_statements(module: str, path: Path, is_pkg: bool) -> list[tuple[int, str, str | None]]:
+    """``(line, module imported from, attribute or None)`` for every stepgym import of ``module``, relative
+    imports made absolute (``import a.b`` gives ``("a.b", None)``, ``from a import b`` gives ``("a", "b")``)."""
     base = module if is_pkg else module.rpartition(".")[0]
-    found: set[str] = set()
+    out: list[tuple[int, str, str | None]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            out += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "stepgym"]
         elif isinstance(node, ast.ImportFrom):
             pkg = node.module or ""
             if node.level:
@@ -48,10 +50,17 @@ def _imports(module: str, path: Path, is_pkg: bool, modules: dict[str, tuple[Pat
                 for _ in range(node.level - 1):
                     anchor = anchor.rpartition(".")[0]
                 pkg = f"{anchor}.{pkg}" if pkg else anchor
-            targets = [f"{pkg}.{a.name}" if f"{pkg}.{a.name}" in modules else pkg for a in node.names]
-        else:
-            continue
-        found |= {r for t in targets if t.split(".")[0] == "stepgym" and (r := _resolve(t, modules))}
+            if pkg.split(".")[0] == "stepgym":
+                out += [(node.lineno, pkg, a.name) for a in node.names]
+    return out
+
+
+def _imports(module: str, path: Path, is_pkg: bool, modules: dict[str, tuple[Path, bool]]) -> set[str]:
+    found: set[str] = set()
+    for _, pkg, attr in import_statements(module, path, is_pkg):
+        target = f"{pkg}.{attr}" if attr and f"{pkg}.{attr}" in modules else pkg
+        if resolved := _resolve(target, modules):
+            found.add(resolved)
     found.discard(module)
     return found
 

@@ -48,7 +48,7 @@ from stepgym.integrations.verl import (  # noqa: E402
     verl_rows,
 )
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
-from stepgym.shapers import ShapeConfig, shape_advantages  # noqa: E402
+from stepgym.shapers import GRAPH_BASES, ShapeConfig, shape_advantages  # noqa: E402
 from stepgym.trainers.models import train_tokenizer  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 
@@ -397,9 +397,6 @@ def test_teacher_presets_are_refused_without_gaps(batch) -> None:
         compute_step_advantage(data, "ahead")
 
 
-GRAPH_BASES = ("graphgpo", "hgpo", "rewardflow", "g2po")
-
-
 @pytest.mark.parametrize(
     ("estimator", "preset"),
     [(name, preset) for name, preset in ESTIMATORS.items() if preset.split("-")[0] in GRAPH_BASES],
@@ -410,7 +407,7 @@ def test_graph_estimators_equal_shape_advantages(batch, estimator: str, preset: 
     data, outs = batch
     uids = list(data.non_tensor_batch["uid"])
     width = data.batch["response_mask"].shape[1]
-    with pytest.raises(ValueError, match="state keys before and after each step"):
+    with pytest.raises(ValueError, match="state keys"):
         compute_advantage(data, adv_estimator=estimator)
     adv, _ = get_adv_estimator_fn(estimator)(
         token_level_rewards=data.batch["token_level_rewards"],

@@ -10,11 +10,10 @@ another package (``stepgym`` itself counts as the package of its top-level modul
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
-from test_import_graph import PACKAGE, _modules
+from test_import_graph import PACKAGE, _modules, _resolve, import_statements
 
 #: Top to bottom. A module belongs to the layer of the longest entry that is its name or a prefix of it.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -77,31 +76,6 @@ def _package_of(module: str, is_pkg: bool) -> str:
     return module if is_pkg else module.rpartition(".")[0]
 
 
-def _imports(module: str, path: Path, is_pkg: bool) -> list[tuple[int, str, str | None]]:
-    """(line, imported module, imported attribute or None) for every stepgym import of ``module``."""
-    base = _package_of(module, is_pkg)
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "stepgym"]
-        elif isinstance(node, ast.ImportFrom):
-            pkg = node.module or ""
-            if node.level:
-                anchor = base
-                for _ in range(node.level - 1):
-                    anchor = anchor.rpartition(".")[0]
-                pkg = f"{anchor}.{pkg}" if pkg else anchor
-            if pkg.split(".")[0] == "stepgym":
-                out += [(node.lineno, pkg, a.name) for a in node.names]
-    return out
-
-
-def _resolve(name: str, modules: dict) -> str:
-    while name not in modules and "." in name:
-        name = name.rpartition(".")[0]
-    return name
-
-
 def violations(root: Path = PACKAGE) -> tuple[list[str], list[str]]:
     """(upward imports, private cross-package imports), each as 'file:line: what'."""
     modules = _modules(root)
@@ -112,23 +86,28 @@ def violations(root: Path = PACKAGE) -> tuple[list[str], list[str]]:
         mine = layer_of(module)
         here = _package_of(module, is_pkg)
         rel = path.relative_to(root.parent)
-        for line, target, attr in _imports(module, path, is_pkg):
+        for line, target, attr in import_statements(module, path, is_pkg):
             full = f"{target}.{attr}" if attr else target
-            resolved = _resolve(full if full in modules else target, modules)
+            resolved = _resolve(full if full in modules else target, modules) or target
             if resolved == FACADE:  # `import stepgym` (its version, its env registration) is allowed anywhere
                 continue
             if resolved != module and layer_of(resolved) < mine:
                 upward.append(
                     f"{rel}:{line}: {module} (layer {mine}) imports {resolved} (layer {layer_of(resolved)})"
                 )
-            # private: a `_x` part of the target module path outside the importer's package, or a `_x` attribute
-            target_pkg = _package_of(resolved, modules[resolved][1])
+            # private: the first `_x` part of what is imported belongs to the package that holds it (a private
+            # module's parent package, a private attribute's module's package); only that package may import it
             parts = full.split(".")
-            private_part = any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
-            if private_part and not (here == target_pkg or (here.startswith(target_pkg + ".") and False)):
-                owner = ".".join(parts[: next(i for i, p in enumerate(parts) if i and p.startswith("_"))])
-                if not (here == owner or here.startswith(owner + ".")):
-                    private.append(f"{rel}:{line}: {module} imports {full}")
+            first = next(
+                (i for i, p in enumerate(parts) if i and p.startswith("_") and not p.startswith("__")), None
+            )
+            if first is None:
+                continue
+            owner = ".".join(parts[:first])
+            if owner in modules and not modules[owner][1]:
+                owner = owner.rpartition(".")[0]
+            if not (here == owner or here.startswith(owner + ".")):
+                private.append(f"{rel}:{line}: {module} imports {full}")
     return upward, private
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from stepgym.shapers.ahead import ahead_delta, ahead_lambda, ahead_reweight, ahead_weights
 from stepgym.shapers.compose import (
+    GRAPH_BASES,
     SHAPER_PRESETS,
     ShapeConfig,
     ShapedAdvantages,
@@ -89,6 +90,7 @@ __all__ = [
     "DAPO_CLIP_HIGH",
     "DAPO_CLIP_LOW",
     "DEFAULT_INVALID_PENALTY",
+    "GRAPH_BASES",
     "PIPELINE_STAGES",
     "RECIPE_INVALID_PENALTY",
     "SEGMENT_KINDS",

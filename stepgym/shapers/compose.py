@@ -56,10 +56,19 @@ from stepgym.shapers.rewards import (
 )
 from stepgym.shapers.tokens import TokenLayout
 
-__all__ = ["SHAPER_PRESETS", "ShapeConfig", "ShapedAdvantages", "StepBatch", "shape_advantages"]
+__all__ = [
+    "GRAPH_BASES",
+    "SHAPER_PRESETS",
+    "ShapeConfig",
+    "ShapedAdvantages",
+    "StepBatch",
+    "shape_advantages",
+]
 
 #: The built-in names of the stage each config field selects (any name registered for that stage is accepted).
 Base = Literal["grpo", "drgrpo", "dapo", "gigpo", "graphgpo", "hgpo", "rewardflow", "g2po", "oracle"]
+#: The bases that credit a step from the states a group visited (a graph or a history tree over state keys).
+GRAPH_BASES: tuple[str, ...] = ("graphgpo", "hgpo", "rewardflow", "g2po")
 TokenReweight = Literal["ahead", "stepopsd"]
 
 

@@ -48,7 +48,7 @@ from stepgym.group import WrapperFn
 from stepgym.integrations.annotations import INVALID_RULES, episode_annotations
 from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.integrations.tasks import task_rows
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers import GRAPH_BASES, ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers.text import make_text_env
 
 _deps.require("verl", "verl", what="the verl integration")
@@ -355,8 +355,8 @@ def _needs_annotations(config: ShapeConfig) -> list[str]:
     need = []
     if config.base == "gigpo":
         need.append("state keys (GiGPO anchors)")
-    if config.base in ("graphgpo", "hgpo", "rewardflow", "g2po", "oracle"):
-        need.append(f"state keys before and after each step ({config.base}'s graph)")
+    if config.base in GRAPH_BASES:
+        need.append(f"state keys ({config.base}'s graph over the states a group visited)")
     if config.proas:
         need.append("ARG labels (ProAS)")
     if config.invalid_penalty:
