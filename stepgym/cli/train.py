@@ -251,7 +251,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     print(f"done: {result['iterations']} iterations; output in {cfg.run.output_dir}")
     if result.get("report"):
         print(f"report: {result['report']}")
-    for ev in result["evals"][-len(cfg.env.eval_splits) :]:
+    for ev in result["evals"][-len(trainer.eval_splits) :]:
         print(
             f"eval {ev['split']} (iteration {ev['iteration']}): success {ev['success']:.3f} over {ev['n_tasks']} tasks"
         )

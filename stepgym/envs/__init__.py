@@ -7,7 +7,8 @@ never new id strings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +25,12 @@ __all__ = [
     "check_env_kwargs",
     "check_split",
     "env_entry",
+    "env_has_splits",
+    "env_make_kwargs",
     "register",
     "register_envs",
     "registered_envs",
+    "resolve_env_id",
     "text_format_of",
 ]
 
@@ -150,9 +154,30 @@ def register(
     return entry
 
 
+def resolve_env_id(env_id: str) -> str:
+    """The registry id of ``env_id``: Gymnasium's ``"module:Env-v0"`` form imports ``module`` (which registers the
+    env, with :func:`register` or ``gymnasium.register``) and names ``Env-v0``; any other id is returned as is.
+
+    A module that cannot be imported is an :class:`~stepgym.errors.InvalidArgumentError` naming it (one line)."""
+    if not isinstance(env_id, str) or ":" not in env_id:
+        return env_id
+    module, _, bare = env_id.partition(":")
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise InvalidArgumentError(
+            f"{env_id}: cannot import the module {module!r} that registers it ({exc}); is its folder on "
+            "PYTHONPATH?"
+        ) from None
+    return bare
+
+
 def env_entry(env_id: str) -> EnvEntry | None:
-    """What ``env_id`` declared at :func:`register`, or ``None`` for an env registered with Gymnasium only."""
-    return _ENVS.get(env_id)
+    """What ``env_id`` declared at :func:`register`, or ``None`` for an env registered with Gymnasium only
+    (``"module:Env-v0"`` imports the module first, :func:`resolve_env_id`)."""
+    return _ENVS.get(resolve_env_id(env_id))
 
 
 def registered_envs() -> dict[str, EnvEntry]:
@@ -162,7 +187,7 @@ def registered_envs() -> dict[str, EnvEntry]:
 
 def text_format_of(env_id: str) -> str | None:
     """The text format declared for a registered env id, or ``None`` when it declared none."""
-    entry = _ENVS.get(env_id)
+    entry = env_entry(env_id)
     return entry.text_format if entry is not None else None
 
 
@@ -172,7 +197,7 @@ def check_split(env_id: str, split: str | None, *, flag: str = "--split") -> str
 
     Raises :class:`~stepgym.errors.InvalidArgumentError` listing the env's splits for one it does not have.
     """
-    entry = _ENVS.get(env_id)
+    entry = env_entry(env_id)
     known = entry.splits if entry is not None else None
     if known is None:
         return split or ""
@@ -194,21 +219,8 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     :class:`~stepgym.errors.InvalidArgumentError` naming the keywords it does take. An env whose constructor
     takes ``**kwargs`` gets them all.
     """
-    spec = gymnasium.registry.get(env_id)
-    if spec is None or (not isinstance(spec.entry_point, str) and not callable(spec.entry_point)):
-        return dict(kwargs)
-    import inspect
-
-    try:
-        target = (
-            gymnasium.envs.registration.load_env_creator(spec.entry_point)
-            if isinstance(spec.entry_point, str)
-            else spec.entry_point
-        )
-        params = inspect.signature(target).parameters
-    except (ImportError, AttributeError, ValueError, TypeError):
-        return dict(kwargs)  # gym.make will say what is wrong with the entry point
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    params = _constructor_params(env_id)
+    if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return dict(kwargs)
     out = {k: v for k, v in kwargs.items() if k in params or k != "data_root"}
     unknown = sorted(set(out) - set(params))
@@ -218,6 +230,69 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             f"{', '.join(p for p in params if p != 'self') or '(none)'}"
         )
     return out
+
+
+def _constructor_params(env_id: str) -> Mapping[str, inspect.Parameter] | None:
+    """The parameters of the registered entry point of ``env_id``, or ``None`` when they cannot be read (an id
+    Gymnasium does not know, an entry point that does not import: ``gym.make`` says what is wrong with it)."""
+    spec = gymnasium.registry.get(resolve_env_id(env_id))
+    if spec is None or (not isinstance(spec.entry_point, str) and not callable(spec.entry_point)):
+        return None
+    try:
+        target = (
+            gymnasium.envs.registration.load_env_creator(spec.entry_point)
+            if isinstance(spec.entry_point, str)
+            else spec.entry_point
+        )
+        return inspect.signature(target).parameters
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return None
+
+
+def _takes(params: Mapping[str, inspect.Parameter] | None, name: str) -> bool:
+    return params is not None and name in params and params[name].kind is not inspect.Parameter.VAR_POSITIONAL
+
+
+def env_make_kwargs(
+    env_id: str, kwargs: Mapping[str, Any] | None = None, *, split: str | None = None, max_steps: int = 0
+) -> dict[str, Any]:
+    """Keyword arguments for ``gym.make(env_id, **out)`` that give the env a split and a step limit the way it
+    offers them (the capabilities a trainer uses when an env has them; any Gymnasium text env works):
+
+    * ``split`` (when not empty) is passed as ``split=`` when the env declared splits at :func:`register` (checked
+      by :func:`check_split`) or its constructor takes a ``split`` parameter; an env with neither has no splits,
+      and ``split`` is dropped (its tasks are drawn by seed, :func:`env_task_ids`).
+    * ``max_steps`` (when > 0) is passed as ``max_steps=`` when the constructor takes it (every stepgym env does),
+      else as ``max_episode_steps=``: ``gym.make`` then cuts episodes with Gymnasium's ``TimeLimit``. ``0`` keeps
+      the env's own limit (its spec's ``max_episode_steps``, if any).
+
+    ``kwargs`` (the user's own keywords) are checked by :func:`check_env_kwargs` and win over both. An id
+    Gymnasium does not know is an :class:`~stepgym.errors.InvalidArgumentError` (one line, no traceback).
+    """
+    if resolve_env_id(env_id) not in gymnasium.registry:
+        raise InvalidArgumentError(
+            f"no env registered as {env_id!r}: register it (stepgym.envs.register or gymnasium.register) in a "
+            "module and name it as 'module:Env-v0', or import that module first"
+        )
+    user = check_env_kwargs(env_id, dict(kwargs or {}))
+    out: dict[str, Any] = {}
+    params = _constructor_params(env_id)
+    if split:
+        entry = env_entry(env_id)
+        if entry is not None and entry.splits is not None:
+            out["split"] = check_split(env_id, split, flag="split")
+        elif _takes(params, "split"):
+            out["split"] = split
+    if max_steps and max_steps > 0:
+        out["max_steps" if _takes(params, "max_steps") else "max_episode_steps"] = int(max_steps)
+    out.update(user)
+    return out
+
+
+def env_has_splits(env_id: str) -> bool:
+    """Whether ``env_id`` takes ``split=`` (declared splits, or a ``split`` parameter of its constructor)."""
+    entry = env_entry(env_id)
+    return (entry is not None and entry.splits is not None) or _takes(_constructor_params(env_id), "split")
 
 
 _WEBSHOP_SPLITS = EnvSplits(("train", "eval", "test", "all"), "test")

@@ -71,9 +71,20 @@ def import_object(spec: str) -> Any:
 
 
 def recipe_of(config: ServeConfig) -> EnvRecipe:
+    """How to build the served env: a registered id, Gymnasium's ``module:Env-v0`` (the module registers it), or
+    ``package.module:factory``."""
     env: Any = config.env
     if ":" in env and env not in gym.registry:
-        env = import_object(env)
+        from stepgym.envs import resolve_env_id
+
+        if resolve_env_id(env) not in gym.registry:  # (importing the module registered nothing by that name)
+            try:
+                env = import_object(env)
+            except (ImportError, AttributeError) as exc:
+                raise StepGymError(
+                    f"{config.env!r} is neither a registered env id (module:Env-v0) nor package.module:factory "
+                    f"({exc})"
+                ) from None
     elif env not in gym.registry:
         import stepgym  # noqa: F401 - registers the StepGym envs
 

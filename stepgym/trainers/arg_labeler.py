@@ -48,16 +48,16 @@ class ArgLabeler:
     def _seed_env(self) -> gym.Env:
         if self._env is None:
             # The env's own step limit: a seed path must be able to finish even when training episodes are cut short.
-            kwargs = {k: v for k, v in self.env_kwargs.items() if k != "max_steps"}
+            kwargs = {k: v for k, v in self.env_kwargs.items() if k not in ("max_steps", "max_episode_steps")}
             self._env = gym.make(self.env_id, **kwargs)
             if self.seed_mode == "auto":
                 u = self._env.unwrapped
                 self.seed_mode = "walkthrough" if hasattr(type(u), "walkthrough") else "expert"
         return self._env
 
-    def _seed_task(self, task_id: str) -> None:
-        if task_id in self.seeded or self.seed_mode == "none":
-            return
+    def _seed_task(self, task_id: str | None) -> None:
+        if task_id is None or task_id in self.seeded or self.seed_mode == "none":
+            return  # a task drawn by seed has no id to seed the graph with
         env = self._seed_env()
         if self.seed_mode == "walkthrough":
             seed_graph_from_walkthroughs(self.graph, env, [task_id])

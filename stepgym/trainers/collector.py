@@ -32,7 +32,7 @@ from stepgym.trainers.samples import PromptEncoder, StepRow
 from stepgym.workers import EnvRecipe, Executor, make_executor
 from stepgym.wrappers.text import TextFormat, text_wrappers
 
-__all__ = ["Collector", "Rollouts"]
+__all__ = ["Collector", "Rollouts", "draw_tasks"]
 
 
 @dataclass
@@ -43,7 +43,8 @@ class Rollouts:
     trajectories: list[schema.Trajectory]
     traj_group: list[int]
     hindsight: list[str | None]
-    task_ids: list[str]
+    task_ids: list[str | None]
+    """The task of each group (``None``: drawn by the group's reset seed)."""
     group_size: int
     stats: dict[str, float] = field(default_factory=dict)
 
@@ -95,6 +96,16 @@ class Rollouts:
                 stats[k] = stats.get(k, 0.0) + v
             offset += len(p.task_ids)
         return Rollouts(rows, trajs, tgroup, hind, tids, g_size, stats)
+
+
+def draw_tasks(ids: Sequence[str] | None, n: int, rng: np.random.Generator) -> list[tuple[str | None, int]]:
+    """``n`` ``(task_id, reset_seed)`` pairs: task ids drawn uniformly from ``ids`` (with replacement only when
+    ``n`` exceeds them), each with a fresh seed; for an env without task ids (``ids`` is ``None``) the task is
+    whatever ``reset(seed=...)`` draws, so each pair is ``(None, seed)``."""
+    if not ids:
+        return [(None, int(rng.integers(2**31 - 1))) for _ in range(n)]
+    pick = rng.choice(len(ids), size=n, replace=n > len(ids))
+    return [(ids[int(i)], int(rng.integers(2**31 - 1))) for i in pick]
 
 
 class Collector:
@@ -194,12 +205,11 @@ class Collector:
             ]
         return self._pool[:n]
 
-    def task_ids(self) -> list[str]:
-        """The env's tasks in its fixed order (``env.unwrapped.task_ids``)."""
+    def task_ids(self) -> list[str] | None:
+        """The env's tasks in its fixed order (``env.unwrapped.task_ids``), or ``None`` when the env has none: its
+        tasks are then drawn by the reset seed (:func:`draw_tasks`)."""
         ids = self.groups(1)[0].get_unwrapped_attr("task_ids")
-        if ids is None:
-            raise ValueError(f"{self.env_id!r} exposes no task_ids; tasks are drawn by seed instead")
-        return list(ids)
+        return [str(t) for t in ids] if ids else None
 
     def close(self) -> None:
         for g in self._pool:

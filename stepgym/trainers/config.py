@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from stepgym.errors import InvalidArgumentError
 from stepgym.recording import RecordConfig
 from stepgym.shapers.compose import ShapeConfig
 
@@ -43,11 +44,14 @@ class EnvConfig:
     kwargs: str = "{}"
     """Extra keyword arguments for ``gym.make`` as a JSON object, e.g. '{"task_types": ["pick_and_place_simple"]}'."""
     train_split: str = "train"
-    """The ``split=`` keyword for training ('' for an env without splits)."""
+    """The ``split=`` keyword for training; passed only to an env that has splits (declared at
+    ``stepgym.envs.register`` or a ``split`` parameter of its constructor)."""
     eval_splits: tuple[str, ...] = ("valid",)
-    """Splits evaluated (each in full, in the env's fixed ``task_ids`` order, unless ``eval.limit`` samples them)."""
+    """Splits evaluated (each in full, in the env's fixed ``task_ids`` order, unless ``eval.limit`` samples them).
+    An env without splits is evaluated once, on ``eval.limit`` (or 100) tasks drawn by seed."""
     max_steps: int = 0
-    """Step limit per episode (``max_steps=`` keyword; 0 keeps the env's default, 50 for ALFWorld)."""
+    """Step limit per episode: ``max_steps=`` for an env that takes it, else Gymnasium's ``TimeLimit``
+    (``max_episode_steps``); 0 keeps the env's default (50 for ALFWorld, the spec's ``max_episode_steps``)."""
     text_format: str = ""
     """Prompt/parse format of ``stepgym.wrappers.text`` ('alfworld', 'webshop', 'qa', 'credit'); '' looks it up
     from the env id."""
@@ -67,16 +71,21 @@ class EnvConfig:
     """Wrap the env in ``stepgym.values.ValueWrapper`` so every step's info carries ``schema.VALUE_GAIN`` (the
     ``oracle`` base needs it; costs an oracle search per new state)."""
 
-    def make_kwargs(self, split: str | None) -> dict[str, Any]:
-        """The keyword arguments for ``gym.make`` (JSON ``kwargs`` + split + max_steps)."""
-        kw = json.loads(self.kwargs or "{}")
+    def make_kwargs(self, split: str | None, max_steps: int = 0) -> dict[str, Any]:
+        """The keyword arguments for ``gym.make``: JSON ``kwargs``, plus the split and the step limit (``max_steps``
+        when > 0, else this config's) in the form the env takes them, or not at all for an env without splits
+        (:func:`stepgym.envs.env_make_kwargs`)."""
+        from stepgym.envs import env_make_kwargs
+
+        try:
+            kw = json.loads(self.kwargs or "{}")
+        except json.JSONDecodeError as exc:
+            raise InvalidArgumentError(
+                f"--env.kwargs must be a JSON object, got {self.kwargs!r} ({exc})"
+            ) from None
         if not isinstance(kw, dict):
-            raise ValueError(f"env.kwargs must be a JSON object, got {self.kwargs!r}")
-        if split:
-            kw["split"] = split
-        if self.max_steps > 0:
-            kw["max_steps"] = self.max_steps
-        return kw
+            raise InvalidArgumentError(f"--env.kwargs must be a JSON object, got {self.kwargs!r}")
+        return env_make_kwargs(self.id, kw, split=split, max_steps=max_steps or self.max_steps)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,10 @@ For ALFWorld that is valid_seen (140 games) and valid_unseen (134) in full, max 
 per task type; plus *success within interaction budgets* (the share of tasks solved in at most B steps, B = 10,
 20, …, 50), the measure behind AHEAD's efficiency claim. Tasks are played in lockstep batches of ``parallel``
 episodes through the same collector as training (one group of size 1 per task), greedy by default.
+
+An env without task ids (any Gymnasium text env: its reset seed draws the task) has no fixed split to play in
+full; it is evaluated on the tasks the reset seeds ``seed, seed + 1, ...`` draw (``limit`` of them, or
+:data:`SEEDED_EVAL_TASKS`), under the split name :data:`SEEDED_EVAL`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,19 @@ import numpy as np
 from stepgym import schema
 from stepgym.trainers.collector import Collector
 
-__all__ = ["eval_metrics", "evaluate_policy", "format_summary", "summarise"]
+__all__ = [
+    "SEEDED_EVAL",
+    "SEEDED_EVAL_TASKS",
+    "eval_metrics",
+    "evaluate_policy",
+    "format_summary",
+    "summarise",
+]
+
+#: The split name of an evaluation of an env without splits (its tasks drawn by seed).
+SEEDED_EVAL = "seeded"
+#: Episodes of such an evaluation when no ``limit`` is given.
+SEEDED_EVAL_TASKS = 100
 
 
 def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int]) -> dict[str, Any]:
@@ -84,7 +100,9 @@ def evaluate_policy(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Play every task of ``collector``'s env once (a fixed sample of ``limit`` tasks, stratified by task type
-    and seeded with ``seed``, when ``limit > 0``: :func:`stepgym.data.sample_tasks`) and summarise.
+    and seeded with ``seed``, when ``limit > 0``: :func:`stepgym.data.sample_tasks`) and summarise. An env
+    without task ids plays the tasks its reset seeds ``seed, seed + 1, ...`` draw (``limit`` or
+    :data:`SEEDED_EVAL_TASKS` of them).
 
     ``collector`` must have ``group_size == 1``. Episodes are reset with ``seed`` (fixed), and sampling seeds come
     from a generator seeded with it, so an evaluation is reproducible and does not touch the training RNG.
@@ -93,17 +111,21 @@ def evaluate_policy(
         raise ValueError("evaluation plays each task once: build the collector with group_size=1")
     from stepgym.data import sample_tasks
 
-    ids = sample_tasks(collector.task_ids(), limit, seed=seed)
+    known = collector.task_ids()
+    if known is None:  # no task ids: tasks drawn by the reset seed, seed, seed + 1, ...
+        tasks = [(None, seed + i) for i in range(limit or SEEDED_EVAL_TASKS)]
+    else:
+        tasks = [(tid, seed) for tid in sample_tasks(known, limit, seed=seed)]
     rng = np.random.default_rng(seed)
     trajs: list[schema.Trajectory] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(ids), desc="eval", leave=False)
-    for start in range(0, len(ids), max(1, parallel)):
-        chunk = ids[start : start + parallel]
-        ro = collector.collect([(tid, seed) for tid in chunk], seed_rng=rng, greedy=greedy)
+        bar = tqdm(total=len(tasks), desc="eval", leave=False)
+    for start in range(0, len(tasks), max(1, parallel)):
+        chunk = tasks[start : start + parallel]
+        ro = collector.collect(chunk, seed_rng=rng, greedy=greedy)
         trajs += ro.trajectories
         if bar is not None:
             bar.update(len(chunk))

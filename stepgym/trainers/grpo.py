@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from stepgym.envs import env_has_splits
 from stepgym.shapers import dynamic_sampling_keep
 from stepgym.trainers.actor import UpdateRow
 from stepgym.trainers.advantages import ShapingResult, build_step_batch, shape_rows
@@ -51,11 +52,11 @@ from stepgym.trainers.builder import (
     warm_up,
 )
 from stepgym.trainers.checkpoint import load_trainer, read_state, resume_path, save_trainer
-from stepgym.trainers.collector import Collector, Rollouts
+from stepgym.trainers.collector import Collector, Rollouts, draw_tasks
 from stepgym.trainers.config import TrainConfig
 from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shaping_arrays, shaping_metrics
 from stepgym.trainers.distributed import context_from_env, group_shard, resolve_world_size
-from stepgym.trainers.evaluate import eval_metrics, evaluate_policy
+from stepgym.trainers.evaluate import SEEDED_EVAL, eval_metrics, evaluate_policy
 from stepgym.trainers.metrics import timing_metrics, world_metrics
 from stepgym.trainers.models import precision, resolve_device
 from stepgym.trainers.samples import PromptEncoder
@@ -85,6 +86,11 @@ class GRPOTrainer:
         self.weights_dtype, self.autocast = precision(config.model.precision, self.device)
         self.rng = np.random.default_rng(config.run.seed)
         self.fmt = resolve_format(config.env.id, config.env.text_format)
+        #: the splits evaluated: the configured ones, or one pass named "seeded" for an env without splits
+        #: (its evaluation tasks are drawn by seed, :func:`~stepgym.trainers.evaluate.evaluate_policy`)
+        self.eval_splits: tuple[str, ...] = (
+            tuple(config.env.eval_splits) if env_has_splits(config.env.id) else (SEEDED_EVAL,)
+        )
         self.history = None if config.env.history < 0 else config.env.history
         self.iteration = 0
         self.evals: list[dict[str, Any]] = []
@@ -146,10 +152,8 @@ class GRPOTrainer:
         )
 
     # -- one iteration --------------------------------------------------------------------------------------
-    def _sample_tasks(self, n: int) -> list[tuple[str, int]]:
-        ids = self.train_task_ids
-        pick = self.rng.choice(len(ids), size=n, replace=n > len(ids))
-        return [(ids[int(i)], int(self.rng.integers(2**31 - 1))) for i in pick]
+    def _sample_tasks(self, n: int) -> list[tuple[str | None, int]]:
+        return draw_tasks(self.train_task_ids, n, self.rng)
 
     def collect(self) -> Rollouts:
         """One batch of groups (with DAPO dynamic sampling when configured)."""
@@ -310,12 +314,11 @@ class GRPOTrainer:
         """Evaluate the current policy on ``splits`` (default: the configured eval splits)."""
         ec = self.cfg.eval
         results = []
-        for split in splits if splits is not None else self.cfg.env.eval_splits:
+        for split in splits if splits is not None else self.eval_splits:
             if split not in self._eval_collectors:
-                kw = self.cfg.env.make_kwargs(split)
-                if ec.max_steps > 0:
-                    kw["max_steps"] = ec.max_steps
-                self._eval_collectors[split] = self._collector(kw, 1)
+                self._eval_collectors[split] = self._collector(
+                    self.cfg.env.make_kwargs(split, ec.max_steps), 1
+                )
             res = evaluate_policy(
                 self._eval_collectors[split],
                 budgets=ec.budgets,

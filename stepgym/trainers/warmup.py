@@ -19,7 +19,7 @@ import numpy as np
 
 from stepgym import schema
 from stepgym.trainers.backends import ScriptedBackend
-from stepgym.trainers.collector import Collector
+from stepgym.trainers.collector import Collector, draw_tasks
 from stepgym.trainers.config import WarmupConfig
 from stepgym.trainers.formats import reply_renderer
 from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
@@ -89,9 +89,14 @@ def format_warmup(
     saved = collector.backend
     collector.backend = ScriptedBackend(tokenizer, "random", render=reply_renderer(collector.fmt))
     try:
-        ids = collector.task_ids()
         n_groups = max(1, cfg.episodes // collector.group_size)
-        tasks = [(ids[int(rng.integers(len(ids)))], int(rng.integers(2**31 - 1))) for _ in range(n_groups)]
+        ids = collector.task_ids()
+        if ids is None:
+            tasks = draw_tasks(None, n_groups, rng)
+        else:  # (with replacement, unlike draw_tasks: a warm-up's draws stay those of earlier runs)
+            tasks = [
+                (ids[int(rng.integers(len(ids)))], int(rng.integers(2**31 - 1))) for _ in range(n_groups)
+            ]
         rows = collector.collect(tasks, seed_rng=rng).rows
     finally:
         collector.backend = saved

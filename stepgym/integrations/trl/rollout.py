@@ -12,7 +12,7 @@ from stepgym import _deps
 from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupEnv, WrapperFn
 from stepgym.integrations.annotations import episode_annotations
-from stepgym.integrations.tasks import task_id_of_prompt
+from stepgym.integrations.tasks import reset_args, task_id_of_prompt
 from stepgym.wrappers.text import text_wrappers
 
 _deps.require("trl", "trl", what="the TRL integration")
@@ -260,8 +260,8 @@ class GroupRollout:
         base = int(self._rng.integers(2**30))
         rollouts: list[_Rollout] = []
         for b, (group, (k, rows)) in enumerate(zip(groups, blocks, strict=True)):
-            task = task_id_of_prompt(prompts[rows[0]])
-            group.reset(seed=base + k, options={"task_id": task})
+            env_seed, options = reset_args(task_id_of_prompt(prompts[rows[0]]), base + k)
+            group.reset(seed=env_seed, options=options)
             system = [
                 {"role": "system", "content": m["content"]}
                 for m in prompts[rows[0]]

@@ -11,6 +11,7 @@ import gymnasium as gym
 from stepgym import _deps, schema
 from stepgym.group import EnvFactory, WrapperFn
 from stepgym.integrations.annotations import episode_annotations
+from stepgym.integrations.tasks import reset_args
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
 _deps.require("trl", "trl", what="the TRL integration")
@@ -50,7 +51,7 @@ class StepGymToolEnv:
     def reset(self, task_id: str | None = None, seed: int | None = None, **row: Any) -> str:
         """Start the episode of the dataset row's task; returns the first observation (TRL appends it to the
         prompt). ``row`` holds the row's other columns (TRL passes them all)."""
-        options = {"task_id": task_id} if task_id is not None else None
+        seed, options = reset_args(task_id, seed)
         obs, info = self._env.reset(seed=seed, options=options)
         self._trajectory = schema.Trajectory(str(info.get(schema.TASK_ID, task_id or "")), str(obs), info)
         self._info = info
