@@ -33,7 +33,8 @@ Trainer-neutral pieces live here and import no trainer:
 * :mod:`stepgym.integrations.annotations` flattens stepgym's step annotations (``stepgym.schema``) into plain
   values a trainer's reward or metadata hook can carry.
 * :mod:`stepgym.integrations.steps` builds the shapers' ``StepBatch`` from per-step records and token spans (one
-  rule for TRL, verl, SkyRL and OpenRLHF), and finds the reply spans in a loss mask;
+  rule for TRL, verl, SkyRL and OpenRLHF; ``step_batch_from_trajectories`` for a loop of one's own over
+  ``GroupEnv``), and finds the reply spans in a loss mask;
 * :mod:`stepgym.integrations.teacher` builds the AHEAD / StepOPSD teacher contexts for one-row-per-episode layouts
   (TRL and verl).
 """
@@ -50,6 +51,7 @@ _EXPORTS = {
     "step_annotations": "stepgym.integrations.annotations",
     "episode_annotations": "stepgym.integrations.annotations",
     "STEP_FIELDS": "stepgym.integrations.annotations",
+    "step_batch_from_trajectories": "stepgym.integrations.steps",
 }
 
 __all__ = sorted(_EXPORTS)

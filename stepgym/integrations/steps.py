@@ -18,21 +18,27 @@ into a ``StepBatch`` under one rule:
   episode), ``step_index``, ``actions`` and, when every step has one, ``true_gain`` (``ValueWrapper``'s
   ``VALUE_GAIN``); ``success`` is left to each method's own rule on the episode return.
 
+:func:`step_batch_from_trajectories` is the same builder for a loop of one's own: the recorded
+:class:`~stepgym.schema.Trajectory` of each episode (``GroupEnv.trajectories``, ``EpisodeRecorder``) and its
+group become a ``StepBatch`` through the same step records and rules.
+
 :func:`mask_runs` finds the reply spans in a loss mask when an adapter has no recorded spans.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from stepgym import schema
 from stepgym.errors import StepRecordError
-from stepgym.integrations.annotations import arg_labels, state_anchors, valid_flags
+from stepgym.integrations.annotations import arg_labels, episode_annotations, state_anchors, valid_flags
 from stepgym.shapers import StepBatch, TokenLayout
 
-__all__ = ["RECORD_FIELDS", "RecordContext", "build_step_batch", "mask_runs"]
+__all__ = ["RECORD_FIELDS", "RecordContext", "build_step_batch", "mask_runs", "step_batch_from_trajectories"]
 
 
 def mask_runs(row: Any) -> list[tuple[int, int]]:
@@ -136,3 +142,50 @@ def build_step_batch(
         layout=TokenLayout.from_spans([list(sp) for sp in spans], int(width)),
         **fields,
     )
+
+
+def step_batch_from_trajectories(
+    trajectories: Sequence[schema.Trajectory],
+    groups: Sequence[Any],
+    *,
+    reward_scale: float = 1.0,
+    invalid_rule: str = "format_or_inadmissible",
+    spans: Sequence[Sequence[tuple[int, int]]] | None = None,
+    width: int = 0,
+) -> StepBatch:
+    """The shapers' :class:`~stepgym.shapers.StepBatch` for recorded episodes, for a training loop of one's own.
+
+    Each trajectory's steps become records (:func:`~stepgym.integrations.annotations.episode_annotations`) and go
+    through :func:`build_step_batch`, the builder every adapter uses: group ids, trajectory ids (the index in
+    ``trajectories``), rewards (× ``reward_scale``), validity, state keys and the before/after chain the graph
+    methods read (``anchor_obs`` / ``next_obs``, ``dones``, ``step_index``, ``actions``, ``true_gain``).
+    ``success`` is each step's ``schema.WON`` when every step reports it (the bundled trainer's rule), else
+    ``None`` (each method's own rule on the return).
+
+    Args:
+        trajectories: finished episodes, e.g. ``GroupEnv.trajectories`` after each group's episode.
+        groups: the GRPO group of each trajectory (any hashable: a task id, a group counter).
+        reward_scale: multiplies the env rewards (the bundled trainer's ``env.reward_scale``).
+        invalid_rule: how validity is read (``annotations.INVALID_RULES``).
+        spans, width: the token span of each step in a token row per trajectory, and the rows' padded length,
+            when the loop has tokens (the batch then has a :class:`~stepgym.shapers.TokenLayout` and
+            ``shape_advantages`` returns token advantages); ``None``: per-step advantages only.
+
+    An episode with no step is a :class:`~stepgym.errors.StepRecordError` (nothing to credit).
+    """
+    if len(groups) != len(trajectories):
+        raise StepRecordError(f"{len(groups)} group ids for {len(trajectories)} trajectories")
+    records = [episode_annotations(t)["steps"] for t in trajectories]
+    unit = [[(t, t + 1) for t in range(len(r))] for r in records]
+    batch = build_step_batch(
+        unit if spans is None else spans,
+        groups,
+        max((len(r) for r in records), default=0) if spans is None else width,
+        records=records,
+        reward_scale=reward_scale,
+        invalid_rule=invalid_rule,
+    )
+    steps = [s for t in trajectories for s in t.steps]
+    won = [s.info.get(schema.WON) for s in steps]
+    success = np.asarray([bool(w) for w in won], dtype=bool) if steps and None not in won else None
+    return dataclasses.replace(batch, success=success, layout=batch.layout if spans is not None else None)
