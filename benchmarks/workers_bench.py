@@ -42,10 +42,10 @@ import numpy as np
 import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
 from stepgym.trainers.backends import ScriptedBackend
-from stepgym.trainers.collector import Collector
+from stepgym.trainers.collector import Collector, CollectorOptions
 from stepgym.trainers.formats import reply_renderer
 from stepgym.trainers.samples import PromptEncoder
-from stepgym.workers import EnvRecipe, make_executor
+from stepgym.workers import EnvRecipe, ExecutorSpec, make_executor
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper, get_format
 
@@ -105,10 +105,9 @@ def _collector(variant: str, args: argparse.Namespace) -> Collector:
         group_size=args.group_size,
         encoder=PromptEncoder(tok, max_prompt_tokens=100_000),
         backend=ScriptedBackend(tok, "random", render=reply_renderer(fmt)),
-        executor=kind,
-        num_workers=args.workers,
-        executor_kwargs=_executor_kwargs(kind, args),
-        overlap=overlap,
+        options=CollectorOptions(
+            executor=ExecutorSpec(kind, args.workers, _executor_kwargs(kind, args)), overlap=overlap
+        ),
     )
 
 

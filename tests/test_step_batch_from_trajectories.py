@@ -35,7 +35,7 @@ PRESETS = (
 @pytest.fixture(scope="module")
 def rollouts():
     from stepgym.trainers.backends import ScriptedBackend
-    from stepgym.trainers.collector import Collector
+    from stepgym.trainers.collector import Collector, CollectorOptions
     from stepgym.trainers.formats import reply_renderer
     from stepgym.trainers.models import train_tokenizer
     from stepgym.trainers.samples import PromptEncoder
@@ -51,7 +51,7 @@ def rollouts():
         group_size=4,
         encoder=PromptEncoder(tok, max_prompt_tokens=256),
         backend=ScriptedBackend(tok, "noisy-expert:0.4", render=reply_renderer(fmt)),
-        value_labels=True,  # VALUE_GAIN on every step: the oracle base too
+        options=CollectorOptions(value_labels=True),  # VALUE_GAIN on every step: the oracle base too
     )
     try:
         ids = col.task_ids()

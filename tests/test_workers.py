@@ -278,7 +278,7 @@ def _toy_collector(
     group_size: int = 3,
 ):
     from stepgym.trainers.backends import ScriptedBackend
-    from stepgym.trainers.collector import Collector
+    from stepgym.trainers.collector import Collector, CollectorOptions
     from stepgym.trainers.models import train_tokenizer
     from stepgym.trainers.samples import PromptEncoder
     from stepgym.wrappers.text import get_format
@@ -292,9 +292,7 @@ def _toy_collector(
         group_size=group_size,
         encoder=PromptEncoder(tok, max_prompt_tokens=256),
         backend=ScriptedBackend(tok, policy, render=_render),
-        executor=executor,
-        num_workers=2,
-        overlap=overlap,
+        options=CollectorOptions(executor=ExecutorSpec(executor, 2), overlap=overlap),
     )
 
 

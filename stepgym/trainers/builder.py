@@ -70,8 +70,10 @@ def make_collector(
 ) -> Any:
     """A :class:`~stepgym.trainers.collector.Collector` of ``cfg.env.id`` made with ``kwargs`` (the training split,
     or an evaluation split), on the configured env executor."""
-    from stepgym.trainers.collector import Collector
+    from stepgym.trainers.collector import Collector, CollectorOptions
+    from stepgym.workers import ExecutorSpec
 
+    ex = cfg.rollout.executor_options()
     return Collector(
         cfg.env.id,
         kwargs,
@@ -80,9 +82,12 @@ def make_collector(
         group_size=group_size,
         encoder=encoder,
         backend=backend,
-        anchor=cfg.env.anchor,
-        value_labels=cfg.env.value_labels,
-        **cfg.rollout.executor_options(),
+        options=CollectorOptions(
+            anchor=cfg.env.anchor,
+            executor=ExecutorSpec(ex["executor"], ex["num_workers"], ex["executor_kwargs"]),
+            overlap=ex["overlap"],
+            value_labels=cfg.env.value_labels,
+        ),
     )
 
 

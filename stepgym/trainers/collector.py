@@ -29,10 +29,10 @@ from stepgym import schema
 from stepgym.group import GroupEnv
 from stepgym.trainers.backends import GenerationRequest, RolloutBackend
 from stepgym.trainers.samples import PromptEncoder, StepRow
-from stepgym.workers import EnvRecipe, Executor, make_executor
+from stepgym.workers import EnvRecipe, Executor, ExecutorSpec, make_executor
 from stepgym.wrappers.text import TextFormat, text_wrappers
 
-__all__ = ["Collector", "Rollouts", "draw_tasks"]
+__all__ = ["Collector", "CollectorOptions", "Rollouts", "draw_tasks"]
 
 
 @dataclass
@@ -108,6 +108,28 @@ def draw_tasks(ids: Sequence[str] | None, n: int, rng: np.random.Generator) -> l
     return [(ids[int(i)], int(rng.integers(2**31 - 1))) for i in pick]
 
 
+@dataclass(frozen=True)
+class CollectorOptions:
+    """How a :class:`Collector` plays: where its env copies run, how it keys states and pipelines turns."""
+
+    anchor: str = "state_key"
+    """``"state_key"`` or ``"observation"`` (GiGPO's anchor state of each row)."""
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    """Where the env copies run (:class:`~stepgym.workers.ExecutorSpec`): ``"inprocess"`` (each group in this
+    process, the default), ``"process"`` or ``"ray"`` (all groups' copies sharded over ``num_workers`` workers of
+    one shared executor; each turn is one batched call per worker, overlapped across workers); its ``options``
+    (``timeout``, ``num_cpus``, ``address``) go to the executor."""
+    overlap: str = "auto"
+    """``"auto"`` (on with ``"process"`` / ``"ray"``), ``"on"`` or ``"off"``: pipeline waves of groups so that
+    the workers step one wave while the backend answers the next (:meth:`Collector.collect`)."""
+    value_labels: bool = False
+    """Wrap each copy in :class:`~stepgym.values.ValueWrapper` (``schema.VALUE_GAIN`` on every step)."""
+
+    def __post_init__(self) -> None:
+        if self.overlap not in ("auto", "on", "off"):
+            raise ValueError(f"overlap must be 'auto', 'on' or 'off', got {self.overlap!r}")
+
+
 class Collector:
     """Collects groups of rollouts with a backend.
 
@@ -119,14 +141,7 @@ class Collector:
         group_size: G.
         encoder: turns prompt text into token ids (chat template, truncation).
         backend: the rollout backend.
-        anchor: ``"state_key"`` or ``"observation"`` (GiGPO's anchor state of each row).
-        executor: where the env copies run (:mod:`stepgym.workers`): ``"inprocess"`` (each group in this process,
-            the default), ``"process"`` or ``"ray"`` (all groups' copies sharded over ``num_workers`` workers of one
-            shared executor; each turn is one batched call per worker, overlapped across workers).
-        num_workers: worker processes / Ray actors.
-        executor_kwargs: more executor arguments (``timeout``, ``num_cpus``, ``address``).
-        overlap: ``"auto"`` (default: on with ``"process"`` / ``"ray"``), ``"on"`` or ``"off"``: pipeline waves of
-            groups so that the workers step one wave while the backend answers the next (:meth:`collect`).
+        options: :class:`CollectorOptions` (anchor, executor, overlap, value labels).
     """
 
     def __init__(
@@ -139,15 +154,8 @@ class Collector:
         group_size: int,
         encoder: PromptEncoder,
         backend: RolloutBackend,
-        anchor: str = "state_key",
-        executor: str = "inprocess",
-        num_workers: int = 2,
-        executor_kwargs: dict[str, Any] | None = None,
-        overlap: str = "auto",
-        value_labels: bool = False,
+        options: CollectorOptions = CollectorOptions(),
     ) -> None:
-        if overlap not in ("auto", "on", "off"):
-            raise ValueError(f"overlap must be 'auto', 'on' or 'off', got {overlap!r}")
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
         self.fmt = fmt
@@ -155,12 +163,13 @@ class Collector:
         self.group_size = int(group_size)
         self.encoder = encoder
         self.backend = backend
-        self.anchor = anchor
-        self.executor = executor
-        self.num_workers = int(num_workers)
-        self.executor_kwargs = dict(executor_kwargs or {})
-        self.overlap = overlap
-        self.value_labels = bool(value_labels)
+        self.options = options
+        self.anchor = options.anchor
+        self.executor = options.executor.kind
+        self.num_workers = int(options.executor.num_workers)
+        self.executor_kwargs = dict(options.executor.options)
+        self.overlap = options.overlap
+        self.value_labels = bool(options.value_labels)
         self._pool: list[GroupEnv] = []
         self._shared: Executor | None = None
 
