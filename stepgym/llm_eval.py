@@ -51,6 +51,7 @@ from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavail
 from stepgym.recording import (
     FILE_NAME,
     EpisodeWriter,
+    RecordExtras,
     RecordingLockedError,
     episode_trajectory,
     read_recording,
@@ -148,7 +149,7 @@ def episode_records(
     :func:`stepgym.data.stratified_order`) is its ``group``; every text is kept whole so :func:`~stepgym.recording.episode_trajectory` gives it back exactly."""
     extra = {"usage": dict(usage), "seconds": seconds}
     return trajectory_records(
-        traj, iteration=0, group=index, rollout=0, episode_extra=extra, max_text_chars=0
+        traj, iteration=0, group=index, rollout=0, extras=RecordExtras(episode_extra=extra), max_text_chars=0
     )
 
 

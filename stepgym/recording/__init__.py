@@ -32,7 +32,13 @@ from stepgym.recording.episode_file import (
     read_records,
 )
 from stepgym.recording.group import GroupRecorder
-from stepgym.recording.records import RecordConfig, episode_key, episode_trajectory, trajectory_records
+from stepgym.recording.records import (
+    RecordConfig,
+    RecordExtras,
+    episode_key,
+    episode_trajectory,
+    trajectory_records,
+)
 
 __all__ = [
     "FILE_NAME",
@@ -41,6 +47,7 @@ __all__ = [
     "EpisodeWriter",
     "GroupRecorder",
     "RecordConfig",
+    "RecordExtras",
     "Recording",
     "RecordingLockedError",
     "episode_key",

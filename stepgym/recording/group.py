@@ -10,7 +10,7 @@ from typing import Any
 
 from stepgym import schema
 from stepgym.recording.episode_file import FILE_NAME, EpisodeWriter
-from stepgym.recording.records import trajectory_records
+from stepgym.recording.records import RecordExtras, trajectory_records
 
 __all__ = ["GroupRecorder"]
 
@@ -77,9 +77,11 @@ class GroupRecorder:
                 iteration=iteration,
                 group=group,
                 rollout=r,
-                won=None if successes is None else bool(successes[r]),
-                peer_hindsight=None if hindsight is None else hindsight[r],
-                advantages=adv,
+                extras=RecordExtras(
+                    won=None if successes is None else bool(successes[r]),
+                    peer_hindsight=None if hindsight is None else hindsight[r],
+                    advantages=adv,
+                ),
                 max_text_chars=self.max_text_chars,
             )
         return self.writer.write(records)

@@ -15,7 +15,7 @@ from typing import Any
 
 from stepgym import schema
 
-__all__ = ["RecordConfig", "episode_key", "episode_trajectory", "trajectory_records"]
+__all__ = ["RecordConfig", "RecordExtras", "episode_key", "episode_trajectory", "trajectory_records"]
 
 _TRUNCATED = " …[truncated]"
 
@@ -74,30 +74,45 @@ def _annotations(info: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------------
 # Trajectory → records
 # ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecordExtras:
+    """What :func:`trajectory_records` adds to a trajectory's own records (every field optional)."""
+
+    won: bool | None = None
+    """The episode's outcome; ``None``: :attr:`~stepgym.schema.Trajectory.success` (``WON``, else Search-QA's exact
+    match, else a return of at least 1)."""
+    peer_hindsight: str | None = None
+    """The peer-hindsight block; ``None``: the one ``GroupEnv`` left in the last info."""
+    advantages: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
+    """A shaper name → one ``{"step": float, "tokens": [float, ...]}`` per step (tokens optional)."""
+    step_extra: Sequence[Mapping[str, Any]] | None = None
+    """Fields added to each step record (the trainer's token texts, ARG labels)."""
+    hints: Mapping[Any, str] | None = None
+    """Overrides the hints a :class:`~stepgym.wrappers.hints.HintWrapper` left in the last info."""
+    error_steps: Sequence[int] | None = None
+    """Overrides the error steps a ``HintWrapper`` left in the last info."""
+    episode_extra: Mapping[str, Any] | None = None
+    """Fields added to the episode record (an evaluation's token usage and time)."""
+
+
 def trajectory_records(
     traj: schema.Trajectory,
     *,
     iteration: int,
     group: int,
     rollout: int,
-    won: bool | None = None,
-    peer_hindsight: str | None = None,
-    advantages: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-    step_extra: Sequence[Mapping[str, Any]] | None = None,
-    hints: Mapping[Any, str] | None = None,
-    error_steps: Sequence[int] | None = None,
-    episode_extra: Mapping[str, Any] | None = None,
+    extras: RecordExtras = RecordExtras(),
     max_text_chars: int = 4000,
 ) -> list[dict[str, Any]]:
-    """One ``episode`` record and one ``step`` record per step of ``traj``.
-
-    ``won`` defaults to :attr:`~stepgym.schema.Trajectory.success` (``WON``, else Search-QA's exact match, else a return of
-    at least 1). ``advantages`` maps a shaper name to one ``{"step": float, "tokens": [float, ...]}`` per step
-    (tokens optional); ``step_extra`` adds fields to each step record (the trainer's token texts, ARG labels),
-    ``episode_extra`` to the episode record (an evaluation's token usage and time). ``hints`` / ``error_steps``
-    override the ones a :class:`~stepgym.wrappers.hints.HintWrapper` left in the last info.
-    """
-
+    """One ``episode`` record and one ``step`` record per step of ``traj``, with ``extras``
+    (:class:`RecordExtras`: the outcome, peer hindsight, advantages, hints and extra fields)."""
+    won, peer_hindsight, hints, error_steps = (
+        extras.won,
+        extras.peer_hindsight,
+        extras.hints,
+        extras.error_steps,
+    )
+    advantages, step_extra, episode_extra = extras.advantages, extras.step_extra, extras.episode_extra
     last = traj.steps[-1].info if traj.steps else traj.initial_info
     if hints is None:
         hints = last.get(schema.HINTS) or {}

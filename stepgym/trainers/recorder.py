@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from stepgym.labels import future_drift
-from stepgym.recording import FILE_NAME, EpisodeWriter, RecordConfig, trajectory_records
+from stepgym.recording import FILE_NAME, EpisodeWriter, RecordConfig, RecordExtras, trajectory_records
 
 __all__ = ["TrainerRecorder"]
 
@@ -111,12 +111,14 @@ class TrainerRecorder:
                 iteration=iteration,
                 group=ro.traj_group[tr],
                 rollout=tr % ro.group_size,
-                won=succ[tr],
-                peer_hindsight=ro.hindsight[tr],
-                advantages=adv,
-                step_extra=extra,
-                hints=None if an is None else an.hints,
-                error_steps=None if an is None else an.error_steps,
+                extras=RecordExtras(
+                    won=succ[tr],
+                    peer_hindsight=ro.hindsight[tr],
+                    advantages=adv,
+                    step_extra=extra,
+                    hints=None if an is None else an.hints,
+                    error_steps=None if an is None else an.error_steps,
+                ),
                 max_text_chars=self.cfg.max_text_chars,
             )
         return self.writer.write(records)
