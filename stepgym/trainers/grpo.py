@@ -85,6 +85,8 @@ class GRPOTrainer:
         self.device = rank_device(config.model.device, self.dist)
         self.weights_dtype, self.autocast = precision(config.model.precision, self.device)
         self.rng = np.random.default_rng(config.run.seed)
+        # the env id, its options and the training split are checked first: a refusal is one line, before any log
+        train_kwargs = config.env.make_kwargs(config.env.train_split)
         self.fmt = resolve_format(config.env.id, config.env.text_format)
         #: the splits evaluated: the configured ones, or one pass named "seeded" for an env without splits
         #: (its evaluation tasks are drawn by seed, :func:`~stepgym.trainers.evaluate.evaluate_policy`)
@@ -115,9 +117,7 @@ class GRPOTrainer:
                 config, model=self.model, tokenizer=tok, autocast_dtype=self.autocast
             )
         self.backend = backend
-        self.collector = self._collector(
-            config.env.make_kwargs(config.env.train_split), config.rollout.group_size
-        )
+        self.collector = self._collector(train_kwargs, config.rollout.group_size)
         self.train_task_ids = self.collector.task_ids()
         self.optimizer, self.scheduler, self.actor = build_actor(
             config, self.model, self.dist, pad_id=self.pad_id, autocast=self.autocast

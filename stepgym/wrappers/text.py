@@ -313,7 +313,7 @@ def resolve_format(env: gym.Env | str, fmt: str | TextFormat | None = None) -> T
         )
         if what not in _PLAIN_LOGGED:
             _PLAIN_LOGGED.add(what)
-            _log.info(
+            _log.warning(  # a warning, so the default log shows it (stepgym train on a user's env)
                 "%s declares no text format: using the 'plain' format (declare one with "
                 "stepgym.envs.register(..., text_format=...) or metadata['text_format'])",
                 what,
