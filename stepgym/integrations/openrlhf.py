@@ -37,6 +37,7 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.integrations.annotations import episode_annotations, step_annotations
+from stepgym.integrations.tasks import reset_args
 from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env, resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
@@ -158,7 +159,8 @@ class _StepGymAgent(AgentInstanceBase):
         task = spec.task_of(states.get("label"), states.get("observation"))
         self.env = make_text_env(spec.make(), fmt=spec.fmt, history=spec.history_length)
         seed = int(spec.rng.integers(2**31 - 1))
-        obs, self.info = await asyncio.to_thread(self.env.reset, seed=seed, options={"task_id": task})
+        seed, options = reset_args(task, seed)  # "seed:N": a task drawn by seed (tasks.SEED_TASK_PREFIX)
+        obs, self.info = await asyncio.to_thread(self.env.reset, seed=seed, options=options)
         self.first = (str(obs), self.info)
         messages = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
         messages.append({"role": "user", "content": self.env.prompt})

@@ -33,6 +33,7 @@ from stepgym import _deps, schema
 from stepgym.errors import StepRecordError
 from stepgym.integrations.annotations import episode_annotations, step_annotations
 from stepgym.integrations.steps import build_step_batch, mask_runs
+from stepgym.integrations.tasks import reset_args
 from stepgym.wrappers.text import make_text_env
 
 skyrl_gym = _deps.require("skyrl_gym", "skyrl", what="the SkyRL-gym integration")
@@ -95,8 +96,8 @@ class StepGymTextEnv(BaseTextEnv):
 
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
         """Reset on the row's task; the first prompt keeps the row's system messages and adds the rendered turn."""
-        options = {"task_id": self.task_id} if self.task_id is not None else None
-        obs, self._info = self._env.reset(seed=self.seed, options=options)
+        seed, options = reset_args(self.task_id, self.seed)  # "seed:N": a task drawn by seed
+        obs, self._info = self._env.reset(seed=seed, options=options)
         self._first = (str(obs), self._info)
         self.turns = 0
         system = [

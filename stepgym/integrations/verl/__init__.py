@@ -47,7 +47,7 @@ from stepgym.errors import StepRecordError
 from stepgym.group import WrapperFn
 from stepgym.integrations.annotations import INVALID_RULES, episode_annotations
 from stepgym.integrations.steps import build_step_batch, mask_runs
-from stepgym.integrations.tasks import task_rows
+from stepgym.integrations.tasks import reset_args, task_rows
 from stepgym.shapers import GRAPH_BASES, ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.wrappers.text import make_text_env
 
@@ -194,10 +194,9 @@ class StepGymAgentLoop(AgentLoopBase):
     async def _play(
         self, env: gym.Env, task_id: str, row: Mapping[str, Any], params: dict[str, Any]
     ) -> AgentLoopOutput:
-        seed = _row_value(row, "seed")
-        obs, self.info = await self._in_thread(
-            lambda: env.reset(seed=None if seed is None else int(seed), options={"task_id": task_id})
-        )
+        row_seed = _row_value(row, "seed")
+        seed, options = reset_args(task_id, None if row_seed is None else int(row_seed))  # "seed:N": by seed
+        obs, self.info = await self._in_thread(lambda: env.reset(seed=seed, options=options))
         recorder = EpisodeRecorder()
         recorder.start(obs, self.info)
         system = [
