@@ -20,7 +20,7 @@ from trl import GRPOConfig
 
 from stepgym import schema
 from stepgym.integrations.trl import use_tool_chat_template
-from stepgym.trainers.models import build_tiny_model
+from stepgym.trainers.models import TinySizes, build_tiny_model
 
 
 def cpu_grpo_config(output_dir: str, **over: Any) -> Any:
@@ -96,11 +96,13 @@ def tiny_chat_model(
     tok = _train(rendered, vocab)
     model = build_tiny_model(
         tok,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=num_heads,
-        num_kv_heads=num_heads // 2,
-        intermediate_size=128,
+        TinySizes(
+            hidden_size=64,
+            num_layers=2,
+            num_heads=num_heads,
+            num_kv_heads=num_heads // 2,
+            intermediate_size=128,
+        ),
         seed=seed,
     )
     model.generation_config.eos_token_id = tok.eos_token_id

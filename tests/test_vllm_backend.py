@@ -18,7 +18,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (optional GPU extra: p
 torch = pytest.importorskip("torch")
 
 from stepgym.trainers.backends import GenerationRequest, make_backend  # noqa: E402
-from stepgym.trainers.models import build_tiny_model, train_tokenizer  # noqa: E402
+from stepgym.trainers.models import TinySizes, build_tiny_model, train_tokenizer  # noqa: E402
 
 CORPUS = [
     "go to the kitchen and take the apple from the counter",
@@ -32,7 +32,7 @@ CORPUS = [
 def setup():
     tok = train_tokenizer(CORPUS, vocab_size=300)
     # head_dim 64/2 = 32: vLLM's CPU attention supports head sizes of 32 and up (the tiny default, 16, fails).
-    model = build_tiny_model(tok, hidden_size=64, num_heads=2, num_kv_heads=1, seed=0)
+    model = build_tiny_model(tok, TinySizes(hidden_size=64, num_heads=2, num_kv_heads=1), seed=0)
     # Short prompts, and long ones (several KV blocks) that vLLM's prefix cache keeps between calls.
     texts = ["go to the kitchen", "open the fridge", "<think>", "examine the red mug"]
     texts += [" ".join(CORPUS[:k]) for k in (30, 45)]

@@ -20,6 +20,7 @@ still run the trainer end to end (the README's main job), and tests need a model
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -37,6 +38,7 @@ __all__ = [
     "REALISTIC_SHAPES",
     "SMOLLM2_NAME",
     "LoadedModel",
+    "TinySizes",
     "build_policy",
     "build_tiny_model",
     "load_model",
@@ -117,21 +119,25 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class TinySizes:
+    """The small sizes of :func:`build_tiny_model` (``ModelConfig.tiny_*``)."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    max_positions: int = 4096
+
+
 def build_tiny_model(
-    tokenizer: Any,
-    *,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-    intermediate_size: int = 128,
-    max_positions: int = 4096,
-    shape: str = "",
-    seed: int = 0,
+    tokenizer: Any, sizes: TinySizes = TinySizes(), *, shape: str = "", seed: int = 0
 ) -> Any:
     """A Qwen2-style causal LM with random weights (deterministic given ``seed``; the global RNG is untouched).
 
-    ``shape`` names a :data:`REALISTIC_SHAPES` entry to use instead of the small sizes.
+    ``sizes`` (:class:`TinySizes`) gives its dimensions; ``shape`` names a :data:`REALISTIC_SHAPES` entry to use
+    instead of the small sizes (``sizes.max_positions`` still applies).
     """
     torch = _deps.require("torch", "train")
     transformers = _deps.require("transformers", "train")
@@ -141,11 +147,11 @@ def build_tiny_model(
         dims = dict(REALISTIC_SHAPES[shape])
     else:
         dims = dict(
-            hidden_size=hidden_size,
-            intermediate_size=intermediate_size,
-            num_hidden_layers=num_layers,
-            num_attention_heads=num_heads,
-            num_key_value_heads=num_kv_heads,
+            hidden_size=sizes.hidden_size,
+            intermediate_size=sizes.intermediate_size,
+            num_hidden_layers=sizes.num_layers,
+            num_attention_heads=sizes.num_heads,
+            num_key_value_heads=sizes.num_kv_heads,
             vocab_size=len(tokenizer),
             tie_word_embeddings=True,
             rope_theta=10_000.0,
@@ -154,7 +160,7 @@ def build_tiny_model(
     dims["vocab_size"] = max(int(dims["vocab_size"]), len(tokenizer))
     config = transformers.Qwen2Config(
         **dims,
-        max_position_embeddings=max_positions,
+        max_position_embeddings=sizes.max_positions,
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -241,7 +247,7 @@ def load_model(
 ) -> LoadedModel:
     """Load ``name``: ``"tiny"``, ``"tiny:<shape>"``, ``"smollm2-135m-instruct"``, a local folder or a hub id.
 
-    ``corpus`` trains the tiny tokenizer; ``tiny`` overrides the tiny model sizes (``build_tiny_model`` kwargs plus
+    ``corpus`` trains the tiny tokenizer; ``tiny`` overrides the tiny model sizes (:class:`TinySizes` fields plus
     ``vocab_size``); ``dtype`` is ``"fp32"`` or ``"bf16"`` (the dtype the weights are held in).
     """
     torch = _deps.require("torch", "train", what="the bundled trainer")
@@ -252,7 +258,9 @@ def load_model(
         vocab = int(opts.pop("vocab_size", 512))
         text = list(corpus) or ["<think> </think> <action> </action> go forward wait take open door"]
         tokenizer = train_tokenizer(text, vocab_size=vocab)
-        model = build_tiny_model(tokenizer, shape=_tiny_spec(name), seed=seed, **opts).to(torch_dtype)
+        model = build_tiny_model(tokenizer, TinySizes(**opts), shape=_tiny_spec(name), seed=seed).to(
+            torch_dtype
+        )
         digest = hashlib.sha256("\n".join(text).encode()).hexdigest()[:12]
         return LoadedModel(model, tokenizer, f"{name} (random init, seed {seed}, tokenizer corpus {digest})")
     if name == SMOLLM2_NAME:
@@ -309,7 +317,7 @@ def build_policy(
     checkpointing applied. A tiny model resumed from a checkpoint reuses the checkpoint's tokenizer (its weights
     are loaded afterwards by the checkpoint code); a fresh tiny model's tokenizer is trained on env text."""
     mc = cfg.model
-    tiny = dict(
+    tiny = TinySizes(
         hidden_size=mc.tiny_hidden,
         num_layers=mc.tiny_layers,
         num_heads=mc.tiny_heads,
@@ -321,7 +329,7 @@ def build_policy(
         import transformers
 
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(resume_from / "tokenizer"))
-        model = build_tiny_model(tokenizer, shape=_tiny_spec(mc.name), seed=cfg.run.seed, **tiny)
+        model = build_tiny_model(tokenizer, tiny, shape=_tiny_spec(mc.name), seed=cfg.run.seed)
         lm = LoadedModel(model, tokenizer, f"{mc.name} (tokenizer from {resume_from})")
     else:
         corpus: list[str] = []
@@ -339,7 +347,7 @@ def build_policy(
         lm = load_model(
             mc.name,
             corpus=corpus,
-            tiny={**tiny, "vocab_size": mc.tiny_vocab},
+            tiny={**dataclasses.asdict(tiny), "vocab_size": mc.tiny_vocab},
             dtype=weights_dtype,
             seed=cfg.run.seed,
         )
