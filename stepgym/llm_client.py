@@ -34,6 +34,7 @@ __all__ = [
     "ChatReply",
     "LLMConfigError",
     "LLMUnavailableError",
+    "RetryPolicy",
     "resolve_settings",
 ]
 
@@ -110,17 +111,31 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a :class:`ChatClient` waits, retries and pools connections."""
+
+    timeout: float = 60.0
+    """Seconds per request phase (connect, send, wait for the answer)."""
+    max_retries: int = 3
+    """Retries after the first attempt (0: a single attempt)."""
+    backoff: float = 1.0
+    """The first wait between attempts; it doubles each retry."""
+    max_backoff: float = 30.0
+    """The longest wait between attempts (or the server's Retry-After)."""
+    max_connections: int = 16
+    """Connections kept open to the server (set it to the number of requests in flight)."""
+    sleep: Callable[[float], None] = time.sleep
+    """How to wait between attempts (tests pass a recorder)."""
+
+
 class ChatClient:
     """A thread-safe chat-completions client with retries (see the module docstring for the rules).
 
     Args:
         base_url, model, api_key: see :func:`resolve_settings`. ``base_url`` is the API root
             (``http://host:8000/v1``); a URL ending in ``/chat/completions`` is accepted too.
-        timeout: seconds per request phase (connect, send, wait for the answer).
-        max_retries: retries after the first attempt (0: a single attempt).
-        backoff, max_backoff: the exponential back-off between attempts.
-        max_connections: connections kept open to the server (set it to the number of requests in flight).
-        sleep: how to wait between attempts (tests pass a recorder).
+        retry: :class:`RetryPolicy` (timeout, retries, back-off, connections, the sleep function).
         discover_model: accept a missing model name; :meth:`use_only_served_model` then asks the server.
     """
 
@@ -130,14 +145,11 @@ class ChatClient:
         model: str | None = None,
         api_key: str | None = None,
         *,
-        timeout: float = 60.0,
-        max_retries: int = 3,
-        backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        max_connections: int = 16,
-        sleep: Callable[[float], None] = time.sleep,
+        retry: RetryPolicy = RetryPolicy(),
         discover_model: bool = False,
     ) -> None:
+        timeout, max_retries, max_connections = retry.timeout, retry.max_retries, retry.max_connections
+        backoff, max_backoff, sleep = retry.backoff, retry.max_backoff, retry.sleep
         from stepgym import _deps
 
         httpx = _deps.require("httpx", "llm", what="OpenAI-compatible endpoints")

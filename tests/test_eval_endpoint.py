@@ -32,7 +32,7 @@ import pytest
 from stepgym import schema
 from stepgym.data import sample_tasks
 from stepgym.errors import CorruptDataError
-from stepgym.llm_client import ChatClient, LLMConfigError, LLMUnavailableError
+from stepgym.llm_client import ChatClient, LLMConfigError, LLMUnavailableError, RetryPolicy
 from stepgym.llm_eval import (
     EndpointBackend,
     EndpointEvalConfig,
@@ -197,7 +197,7 @@ def client_for(server: ChatServer, **kw: Any) -> ChatClient:
     kw.setdefault("timeout", 0.5)
     kw.setdefault("backoff", 0.01)
     kw.setdefault("max_backoff", 0.05)
-    return ChatClient(server.url, MODEL, "sk-test", **kw)
+    return ChatClient(server.url, MODEL, "sk-test", retry=RetryPolicy(**kw))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -563,14 +563,14 @@ def test_unreachable_endpoint_and_unknown_model(serve, tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     with (
-        ChatClient(f"http://127.0.0.1:{port}/v1", MODEL, timeout=1.0) as client,
+        ChatClient(f"http://127.0.0.1:{port}/v1", MODEL, retry=RetryPolicy(timeout=1.0)) as client,
         pytest.raises(
             LLMUnavailableError, match=rf"cannot reach the LLM server at http://127\.0\.0\.1:{port}"
         ),
     ):
         credit_eval(client, tmp_path)
     server = serve(scripted_reply)
-    with ChatClient(server.url, "no-such-model", timeout=5.0) as client:
+    with ChatClient(server.url, "no-such-model", retry=RetryPolicy(timeout=5.0)) as client:
         with pytest.raises(LLMConfigError, match=rf"does not serve model 'no-such-model'.*{MODEL}"):
             credit_eval(client, tmp_path)
         # a server without /models: the chat request's 404 is a configuration error, not retried

@@ -182,7 +182,7 @@ def _print_summary(s: Mapping[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
     """Entry point of ``stepgym eval --model ...`` and ``stepgym rollout --agent llm``."""
-    from stepgym.llm_client import ChatClient
+    from stepgym.llm_client import ChatClient, RetryPolicy
     from stepgym.llm_eval import EndpointEvalConfig, Sampling, evaluate_endpoint
 
     args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -192,9 +192,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
         args.base_url,
         args.model,
         args.api_key,
-        timeout=args.timeout,
-        max_retries=args.max_retries,
-        max_connections=args.concurrency,
+        retry=RetryPolicy(
+            timeout=args.timeout, max_retries=args.max_retries, max_connections=args.concurrency
+        ),
         discover_model=True,
     )
     out_dir = Path(args.out or "runs/eval")

@@ -59,7 +59,7 @@ import gymnasium as gym
 from stepgym import schema
 from stepgym.atomic import atomic_write_json
 from stepgym.episodes import EpisodeRecorder
-from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError
+from stepgym.llm_client import ChatClient, ChatReply, LLMConfigError, LLMUnavailableError, RetryPolicy
 from stepgym.schema import is_success
 from stepgym.text_utils import normalize_action
 from stepgym.wrappers.text import action_text
@@ -365,11 +365,13 @@ class LLMAnalyzer:
                 base_url,
                 model,
                 api_key,
-                timeout=timeout,
-                max_retries=max_retries,
-                backoff=backoff,
-                max_backoff=max_backoff,
-                sleep=sleep,
+                retry=RetryPolicy(
+                    timeout=timeout,
+                    max_retries=max_retries,
+                    backoff=backoff,
+                    max_backoff=max_backoff,
+                    sleep=sleep,
+                ),
             )
         self.url, self.model, self.api_key = self.client.url, self.client.model, self.client.api_key
         self.temperature = float(temperature)
