@@ -28,6 +28,7 @@ from _toy_env import TASKS, ToyRoomEnv, expert_actions
 
 from stepgym import schema
 from stepgym.agents import NoisyExpertAgent
+from stepgym.llm_client import RetryPolicy
 from stepgym.rollout import play_episode
 from stepgym.wrappers.hints import (
     Analysis,
@@ -424,8 +425,10 @@ def failed_traj() -> schema.Trajectory:
 
 def make(llm: ScriptedLLM, **kw: Any) -> tuple[LLMAnalyzer, list[float]]:
     waits: list[float] = []
-    kw.setdefault("timeout", 2.0)
-    return LLMAnalyzer(llm.url, "test-model", api_key="sk-test", sleep=waits.append, backoff=0.5, **kw), waits
+    retry = RetryPolicy(
+        timeout=kw.pop("timeout", 2.0), max_retries=kw.pop("max_retries", 3), backoff=0.5, sleep=waits.append
+    )
+    return LLMAnalyzer(llm.url, "test-model", api_key="sk-test", retry=retry, **kw), waits
 
 
 @pytest.mark.network
@@ -508,7 +511,9 @@ def test_llm_connection_refused(failed_traj) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     waits: list[float] = []
-    an = LLMAnalyzer(f"http://127.0.0.1:{port}/v1", "m", timeout=1.0, max_retries=2, sleep=waits.append)
+    an = LLMAnalyzer(
+        f"http://127.0.0.1:{port}/v1", "m", retry=RetryPolicy(timeout=1.0, max_retries=2, sleep=waits.append)
+    )
     with pytest.raises(AnalyzerError, match=rf"127\.0\.0\.1:{port}.*cannot connect"):
         an.analyze(failed_traj)
     assert len(waits) == 2

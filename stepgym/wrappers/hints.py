@@ -46,7 +46,6 @@ import json
 import os
 import re
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +69,7 @@ __all__ = [
     "Analyzer",
     "AnalyzerConfigError",
     "AnalyzerError",
+    "AnalyzerPrompt",
     "HintWrapper",
     "LLMAnalyzer",
     "OracleAnalyzer",
@@ -308,6 +308,22 @@ def parse_analysis_reply(content: Any, n_steps: int, *, max_errors: int | None =
     return Analysis(tuple(steps), {t: hints[t] for t in steps}, "llm")
 
 
+@dataclass(frozen=True)
+class AnalyzerPrompt:
+    """What :class:`LLMAnalyzer` asks the model: the request's sampling and how much of the trajectory it shows."""
+
+    temperature: float = 0.0
+    """Sampling temperature of the request."""
+    max_tokens: int = 1024
+    """The reply's token budget."""
+    max_errors: int | None = 5
+    """The most error steps the reply may name (None: any number)."""
+    json_mode: bool = False
+    """Ask for ``response_format`` JSON mode."""
+    max_obs_chars: int = 600
+    """Each observation of the rendered trajectory is cut to this many characters."""
+
+
 class LLMAnalyzer:
     """An analyzer backed by any OpenAI-compatible chat-completions server (vLLM, llama.cpp, OpenAI, …).
 
@@ -324,7 +340,8 @@ class LLMAnalyzer:
 
     ``POST {base_url}/chat/completions`` with the system prompt, the rendered trajectory
     (:func:`render_for_analyzer`), ``temperature`` and ``max_tokens`` (and ``response_format`` JSON mode when
-    ``json_mode``). Each request has ``timeout`` seconds. Connection errors, timeouts, HTTP 429/5xx, bodies that are
+    ``json_mode``: :class:`AnalyzerPrompt`). Each request has ``timeout`` seconds (:class:`~stepgym.llm_client.RetryPolicy`,
+    ``retry=``). Connection errors, timeouts, HTTP 429/5xx, bodies that are
     not chat-completion JSON and replies that :func:`parse_analysis_reply` rejects are retried up to
     ``max_retries`` times, waiting ``backoff * 2**i`` seconds (capped at ``max_backoff``, or the server's
     ``Retry-After``). Other 4xx answers (bad key, unknown model) are configuration errors: they raise
@@ -346,42 +363,23 @@ class LLMAnalyzer:
         model: str | None = None,
         api_key: str | None = None,
         *,
-        timeout: float = 60.0,
-        max_retries: int = 3,
-        backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        temperature: float = 0.0,
-        max_tokens: int = 1024,
-        max_errors: int | None = 5,
-        json_mode: bool = False,
+        retry: RetryPolicy | None = None,
+        prompt: AnalyzerPrompt = AnalyzerPrompt(),
         fallback: Analyzer | None = None,
         cache: bool = True,
         cache_dir: str | os.PathLike[str] | None = None,
-        max_obs_chars: int = 600,
-        sleep: Callable[[float], None] = time.sleep,
     ):
         with _analyzer_errors():
-            self.client = ChatClient(
-                base_url,
-                model,
-                api_key,
-                retry=RetryPolicy(
-                    timeout=timeout,
-                    max_retries=max_retries,
-                    backoff=backoff,
-                    max_backoff=max_backoff,
-                    sleep=sleep,
-                ),
-            )
+            self.client = ChatClient(base_url, model, api_key, retry=retry or RetryPolicy())
         self.url, self.model, self.api_key = self.client.url, self.client.model, self.client.api_key
-        self.temperature = float(temperature)
-        self.max_tokens = int(max_tokens)
-        self.max_errors = max_errors
-        self.json_mode = bool(json_mode)
+        self.temperature = float(prompt.temperature)
+        self.max_tokens = int(prompt.max_tokens)
+        self.max_errors = prompt.max_errors
+        self.json_mode = bool(prompt.json_mode)
         self.fallback = fallback
         self.cache_enabled = bool(cache)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.max_obs_chars = int(max_obs_chars)
+        self.max_obs_chars = int(prompt.max_obs_chars)
         self._cache: dict[str, Analysis] = {}
         self._lock = threading.Lock()
         self._own = {"cache_hits": 0, "fallbacks": 0}
@@ -489,7 +487,7 @@ def _analyzer_errors() -> Iterator[None]:
     except LLMUnavailableError as exc:
         raise AnalyzerError(
             f"the LLM analyzer: {exc}. Check that the server is up and serves this model, raise "
-            "timeout/max_retries, or pass fallback=OracleAnalyzer().",
+            "retry=RetryPolicy(timeout=..., max_retries=...), or pass fallback=OracleAnalyzer().",
             attempts=exc.attempts,
             last_error=exc.last_error,
         ) from None
