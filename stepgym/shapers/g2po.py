@@ -19,7 +19,6 @@ Departure: a uid with a single step row would give NaN upstream (std of one valu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,7 @@ from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["G2POOptions", "g2po_group_values", "g2po_terms"]
+__all__ = ["g2po_group_values", "g2po_terms"]
 
 
 def g2po_group_values(
@@ -68,26 +67,6 @@ def _norm(x: np.ndarray, g: Groups, std: bool, eps: float) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
-class G2POOptions:
-    """G2PO's options (``ShapeConfig``'s fields of the same meaning, docs/shapers.md §13)."""
-
-    gamma: float = 0.95
-    """Discount of the group values."""
-    success_reward: float = 10.0
-    """The return of a success (upstream's exact test, ``ShapeConfig.g2po_success_reward``)."""
-    step_penalty: float = 0.1
-    """Subtracted from an invalid step's term 1 (``ShapeConfig.g2po_step_penalty``)."""
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY
-    """c, subtracted from an invalid row's episode score."""
-    mode: str = "mean_std_norm"
-    """"mean_std_norm" or "mean_norm"."""
-    eps: float = 1e-6
-    """Added to the std."""
-    singleton: Singleton = "verl"
-    """An episode group of one row (see :func:`~stepgym.shapers.grpo.group_normalize`)."""
-
-
 def g2po_terms(
     rewards: Any,
     group_ids: Any,
@@ -95,11 +74,16 @@ def g2po_terms(
     anchor_obs: Sequence[Any],
     valid: Any = None,
     success: Any = None,
-    options: G2POOptions = G2POOptions(),
+    *,
+    gamma: float = 0.95,
+    success_reward: float = 10.0,
+    step_penalty: float = 0.1,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: str = "mean_std_norm",
+    eps: float = 1e-6,
+    singleton: Singleton = "verl",
 ) -> GiGPOTerms:
-    """G2PO's episode term and step term (term 1 + term 2) per row; ``returns`` holds V(next).
-    ``options``: :class:`G2POOptions`."""
-    gamma, success_reward, mode, eps = options.gamma, options.success_reward, options.mode, options.eps
+    """G2PO's episode term and step term (term 1 + term 2) per row; ``returns`` holds V(next)."""
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
@@ -122,11 +106,11 @@ def g2po_terms(
     groups = Groups(codes=sg, n_groups=int(sg.max(initial=-1)) + 1)
     v_cur, v_next = g2po_group_values(episode_r, tg, groups, succ, gamma=gamma, success_value=success_reward)
     invalid = 0.0 if valid is None else (~as_bool_array(valid, "valid")).astype(np.float64)
-    term1 = _norm(v_next - options.step_penalty * invalid, groups, std, eps)
+    term1 = _norm(v_next - step_penalty * invalid, groups, std, eps)
     term1[groups.counts[groups.codes] == 1] = 0.0
     term2 = _norm(v_next - v_cur, eg, std, eps)
-    scores = apply_invalid_action_penalty(episode_r, valid, options.invalid_penalty)
-    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=options.singleton)
+    scores = apply_invalid_action_penalty(episode_r, valid, invalid_penalty)
+    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
     return GiGPOTerms(episode=episode, step=term1 + term2, scores=scores, returns=v_next, step_groups=sg)
 
 
@@ -144,14 +128,12 @@ def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
         batch.anchor_obs,
         batch.valid,
         batch.success,
-        G2POOptions(
-            gamma=config.gamma,
-            success_reward=config.g2po_success_reward,
-            step_penalty=config.g2po_step_penalty,
-            invalid_penalty=config.invalid_penalty,
-            mode=config.step_mode or "mean_std_norm",
-            eps=config.eps,
-            singleton=config.singleton,
-        ),
+        gamma=config.gamma,
+        success_reward=config.g2po_success_reward,
+        step_penalty=config.g2po_step_penalty,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.step_mode or "mean_std_norm",
+        eps=config.eps,
+        singleton=config.singleton,
     )
     return BaseAdvantage(terms.combined(config.step_weight), terms)

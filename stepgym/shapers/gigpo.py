@@ -27,7 +27,6 @@ Departures from the public code:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, Literal, NamedTuple
 
@@ -49,7 +48,6 @@ from stepgym.shapers.rewards import (
 )
 
 __all__ = [
-    "GiGPOOptions",
     "GiGPOTerms",
     "build_step_groups",
     "gigpo_advantage",
@@ -175,59 +173,40 @@ def _check_mode(mode: str) -> str:
     return mode
 
 
-@dataclass(frozen=True)
-class GiGPOOptions:
-    """GiGPO's options (``ShapeConfig``'s fields of the same meaning, docs/shapers.md §2)."""
-
-    gamma: float = 0.95
-    """Discount of Eq. 5 (0.95 in the ALFWorld/WebShop scripts)."""
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY
-    """c, subtracted from an invalid row's score and its own step return (not discounted). Default
-    ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``); verl-agent's recipes use 0.1."""
-    mode: Mode = "mean_norm"
-    """"mean_norm" (WebShop scripts) or "mean_std_norm" (ALFWorld scripts), for *both* levels;
-    ``norm_adv_by_std_in_grpo`` plays no role."""
-    eps: float = 1e-6
-    """Added to the std."""
-    similarity: bool = False
-    """Similarity anchor grouping (text only), threshold ``tau``."""
-    tau: float = 0.95
-    """Similarity threshold."""
-    singleton: Singleton = "verl"
-    """An episode group of one row: "verl" → μ = 0, σ = 1 (raw score, or s/(1+ε) in mean_std_norm); "zero" →
-    A^E = 0."""
-
-
 def gigpo_terms(
     rewards: Any,
     group_ids: Any,
     traj_ids: Any,
     anchor_obs: Sequence[Any],
     valid: Any = None,
-    options: GiGPOOptions = GiGPOOptions(),
+    *,
+    gamma: float = 0.95,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: Mode = "mean_norm",
+    eps: float = 1e-6,
+    similarity: bool = False,
+    tau: float = 0.95,
+    singleton: Singleton = "verl",
 ) -> GiGPOTerms:
     """Both GiGPO terms per step row (docs/shapers.md §2.1–2.5). See :func:`gigpo_advantage` for the arguments."""
-    o = options
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
-    _check_mode(o.mode)
+    _check_mode(mode)
     tg = Groups(traj_ids)
     eg = Groups(group_ids)
     check_traj_in_one_group(eg, tg, traj_ids)
     scores = apply_invalid_action_penalty(
-        episode_scores(r, tg), valid, o.invalid_penalty
+        episode_scores(r, tg), valid, invalid_penalty
     )  # R_i − c(1 − v) (§2.1)
-    episode = group_normalize(
-        scores, eg, norm_by_std=(o.mode == "mean_std_norm"), eps=o.eps, singleton=o.singleton
-    )
+    episode = group_normalize(scores, eg, norm_by_std=(mode == "mean_std_norm"), eps=eps, singleton=singleton)
     # §2.3: the penalty is subtracted from the row's own return after discounting (never propagated)
     returns = apply_invalid_action_penalty(
-        step_discounted_returns(r, tg.codes, o.gamma), valid, o.invalid_penalty
+        step_discounted_returns(r, tg.codes, gamma), valid, invalid_penalty
     )
-    sgc = build_step_groups(eg.codes, anchor_obs, similarity=o.similarity, tau=o.tau)
+    sgc = build_step_groups(eg.codes, anchor_obs, similarity=similarity, tau=tau)
     step = step_relative_advantage(
-        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=o.mode, eps=o.eps
+        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
     )
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
@@ -238,8 +217,15 @@ def gigpo_advantage(
     traj_ids: Any,
     anchor_obs: Sequence[Any],
     valid: Any = None,
-    options: GiGPOOptions = GiGPOOptions(),
+    *,
+    gamma: float = 0.95,
     step_weight: float = 1.0,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: Mode = "mean_norm",
+    eps: float = 1e-6,
+    similarity: bool = False,
+    tau: float = 0.95,
+    singleton: Singleton = "verl",
 ) -> np.ndarray:
     """GiGPO joint advantage per step row, ``A = A^E + w·A^S`` (Eq. 8; docs/shapers.md §2).
 
@@ -248,13 +234,32 @@ def gigpo_advantage(
         group_ids: (N,) episode group (task uid); traj_ids: (N,) trajectory; rows of a trajectory in time order.
         anchor_obs: (N,) the raw current observation of each row (no history), any hashable-convertible value.
         valid: (N,) bool action validity, or None (all valid).
-        options: :class:`GiGPOOptions` (gamma, the invalid-action penalty c, the normalisation mode, eps, the
-            similarity grouping, the singleton rule).
-        step_weight: w of Eq. 8.
+        gamma: discount of Eq. 5 (0.95 in the ALFWorld/WebShop scripts). step_weight: w of Eq. 8.
+        invalid_penalty: c, subtracted from an invalid row's score and its own step return (not discounted).
+            Default ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``); verl-agent's recipes use 0.1.
+        mode: "mean_norm" (WebShop scripts) or "mean_std_norm" (ALFWorld scripts), for *both* levels;
+            ``norm_adv_by_std_in_grpo`` plays no role.
+        eps: added to the std. similarity / tau: similarity anchor grouping (text only).
+        singleton: an episode group of one row: "verl" → μ = 0, σ = 1 (raw score, or s/(1+ε) in
+            mean_std_norm); "zero" → A^E = 0.
 
     Returns (N,) float64. Use :func:`gigpo_terms` for the separate terms (ProAS shapes A^E only).
     """
-    return gigpo_terms(rewards, group_ids, traj_ids, anchor_obs, valid, options).combined(step_weight)
+    terms = gigpo_terms(
+        rewards,
+        group_ids,
+        traj_ids,
+        anchor_obs,
+        valid,
+        gamma=gamma,
+        invalid_penalty=invalid_penalty,
+        mode=mode,
+        eps=eps,
+        similarity=similarity,
+        tau=tau,
+        singleton=singleton,
+    )
+    return terms.combined(step_weight)
 
 
 @register("gigpo", stage="base", summary="GiGPO: A^E + w·A^S per step row (docs/shapers.md §2).")
@@ -267,14 +272,12 @@ def _gigpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
         batch.traj_ids,
         batch.anchor_obs,
         batch.valid,
-        GiGPOOptions(
-            gamma=config.gamma,
-            invalid_penalty=config.invalid_penalty,
-            mode=config.gigpo_mode,
-            eps=config.eps,
-            similarity=config.similarity,
-            tau=config.similarity_tau,
-            singleton=config.singleton,
-        ),
+        gamma=config.gamma,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.gigpo_mode,
+        eps=config.eps,
+        similarity=config.similarity,
+        tau=config.similarity_tau,
+        singleton=config.singleton,
     )
     return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -22,7 +22,6 @@ first-member clustering, fed as upstream's ``StateCanonicalizer`` is: per group,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,7 +42,7 @@ from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["GraphGPOOptions", "graph_distances", "graphgpo_terms"]
+__all__ = ["graph_distances", "graphgpo_terms"]
 
 
 def graph_distances(
@@ -82,32 +81,6 @@ def graph_distances(
     return dist[a], dist[b]
 
 
-@dataclass(frozen=True)
-class GraphGPOOptions:
-    """GraphGPO's options (``ShapeConfig``'s fields of the same meaning, docs/shapers.md §10)."""
-
-    gamma: float = 0.95
-    """Discount of the graph return ``scale · gamma^d``."""
-    scale: float = 10.0
-    """The return scale (``ShapeConfig.graph_scale``)."""
-    normalize_distance: bool = False
-    """Exponent ``d(next) − d(cur) + 1`` instead of ``d(next)``."""
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY
-    """c, subtracted from an invalid row's score and return."""
-    mode: str = "mean_std_norm"
-    """"mean_std_norm" (upstream default) or "mean_norm", both terms."""
-    episode_weight: float = 1.0
-    """Multiplies the episode term (0 skips it)."""
-    eps: float = 1e-6
-    """Added to the std."""
-    similarity: bool = False
-    """Similarity state grouping (text states), threshold ``tau``."""
-    tau: float = 0.95
-    """Similarity threshold."""
-    singleton: Singleton = "verl"
-    """An episode group of one row (see :func:`~stepgym.shapers.grpo.group_normalize`)."""
-
-
 def graphgpo_terms(
     rewards: Any,
     group_ids: Any,
@@ -116,16 +89,24 @@ def graphgpo_terms(
     next_obs: Sequence[Any],
     valid: Any = None,
     success: Any = None,
-    options: GraphGPOOptions = GraphGPOOptions(),
+    *,
+    gamma: float = 0.95,
+    scale: float = 10.0,
+    normalize_distance: bool = False,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: str = "mean_std_norm",
+    episode_weight: float = 1.0,
+    eps: float = 1e-6,
+    similarity: bool = False,
+    tau: float = 0.95,
+    singleton: Singleton = "verl",
 ) -> GiGPOTerms:
     """GraphGPO's terms per step row (docs/shapers.md §10). ``episode`` is already multiplied by
-    ``options.episode_weight`` (0 skips it), so ``terms.combined(step_weight)`` is the advantage.
+    ``episode_weight`` (0 skips it), so ``terms.combined(step_weight)`` is the advantage.
 
     ``success`` (N,) bool (True on the last row of a successful trajectory) or None: episode return > 0 on the
-    trajectory's last row (upstream). ``options``: :class:`GraphGPOOptions`.
+    trajectory's last row (upstream). ``mode`` "mean_std_norm" (upstream default) or "mean_norm", both terms.
     """
-    o = options
-    gamma, scale, mode, eps, episode_weight = o.gamma, o.scale, o.mode, o.eps, o.episode_weight
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     check_same_length(
         len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, next_obs=next_obs
@@ -139,18 +120,16 @@ def graphgpo_terms(
     episode_r = episode_scores(r, tg)
     succ = success_rows(success, tg, episode_r, "positive")
     d_cur, d_next = graph_distances(
-        eg.codes, tg.codes, anchor_obs, next_obs, succ, similarity=o.similarity, tau=o.tau
+        eg.codes, tg.codes, anchor_obs, next_obs, succ, similarity=similarity, tau=tau
     )
-    expo = d_next - d_cur + 1.0 if o.normalize_distance else d_next
-    returns = apply_invalid_action_penalty(scale * np.power(gamma, expo), valid, o.invalid_penalty)
-    scores = apply_invalid_action_penalty(episode_r, valid, o.invalid_penalty)
+    expo = d_next - d_cur + 1.0 if normalize_distance else d_next
+    returns = apply_invalid_action_penalty(scale * np.power(gamma, expo), valid, invalid_penalty)
+    scores = apply_invalid_action_penalty(episode_r, valid, invalid_penalty)
     std = mode == "mean_std_norm"
     if episode_weight == 0:
         episode = np.zeros(len(r))
     else:
-        episode = episode_weight * group_normalize(
-            scores, eg, norm_by_std=std, eps=eps, singleton=o.singleton
-        )
+        episode = episode_weight * group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
     sgc = build_step_groups(eg.codes, anchor_obs)
     step = step_relative_advantage(
         returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
@@ -170,17 +149,15 @@ def _graphgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantag
         next_obs,
         batch.valid,
         batch.success,
-        GraphGPOOptions(
-            gamma=config.gamma,
-            scale=config.graph_scale,
-            normalize_distance=config.normalize_distance,
-            invalid_penalty=config.invalid_penalty,
-            mode=config.step_mode or "mean_std_norm",
-            episode_weight=config.episode_weight,
-            eps=config.eps,
-            similarity=config.similarity,
-            tau=config.similarity_tau,
-            singleton=config.singleton,
-        ),
+        gamma=config.gamma,
+        scale=config.graph_scale,
+        normalize_distance=config.normalize_distance,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.step_mode or "mean_std_norm",
+        episode_weight=config.episode_weight,
+        eps=config.eps,
+        similarity=config.similarity,
+        tau=config.similarity_tau,
+        singleton=config.singleton,
     )
     return BaseAdvantage(terms.combined(config.step_weight), terms)

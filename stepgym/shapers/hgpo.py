@@ -14,7 +14,6 @@ Departures: anchors are compared exactly after the same hashable conversion as G
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["HGPOOptions", "context_normalize", "hgpo_advantage"]
+__all__ = ["context_normalize", "hgpo_advantage"]
 
 
 def context_normalize(x: np.ndarray, codes: np.ndarray, *, std: bool, eps: float = 1e-6) -> np.ndarray:
@@ -46,46 +45,23 @@ def _pair_codes(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return np.unique(left * (int(right.max(initial=0)) + 1) + right, return_inverse=True)[1].reshape(-1)
 
 
-@dataclass(frozen=True)
-class HGPOOptions:
-    """HGPO's options (``ShapeConfig``'s ``hgpo_*`` fields and the shared ones, docs/shapers.md §11)."""
-
-    gamma: float = 0.95
-    """Discount of the step returns."""
-    history: int = 2
-    """Context lengths 1 .. history + 1 (``ShapeConfig.hgpo_history``)."""
-    alpha: float = 1.0
-    """Weight exponent ``(k + 1)^alpha`` of a context of length k (``ShapeConfig.hgpo_alpha``)."""
-    base_group: bool = False
-    """Also average the episode-level group advantage (``ShapeConfig.hgpo_base_group``)."""
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY
-    """c, subtracted from an invalid row's return and score."""
-    mode: str = "mean_std_norm"
-    """"mean_std_norm" or "mean_norm"."""
-    eps: float = 1e-6
-    """Added to the std and to the weights' sum."""
-    singleton: Singleton = "verl"
-    """An episode group of one row (see :func:`~stepgym.shapers.grpo.group_normalize`)."""
-
-
 def hgpo_advantage(
     rewards: Any,
     group_ids: Any,
     traj_ids: Any,
     anchor_obs: Sequence[Any],
     valid: Any = None,
-    options: HGPOOptions = HGPOOptions(),
+    *,
+    gamma: float = 0.95,
+    history: int = 2,
+    alpha: float = 1.0,
+    base_group: bool = False,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: str = "mean_std_norm",
+    eps: float = 1e-6,
+    singleton: Singleton = "verl",
 ) -> np.ndarray:
-    """HGPO advantage per step row (docs/shapers.md §11); ``options``: :class:`HGPOOptions`."""
-    o = options
-    gamma, history, alpha, mode, eps, invalid_penalty = (
-        o.gamma,
-        o.history,
-        o.alpha,
-        o.mode,
-        o.eps,
-        o.invalid_penalty,
-    )
+    """HGPO advantage per step row (docs/shapers.md §11); arguments as ``ShapeConfig``'s ``hgpo_*`` fields."""
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     check_same_length(len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
     if mode not in ("mean_norm", "mean_std_norm"):
@@ -102,9 +78,9 @@ def hgpo_advantage(
     prev, _ = prev_next_rows(tg)
     num = np.zeros(len(r))
     den = np.zeros(len(r))
-    if o.base_group:
+    if base_group:
         scores = apply_invalid_action_penalty(episode_scores(r, tg), valid, invalid_penalty)
-        a0 = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=o.singleton)
+        a0 = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
         keep = a0 != 0
         num += np.where(keep, a0, 0.0)
         den += keep
@@ -139,15 +115,13 @@ def _hgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
         batch.traj_ids,
         batch.anchor_obs,
         batch.valid,
-        HGPOOptions(
-            gamma=config.gamma,
-            history=config.hgpo_history,
-            alpha=config.hgpo_alpha,
-            base_group=config.hgpo_base_group,
-            invalid_penalty=config.invalid_penalty,
-            mode=config.step_mode or "mean_std_norm",
-            eps=config.eps,
-            singleton=config.singleton,
-        ),
+        gamma=config.gamma,
+        history=config.hgpo_history,
+        alpha=config.hgpo_alpha,
+        base_group=config.hgpo_base_group,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.step_mode or "mean_std_norm",
+        eps=config.eps,
+        singleton=config.singleton,
     )
     return BaseAdvantage(values)

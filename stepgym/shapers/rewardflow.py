@@ -19,7 +19,6 @@ the uids only for a batch ordered by group).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,7 @@ from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["RewardFlowChain", "RewardFlowOptions", "propagate_decay", "rewardflow_terms"]
+__all__ = ["propagate_decay", "rewardflow_terms"]
 
 
 def propagate_decay(values: Any, src: Any, dst: Any, gamma: float, rounds: int = 1000) -> np.ndarray:
@@ -116,58 +115,25 @@ def first_seen_values(
     return init
 
 
-@dataclass(frozen=True)
-class RewardFlowChain:
-    """The states of a batch's steps, as RewardFlow's graph reads them (``StepBatch``'s fields of these names)."""
-
-    anchor_obs: Sequence[Any]
-    """(N,) the state each step was taken in."""
-    next_obs: Sequence[Any]
-    """(N,) the state it led to; ``next_obs[t] == anchor_obs[t + 1]`` inside a trajectory."""
-    dones: Any = None
-    """(N,) bool, True on a last row whose episode ended before the horizon (None: every last row ended)."""
-    actions: Sequence[Any] | None = None
-    """(N,) the action text of each step (ALFWorld cleaning, ``RewardFlowOptions.clean``, reads it)."""
-
-
-@dataclass(frozen=True)
-class RewardFlowOptions:
-    """RewardFlow's options (``ShapeConfig``'s ``rewardflow_*`` fields and the shared ones, docs/shapers.md §12)."""
-
-    gamma: float = 0.9
-    """Decay of the propagated state values."""
-    rounds: int = 1000
-    """Propagation rounds (``ShapeConfig.rewardflow_rounds``)."""
-    clean: bool = False
-    """ALFWorld's edge cleaning (``ShapeConfig.rewardflow_alfworld_clean``; needs ``RewardFlowChain.actions``)."""
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY
-    """c, subtracted from an invalid row's step reward and score."""
-    mode: str = "mean_norm"
-    """"mean_norm" or "mean_std_norm"."""
-    eps: float = 1e-6
-    """Added to the std."""
-    singleton: Singleton = "verl"
-    """An episode group of one row (see :func:`~stepgym.shapers.grpo.group_normalize`)."""
-
-
 def rewardflow_terms(
     rewards: Any,
     group_ids: Any,
     traj_ids: Any,
-    chain: RewardFlowChain,
+    anchor_obs: Sequence[Any],
+    next_obs: Sequence[Any],
     valid: Any = None,
-    options: RewardFlowOptions = RewardFlowOptions(),
+    dones: Any = None,
+    actions: Sequence[Any] | None = None,
+    *,
+    gamma: float = 0.9,
+    rounds: int = 1000,
+    clean: bool = False,
+    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
+    mode: str = "mean_norm",
+    eps: float = 1e-6,
+    singleton: Singleton = "verl",
 ) -> GiGPOTerms:
-    """RewardFlow's episode and step terms per row (docs/shapers.md §12); ``returns`` holds the penalised r̃.
-    ``chain``: the steps' states (:class:`RewardFlowChain`); ``options``: :class:`RewardFlowOptions`."""
-    anchor_obs, next_obs, dones, actions = chain.anchor_obs, chain.next_obs, chain.dones, chain.actions
-    gamma, rounds, mode, eps, invalid_penalty = (
-        options.gamma,
-        options.rounds,
-        options.mode,
-        options.eps,
-        options.invalid_penalty,
-    )
+    """RewardFlow's episode and step terms per row (docs/shapers.md §12); ``returns`` holds the penalised r̃."""
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, next_obs=next_obs)
@@ -183,7 +149,7 @@ def rewardflow_terms(
     _, nxt = prev_next_rows(tg)
     check_chain(a, b, nxt)
     rows, src, dst, sr, dr, has_next = _edges(r, tg, a, b, ended)
-    if options.clean:
+    if clean:
         if actions is None:
             raise ValueError(
                 "rewardflow_alfworld_clean needs StepBatch.actions (the action text of each step); fill it or "
@@ -200,7 +166,7 @@ def rewardflow_terms(
     returns = apply_invalid_action_penalty(step_r, valid, invalid_penalty)
     scores = apply_invalid_action_penalty(episode_scores(r, tg), valid, invalid_penalty)
     std = mode == "mean_std_norm"
-    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=options.singleton)
+    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
     step = step_relative_advantage(returns, Groups(a), mode=mode, eps=eps)
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=a)
 
@@ -215,16 +181,17 @@ def _rewardflow_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvant
         batch.rewards,
         batch.group_ids,
         batch.traj_ids,
-        RewardFlowChain(batch.anchor_obs, next_obs, batch.dones, batch.actions),
+        batch.anchor_obs,
+        next_obs,
         batch.valid,
-        RewardFlowOptions(
-            gamma=config.gamma,
-            rounds=config.rewardflow_rounds,
-            clean=config.rewardflow_alfworld_clean,
-            invalid_penalty=config.invalid_penalty,
-            mode=config.step_mode or "mean_norm",
-            eps=config.eps,
-            singleton=config.singleton,
-        ),
+        batch.dones,
+        batch.actions,
+        gamma=config.gamma,
+        rounds=config.rewardflow_rounds,
+        clean=config.rewardflow_alfworld_clean,
+        invalid_penalty=config.invalid_penalty,
+        mode=config.step_mode or "mean_norm",
+        eps=config.eps,
+        singleton=config.singleton,
     )
     return BaseAdvantage(terms.combined(config.step_weight), terms)
