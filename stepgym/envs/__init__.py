@@ -275,6 +275,20 @@ def register_envs() -> None:
         splits=_TOY_SPLITS,
         value_oracle="stepgym.values.credit:CreditOracle",
     )
+    from stepgym.envs.scienceworld.tasks import TASK_TYPES as SCIENCEWORLD_TASK_TYPES
+
+    register(
+        "StepGym/ScienceWorld-v0",
+        "stepgym.envs.scienceworld:ScienceWorldEnv",
+        max_steps=100,
+        text_format="stepgym.envs.scienceworld.prompt:FORMAT",
+        splits=EnvSplits(("train", "dev", "test"), "test"),
+        no_values=(
+            "ScienceWorld's state (every object, temperature and timer of a 10-room world) is too large to search "
+            "for exact values; its step truth is the gold path (EXPERT_ACTION) and the task score (SUBGOAL_KEY)"
+        ),
+        task_types=SCIENCEWORLD_TASK_TYPES,
+    )
 
 
 #: ALFWorld's six task types (the prefix of its task ids' second part).
@@ -295,6 +309,7 @@ ENV_IDS = (
     "StepGym/SearchQA-v0",
     "StepGym/CreditToy-v0",
     "StepGym/CreditFamily-v0",
+    "StepGym/ScienceWorld-v0",
 )
 
 

@@ -35,10 +35,12 @@ __all__ = ["EngineCrashed", "ScienceWorldEngine", "java_bin_dir"]
 
 #: upstream's step limit marks an episode completed after this many moves; stepgym enforces its own ``max_steps``.
 NO_ENGINE_STEP_LIMIT = 1_000_000_000
-#: temperatures in the state key are rounded to whole degrees Celsius (the thermometer's resolution): every tick
-#: moves every temperature by a few hundredths of a degree as the rooms equalise, which an exact key would count
-#: as a new state.
-TEMPERATURE_DECIMALS = 0
+#: object properties left out of the state key: every tick moves every temperature by hundredths of a degree as
+#: rooms equalise (an exact key would make every tick a new state), and the engine sums heat flows in an order
+#: that depends on object ids, so the last bits differ between two JVMs playing the same actions (rounding would
+#: flip at the boundaries). A temperature change shows in the key when it changes a state of matter or sets an
+#: object burning (``stateOfMatter``, ``isCombusting``, ``hasCombusted`` are kept).
+UNKEYED_MATERIAL = frozenset({"temperatureC"})
 _LAUNCH_LOCK = threading.Lock()
 _CLOSE_GRACE_S = 10.0
 
@@ -172,7 +174,7 @@ class ScienceWorldEngine:
 
     def state_text(self) -> str:
         """The whole world (upstream's object tree) as canonical text: uuids dropped, every container's contents
-        sorted, temperatures rounded (see :data:`TEMPERATURE_DECIMALS`)."""
+        sorted, temperatures left out (see :data:`UNKEYED_MATERIAL`)."""
         tree = self._call(self._sw.getObjectTree)
         return _canonical(tree)
 
@@ -180,8 +182,8 @@ class ScienceWorldEngine:
 def _canonical(node: dict[str, Any]) -> str:
     props = {k: v for k, v in node.items() if k not in ("uuid", "contents")}
     material = props.get("propMaterial")
-    if isinstance(material, dict) and isinstance(material.get("temperatureC"), (int, float)):
-        props["propMaterial"] = {**material, "temperatureC": round(material["temperatureC"], TEMPERATURE_DECIMALS)}
+    if isinstance(material, dict):
+        props["propMaterial"] = {k: v for k, v in material.items() if k not in UNKEYED_MATERIAL}
     children = sorted(_canonical(c) for c in (node.get("contents") or {}).values())
     return json.dumps(props, sort_keys=True, separators=(",", ":")) + "[" + ",".join(children) + "]"
 

@@ -20,12 +20,13 @@ upstream's score and the sub-goals it has met (its incremental task score), ``ST
 object tree (approximate; see below), ``EXPERT_ACTION`` = the next action of upstream's gold path while the agent
 has followed it (see below).
 
-The state key hashes upstream's object tree (every object, where it is, its properties) with uuids dropped and each
-container's contents sorted, temperatures rounded to whole degrees, plus upstream's ``look`` text of the agent's
-room, the goal sequence's progress and a pending-question flag. It is *approximate*: two states that differ only by
-sub-degree temperatures share a key (every tick moves every temperature by hundredths of a degree as rooms
-equalise; an exact key would make every tick a new state), and doors are not in upstream's object tree, so a door's
-open/closed state enters the key only while the agent is in one of its two rooms (through the ``look`` text).
+The state key hashes upstream's object tree (every object, where it is, its properties) with uuids dropped, each
+container's contents sorted and temperatures left out, plus upstream's ``look`` text of the agent's room, the goal
+sequence's progress and a pending-question flag. It is *approximate*: states that differ only in temperatures share
+a key until a state of matter or a fire changes (every tick moves every temperature by hundredths of a degree, and
+the last bits differ between two JVMs playing the same actions); and doors are not in upstream's object tree, so a
+door's open/closed state enters the key only while the agent is in one of its two rooms (through the ``look``
+text).
 
 The expert: the gold path upstream generates for the task (cached per env, see the engine). ``EXPERT_ACTION`` is its
 next action while every action so far either was the gold path's next action or left the world unchanged (an input
