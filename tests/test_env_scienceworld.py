@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
 from stepgym.envs import env_entry
-from stepgym.envs.scienceworld import NO_MATCH, ScienceWorldEnv, VARIATION_COUNTS, split_task_ids
+from stepgym.envs.scienceworld import NO_MATCH, VARIATION_COUNTS, ScienceWorldEnv, split_task_ids
 from stepgym.envs.scienceworld.engine import EngineCrashed, java_bin_dir
 from stepgym.errors import InvalidArgumentError, ValueOracleError
 
@@ -27,7 +27,9 @@ QUICK = ["find-plant", "find-animal", "use-thermometer"]
 
 @pytest.fixture(scope="module")
 def env():
-    e = gym.make(ENV_ID, split="test", task_types=QUICK).unwrapped  # the spec kept (the checker, ValueWrapper)
+    e = gym.make(
+        ENV_ID, split="test", task_types=QUICK
+    ).unwrapped  # the spec kept (the checker, ValueWrapper)
     yield e
     e.close()
 
@@ -114,7 +116,10 @@ def test_determinism_across_jvms(env):
     task = "use-thermometer/524"
     obs, info = env.reset(options={"task_id": task})
     rng = random.Random(0)
-    actions = [rng.choice(info[schema.ADMISSIBLE_ACTIONS]) for _ in range(3)] + ["wait1", "focus on thermometer"]
+    actions = [rng.choice(info[schema.ADMISSIBLE_ACTIONS]) for _ in range(3)] + [
+        "wait1",
+        "focus on thermometer",
+    ]
     first = _play(env, task, actions)
     other = ScienceWorldEnv(split="test", task_types=QUICK, expert=False)
     try:
@@ -131,7 +136,18 @@ def test_determinism_across_jvms(env):
 
 
 # -- invalid input -------------------------------------------------------------------------------------------
-FUZZ = ["", "   ", "x" * 5000, "\x00\x01\x7f", "飛んで 🚀", "open door to kitchen; rm -rf /", "\n\n", "a\tb", 42, None]
+FUZZ = [
+    "",
+    "   ",
+    "x" * 5000,
+    "\x00\x01\x7f",
+    "飛んで 🚀",
+    "open door to kitchen; rm -rf /",
+    "\n\n",
+    "a\tb",
+    42,
+    None,
+]
 
 
 def test_fuzzed_actions_are_invalid_and_leave_the_world(env):
@@ -233,7 +249,7 @@ def test_close_ends_the_jvm_and_a_crash_is_one_clear_error():
 def test_value_wrapper_refuses_it(env):
     from stepgym.values import ValueWrapper
 
-    with pytest.raises(ValueOracleError, match="ScienceWorld-v0 has no exact step values: .*too large"):
+    with pytest.raises(ValueOracleError, match=r"ScienceWorld-v0 has no exact step values: .*too large"):
         ValueWrapper(env)
     with pytest.raises(ValueOracleError, match="no exact step values"):
         ValueWrapper(gym.wrappers.RecordEpisodeStatistics(env))

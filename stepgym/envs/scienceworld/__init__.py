@@ -4,6 +4,20 @@ Importing this package does not import ``scienceworld`` or start a JVM; the engi
 """
 
 from stepgym.envs.scienceworld.env import NO_MATCH, ScienceWorldEnv
-from stepgym.envs.scienceworld.tasks import SPLITS, TASK_TYPES, VARIATION_COUNTS, parse_task_id, split_task_ids
+from stepgym.envs.scienceworld.tasks import (
+    SPLITS,
+    TASK_TYPES,
+    VARIATION_COUNTS,
+    parse_task_id,
+    split_task_ids,
+)
 
-__all__ = ["NO_MATCH", "SPLITS", "TASK_TYPES", "VARIATION_COUNTS", "ScienceWorldEnv", "parse_task_id", "split_task_ids"]
+__all__ = [
+    "NO_MATCH",
+    "SPLITS",
+    "TASK_TYPES",
+    "VARIATION_COUNTS",
+    "ScienceWorldEnv",
+    "parse_task_id",
+    "split_task_ids",
+]

@@ -21,10 +21,12 @@ caches it, and plays every episode from a load without gold-path generation: the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import subprocess
 import threading
 from typing import Any
 
@@ -116,7 +118,9 @@ class ScienceWorldEngine:
         try:
             return fn(*args)
         except _py4j_errors() as exc:
-            raise EngineCrashed(self._dead_message(f"failed: {type(exc).__name__}: {exc}".splitlines()[0])) from exc
+            raise EngineCrashed(
+                self._dead_message(f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
+            ) from exc
 
     def _dead_message(self, what: str) -> str:
         proc = self.process
@@ -130,13 +134,11 @@ class ScienceWorldEngine:
         if sw is None:
             return
         proc = sw._gateway.java_process
-        try:
+        with contextlib.suppress(Exception):  # a dead gateway cannot be shut down politely: ended below
             sw.close()
-        except Exception:  # noqa: BLE001 - a dead gateway cannot be shut down politely; the process is ended below
-            pass
         try:
             proc.wait(timeout=_CLOSE_GRACE_S)
-        except Exception:  # noqa: BLE001 - TimeoutExpired: end it
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=_CLOSE_GRACE_S)
         for stream in (proc.stdin, proc.stdout, proc.stderr):

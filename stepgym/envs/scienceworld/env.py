@@ -102,7 +102,9 @@ class ScienceWorldEnv(TextEnv):
     ):
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         if split not in SPLITS:
-            raise InvalidArgumentError(f"unknown ScienceWorld split {split!r}; expected one of {', '.join(SPLITS)}")
+            raise InvalidArgumentError(
+                f"unknown ScienceWorld split {split!r}; expected one of {', '.join(SPLITS)}"
+            )
         self.split = split
         self.task_types = tuple(task_types) if task_types else None
         self._task_ids = split_task_ids(split, self.task_types)
@@ -183,12 +185,16 @@ class ScienceWorldEnv(TextEnv):
         if obs.startswith(NO_MATCH):
             reason = f"ScienceWorld's parser matches no action to {_shown(action)}"
         elif self._pending:
-            reason = f"{_shown(action)} is ambiguous: the next action is read as the number of the intended one"
+            reason = (
+                f"{_shown(action)} is ambiguous: the next action is read as the number of the intended one"
+            )
         elif was_pending and obs.startswith(_UNKNOWN):
             reason = f"{_shown(action)} is not the number of one of the choices offered"
         info = self._info(up, feedback=obs, admissible=not reason, reason=reason)
         info[schema.EFFECTIVE] = info[schema.STATE_KEY] != before_key
-        self._advance_expert(action, unchanged=self._moves == before_moves and info[schema.STATE_KEY] == before_key)
+        self._advance_expert(
+            action, unchanged=self._moves == before_moves and info[schema.STATE_KEY] == before_key
+        )
         info[schema.EXPERT_ACTION] = self._expert_action()
         return obs, float(delta) / 100.0, bool(completed), info
 
@@ -206,7 +212,9 @@ class ScienceWorldEnv(TextEnv):
         return self._gold[pos] if pos is not None and pos < len(self._gold) else None
 
     # -- info -----------------------------------------------------------------------------------------------
-    def _info(self, up: dict[str, Any] | None, *, feedback: str, admissible: bool, reason: str) -> dict[str, Any]:
+    def _info(
+        self, up: dict[str, Any] | None, *, feedback: str, admissible: bool, reason: str
+    ) -> dict[str, Any]:
         if up is not None:  # the engine was stepped: read the new state
             progress = self._engine.goal_progress()
             world = self._engine.state_text()

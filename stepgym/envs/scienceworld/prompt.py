@@ -16,10 +16,32 @@ __all__ = ["ACTION_TEMPLATES", "FORMAT", "TEMPLATE"]
 
 #: upstream's action templates (OBJ: an object you can see; LOC: a location)
 ACTION_TEMPLATES = (
-    "open OBJ", "close OBJ", "activate OBJ", "deactivate OBJ", "connect OBJ to OBJ", "disconnect OBJ",
-    "use OBJ [on OBJ]", "look around", "look at OBJ", "look in OBJ", "read OBJ", "move OBJ to OBJ", "pick up OBJ",
-    "put down OBJ", "pour OBJ into OBJ", "dunk OBJ into OBJ", "mix OBJ", "go to LOC", "teleport to LOC", "eat OBJ",
-    "flush OBJ", "focus on OBJ", "wait", "wait1", "inventory", "task",
+    "open OBJ",
+    "close OBJ",
+    "activate OBJ",
+    "deactivate OBJ",
+    "connect OBJ to OBJ",
+    "disconnect OBJ",
+    "use OBJ [on OBJ]",
+    "look around",
+    "look at OBJ",
+    "look in OBJ",
+    "read OBJ",
+    "move OBJ to OBJ",
+    "pick up OBJ",
+    "put down OBJ",
+    "pour OBJ into OBJ",
+    "dunk OBJ into OBJ",
+    "mix OBJ",
+    "go to LOC",
+    "teleport to LOC",
+    "eat OBJ",
+    "flush OBJ",
+    "focus on OBJ",
+    "wait",
+    "wait1",
+    "inventory",
+    "task",
 )
 
 TEMPLATE = PromptTemplate(

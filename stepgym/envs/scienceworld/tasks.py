@@ -64,7 +64,9 @@ def split_variations(task: str, split: str) -> range:
 def split_task_ids(split: str, task_types: tuple[str, ...] | None = None) -> list[str]:
     """Every task id of ``split`` (task types in upstream's order, variations ascending)."""
     if split not in SPLITS:
-        raise InvalidArgumentError(f"unknown ScienceWorld split {split!r}; expected one of {', '.join(SPLITS)}")
+        raise InvalidArgumentError(
+            f"unknown ScienceWorld split {split!r}; expected one of {', '.join(SPLITS)}"
+        )
     types = TASK_TYPES if task_types is None else tuple(task_types)
     unknown = [t for t in types if t not in VARIATION_COUNTS]
     if unknown:
@@ -78,7 +80,12 @@ def split_task_ids(split: str, task_types: tuple[str, ...] | None = None) -> lis
 def parse_task_id(task_id: str) -> tuple[str, int]:
     """``"boil/3"`` -> ``("boil", 3)``; anything else is an :class:`~stepgym.errors.InvalidArgumentError`."""
     name, sep, var = str(task_id).rpartition("/")
-    if not sep or name not in VARIATION_COUNTS or not var.isdigit() or int(var) >= sum(VARIATION_COUNTS[name]):
+    if (
+        not sep
+        or name not in VARIATION_COUNTS
+        or not var.isdigit()
+        or int(var) >= sum(VARIATION_COUNTS[name])
+    ):
         raise InvalidArgumentError(
             f"unknown ScienceWorld task id {task_id!r}; ids are '<task name>/<variation>', e.g. 'boil/0'"
         )
