@@ -211,6 +211,17 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
     return [s for s in specs if not only or s.name.lower() in only]
 
 
+
+def no_value_envs() -> dict[str, str]:
+    """Registered envs that declare no exact step values (``register(..., no_values=...)``), with their reason.
+
+    Fidelity is scored against ``VALUE_GAIN``, so these have no rows: ``StepGym/ScienceWorld-v0`` (its state is too
+    large to search; its step truth is the gold-path expert and the task score) and ``StepGym/WebShopSite-v0`` (the
+    browser twin of WebShop, whose rows stand for it). The run lists them in its meta data and its output."""
+    from stepgym.envs import registered_envs
+
+    return {env_id: e.no_values for env_id, e in registered_envs().items() if e.no_values}
+
 def pick_tasks(env: gym.Env, spec: EnvSpec) -> list[str]:
     """Evenly spread task ids (ALFWorld: round-robin over the task types, so each type gets games)."""
     ids = list(env.unwrapped.task_ids)
@@ -766,6 +777,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results: list[dict] = []
     skipped: list[str] = []
+    for env_id, why in no_value_envs().items():
+        print(f"{env_id} excluded (no exact step values): {why}", flush=True)
     for spec in env_specs(args):
         try:
             results += run_env(spec, args, kinds, llm)
@@ -782,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(time.perf_counter() - t0, 1),
         "load_avg": os.getloadavg()[0],
         "skipped": skipped,
+        "no_values": no_value_envs(),
     }
     data = {"meta": meta, "results": results}
     (out / "results.json").write_text(json.dumps(data, indent=1))

@@ -18,6 +18,7 @@ from stepgym.envs import env_entry
 from stepgym.envs.scienceworld import NO_MATCH, VARIATION_COUNTS, ScienceWorldEnv, split_task_ids
 from stepgym.envs.scienceworld.engine import EngineCrashed, java_bin_dir
 from stepgym.errors import InvalidArgumentError, ValueOracleError
+from stepgym.testing import check_determinism, check_fuzz
 
 pytest.importorskip("scienceworld")
 
@@ -135,6 +136,11 @@ def test_determinism_across_jvms(env):
         }
 
 
+@pytest.mark.slow
+def test_the_battery_determinism_two_fresh_envs():
+    assert check_determinism(lambda: gym.make(ENV_ID, split="test", task_types=["find-plant"]), n_steps=10) >= 10
+
+
 # -- invalid input -------------------------------------------------------------------------------------------
 FUZZ = [
     "",
@@ -160,6 +166,8 @@ def test_fuzzed_actions_are_invalid_and_leave_the_world(env):
         assert info[schema.STATE_KEY] == key and info[schema.EFFECTIVE] is False
         assert info[schema.EXPERT_ACTION] == expert  # the world is untouched: the gold path still holds
     assert env.engine.upstream.get_num_moves() == 0
+    for _action, obs, info in check_fuzz(env, seed=1):  # stepgym's battery (stepgym.testing)
+        assert obs == NO_MATCH and info[schema.ADMISSIBLE] is False
 
 
 def test_ambiguous_input_is_upstreams_question(env):
@@ -282,3 +290,14 @@ def test_group_env_with_the_text_interface():
         assert len(t0.steps) == len(t1.steps) == 3
     finally:
         g.close()
+
+
+def test_credit_fidelity_excludes_it_and_says_why():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import credit_fidelity as cf
+
+    assert "too large" in cf.no_value_envs()[ENV_ID]
+    assert ENV_ID not in {s.env_id for s in cf.env_specs(cf.parse([]))}

@@ -52,6 +52,10 @@ _ALFWORLD_ENV = EnvConfig(
 _WEBSHOP_ENV = EnvConfig(
     id="StepGym/WebShop-v0", train_split="train", eval_splits=("test",), max_steps=15, history=2
 )
+# ScienceWorld: upstream's test variations for evaluation, its default step limit (100).
+_SCIENCEWORLD_ENV = EnvConfig(
+    id="StepGym/ScienceWorld-v0", train_split="train", eval_splits=("test",), max_steps=100, history=2
+)
 _SEARCHQA_ENV = EnvConfig(
     id="StepGym/SearchQA-v0",
     train_split="train",
@@ -70,6 +74,7 @@ _COMPARE = {
     _WEBSHOP_ENV.id: ("grpo", "gigpo-webshop"),
     _SEARCHQA_ENV.id: ("grpo",),
     "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
+    _SCIENCEWORLD_ENV.id: ("grpo", "gigpo-alfworld"),
 }
 
 #: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
@@ -78,6 +83,7 @@ _BUDGETS = {
     _ALFWORLD_ENV.id: (10, 20, 30, 40, 50),
     _WEBSHOP_ENV.id: (3, 6, 9, 12, 15),
     _SEARCHQA_ENV.id: (1, 2, 3, 4, 5),
+    _SCIENCEWORLD_ENV.id: (20, 40, 60, 80, 100),
 }
 
 
@@ -87,6 +93,7 @@ _TOKENS = {
     _ALFWORLD_ENV.id: (2048, 512),
     _WEBSHOP_ENV.id: (4096, 512),
     _SEARCHQA_ENV.id: (4096, 500),
+    _SCIENCEWORLD_ENV.id: (4096, 512),  # WebShop's budget: ScienceWorld's room descriptions are as long
 }
 
 
@@ -208,6 +215,14 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     p["searchqa-stepopsd"] = (
         "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
         replace(sq, rollout=replace(sq.rollout, group_size=5)),
+    )
+    p["scienceworld-grpo"] = (
+        "GRPO on ScienceWorld (the GiGPO recipe's settings; evaluation on upstream's test variations)",
+        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("grpo-alfworld"), "scienceworld-grpo"),
+    )
+    p["scienceworld-gigpo"] = (
+        "GiGPO on ScienceWorld (anchored on the approximate state key; see docs/scienceworld.md)",
+        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "scienceworld-gigpo"),
     )
     _graph_presets(p)
     credit = {
