@@ -177,17 +177,24 @@ class ScienceWorldEngine:
     def state_text(self) -> str:
         """The whole world (upstream's object tree) as canonical text: uuids dropped, every container's contents
         sorted, temperatures left out (see :data:`UNKEYED_MATERIAL`)."""
-        tree = self._call(self._sw.getObjectTree)
-        return _canonical(tree)
+        folder = self._sw._obj_tree_tempdir.name  # where upstream's getObjectTree has the engine write the tree
+        msg = self._call(self._sw.server.getObjectTree, folder)
+        if msg:
+            raise EngineCrashed(self._dead_message(f"could not write its object tree: {msg}"))
+        with open(os.path.join(folder, "objectTree.json"), encoding="utf-8") as f:
+            return json.load(f, object_hook=_canonical_node)
 
 
-def _canonical(node: dict[str, Any]) -> str:
-    props = {k: v for k, v in node.items() if k not in ("uuid", "contents")}
-    material = props.get("propMaterial")
-    if isinstance(material, dict):
-        props["propMaterial"] = {k: v for k, v in material.items() if k not in UNKEYED_MATERIAL}
-    children = sorted(_canonical(c) for c in (node.get("contents") or {}).values())
-    return json.dumps(props, sort_keys=True, separators=(",", ":")) + "[" + ",".join(children) + "]"
+def _canonical_node(d: dict[str, Any]) -> Any:
+    """``json.load``'s object hook, called bottom-up: an object (it has a ``uuid``) becomes its canonical text, its
+    ``contents`` (already a dict of the children's texts) sorted; a material loses its unkeyed properties."""
+    if "uuid" in d:
+        del d["uuid"]
+        children = d.pop("contents", None) or {}
+        return json.dumps(d, sort_keys=True, separators=(",", ":")) + "[" + ",".join(sorted(children.values())) + "]"
+    for k in UNKEYED_MATERIAL.intersection(d):
+        del d[k]
+    return d
 
 
 def state_hash(*parts: str) -> str:

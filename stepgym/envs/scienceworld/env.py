@@ -74,16 +74,16 @@ class ScienceWorldEnv(TextEnv):
 
     The JVM starts at construction and serves every episode; ``close()`` ends it.
 
-    Example (starts a JVM: about a second; each new task's first reset about two)::
+    Example (starts a JVM: a few seconds)::
 
         >>> import gymnasium as gym
         >>> import stepgym
         >>> from stepgym import schema
-        >>> env = gym.make("StepGym/ScienceWorld-v0", split="test", task_types=["boil"])
-        >>> obs, info = env.reset(options={"task_id": "boil/21"})
+        >>> env = gym.make("StepGym/ScienceWorld-v0", split="test", task_types=["find-plant"])
+        >>> obs, info = env.reset(options={"task_id": "find-plant/225"})
         >>> info[schema.TASK_TYPE], info[schema.EXPERT_ACTION]
-        ('boil', 'open door to kitchen')
-        >>> obs, reward, terminated, truncated, info = env.step("open door to kitchen")
+        ('find-plant', 'open door to hallway')
+        >>> obs, reward, terminated, truncated, info = env.step("open door to hallway")
         >>> obs, info[schema.ADMISSIBLE], info[schema.EFFECTIVE]
         ('The door is now open.', True, True)
         >>> env.step("fly to the moon")[0]
