@@ -13,10 +13,11 @@ dies or stops answering mid-episode raises :class:`EngineCrashed` (one line nami
 ``reset`` starts a fresh JVM.
 
 Gold paths: upstream generates the gold path when a task is loaded with ``generateGoldPath=True`` (about 1.3 s)
-and regenerates it on every ``reset()``; the generator picks at random among equally good targets (which animal to
-find, ...) with the JVM's random generator, so two generations can differ. The engine generates a task's path once,
-caches it, and plays every episode from a load without gold-path generation: the world is the same either way
-(tested), and the expert of one task stays the same for the life of the env.
+and, from then on, regenerates it on every ``reset()`` (even after a load without it: the server's flag sticks, so
+the engine clears it with the server's own setter). The generator picks at random among equally good targets
+(which animal to find, ...) with the JVM's random generator, so two generations can differ. The engine generates
+a task's path once, caches it, and plays every episode from a load without gold-path generation: the world is the
+same either way (tested), and the expert of one task stays the same for the life of the env.
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ class ScienceWorldEngine:
                 self._start()
             self._call(self._sw.load, task, variation, self.simplifications, True)
             self._gold[key] = [str(a) for a in self._call(self._sw.get_gold_action_sequence)]
+            # upstream's server keeps gold-path generation on after such a load (a later load without it does not
+            # clear the flag), and then regenerates the path on every reset (~1 s each): clear it with its setter
+            self._call(getattr(self._sw.server, "goldPathGenerationEnabled_$eq"), False)
             self.loaded = None  # loaded with gold-path generation: reload without it before playing
         return self._gold[key]
 
