@@ -7,8 +7,9 @@ action sequences (random picks from upstream's valid-action list, seeded), in th
   description and the valid-action list every step);
 * stepgym: ``StepGym/ScienceWorld-v0``'s ``step`` with every annotation (state key from the object tree, sub-goal
   progress, expert), and the ratio of the two;
-* resets: upstream's ``load`` + ``reset`` and stepgym's (a task seen before: no reload), and the expert's cost, the
-  gold path's generation per task (ScienceWorld has no solver: there is no per-state value to time);
+* resets: upstream's ``load`` + ``reset`` and stepgym's (a task seen before), and the expert's cost, the gold
+  path's generation per task (ScienceWorld has no solver: there is no per-state value to time);
+* upstream and stepgym episodes alternate (same task, same actions), so a drifting machine load hits both alike;
 * the JVM's start and ``close`` (the process ends).
 
 Run: ``python benchmarks/scienceworld_bench.py [--steps 30] [--episodes 2] [--out FILE]``
@@ -81,41 +82,45 @@ def main() -> None:
     up_start = time.perf_counter() - t0
     seqs = _sequences(up, args.steps, args.episodes)
 
-    # upstream, timed
-    up_step, up_reset = [], []
-    for task in TASKS:
-        name, var = task.split("/")
-        for ep in range(args.episodes):
-            t = time.perf_counter()
-            up.load(name, int(var), "")
-            up.reset()
-            up_reset.append(time.perf_counter() - t)
-            for a in seqs[(task, ep)]:
-                t = time.perf_counter()
-                up.step(a)
-                up_step.append(time.perf_counter() - t)
-    up.close()
-
-    # stepgym, timed
+    # both timed, episode by episode in alternating order (a 2-core machine's load drifts: both see the same drift)
     t0 = time.perf_counter()
     env = gym.make("StepGym/ScienceWorld-v0", split="test", max_steps=10_000)
     sg_start = time.perf_counter() - t0
     core = env.unwrapped
-    sg_step, sg_reset, gold = [], [], {}
-    for task in TASKS:
-        for ep in range(args.episodes):
+    up_step, up_reset, sg_step, sg_reset, gold = [], [], [], [], {}
+
+    def play_upstream(task: str, ep: int) -> None:
+        name, var = task.split("/")
+        t = time.perf_counter()
+        up.load(name, int(var), "")
+        up.reset()
+        up_reset.append(time.perf_counter() - t)
+        for a in seqs[(task, ep)]:
             t = time.perf_counter()
-            env.reset(options={"task_id": task})
-            dt = time.perf_counter() - t
-            if ep == 0:
-                gold[task] = (dt, len(core.gold_path))
-            else:
-                sg_reset.append(dt)
-            for a in seqs[(task, ep)]:
-                t = time.perf_counter()
-                obs, r, term, trunc, info = env.step(a)
-                sg_step.append(time.perf_counter() - t)
-                assert info[schema.ADMISSIBLE_ACTIONS]
+            up.step(a)
+            up_step.append(time.perf_counter() - t)
+
+    def play_stepgym(task: str, ep: int) -> None:
+        t = time.perf_counter()
+        env.reset(options={"task_id": task})
+        dt = time.perf_counter() - t
+        if task not in gold:
+            gold[task] = (dt, len(core.gold_path))
+        else:
+            sg_reset.append(dt)
+        for a in seqs[(task, ep)]:
+            t = time.perf_counter()
+            obs, r, term, trunc, info = env.step(a)
+            sg_step.append(time.perf_counter() - t)
+            assert info[schema.ADMISSIBLE_ACTIONS]
+
+    inside0 = core.engine.upstream_step_s
+    for i, (task, ep) in enumerate(sorted(seqs)):
+        players = (play_upstream, play_stepgym) if i % 2 == 0 else (play_stepgym, play_upstream)
+        for play in players:
+            play(task, ep)
+    up.close()
+    inside = core.engine.upstream_step_s - inside0  # upstream's step inside stepgym's steps
     proc = core.engine.process
     t = time.perf_counter()
     env.close()
@@ -139,6 +144,12 @@ def main() -> None:
         f"| step (median ms) | {1000 * statistics.median(up_step):.1f} | {1000 * statistics.median(sg_step):.1f} | "
         f"{statistics.median(sg_step) / statistics.median(up_step):.2f}x |"
     )
+    own = sum(sg_step) - inside
+    say(
+        f"| step, split (mean ms): upstream's step inside stepgym's / stepgym's annotations | | "
+        f"{1000 * inside / len(sg_step):.1f} / {1000 * own / len(sg_step):.1f} | "
+        f"{sum(sg_step) / inside:.2f}x |"
+    )
     say(f"| steps/s | {1 / statistics.mean(up_step):.1f} | {1 / statistics.mean(sg_step):.1f} | |")
     say(
         f"| reset (mean ms; upstream load+reset, stepgym a task seen before) | {ms(up_reset):.0f} | "
@@ -154,6 +165,9 @@ def main() -> None:
         say(f"| {task} | {dt:.2f} | {n} |")
     say()
     say(f"close(): {close_s:.2f} s, JVM process ended: {ended}")
+    say(
+        f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores shared with other work: compare the ratios)"
+    )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")

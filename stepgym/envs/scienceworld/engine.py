@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from typing import Any
 
 from stepgym._deps import require
@@ -82,6 +83,8 @@ class ScienceWorldEngine:
         self._sw: Any = None
         self.loaded: tuple[str, int] | None = None
         self._gold: dict[tuple[str, int], list[str]] = {}
+        #: seconds spent in upstream's ``step`` so far (the benchmark splits a step into upstream's work and stepgym's)
+        self.upstream_step_s = 0.0
         self._start()
 
     # -- the JVM --------------------------------------------------------------------------------------------
@@ -173,7 +176,11 @@ class ScienceWorldEngine:
 
     def step(self, action: str) -> tuple[str, int, bool, dict[str, Any]]:
         """Upstream's ``step``: ``(observation, score delta, completed, upstream info)``."""
-        return self._call(self._sw.step, action)
+        t = time.perf_counter()
+        try:
+            return self._call(self._sw.step, action)
+        finally:
+            self.upstream_step_s += time.perf_counter() - t
 
     def goal_progress(self) -> str:
         return str(self._call(self._sw.get_goal_progress))
@@ -181,7 +188,9 @@ class ScienceWorldEngine:
     def state_text(self) -> str:
         """The whole world (upstream's object tree) as canonical text: uuids dropped, every container's contents
         sorted, temperatures left out (see :data:`UNKEYED_MATERIAL`)."""
-        folder = self._sw._obj_tree_tempdir.name  # where upstream's getObjectTree has the engine write the tree
+        folder = (
+            self._sw._obj_tree_tempdir.name
+        )  # where upstream's getObjectTree has the engine write the tree
         msg = self._call(self._sw.server.getObjectTree, folder)
         if msg:
             raise EngineCrashed(self._dead_message(f"could not write its object tree: {msg}"))
@@ -195,7 +204,12 @@ def _canonical_node(d: dict[str, Any]) -> Any:
     if "uuid" in d:
         del d["uuid"]
         children = d.pop("contents", None) or {}
-        return json.dumps(d, sort_keys=True, separators=(",", ":")) + "[" + ",".join(sorted(children.values())) + "]"
+        return (
+            json.dumps(d, sort_keys=True, separators=(",", ":"))
+            + "["
+            + ",".join(sorted(children.values()))
+            + "]"
+        )
     for k in UNKEYED_MATERIAL.intersection(d):
         del d[k]
     return d
