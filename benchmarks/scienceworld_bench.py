@@ -64,6 +64,36 @@ def _sequences(up, steps: int, episodes: int) -> dict[tuple[str, int], list[str]
     return seqs
 
 
+def tree_ab(steps: int) -> tuple[float, float]:
+    """Median upstream step (ms) in two JVMs playing the same actions, the second also writing its object tree after
+    every step as stepgym's state key does: what that serialisation costs the *next* step."""
+    from stepgym.envs.scienceworld.engine import ScienceWorldEngine
+
+    plain, keyed = ScienceWorldEngine(), ScienceWorldEngine()
+    try:
+        for e in (plain, keyed):
+            e.reset("melt", 21)
+        _, _, _, info = plain.step("look around")
+        keyed.step("look around")
+        rng = random.Random("tree-ab")
+        times: dict[int, list[float]] = {0: [], 1: []}
+        for i in range(steps):
+            a = rng.choice(info["valid"])
+            for k in (0, 1) if i % 2 else (1, 0):
+                e = (plain, keyed)[k]
+                t = time.perf_counter()
+                _, _, done, out = e.step(a)
+                times[k].append(time.perf_counter() - t)
+                if k == 1:
+                    e.state_text()
+                else:
+                    info = out
+        return 1000 * statistics.median(times[0]), 1000 * statistics.median(times[1])
+    finally:
+        plain.close()
+        keyed.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=30, help="random valid actions per episode")
@@ -165,6 +195,11 @@ def main() -> None:
         say(f"| {task} | {dt:.2f} | {n} |")
     say()
     say(f"close(): {close_s:.2f} s, JVM process ended: {ended}")
+    a, b = tree_ab(args.steps)
+    say(
+        f"A/B, median upstream step on melt/21 ({args.steps} actions): plain JVM {a:.1f} ms, JVM that also writes its "
+        f"object tree after each step {b:.1f} ms ({b / a:.2f}x)"
+    )
     say(
         f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores shared with other work: compare the ratios)"
     )
