@@ -132,10 +132,13 @@ def _train_interrupt_note(cfg: Any) -> str:
 
     last = find_latest(Path(cfg.run.output_dir) / "checkpoints")
     if last is None:
-        return (
-            f"no checkpoint was saved yet (every {cfg.run.save_every} iterations, --run.save-every); run the "
-            "command again to start over"
+        every = cfg.run.save_every
+        when = (
+            f"one is saved every {every} iteration{'s' if every != 1 else ''}, --run.save-every"
+            if every
+            else "with --run.save-every 0 one is saved only at the end"
         )
+        return f"no checkpoint was saved yet ({when}); run the command again to start over"
     return f"the last checkpoint is {last}; continue with the same command plus --run.resume auto"
 
 
@@ -159,7 +162,7 @@ _COMMON_FLAGS = (
     ("rollout.backend", "'hf', 'vllm' (GPU) or 'scripted'"),
     ("rollout.n_tasks", "tasks per batch (one group each)"),
     ("rollout.group_size", "G, rollouts per task"),
-    ("shaper.base", "base advantage: grpo, drgrpo, dapo, gigpo or a registered one"),
+    ("shaper.base", "base advantage: {bases} (registered; --shaper-module adds yours)"),
     ("optim.lr", "learning rate"),
 )
 
@@ -222,7 +225,11 @@ def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
         "",
         f"common flags (values of {'preset ' + preset if preset else 'the defaults'}):",
     ]
+    from stepgym.shapers.registry import available
+
+    bases = ", ".join(available("base"))  # every registered base: the graph bases and the oracle included
     for path, what in common:
+        what = what.format(bases=bases)
         group, field = path.split(".")
         value = getattr(getattr(cfg, group), field)
         flag = f"--{path.replace('_', '-')}"
