@@ -253,8 +253,8 @@ def test_no_page_loads_anything_from_the_network(
     site_build: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
     done, site = site_build
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert (site / "index.html").is_file()
+    # the pages are written even when the strict build fails on a link (test_the_site_builds_strictly reports that)
+    assert (site / "index.html").is_file(), done.stderr[-2000:]
     found = remote_references(site)
     assert not found, "remote scripts, styles or fonts:\n" + "\n".join(found[:20])
 
@@ -326,7 +326,7 @@ def test_search_works_offline_from_disk_and_from_a_local_server(
     import threading
 
     done, site = site_build
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert (site / "index.html").is_file(), done.stderr[-2000:]
     assert _search(chromium, (site / "index.html").as_uri(), "GiGPO"), "no result from disk"
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
