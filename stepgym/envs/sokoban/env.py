@@ -88,7 +88,9 @@ class SokobanEnv(TextEnv):
         if not (4 <= rows <= 40 and 4 <= cols <= 40):
             raise ValueError(f"dim_room must be two sizes in 4..40 (walls included), got {tuple(dim_room)}")
         if not 1 <= num_boxes <= (rows - 2) * (cols - 2) - 2:
-            raise ValueError(f"num_boxes must be in 1..{(rows - 2) * (cols - 2) - 2} for {rows}x{cols}, got {num_boxes}")
+            raise ValueError(
+                f"num_boxes must be in 1..{(rows - 2) * (cols - 2) - 2} for {rows}x{cols}, got {num_boxes}"
+            )
         if search_depth < 2:
             raise ValueError(f"search_depth must be >= 2, got {search_depth}")
         first, size = SPLIT_SEEDS[split]

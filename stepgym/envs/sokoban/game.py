@@ -51,7 +51,9 @@ class Level:
         height, width = len(fixed), len(fixed[0])
         flat = [int(v) for row in fixed for v in row]
         cells = [int(v) for row in state for v in row]
-        level = cls(height, width, tuple(v == 0 for v in flat), frozenset(i for i, v in enumerate(flat) if v == 2))
+        level = cls(
+            height, width, tuple(v == 0 for v in flat), frozenset(i for i, v in enumerate(flat) if v == 2)
+        )
         player = cells.index(5)
         boxes = tuple(i for i, v in enumerate(cells) if v in (3, 4))
         return level, (player, boxes)

@@ -149,13 +149,13 @@ def reverse_play(
         ttl -= 1
         if ttl <= 0 or len(explored) >= _MAX_EXPLORED:
             return
-        key = (p, tuple(sorted(b * 2 + f for b, f in zip(boxes, pulled))))
+        key = (p, tuple(sorted(b * 2 + f for b, f in zip(boxes, pulled, strict=True))))
         if key in explored:
             return
         uncovered = not is_target[p] and not any(is_target[b] for b in boxes)
         if uncovered:
             disp = 0
-            for b, (ox, oy) in zip(boxes, origin_xy):
+            for b, (ox, oy) in zip(boxes, origin_xy, strict=True):
                 disp += abs(b // width - ox) + abs(b % width - oy)
             score = swaps * disp
         else:
@@ -219,7 +219,9 @@ def generate_room(
     np_rng = np.random.RandomState(seed)
     for attempt in range(1, max_attempts + 1):
         try:
-            fixed, state = _generate_once(dim, p_change_directions, num_steps, num_boxes, tries, search_depth, rng, np_rng)
+            fixed, state = _generate_once(
+                dim, p_change_directions, num_steps, num_boxes, tries, search_depth, rng, np_rng
+            )
         except RuntimeError:
             continue
         return Room(fixed, state, attempt)

@@ -28,7 +28,7 @@ from threading import Lock
 
 from stepgym.envs.sokoban.game import ACTIONS, Level, State
 
-__all__ = ["DEFAULT_MAX_STATES", "Solution", "SokobanSolver", "solver_for"]
+__all__ = ["DEFAULT_MAX_STATES", "SokobanSolver", "Solution", "solver_for"]
 
 DEFAULT_MAX_STATES = 1_000_000
 
@@ -181,7 +181,7 @@ class SokobanSolver:
                     dist[i] = dj
                     queue.append(i)
         table = self._dist
-        for s, d in zip(states, dist):
+        for s, d in zip(states, dist, strict=True):
             table[s] = d
 
 
