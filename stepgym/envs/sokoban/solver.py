@@ -28,7 +28,7 @@ from threading import Lock
 
 from stepgym.envs.sokoban.game import ACTIONS, Level, State
 
-__all__ = ["DEFAULT_MAX_STATES", "SokobanSolver", "Solution", "solver_for"]
+__all__ = ["DEFAULT_MAX_STATES", "SokobanSolver", "Solution", "clear_solver_cache", "solver_for"]
 
 DEFAULT_MAX_STATES = 1_000_000
 
@@ -201,3 +201,9 @@ def solver_for(level: Level, max_states: int = DEFAULT_MAX_STATES) -> SokobanSol
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
         return solver
+
+
+def clear_solver_cache() -> None:
+    """Forget every level's table (a benchmark's first play; tests)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
