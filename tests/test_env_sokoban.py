@@ -35,6 +35,7 @@ def _upstream():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with contextlib.redirect_stderr(io.StringIO()):  # old gym prints an "unmaintained" banner
+            pytest.importorskip("gym_sokoban", reason="the reference: pip install -e '.[sokoban]'")
             from gym_sokoban.envs.sokoban_env import SokobanEnv as UpstreamEnv
     return UpstreamEnv
 
@@ -354,3 +355,21 @@ def test_group_value_and_text_interface_run() -> None:
         for a in actions:
             results.setdefault(a, []).append(step_infos[a][schema.VALUE_GAIN])
     assert infos["rollout_0"][schema.WON] and all(g == 1.0 for g in results["rollout_0"])
+
+
+def test_arg_hints_and_feedback_wrappers() -> None:
+    from stepgym.graph_seeding import seed_graph_from_expert
+    from stepgym.reference_graph import AgenticReferenceGraph
+    from stepgym.wrappers import ARGWrapper, EnvFeedbackWrapper, HintWrapper
+
+    arg = AgenticReferenceGraph()
+    assert seed_graph_from_expert(arg, gym.make(ENV_ID), ["sokoban-6x6-1-0"]) == 1
+    env = ARGWrapper(gym.make(ENV_ID), graph=arg)
+    _, info = env.reset(options={"task_id": "sokoban-6x6-1-0"})
+    _, _, _, _, info = env.step(info[schema.EXPERT_ACTION])
+    assert info[schema.ARG_REASONABLE] and info[schema.ARG_PROGRESS]
+    env = HintWrapper(EnvFeedbackWrapper(gym.make(ENV_ID, max_steps=3)))
+    env.reset(options={"task_id": "sokoban-6x6-1-0"})
+    for action in ("up", "up", "left"):  # the second push up loses the room
+        _, _, terminated, truncated, info = env.step(action)
+    assert truncated and not terminated and info[schema.ERROR_STEPS] and info[schema.HINTS]
