@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import platform
 import random
 import statistics
@@ -199,6 +200,7 @@ def main() -> None:
     for setting in args.settings.split(","):
         r, c, b = (int(v) for v in setting.split("x"))
         bench_setting((r, c), b, args.rooms, args.steps, args.repeat)
+    print(f"# load average at the end (1/5/15 min): {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
