@@ -107,7 +107,8 @@ def test_bad_actions_are_invalid_observations_and_leave_the_world() -> None:
 # Equality with gym-sokoban 0.0.6
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    ("dim", "num_boxes", "seeds"), [((6, 6), 1, range(120)), ((7, 7), 2, [*range(30), 51, 53])]
+    ("dim", "num_boxes", "seeds"),
+    [((6, 6), 1, range(120)), ((7, 7), 2, [*range(30), 51, 53]), ((6, 8), 1, range(10))],
 )
 def test_rooms_equal_gym_sokoban(dim, num_boxes, seeds) -> None:
     retried = 0
