@@ -208,7 +208,9 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
         ),
         # 6x6 rooms with one box (the training rooms); exact values on every step, 20 steps (a random agent's
         # episodes run long; the noisy expert's end in a handful)
-        EnvSpec("Sokoban", "StepGym/Sokoban-v0", {"split": "test", "max_steps": 20}, "sokoban", 4 if q else 24),
+        EnvSpec(
+            "Sokoban", "StepGym/Sokoban-v0", {"split": "test", "max_steps": 20}, "sokoban", 4 if q else 24
+        ),
     ]
     only = set(filter(None, args.only.split(",")))
     return [s for s in specs if not only or s.name.lower() in only]
