@@ -409,3 +409,25 @@ def test_served_env_equals_in_process() -> None:
             served.append((step[0], o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
         ws.send(json.dumps({"type": "close"}))
     assert served == local and local[-1][3]
+
+
+def test_a_search_past_its_budget_is_exact_or_unknown_never_a_guess() -> None:
+    answers = set()
+    for seed in range(6):
+        room = generate_room(seed, (7, 7), 2)
+        level, start = Level.from_rooms(room.fixed, room.state)
+        truth = SokobanSolver(level).solve(start)
+        for budget in (2, 20, 200):
+            got = SokobanSolver(level, max_states=budget).solve(start)
+            assert (got.exact and got.cost == truth.cost) or (not got.exact and got.cost is None), (
+                seed,
+                budget,
+            )
+            if got.exact and got.cost:
+                nxt, _, _ = level.move(start, ACTIONS.index(got.action))
+                assert SokobanSolver(level).solve(nxt).cost == truth.cost - 1
+            answers.add(got.exact)
+    assert answers == {True, False}  # both outcomes occurred
+    env = ValueWrapper(gym.make(ENV_ID, dim_room=(7, 7), num_boxes=2, max_solver_states=2))
+    _, info = env.reset(options={"task_id": "sokoban-7x7-2-0"})
+    assert info[schema.VALUE_EXACT] is False and info[schema.EXPERT_ACTION] is None
