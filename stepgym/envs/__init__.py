@@ -275,6 +275,15 @@ def register_envs() -> None:
         splits=_TOY_SPLITS,
         value_oracle="stepgym.values.credit:CreditOracle",
     )
+    register(
+        "StepGym/Sokoban-v0",
+        "stepgym.envs.sokoban:SokobanEnv",
+        max_steps=100,
+        text_format="stepgym.envs.sokoban.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.sokoban:SokobanOracle",
+        task_types=("6x6-1box",),
+    )
     from stepgym.envs.scienceworld.tasks import TASK_TYPES as SCIENCEWORLD_TASK_TYPES
 
     register(
@@ -309,6 +318,7 @@ ENV_IDS = (
     "StepGym/SearchQA-v0",
     "StepGym/CreditToy-v0",
     "StepGym/CreditFamily-v0",
+    "StepGym/Sokoban-v0",
     "StepGym/ScienceWorld-v0",
 )
 
