@@ -138,7 +138,9 @@ def test_determinism_across_jvms(env):
 
 @pytest.mark.slow
 def test_the_battery_determinism_two_fresh_envs():
-    assert check_determinism(lambda: gym.make(ENV_ID, split="test", task_types=["find-plant"]), n_steps=10) >= 10
+    assert (
+        check_determinism(lambda: gym.make(ENV_ID, split="test", task_types=["find-plant"]), n_steps=10) >= 10
+    )
 
 
 # -- invalid input -------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 Importing this package does not import ``scienceworld`` or start a JVM; the engine starts when an env is built.
 """
 
+from stepgym.envs.scienceworld.engine import EngineCrashed
 from stepgym.envs.scienceworld.env import NO_MATCH, ScienceWorldEnv
 from stepgym.envs.scienceworld.tasks import (
     SPLITS,
@@ -17,6 +18,7 @@ __all__ = [
     "SPLITS",
     "TASK_TYPES",
     "VARIATION_COUNTS",
+    "EngineCrashed",
     "ScienceWorldEnv",
     "parse_task_id",
     "split_task_ids",
