@@ -94,7 +94,9 @@ class TextCraftEnv(TextEnv):
         self._goal_of = dict(zip(self.task_ids, goals, strict=True))
         every = self.book.goals()
         #: goals upstream offers that no command sequence can craft (left out of every split)
-        self.infeasible_goals: tuple[str, ...] = tuple(g for g in every if not goal_tree(self.book, g).feasible)
+        self.infeasible_goals: tuple[str, ...] = tuple(
+            g for g in every if not goal_tree(self.book, g).feasible
+        )
         self._task_id = self.task_ids[0]
         self._engine = Engine(self.book, goals[0])
         self._won = False
@@ -116,7 +118,9 @@ class TextCraftEnv(TextEnv):
 
     def _subgoal_key(self) -> str:
         tree = goal_tree(self.book, self.goal)
-        made = sorted(k.replace(PREFIX, "") for k, v in self._engine.inventory.items() if v > 0 and k in tree.crafts)
+        made = sorted(
+            k.replace(PREFIX, "") for k, v in self._engine.inventory.items() if v > 0 and k in tree.crafts
+        )
         return "made:" + ",".join(made) + (";won" if self._won else "")
 
     def steps_to_win(self) -> int | None:
@@ -179,7 +183,11 @@ class TextCraftEnv(TextEnv):
         k = min(len(pool), self.distractors)
         picked = [pool[j] for j in sorted(rng.choice(len(pool), size=k, replace=False))] if k else []
         lines = lines + picked
-        lines = [lines[j] for j in rng.permutation(len(lines))] if self.recipe_order == "shuffled" else sorted(lines)
+        lines = (
+            [lines[j] for j in rng.permutation(len(lines))]
+            if self.recipe_order == "shuffled"
+            else sorted(lines)
+        )
         return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------

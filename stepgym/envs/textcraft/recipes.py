@@ -113,9 +113,7 @@ class Book:
         def depth(name: str) -> int:
             if name not in memo:
                 recipes = self.recipes.get(name) or self.tag_recipes.get(name)
-                memo[name] = (
-                    min(max(depth(i.name) + 1 for i in r.inputs) for r in recipes) if recipes else 0
-                )
+                memo[name] = min(max(depth(i.name) + 1 for i in r.inputs) for r in recipes) if recipes else 0
             return memo[name]
 
         for name in self.recipes:

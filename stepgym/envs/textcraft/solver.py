@@ -83,7 +83,9 @@ def feasible_items(book: Book) -> frozenset[str]:
                 continue
             for recipe in recipes:
                 if all(
-                    (i.item in ok) if i.item is not None else any(m in ok for m in book.members.get(str(i.tag), ()))
+                    (i.item in ok)
+                    if i.item is not None
+                    else any(m in ok for m in book.members.get(str(i.tag), ()))
                     for i in recipe.inputs
                 ):
                     ok.add(item)
@@ -270,11 +272,7 @@ class GoalTree:
         if plan.gets:
             item, amount = plan.gets[0]
             return f"get {amount} {display_name(item)}"
-        ready = [
-            craft
-            for craft, _ in plan.crafts
-            if all(inventory.get(i, 0) >= c for i, c in craft.inputs)
-        ]
+        ready = [craft for craft, _ in plan.crafts if all(inventory.get(i, 0) >= c for i, c in craft.inputs)]
         if not ready:
             return None
         return max(ready, key=lambda c: (self.index[c.output], c.command)).command
@@ -292,7 +290,9 @@ def _product(choices: list[list[tuple[str, int]]]) -> Iterator[list[tuple[str, i
 def _covers(crafts: tuple[Craft, ...], short: int) -> Iterator[tuple[tuple[Craft, int], ...]]:
     """Every minimal way to make at least ``short`` items with these crafts (no craft could be left out)."""
 
-    def rec(k: int, made: int, chosen: tuple[tuple[Craft, int], ...]) -> Iterator[tuple[tuple[Craft, int], ...]]:
+    def rec(
+        k: int, made: int, chosen: tuple[tuple[Craft, int], ...]
+    ) -> Iterator[tuple[tuple[Craft, int], ...]]:
         if made >= short:
             if all(made - c.count < short for c, _ in chosen):
                 yield chosen
