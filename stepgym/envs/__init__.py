@@ -275,6 +275,15 @@ def register_envs() -> None:
         splits=_TOY_SPLITS,
         value_oracle="stepgym.values.credit:CreditOracle",
     )
+    register(
+        "StepGym/TextCraft-v0",
+        "stepgym.envs.textcraft:TextCraftEnv",
+        max_steps=50,
+        text_format="stepgym.envs.textcraft.prompt:FORMAT",
+        splits=EnvSplits(("train", "test", "all"), "test"),
+        value_oracle="stepgym.values.textcraft:TextCraftOracle",
+        task_types=("depth-2", "depth-3", "depth-4"),
+    )
 
 
 #: ALFWorld's six task types (the prefix of its task ids' second part).
@@ -295,6 +304,7 @@ ENV_IDS = (
     "StepGym/SearchQA-v0",
     "StepGym/CreditToy-v0",
     "StepGym/CreditFamily-v0",
+    "StepGym/TextCraft-v0",
 )
 
 

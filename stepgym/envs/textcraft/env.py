@@ -100,6 +100,7 @@ class TextCraftEnv(TextEnv):
         self._task_id = self.task_ids[0]
         self._engine = Engine(self.book, goals[0])
         self._won = False
+        self._task_text = ""
 
     # -- what the env knows ---------------------------------------------------------------------------------
     @property
@@ -160,7 +161,7 @@ class TextCraftEnv(TextEnv):
         return {
             schema.TASK_ID: self._task_id,
             schema.TASK_TYPE: f"depth-{depth}",
-            schema.GOAL: f"craft {display_name(self.goal)}",
+            schema.GOAL: self._task_text,
             schema.FEEDBACK: feedback,
             schema.ADMISSIBLE_ACTIONS: self._admissible(expert) if not self._won else [],
             schema.ADMISSIBLE: admissible,
@@ -207,7 +208,8 @@ class TextCraftEnv(TextEnv):
         self._task_id = task_id
         self._engine = Engine(self.book, self._goal_of[task_id])
         self._won = False
-        return self.task_text(self.goal), self._info("", True, False, "")
+        self._task_text = self.task_text(self.goal)
+        return self._task_text, self._info("", True, False, "")
 
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
         if problem:
