@@ -70,6 +70,7 @@ _COMPARE = {
     _WEBSHOP_ENV.id: ("grpo", "gigpo-webshop"),
     _SEARCHQA_ENV.id: ("grpo",),
     "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
+    "StepGym/TextCraft-v0": ("grpo", "gigpo-alfworld"),
 }
 
 #: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
@@ -78,6 +79,7 @@ _BUDGETS = {
     _ALFWORLD_ENV.id: (10, 20, 30, 40, 50),
     _WEBSHOP_ENV.id: (3, 6, 9, 12, 15),
     _SEARCHQA_ENV.id: (1, 2, 3, 4, 5),
+    "StepGym/TextCraft-v0": (10, 20, 30, 40, 50),
 }
 
 
@@ -87,6 +89,7 @@ _TOKENS = {
     _ALFWORLD_ENV.id: (2048, 512),
     _WEBSHOP_ENV.id: (4096, 512),
     _SEARCHQA_ENV.id: (4096, 500),
+    "StepGym/TextCraft-v0": (2048, 512),  # the task's ~20 recipe lines stay in every prompt
 }
 
 
@@ -208,6 +211,14 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     p["searchqa-stepopsd"] = (
         "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
         replace(sq, rollout=replace(sq.rollout, group_size=5)),
+    )
+    p["textcraft-gigpo"] = (
+        "GiGPO on TextCraft (BiPACE's evaluation env; exact step values: --env.value-labels)",
+        _paper(
+            EnvConfig(id="StepGym/TextCraft-v0", train_split="train", eval_splits=("test",), max_steps=50),
+            ShapeConfig.from_preset("gigpo-alfworld"),
+            "textcraft-gigpo",
+        ),
     )
     _graph_presets(p)
     credit = {
