@@ -19,7 +19,7 @@ from stepgym import schema
 from stepgym.envs.base import MAX_ACTION_CHARS, TextEnv, read_text_action
 from stepgym.envs.textcraft.engine import Engine
 from stepgym.envs.textcraft.recipes import PREFIX, Book, display_name, load_book
-from stepgym.envs.textcraft.solver import goal_tree
+from stepgym.envs.textcraft.solver import Plan, goal_tree
 
 __all__ = ["MAX_DISTRACTORS", "RECIPE_ORDERS", "SPLITS", "TextCraftEnv", "task_goals"]
 
@@ -27,6 +27,7 @@ SPLITS = ("train", "test", "all")
 RECIPE_ORDERS = ("shuffled", "sorted")
 MAX_DISTRACTORS = 10  # upstream's max_distractor
 TEST_EVERY = 5  # every 5th goal of upstream's order is a test goal
+PLAN_CACHE = 4096  # optimal plans kept per env (by goal and state key)
 
 
 def task_id_of(goal: str) -> str:
@@ -101,6 +102,7 @@ class TextCraftEnv(TextEnv):
         self._engine = Engine(self.book, goals[0])
         self._won = False
         self._task_text = ""
+        self._plans: dict[tuple[str, str], Plan] = {}
 
     # -- what the env knows ---------------------------------------------------------------------------------
     @property
@@ -129,8 +131,19 @@ class TextCraftEnv(TextEnv):
         Read by :mod:`stepgym.values.textcraft`."""
         if self._won:
             return 0
-        cost = goal_tree(self.book, self.goal).solve(self._engine.inventory).cost
+        cost = self._plan().cost
         return None if cost == float("inf") else int(cost)
+
+    def _plan(self) -> Plan:
+        """The solver's optimal plan from the current state (kept per state: the expert and the value share it)."""
+        key = (self.goal, self.state_key())
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = goal_tree(self.book, self.goal).solve(self._engine.inventory)
+            if len(self._plans) >= PLAN_CACHE:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        return plan
 
     def upstream_goal(self, seed: int) -> str:
         """The goal upstream's ``TextCraft.reset(seed)`` picks (with its files read in sorted order)."""
@@ -140,13 +153,13 @@ class TextCraftEnv(TextEnv):
     def _expert(self) -> str | None:
         if self._won:
             return None
-        return goal_tree(self.book, self.goal).next_command(self._engine.inventory)
+        return goal_tree(self.book, self.goal).next_command(self._engine.inventory, self._plan())
 
     def _admissible(self, expert: str | None) -> list[str]:
         tree = goal_tree(self.book, self.goal)
         inv = self._engine.inventory
         acts = {"inventory"}
-        acts.update(f"get 1 {display_name(b)}" for b in tree.base)
+        acts.update(tree.get_commands)
         for crafts in tree.crafts.values():
             for craft in crafts:
                 if all(inv.get(i, 0) >= c for i, c in craft.inputs):

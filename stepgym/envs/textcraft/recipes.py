@@ -65,7 +65,7 @@ class Recipe:
     output_tag: str | None
     count: int
 
-    @property
+    @functools.cached_property
     def text(self) -> str:
         """The line shown in the task (upstream's ``recipe_str``): ``craft 4 oak planks using 1 oak logs``."""
         parts = ", ".join(f"{i.count} {display_name(i.name)}" for i in self.inputs)

@@ -13,7 +13,7 @@ Why this is exact (docs/textcraft.md repeats it):
   item's recipe instances (a recipe with a member chosen for each tag input; several recipes and several members
   may be mixed, which matters when leftovers are held). A craft beyond a minimal cover can be dropped from any
   plan without making it longer or infeasible, so the minimum over these choices is the optimum. Subproblems are
-  memoised by (position, pending demand).
+  memoised by the pending demand (the next item is the first pending one in the order).
 * Symmetry: members of a tag (the eight woods' planks) whose whole sub-tree is held nowhere, used by nothing else
   and shaped alike (same recipes and counts) are interchangeable; a plan using several of them never beats one
   using a single one (one fetch instead of several, and ``ceil(a/c) + ceil(b/c) >= ceil((a+b)/c)``), so the search
@@ -52,7 +52,7 @@ class Craft:
     def count(self) -> int:
         return self.recipe.count
 
-    @property
+    @functools.cached_property
     def command(self) -> str:
         """The command that performs it: ``craft 4 oak planks using 1 oak logs``."""
         parts = ", ".join(f"{c} {display_name(i)}" for i, c in self.inputs)
@@ -127,6 +127,8 @@ class GoalTree:
         self.order: tuple[str, ...] = tuple(reversed(order))  # consumers first
         self.index = {item: k for k, item in enumerate(self.order)}
         self.feasible = goal in ok
+        #: ``get 1 <item>`` for every base item of the tree (the env lists them as admissible)
+        self.get_commands = tuple(sorted(f"get 1 {display_name(b)}" for b in self.base))
         self._prepare_symmetry()
 
     def _crafts_of(self, item: str, ok: frozenset[str]) -> Iterator[Craft]:
@@ -214,45 +216,49 @@ class GoalTree:
             return Plan(INF, (), ())
         held = {k: v for k, v in inventory.items() if v > 0 and k != self.goal}
         excluded = self._excluded(held)
-        crafts = {
-            item: tuple(c for c in cs if not any(i in excluded for i, _ in c.inputs))
-            for item, cs in self.crafts.items()
-        }
-        memo: dict[tuple[int, frozenset[tuple[str, int]]], tuple[float, tuple]] = {}
-        order = self.order
+        usable: dict[str, tuple[Craft, ...]] = {}
+        memo: dict[frozenset[tuple[str, int]], tuple[float, tuple]] = {}
+        index = self.index
         base = self.base
 
-        def best(k: int, demand: frozenset[tuple[str, int]]) -> tuple[float, tuple]:
-            key = (k, demand)
-            if key in memo:
-                return memo[key]
-            if k == len(order):
+        def crafts_of(item: str) -> tuple[Craft, ...]:
+            if item not in usable:
+                usable[item] = tuple(
+                    c for c in self.crafts[item] if not any(i in excluded for i, _ in c.inputs)
+                )
+            return usable[item]
+
+        def best(demand: frozenset[tuple[str, int]]) -> tuple[float, tuple]:
+            # the pending item first in the topological order: every craft that consumes it is already chosen
+            if not demand:
                 return (0.0, ())
-            item = order[k]
+            if demand in memo:
+                return memo[demand]
+            item = min((i for i, _ in demand), key=index.__getitem__)
             need = dict(demand)
-            short = need.pop(item, 0) - held.get(item, 0)
+            short = need.pop(item) - held.get(item, 0)
             rest = frozenset(need.items())
             if short <= 0:
-                result = best(k + 1, rest)
+                result = best(rest)
             elif item in base:
-                cost, plan = best(k + 1, rest)
+                cost, plan = best(rest)
                 result = (cost + 1, (("get", item, short), *plan))
             else:
                 result = (INF, ())
-                for cover in _covers(crafts[item], short):
+                for cover in _covers(crafts_of(item), short):
                     more = dict(need)
                     n = 0
                     for craft, times in cover:
                         n += times
                         for inp, c in craft.inputs:
                             more[inp] = more.get(inp, 0) + c * times
-                    cost, plan = best(k + 1, frozenset(more.items()))
+                    cost, plan = best(frozenset(more.items()))
                     if cost + n < result[0]:
                         result = (cost + n, (("craft", cover), *plan))
-            memo[key] = result
+            memo[demand] = result
             return result
 
-        cost, steps = best(0, frozenset({(self.goal, 1)}))
+        cost, steps = best(frozenset({(self.goal, 1)}))
         if cost == INF:
             return Plan(INF, (), ())
         made: list[tuple[Craft, int]] = []
