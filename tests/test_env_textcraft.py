@@ -361,3 +361,16 @@ def test_group_value_wrapper_and_text_interface():
     assert "Crafting commands:" in env.get_wrapper_attr("prompt")
     _, _, _, _, info = env.step(f"<think>fetch first</think><action>{info[schema.EXPERT_ACTION]}</action>")
     assert info[schema.FORMAT_VALID] and info[schema.ADMISSIBLE]
+
+
+def test_pickle_and_deepcopy_keep_the_state_and_share_the_book():
+    import copy
+    import pickle
+
+    env = gym.make(ENV_ID)
+    _, info = env.reset(seed=0)
+    env.step(info[schema.EXPERT_ACTION])
+    for clone in (copy.deepcopy(env).unwrapped, pickle.loads(pickle.dumps(env.unwrapped))):
+        assert clone.book is env.unwrapped.book  # the immutable recipe book is one per process
+        assert clone.state_key() == env.unwrapped.state_key()
+        assert clone.steps_to_win() == env.unwrapped.steps_to_win()

@@ -89,6 +89,14 @@ class Book:
     item_tag: dict[str, str]
     tags: frozenset[str]
     items: frozenset[str]
+    folder: str = ""
+
+    def __reduce__(self) -> tuple:
+        # immutable and read from files: a pickle names the folder, and a copy is the same book of the process
+        return (load_book, (self.folder,))
+
+    def __deepcopy__(self, memo: dict) -> Book:
+        return self
 
     def is_craftable(self, name: str) -> bool:
         return name in self.recipes or name in self.tag_recipes
@@ -209,10 +217,15 @@ def _read(folder: Path) -> Iterator[dict]:
             yield json.load(fh)
 
 
-@functools.lru_cache(maxsize=4)
 def load_book(folder: str | None = None) -> Book:
-    """The book of the recipe JSONs in ``folder`` (default: the installed package's), read in sorted order."""
-    path = Path(folder) if folder is not None else data_dir()
+    """The book of the recipe JSONs in ``folder`` (default: the installed package's), read in sorted order; one
+    per folder per process."""
+    return _load(str(Path(folder) if folder else data_dir()))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(folder: str) -> Book:
+    path = Path(folder)
     items: set[str] = set()
     tags: set[str] = set()
     item_tag: dict[str, str] = {}
@@ -273,4 +286,5 @@ def load_book(folder: str | None = None) -> Book:
         item_tag=item_tag,
         tags=frozenset(tags),
         items=frozenset(items),
+        folder=folder,
     )
