@@ -156,8 +156,7 @@ def test_random_command_sequences_equal_upstream(book, sorted_listdir, seed):
                 u_obs, u_rew, u_term, u_trunc, _ = up.step(action)
             obs, rew, term, _trunc, info = env.step(action)
             assert (obs, rew, term) == (u_obs, float(u_rew), u_term), (goal, action)
-            assert env.unwrapped.inventory == up.inventory
-            assert env.unwrapped.state_key() == env.unwrapped.state_key()
+            assert list(env.unwrapped.inventory.items()) == list(up.inventory.items())  # listing order too
             if term or _trunc:
                 break
 
