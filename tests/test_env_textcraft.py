@@ -373,3 +373,57 @@ def test_pickle_and_deepcopy_keep_the_state_and_share_the_book():
         assert clone.book is env.unwrapped.book  # the immutable recipe book is one per process
         assert clone.state_key() == env.unwrapped.state_key()
         assert clone.steps_to_win() == env.unwrapped.steps_to_win()
+
+
+def test_stepgym_serve_plays_the_same_episode():
+    """``stepgym serve``'s server answers what the env in-process answers (observations, rewards, every info key)."""
+    import json
+
+    from websockets.sync.client import connect
+
+    from stepgym.serve.protocol import ServeLimits, to_json
+    from stepgym.serve.server import ServeConfig, ServerThread
+
+    env = gym.make(ENV_ID)
+    obs, info = env.reset(seed=5)
+    local = [(obs, to_json(info))]
+    while True:
+        action = info[schema.EXPERT_ACTION]
+        obs, reward, term, trunc, info = env.step(action)
+        local.append((action, obs, float(reward), term, trunc, to_json(info)))
+        if term or trunc:
+            break
+    srv = ServerThread(ServeConfig(ENV_ID, {}, port=0, limits=ServeLimits(max_sessions=1)))
+    with srv, connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
+
+        def ask(kind: str, data: dict) -> dict:
+            ws.send(json.dumps({"type": kind, "data": data}))
+            return json.loads(ws.recv())["data"]
+
+        answer = ask("reset", {"seed": 5})
+        served = [(answer["observation"]["text"], answer["observation"]["info"])]
+        for step in local[1:]:
+            d = ask("step", {"action": step[0]})
+            o = d["observation"]
+            served.append((step[0], o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
+        ws.send(json.dumps({"type": "close"}))
+    assert served == local and local[-1][3]
+
+
+def test_arg_hints_and_feedback_wrappers():
+    """ProAS's ARG (keyed by the exact state), AHEAD's oracle hints and the env feedback wrapper run unchanged."""
+    from stepgym.wrappers import ARGWrapper, EnvFeedbackWrapper, HintWrapper
+
+    env = HintWrapper(ARGWrapper(EnvFeedbackWrapper(gym.make(ENV_ID, split="test", max_steps=6)), grow=True))
+    for actions in ("expert", "waste"):
+        _, info = env.reset(options={"task_id": "textcraft-lime_banner"})
+        done = False
+        while not done:
+            action = info[schema.EXPERT_ACTION] if actions == "expert" else "get 1 diamond"
+            _, _, term, trunc, info = env.step(action)
+            done = term or trunc
+        labels = info[schema.ARG_LABELS]
+        assert len(labels["reasonable"]) == info[schema.STEP_INDEX]
+    assert (
+        not info[schema.WON] and info[schema.ERROR_STEPS] and info[schema.HINTS]
+    )  # the wasted run gets hints
