@@ -3,8 +3,9 @@
 The env's solver (:mod:`stepgym.envs.textcraft.solver`) is exact for every state (its docstring and
 docs/textcraft.md give the argument; ``tests/test_env_textcraft.py`` checks it against a brute-force search over
 engine commands), so every label is exact. A goal no command sequence can craft is left out of the task lists,
-so success is always reachable from a task's start; it stays reachable from every state (nothing is ever lost
-that a ``get`` or a craft cannot replace), so no step is harmful in the -1 sense, only longer.
+and what a task can reach from its empty start it can reach from every state (``get`` is unlimited and holding
+more never hurts), so ``VALUE_REACHABLE`` is always True; a step that uses up held items an optimal plan needed
+(a craft with the wrong wood, say) raises the cost: a negative gain.
 """
 
 from __future__ import annotations
