@@ -5,12 +5,15 @@ dataclasses.
 and overrides any field; without ``--preset`` it starts from the defaults (the credit-assignment toy with the
 tiny model). ``--shaper-module MODULE_OR_FILE`` (repeatable) imports a module that registers shapers of your own
 before the config is read, so ``--shaper.base`` / ``--shaper.token-reweight`` / ``--shaper.step-norm`` may name
-them (docs/shapers_guide.md, "Registering your own shaper"). ``stepgym eval`` is :mod:`stepgym.cli.eval`.
+them (docs/shapers_guide.md, "Registering your own shaper"). ``--shaper-option METHOD.FIELD=VALUE`` (repeatable)
+sets one of a method's own options (``--shaper-option graphgpo.scale=5``). ``stepgym eval`` is
+:mod:`stepgym.cli.eval`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 from stepgym.cli._options import check_count, on_interrupt
 from stepgym.errors import InvalidArgumentError
 
-__all__ = ["check_config", "parse_config", "train_main"]
+__all__ = ["check_config", "parse_config", "shaper_options", "train_main"]
 
 
 def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str], argparse.Namespace]:
@@ -27,6 +30,7 @@ def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str]
     pre.add_argument("--list-presets", action="store_true")
     pre.add_argument("--checkpoint", default=None)
     pre.add_argument("--shaper-module", action="append", default=[])
+    pre.add_argument("--shaper-option", action="append", default=[])
     ns, rest = pre.parse_known_args(list(argv))
     if ns.shaper_module:
         from stepgym.shapers.registry import load_shaper_modules
@@ -48,8 +52,31 @@ def parse_config(argv: Sequence[str], prog: str = "stepgym train") -> Any:
     if prog == "stepgym eval":
         desc = _EVAL_DESCRIPTION.format(preset=preset or "(defaults)")
     cfg = tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
+    _, _, ns = _split_preset(argv, prog)
+    if ns.shaper_option:
+        cfg = dataclasses.replace(cfg, shaper=shaper_options(cfg.shaper, ns.shaper_option))
     check_config(cfg)
     return cfg
+
+
+def shaper_options(config: Any, items: Sequence[str]) -> Any:
+    """``config`` (a :class:`~stepgym.shapers.ShapeConfig`) with ``--shaper-option METHOD.FIELD=VALUE`` items set
+    in its methods' options (each value read as JSON when it parses, else text); a bad item is one
+    :class:`~stepgym.errors.InvalidArgumentError` naming the flag."""
+    from stepgym.cli._options import parse_kv
+
+    options: dict[str, dict[str, Any]] = {}
+    for key, value in parse_kv(items, "--shaper-option").items():
+        method, dot, option = key.partition(".")
+        if not dot or not method or not option:
+            raise InvalidArgumentError(
+                f"--shaper-option expects METHOD.FIELD=VALUE, got {key!r} (e.g. --shaper-option graphgpo.scale=5)"
+            )
+        options.setdefault(method, {})[option] = value
+    try:
+        return config.with_options(**options)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"--shaper-option: {exc}") from None
 
 
 #: Integer settings whose negative values mean something (documented in the config): the lowest value allowed.
@@ -160,7 +187,10 @@ _SHORT_HELP = {
     "stepgym train": (
         "usage: stepgym train [--preset NAME] [--FIELD VALUE ...]",
         "GRPO with step-level shapers: start from a preset, then override any config field.",
-        ("  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",),
+        (
+            "  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",
+            "  --shaper-option M.F=V   set option F of method M (repeatable), e.g. graphgpo.scale=5",
+        ),
         _COMMON_FLAGS,
     ),
     "stepgym eval": (

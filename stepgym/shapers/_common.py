@@ -228,3 +228,9 @@ def check_clip(eps: float, name: str) -> float:
 def quiet() -> Any:
     """``np.errstate`` for exp of a huge gap (overflow to inf, clipped right after)."""
     return np.errstate(over="ignore")
+
+
+def check_mode(mode: str, what: str = "step_mode") -> None:
+    """``ValueError`` unless ``mode`` is one of the two normalisations every step term uses."""
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"{what} must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
