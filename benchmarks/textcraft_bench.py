@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import platform
 import time
 
@@ -59,7 +60,8 @@ def main() -> None:
     n_steps = sum(len(a) for _, _, a in eps)
     lines = [
         f"TextCraft bench, {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}: {len(eps)} goals, {n_steps} commands"
+        f"Python {platform.python_version()}: {len(eps)} goals, {n_steps} commands, load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     ]
 
     # upstream: reset once per goal on a fresh env (outside the timing), then its steps
