@@ -111,9 +111,12 @@ _TRAIN_DESCRIPTION = (
 )
 
 
-def _check_output_dir(cfg: Any) -> None:
+def _check_output_dir(cfg: Any) -> Any:
     """A fresh run into a folder that already holds a run's checkpoints, or a ``--run.resume`` that names no
-    checkpoint, is refused here with the flags that fix it (the trainer would raise a ``CheckpointError``)."""
+    checkpoint, is refused here with the flags that fix it. A resume picks its checkpoint here, once
+    (:func:`~stepgym.trainers.checkpoint.resume_path`: damaged files and a broken ``latest`` are printed one line
+    each, and the newest checkpoint that reads is taken); the config returned names that folder."""
+    import dataclasses
     from pathlib import Path
 
     from stepgym.trainers.checkpoint import CheckpointError, find_latest, read_state, resume_path
@@ -124,11 +127,29 @@ def _check_output_dir(cfg: Any) -> None:
             f"{out} already holds a training run; continue it with --run.resume auto, or start a new one in "
             "another folder with --run.output-dir DIR"
         )
-    if cfg.run.resume and cfg.run.resume != "auto":
-        try:
-            read_state(resume_path(cfg.run.resume, out / "checkpoints"))
-        except CheckpointError as exc:
-            raise InvalidArgumentError(f"--run.resume {cfg.run.resume}: {exc}") from None
+    if not cfg.run.resume:
+        return cfg
+    try:
+        chosen = resume_path(cfg.run.resume, out / "checkpoints")
+        if chosen is not None:
+            read_state(chosen)
+    except CheckpointError as exc:
+        raise InvalidArgumentError(f"--run.resume {cfg.run.resume}: {exc}") from None
+    if chosen is None:  # 'auto' in a folder with no checkpoint yet: a fresh start
+        return cfg
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, resume=str(chosen)))
+
+
+def _show_checkpoint_warnings(prog: str) -> None:
+    """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each."""
+    import logging
+
+    logger = logging.getLogger("stepgym.trainers.checkpoint")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{prog}: warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _train_interrupt_note(cfg: Any) -> str:
@@ -138,10 +159,13 @@ def _train_interrupt_note(cfg: Any) -> str:
 
     last = find_latest(Path(cfg.run.output_dir) / "checkpoints")
     if last is None:
-        return (
-            f"no checkpoint was saved yet (every {cfg.run.save_every} iterations, --run.save-every); run the "
-            "command again to start over"
+        every = cfg.run.save_every
+        when = (
+            f"one is saved every {every} iteration{'s' if every != 1 else ''}, --run.save-every"
+            if every
+            else "with --run.save-every 0 one is saved only at the end"
         )
+        return f"no checkpoint was saved yet ({when}); run the command again to start over"
     return f"the last checkpoint is {last}; continue with the same command plus --run.resume auto"
 
 
@@ -165,7 +189,7 @@ _COMMON_FLAGS = (
     ("rollout.backend", "'hf', 'vllm' (GPU) or 'scripted'"),
     ("rollout.n_tasks", "tasks per batch (one group each)"),
     ("rollout.group_size", "G, rollouts per task"),
-    ("shaper.base", "base advantage: grpo, drgrpo, dapo, gigpo or a registered one"),
+    ("shaper.base", "base advantage: {bases} (registered; --shaper-module adds yours)"),
     ("optim.lr", "learning rate"),
 )
 
@@ -231,7 +255,11 @@ def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
         "",
         f"common flags (values of {'preset ' + preset if preset else 'the defaults'}):",
     ]
+    from stepgym.shapers.registry import available
+
+    bases = ", ".join(available("base"))  # every registered base: the graph bases and the oracle included
     for path, what in common:
+        what = what.format(bases=bases)
         group, field = path.split(".")
         value = getattr(getattr(cfg, group), field)
         flag = f"--{path.replace('_', '-')}"
@@ -264,7 +292,8 @@ def train_main(argv: Sequence[str] | None = None) -> int:
         print(_short_help(argv, "stepgym train"))
         return 0
     cfg = parse_config(argv, "stepgym train")
-    _check_output_dir(cfg)
+    _show_checkpoint_warnings("stepgym train")
+    cfg = _check_output_dir(cfg)
     from stepgym.trainers.grpo import GRPOTrainer
 
     on_interrupt(lambda: _train_interrupt_note(cfg))

@@ -383,6 +383,7 @@ def shape_advantages(
     n = len(rewards)
     check_same_length(
         n,
+        "rewards",
         group_ids=batch.group_ids,
         traj_ids=batch.traj_ids,
         valid=batch.valid,
