@@ -203,6 +203,7 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
         EnvSpec(
             "Search-QA", "StepGym/SearchQA-v0", {"dataset": "nq", "split": "test"}, "searchqa", 2 if q else 12
         ),
+        EnvSpec("TextCraft", "StepGym/TextCraft-v0", {"split": "test"}, "textcraft", 4 if q else 12),
         EnvSpec(
             "ALFWorld", "StepGym/ALFWorld-v0", alf, "alfworld", 1 if q else args.alfworld_games, args.budget
         ),

@@ -89,6 +89,7 @@ _COMPARE = {
     "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
     _SOKOBAN_ENV.id: ("grpo", "gigpo-alfworld"),
     _SCIENCEWORLD_ENV.id: ("grpo", "gigpo-alfworld"),
+    "StepGym/TextCraft-v0": ("grpo", "gigpo-alfworld"),
 }
 
 #: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
@@ -99,6 +100,7 @@ _BUDGETS = {
     _SEARCHQA_ENV.id: (1, 2, 3, 4, 5),
     _SOKOBAN_ENV.id: (3, 6, 9, 12, 15),
     _SCIENCEWORLD_ENV.id: (20, 40, 60, 80, 100),
+    "StepGym/TextCraft-v0": (10, 20, 30, 40, 50),
 }
 
 
@@ -110,6 +112,7 @@ _TOKENS = {
     _SEARCHQA_ENV.id: (4096, 500),
     _SOKOBAN_ENV.id: (2048, 512),
     _SCIENCEWORLD_ENV.id: (4096, 512),  # WebShop's budget: ScienceWorld's room descriptions are as long
+    "StepGym/TextCraft-v0": (2048, 512),  # the task's ~20 recipe lines stay in every prompt
 }
 
 
@@ -239,6 +242,14 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     p["scienceworld-gigpo"] = (
         "GiGPO on ScienceWorld (anchored on the approximate state key; see docs/scienceworld.md)",
         _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "scienceworld-gigpo"),
+    )
+    p["textcraft-gigpo"] = (
+        "GiGPO on TextCraft (BiPACE's evaluation env; exact step values: --env.value-labels)",
+        _paper(
+            EnvConfig(id="StepGym/TextCraft-v0", train_split="train", eval_splits=("test",), max_steps=50),
+            ShapeConfig.from_preset("gigpo-alfworld"),
+            "textcraft-gigpo",
+        ),
     )
     _graph_presets(p)
     for k, preset in (("grpo", "grpo-alfworld"), ("gigpo", "gigpo-alfworld")):
