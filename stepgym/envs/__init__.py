@@ -275,6 +275,15 @@ def register_envs() -> None:
         splits=_TOY_SPLITS,
         value_oracle="stepgym.values.credit:CreditOracle",
     )
+    register(
+        "StepGym/BabyAI-v0",
+        "stepgym.envs.babyai:BabyAIEnv",
+        max_steps=64,
+        text_format="stepgym.envs.babyai.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.babyai:BabyAIOracle",
+        task_types=("goto", "pickup", "open", "putnext", "sequence"),
+    )
 
 
 #: ALFWorld's six task types (the prefix of its task ids' second part).
@@ -295,6 +304,7 @@ ENV_IDS = (
     "StepGym/SearchQA-v0",
     "StepGym/CreditToy-v0",
     "StepGym/CreditFamily-v0",
+    "StepGym/BabyAI-v0",
 )
 
 
