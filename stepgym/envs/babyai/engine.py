@@ -156,27 +156,33 @@ class WorldCodec:
     order, so a state read from one copy can be written into the other.
     """
 
-    def __init__(self, env: Any):
+    def __init__(self, env: Any, objects: list[Any] | None = None):
         from minigrid.core.world_object import WorldObj
 
         self._worldobj = WorldObj
         cells = env.grid.grid
         self.walls = [c if c is not None and c.type == "wall" else None for c in cells]
-        objects: list[Any] = [c for c in cells if c is not None and c.type != "wall"]
-        if env.carrying is not None:
-            objects.append(env.carrying)
-        k = 0
-        while k < len(objects):  # box contents appear when the box is opened
-            inside = getattr(objects[k], "contains", None)
-            if inside is not None and all(inside is not o for o in objects):
-                objects.append(inside)
-            k += 1
+        if objects is None:
+            objects = [c for c in cells if c is not None and c.type != "wall"]
+            if env.carrying is not None:
+                objects.append(env.carrying)
+            k = 0
+            while k < len(objects):  # box contents appear when the box is opened
+                inside = getattr(objects[k], "contains", None)
+                if inside is not None and all(inside is not o for o in objects):
+                    objects.append(inside)
+                k += 1
         self.objects = objects
         self.index = {id(o): i for i, o in enumerate(objects)}
         self.doors = tuple(i for i, o in enumerate(objects) if o.type == "door")
         self.nodes = tuple(_instr_nodes(env.instrs))
         self.width = int(env.grid.width)
         self._occupied: tuple[int, ...] | None = None  # the cells known to hold objects (see read)
+
+    def for_copy(self, env_copy: Any, memo: dict[int, Any]) -> WorldCodec:
+        """The codec of ``env_copy = copy.deepcopy(env, memo)`` (the level this codec was built for), with the
+        same object order, so states read from one can be written into the other."""
+        return WorldCodec(env_copy, [memo[id(o)] for o in self.objects])
 
     # -- values of the verifier's fields ---------------------------------------------------------------------
     def _freeze(self, v: Any) -> Any:

@@ -123,6 +123,7 @@ class BabyAIEnv(TextEnv):
         self._bot: BotFollower | None = None
         self._state: tuple = ()
         self._played: list[int] = []
+        self._searched: tuple[tuple, Solution] | None = None
         self._won = False
         self._failed = False
 
@@ -139,20 +140,32 @@ class BabyAIEnv(TextEnv):
 
     # -- ground truth ---------------------------------------------------------------------------------------
     def solution(self) -> Solution:
-        """The solver's answer for the current state (cached): exact value and optimal action, or a bound and
-        the bot's action. Read by :mod:`stepgym.values.babyai`."""
+        """The solver's answer for the current state: the exact value and an optimal action, or (beyond the
+        search budget) an upper bound, the shorter of the best success the search found and the BabyAI bot's
+        completion, with the bot's action. Read by :mod:`stepgym.values.babyai`."""
+        sol = self._search()
+        if sol.exact:
+            return sol
+        assert self._bot is not None
+        bound = self._bot.completion(self._played, BOT_LIMIT)
+        if sol.cost is not None and (bound is None or sol.cost < bound):
+            bound = sol.cost
+        return Solution(bound, False, sol.action, sol.generated)
+
+    def _search(self) -> Solution:
+        """The search's answer for the current state (run once per state), with the bot's action when inexact."""
         if self._won:
             return Solution(0, True, None)
         if self._failed:
             return Solution(None, True, None)
+        if self._searched is not None and self._searched[0] == self._state:
+            return self._searched[1]
         assert self._solver is not None and self._bot is not None
         sol = self._solver.solve(self._state)
-        if sol.exact:
-            return sol
-        bound = self._bot.completion(self._played, BOT_LIMIT)
-        if sol.cost is not None and (bound is None or sol.cost < bound):
-            bound = sol.cost
-        return Solution(bound, False, self._bot.suggest(self._played), sol.generated)
+        if not sol.exact:
+            sol = Solution(sol.cost, False, self._bot.suggest(self._played), sol.generated)
+        self._searched = (self._state, sol)
+        return sol
 
     def _observation(self, obs: dict[str, Any]) -> str:
         carrying = self._mg.carrying
@@ -161,7 +174,7 @@ class BabyAIEnv(TextEnv):
 
     def _info(self, feedback: str, admissible: bool, effective: bool, reason: str) -> dict[str, Any]:
         assert self._codec is not None
-        expert = None if (self._won or self._failed) else self.solution().action
+        expert = self._search().action
         return {
             schema.TASK_ID: self._task_id,
             schema.TASK_TYPE: task_type_of(self._mg.instrs),
@@ -187,9 +200,12 @@ class BabyAIEnv(TextEnv):
         obs = reset_level(self._mg, seed)
         self._codec = WorldCodec(self._mg)
         self._state = self._codec.read(self._mg)
-        self._solver = Solver(copy.deepcopy(self._mg), self.search_budget)
+        memo: dict[int, Any] = {}
+        sim = copy.deepcopy(self._mg, memo)
+        self._solver = Solver(sim, self._codec.for_copy(sim, memo), self.search_budget)
         self._bot = BotFollower(self._shadow, seed)
         self._played = []
+        self._searched = None
         self._won = self._failed = False
         text = f"Goal of the agent: {self._mg.mission}\n" + self._observation(obs)
         return text, self._info("", True, False, "")

@@ -187,11 +187,12 @@ class Solution:
 
 
 class Solver:
-    """A* over one episode's level (see the module docstring); ``sim`` is the solver's own copy of the level."""
+    """A* over one episode's level (see the module docstring): ``sim`` is the solver's own copy of the level and
+    ``codec`` its :class:`~stepgym.envs.babyai.engine.WorldCodec` (``WorldCodec.for_copy``)."""
 
-    def __init__(self, sim: Any, budget: int, cache_size: int = 200_000):
+    def __init__(self, sim: Any, codec: WorldCodec, budget: int, cache_size: int = 200_000):
         self.sim = sim
-        self.codec = WorldCodec(sim)
+        self.codec = codec
         self.budget = int(budget)
         self.cache_size = int(cache_size)
         self.exact: dict[tuple, tuple[int | None, int | None]] = {}  # state -> (cost or None, action index)
