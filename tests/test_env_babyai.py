@@ -77,7 +77,7 @@ def _reference_text(obs: dict) -> str:
             color = colors[int(img[x, y, 1])]
             if kind == "door":
                 state = states[int(img[x, y, 2])]
-                lines.append(f"You see {'an' if state == 'open' else 'a'} {state} {color} door {where}")
+                lines.append(f"You see a {state} {color} door {where}")
             else:
                 lines.append(f"You see a {color} {kind} {where}")
     return ", ".join(lines)

@@ -9,8 +9,8 @@ Everything here runs on the real engine (``minigrid`` 3.2.0, imported when a lev
   Language Models in Interactive Environments with Online Reinforcement Learning", ICML 2023; the
   ``gen_graph`` method of the ``babyai-text`` package): "You carry a ...", a wall straight ahead / to the left /
   to the right when nothing stands between ("You see a wall 2 steps left"), then one sentence per visible object
-  in the view's column order ("You see a red ball 2 steps left and 1 step forward"). One departure: an open door
-  reads "You see an open red door" (upstream's article test compares a string with 0 and always writes "a").
+  in the view's column order ("You see a red ball 2 steps left and 1 step forward"), word for word, upstream's
+  "You see a open red door" included (its article test compares a string with 0, so it always writes "a").
 * :class:`WorldCodec` reads a level's *full* state as a hashable tuple (the agent's cell and direction, the
   carried object, every object's cell, ``cur_pos`` and door flags, and the instruction verifier's own
   bookkeeping: matched positions, the object carried at the last check, which parts of a sequence are done) and
@@ -124,10 +124,8 @@ def view_sentences(image: np.ndarray, carrying: tuple[str, str] | None = None) -
                 where = f"{_steps(abs(side))} {'right' if side > 0 else 'left'}"
                 if ahead:
                     where += f" and {_steps(ahead)} forward"
-            if kind == _DOOR:
-                word = _DOOR_STATES[state]
-                article = "an" if word[0] in "aeiou" else "a"
-                out.append(f"You see {article} {word} {_COLORS[color]} door {where}")
+            if kind == _DOOR:  # "a open" too, as upstream writes it
+                out.append(f"You see a {_DOOR_STATES[state]} {_COLORS[color]} door {where}")
             else:
                 out.append(f"You see a {_COLORS[color]} {_OBJECTS[kind]} {where}")
     return out
