@@ -206,6 +206,8 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
         EnvSpec(
             "ALFWorld", "StepGym/ALFWorld-v0", alf, "alfworld", 1 if q else args.alfworld_games, args.budget
         ),
+        # BabyAI-Text's GoToLocal, exact values everywhere (docs/babyai.md); 24 steps keep a group short
+        EnvSpec("BabyAI", "StepGym/BabyAI-v0", {"split": "test", "max_steps": 24}, "babyai", 2 if q else 8),
     ]
     only = set(filter(None, args.only.split(",")))
     return [s for s in specs if not only or s.name.lower() in only]
@@ -686,7 +688,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--only", default="", help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,alfworld"
+        "--only", default="", help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,alfworld,babyai"
     )
     ap.add_argument("--model", default="", help="also play groups with this model behind --base-url")
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1"))

@@ -62,6 +62,11 @@ _SEARCHQA_ENV = EnvConfig(
     anchor="observation",
 )
 
+# BabyAI-Text's setup (Carta et al. 2023): GoToLocal, 64 steps, the last 3 observations (2 previous steps).
+_BABYAI_ENV = EnvConfig(
+    id="StepGym/BabyAI-v0", train_split="train", eval_splits=("test",), max_steps=64, history=2
+)
+
 
 #: Shapers recomputed on each recorded batch for the viewer's side-by-side (``record.compare``), named for each env:
 #: the recorder's default (ALFWorld's recipes) made ``grpo-alfworld`` the viewer's second column on other envs.
@@ -70,6 +75,7 @@ _COMPARE = {
     _WEBSHOP_ENV.id: ("grpo", "gigpo-webshop"),
     _SEARCHQA_ENV.id: ("grpo",),
     "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
+    _BABYAI_ENV.id: ("grpo", "gigpo-alfworld"),
 }
 
 #: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
@@ -78,6 +84,7 @@ _BUDGETS = {
     _ALFWORLD_ENV.id: (10, 20, 30, 40, 50),
     _WEBSHOP_ENV.id: (3, 6, 9, 12, 15),
     _SEARCHQA_ENV.id: (1, 2, 3, 4, 5),
+    _BABYAI_ENV.id: (16, 32, 48, 64),
 }
 
 
@@ -87,6 +94,7 @@ _TOKENS = {
     _ALFWORLD_ENV.id: (2048, 512),
     _WEBSHOP_ENV.id: (4096, 512),
     _SEARCHQA_ENV.id: (4096, 500),
+    _BABYAI_ENV.id: (1024, 256),  # a BabyAI-Text prompt with 2 steps of history is ~400 tokens
 }
 
 
@@ -208,6 +216,10 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     p["searchqa-stepopsd"] = (
         "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
         replace(sq, rollout=replace(sq.rollout, group_size=5)),
+    )
+    p["babyai-gigpo"] = (
+        "GiGPO on BabyAI GoToLocal (BabyAI-Text's level and view; exact step values for the ceiling)",
+        _paper(_BABYAI_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "babyai-gigpo"),
     )
     _graph_presets(p)
     credit = {
