@@ -175,7 +175,7 @@ class WorldCodec:
         self.doors = tuple(i for i, o in enumerate(objects) if o.type == "door")
         self.nodes = tuple(_instr_nodes(env.instrs))
         self.width = int(env.grid.width)
-        self._occupied: tuple[int, ...] | None = None  # the cells known to hold objects (see read)
+        self._held: tuple | None = None  # the state the env holds, as this codec last wrote or read it
 
     def for_copy(self, env_copy: Any, memo: dict[int, Any]) -> WorldCodec:
         """The codec of ``env_copy = copy.deepcopy(env, memo)`` (the level this codec was built for), with the
@@ -219,70 +219,86 @@ class WorldCodec:
         return tuple(fields)
 
     # -- read / write ----------------------------------------------------------------------------------------
-    def read(self, env: Any, changed: int | None = None) -> tuple:
+    def _row(self, o: Any, where: int) -> tuple:
+        cur = o.cur_pos
+        cur = None if cur is None else (int(cur[0]), int(cur[1]))
+        if o.type == "door":
+            return (where, cur, bool(o.is_open), bool(o.is_locked))
+        return (where, cur)
+
+    def read(self, env: Any, after: tuple | None = None) -> tuple:
         """The full state of ``env`` (a level this codec was built for, or a copy of it).
 
-        ``changed``: the only cell that may have gained an object since this codec last wrote or read ``env``
-        (the cell ahead of the agent before its last action: pick-up, drop and toggle act there, nothing else
-        moves objects); only the cells known to hold objects and that one are then looked at, not the whole grid.
+        ``after``: the state ``env`` held before its last action, written by :meth:`write`. Only the objects
+        that action can have touched are then looked at (pick-up, drop and toggle act on the cell ahead of the
+        agent; nothing else moves or changes an object): the one there before and after, and the one carried
+        before and after. ``tests/test_env_babyai.py`` checks this against a full read of a deep copy.
         """
-        where = [-2] * len(self.objects)  # -2: not in the grid nor carried (inside a box, or a box opened)
         index = self.index
-        cells = env.grid.grid
-        if changed is None or self._occupied is None:
-            looked: Any = range(len(cells))
-        else:
-            looked = (*self._occupied, changed)
-        occupied = []
-        for k in looked:
-            c = cells[k]
-            if c is not None and c.type != "wall":
-                where[index[id(c)]] = k
-                occupied.append(k)
-        self._occupied = tuple(occupied)
         carry = -1 if env.carrying is None else index[id(env.carrying)]
-        if carry >= 0:
-            where[carry] = -1
-        objs = []
-        for i, o in enumerate(self.objects):
-            cur = o.cur_pos
-            cur = None if cur is None else (int(cur[0]), int(cur[1]))
-            if o.type == "door":
-                objs.append((where[i], cur, bool(o.is_open), bool(o.is_locked)))
-            else:
-                objs.append((where[i], cur))
+        if after is None:
+            where = [-2] * len(
+                self.objects
+            )  # -2: not in the grid nor carried (inside a box, or a box opened)
+            for k, c in enumerate(env.grid.grid):
+                if c is not None and c.type != "wall":
+                    where[index[id(c)]] = k
+            if carry >= 0:
+                where[carry] = -1
+            objs = tuple(self._row(o, where[i]) for i, o in enumerate(self.objects))
+        else:
+            ahead = self.ahead(after)
+            rows = list(after[4])
+            cell = env.grid.grid[ahead]
+            now = -1 if cell is None or cell.type == "wall" else index[id(cell)]
+            touched = {i for i, row in enumerate(rows) if row[0] == ahead}
+            touched.update(i for i in (after[3], now, carry) if i >= 0)
+            for i in touched:
+                rows[i] = self._row(self.objects[i], ahead if i == now else (-1 if i == carry else -2))
+            objs = tuple(rows)
         verifier = tuple(self._node_state(n) for n in self.nodes)
         ax, ay = env.agent_pos
-        return (int(ax), int(ay), int(env.agent_dir), carry, tuple(objs), verifier)
+        state = (int(ax), int(ay), int(env.agent_dir), carry, objs, verifier)
+        self._held = state
+        return state
 
     def write(self, env: Any, state: tuple) -> None:
-        """Put ``state`` into ``env`` (the private copy the solver steps; never the env an agent plays)."""
+        """Put ``state`` into ``env`` (the private copy the solver steps; never the env an agent plays).
+
+        Only what differs from the state ``env`` holds (the last one this codec wrote into it or read from it) is
+        written."""
         ax, ay, direction, carry, objs, verifier = state
         grid = env.grid.grid
-        if self._occupied is None:
+        held = self._held
+        if held is None:
             grid[:] = self.walls
+            changed: Any = range(len(objs))
         else:
-            for k in self._occupied:
-                grid[k] = None  # objects never stand on a wall cell
-        occupied = []
-        for o, row in zip(self.objects, objs, strict=True):
+            old = held[4]
+            changed = [i for i, row in enumerate(objs) if row != old[i]]
+            for i in changed:  # first lift every object that moves, then put each down
+                k = old[i][0]
+                if k >= 0 and grid[k] is self.objects[i]:
+                    grid[k] = None
+        for i in changed:
+            o, row = self.objects[i], objs[i]
             if row[0] >= 0:
                 grid[row[0]] = o
-                occupied.append(row[0])
             o.cur_pos = None if row[1] is None else np.array(row[1])
             if len(row) == 4:
                 o.is_open, o.is_locked = row[2], row[3]
-        self._occupied = tuple(occupied)
         env.carrying = self.objects[carry] if carry >= 0 else None
         env.agent_pos = (ax, ay)
         env.agent_dir = direction
         env.step_count = 0
-        for node, fields in zip(self.nodes, verifier, strict=True):
-            for name, value in fields:
-                if name.endswith(".obj_poss"):
-                    getattr(node, name.split(".")[0]).obj_poss = self._thaw(value)
-                else:
-                    setattr(node, name, self._thaw(value))
+        if held is None or held[5] != verifier:
+            for node, fields in zip(self.nodes, verifier, strict=True):
+                for name, value in fields:
+                    if name.endswith(".obj_poss"):
+                        getattr(node, name.split(".")[0]).obj_poss = self._thaw(value)
+                    else:
+                        setattr(node, name, self._thaw(value))
+        self._held = state
 
     def ahead(self, state: tuple) -> int:
         """The grid index of the cell ahead of the agent in ``state``."""

@@ -204,7 +204,7 @@ class Solver:
         sim, codec = self.sim, self.codec
         codec.write(sim, state)
         _, reward, terminated, _, _ = sim.step(action)
-        child = codec.read(sim, codec.ahead(state))  # also tells the codec where objects are now
+        child = codec.read(sim, after=state)
         if terminated:
             return ("success" if reward > 0 else "failure"), None
         return "continue", child
