@@ -356,13 +356,15 @@ def test_bound_and_bot_beyond_the_budget():
 
 def test_group_env_value_wrapper_and_text_interface():
     from stepgym.group import GroupEnv
+    from stepgym.wrappers.arg import ARGWrapper
+    from stepgym.wrappers.hints import HintWrapper
     from stepgym.wrappers.text import text_wrappers
 
     group = GroupEnv(
         ENV_ID,
         group_size=2,
         env_kwargs={"max_steps": 12, "search_budget": 500},
-        wrappers=[ValueWrapper, *text_wrappers()],
+        wrappers=[ValueWrapper, ARGWrapper, HintWrapper, *text_wrappers()],
     )
     obs, infos = group.reset(seed=0, options={"task_id": "BabyAI-GoToLocal-v0/5"})
     while group.agents:
@@ -378,4 +380,20 @@ def test_group_env_value_wrapper_and_text_interface():
     assert not any(s.info[schema.FORMAT_VALID] for s in bad.steps)
     assert all(s.info[schema.VALUE_GAIN] == 1.0 for s in good.steps)
     assert all(s.info[schema.VALUE_GAIN] == 0.0 for s in bad.steps)
+    assert schema.ARG_LABELS in good.steps[-1].info and schema.HINTS in bad.steps[-1].info
     group.close()
+
+
+def test_prompt_is_babyai_texts():
+    from stepgym.wrappers.text import make_text_env
+
+    env = make_text_env(ENV_ID, {"search_budget": 300}, prompt_as_observation=True)
+    prompt, _ = env.reset(options={"task_id": "BabyAI-GoToLocal-v0/0"})
+    assert "Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle" in prompt
+    assert (
+        "Goal of the agent: go to the green ball" in prompt
+        and "You see a green ball 3 steps forward" in prompt
+    )
+    prompt, _, _, _, info = env.step("<think>ahead</think><action>Go Forward</action>")
+    assert info[schema.FORMAT_VALID] and info[schema.ADMISSIBLE] and "Action 1: go forward" in prompt
+    env.close()
