@@ -154,13 +154,19 @@ def _bound(instr: Any, codec: WorldCodec, state: tuple) -> int | None:
         cells, carried, alive = _positions(codec, state, instr.desc_move.obj_set)
         if not alive:
             return None
-        if not instr.desc_fixed.obj_poss and not _positions(codec, state, instr.desc_fixed.obj_set)[2]:
-            return None
+        fixed = [(int(p[0]), int(p[1])) for p in instr.desc_fixed.obj_poss]
+        if not fixed:
+            return 1 if _positions(codec, state, instr.desc_fixed.obj_set)[2] else None
+        beside = [(fx + ux, fy + uy) for fx, fy in fixed for ux, uy in _VEC]  # where the drop must land
         if carried:
-            return 1
+            return _nav(ax, ay, d, beside) + 1  # face such a cell, drop
         if not cells:
             return 1
-        return (1 if carry >= 0 else 0) + _nav(ax, ay, d, cells) + 2
+        best = _INF
+        for mx, my in cells:  # reach and take it, then carry it from beside it to beside a fixed one, drop
+            carry_leg = max(0, min(abs(mx - bx) + abs(my - by) for bx, by in beside) - 2)
+            best = min(best, _nav(ax, ay, d, [(mx, my)]) + 1 + carry_leg + 1)
+        return (1 if carry >= 0 else 0) + best
     return 1
 
 
