@@ -425,13 +425,12 @@ def test_served_over_openenv_protocol_equals_in_process():
         return json.loads(ws.recv(timeout=60))["data"]
 
     srv = ServerThread(ServeConfig(ENV_ID, kwargs, port=0, limits=ServeLimits(max_sessions=2)))
-    with srv:
-        with connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
-            r = ask(ws, "reset", {"seed": 7})["observation"]
-            served = [(r["text"], r["info"])]
-            for a in actions:
-                d = ask(ws, "step", {"action": a})
-                o = d["observation"]
-                served.append((o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
-            ws.send(json.dumps({"type": "close"}))
+    with srv, connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
+        r = ask(ws, "reset", {"seed": 7})["observation"]
+        served = [(r["text"], r["info"])]
+        for a in actions:
+            d = ask(ws, "step", {"action": a})
+            o = d["observation"]
+            served.append((o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
+        ws.send(json.dumps({"type": "close"}))
     assert served == local and local[-1][-1][schema.WON]
