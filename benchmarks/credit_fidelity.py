@@ -182,7 +182,7 @@ class EnvSpec:
     name: str
     env_id: str
     kwargs: dict[str, Any]
-    preset: str  # preset family of the shaper configs: credit / alfworld / webshop / searchqa
+    preset: str  # preset family of the shaper configs: credit / alfworld / webshop / searchqa / sokoban
     tasks: int
     budget: int = 500
 
@@ -205,6 +205,11 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
         ),
         EnvSpec(
             "ALFWorld", "StepGym/ALFWorld-v0", alf, "alfworld", 1 if q else args.alfworld_games, args.budget
+        ),
+        # 6x6 rooms with one box (the training rooms); exact values on every step, 20 steps (a random agent's
+        # episodes run long; the noisy expert's end in a handful)
+        EnvSpec(
+            "Sokoban", "StepGym/Sokoban-v0", {"split": "test", "max_steps": 20}, "sokoban", 4 if q else 24
         ),
         # BabyAI-Text's GoToLocal, exact values everywhere (docs/babyai.md); 24 steps keep a group short
         EnvSpec("BabyAI", "StepGym/BabyAI-v0", {"split": "test", "max_steps": 24}, "babyai", 2 if q else 8),

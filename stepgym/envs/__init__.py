@@ -276,6 +276,15 @@ def register_envs() -> None:
         value_oracle="stepgym.values.credit:CreditOracle",
     )
     register(
+        "StepGym/Sokoban-v0",
+        "stepgym.envs.sokoban:SokobanEnv",
+        max_steps=100,
+        text_format="stepgym.envs.sokoban.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.sokoban:SokobanOracle",
+        task_types=("6x6-1box",),
+    )
+    register(
         "StepGym/BabyAI-v0",
         "stepgym.envs.babyai:BabyAIEnv",
         max_steps=64,
@@ -304,6 +313,7 @@ ENV_IDS = (
     "StepGym/SearchQA-v0",
     "StepGym/CreditToy-v0",
     "StepGym/CreditFamily-v0",
+    "StepGym/Sokoban-v0",
     "StepGym/BabyAI-v0",
 )
 
