@@ -74,13 +74,15 @@ class BabyAIEnv(TextEnv):
         >>> env = gym.make("StepGym/BabyAI-v0")
         >>> obs, info = env.reset(options={"task_id": "BabyAI-GoToLocal-v0/0"})
         >>> obs.splitlines()[0]
-        'Goal of the agent: go to the blue key'
+        'Goal of the agent: go to the green ball'
+        >>> obs.splitlines()[1][:60]
+        'You see a wall 2 steps left, You see a purple key 1 step lef'
         >>> while True:
         ...     obs, reward, terminated, truncated, info = env.step(info[schema.EXPERT_ACTION])
         ...     if terminated or truncated:
         ...         break
-        >>> info[schema.WON], info[schema.STEP_INDEX]
-        (True, 6)
+        >>> info[schema.WON], info[schema.STEP_INDEX], reward
+        (True, 2, 0.971875)
 
     Args:
         level: a BabyAI level id of MiniGrid (``BabyAI-GoToLocal-v0``, ``BabyAI-PickupLoc-v0``, ...; see
@@ -197,7 +199,7 @@ class BabyAIEnv(TextEnv):
         seed = self._seed_of(task_id)
         self._task_id = str(task_id)
         self._mg.max_steps = self.max_steps  # the limit may have been set after construction (gym.make)
-        obs = reset_level(self._mg, seed)
+        reset_level(self._mg, seed)
         self._codec = WorldCodec(self._mg)
         self._state = self._codec.read(self._mg)
         memo: dict[int, Any] = {}
@@ -207,7 +209,9 @@ class BabyAIEnv(TextEnv):
         self._played = []
         self._searched = None
         self._won = self._failed = False
-        text = f"Goal of the agent: {self._mg.mission}\n" + self._observation(obs)
+        # the view of the state reset leaves: the PutNext*Carrying levels hand the agent its object after upstream's
+        # reset has drawn the observation it returns (which shows the object still on the floor)
+        text = f"Goal of the agent: {self._mg.mission}\n" + self._observation(self._mg.gen_obs())
         return text, self._info("", True, False, "")
 
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
