@@ -481,3 +481,13 @@ def test_other_levels_play_as_minigrid(level):
             break
     ours.close()
     theirs.close()
+
+
+def test_import_stepgym_does_not_import_minigrid():
+    import subprocess
+    import sys
+
+    code = "import stepgym, sys; gym = __import__('gymnasium'); gym.spec('StepGym/BabyAI-v0'); "
+    code += "print('minigrid' in sys.modules, 'pygame' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["False", "False"], out.stderr[-2000:]
