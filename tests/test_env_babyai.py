@@ -264,6 +264,7 @@ def _brute_force(env, limit: int = 40_000):
         ("BabyAI-GoToLocalS5N2-v0", (0, 1, 2, 3)),
         ("BabyAI-PickupDist-v0", (1,)),
         ("BabyAI-PutNextLocalS5N3-v0", (0,)),
+        ("BabyAI-GoToObjMazeS4R2-v0", (0, 1)),  # rooms and doors: the bound goes around the walls
     ],
 )
 def test_values_equal_brute_force(level, seeds):

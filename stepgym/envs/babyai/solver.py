@@ -10,7 +10,7 @@ so the values are the level's, and the env an agent plays is only read.
   strict instruction failed) a dead end. The level's step limit is not part of the state (a value is the distance
   to success, as every stepgym oracle defines it: ``stepgym.values.base``).
 * **Order:** A* with a lower bound that never overestimates (:func:`lower_bound`): for the object(s) an instruction
-  names, the forward moves to a cell beside one (Manhattan distance) plus the turns needed to face every direction
+  names, the forward moves to a cell beside one (around the walls: :class:`WallDistances`) plus the turns needed to face every direction
   those moves and the final facing use, plus the pick-up / drop / toggle actions the instruction needs; the max of
   the parts still to do for a sequence. Walls, doors and objects in the way only make the truth larger, so the
   first success proved with nothing cheaper left is the shortest (exact); the whole reachable space searched
@@ -32,7 +32,7 @@ from typing import Any
 
 from stepgym.envs.babyai.engine import ACTIONS, WorldCodec, reset_level
 
-__all__ = ["BotFollower", "Solution", "Solver", "lower_bound", "turns_to_face"]
+__all__ = ["BotFollower", "Solution", "Solver", "WallDistances", "lower_bound", "turns_to_face"]
 
 _VEC = ((1, 0), (0, 1), (-1, 0), (0, -1))  # MiniGrid's DIR_TO_VEC: right, down, left, up
 _INF = 10**9
@@ -119,16 +119,16 @@ def _positions(codec: WorldCodec, state: tuple, objs: list[Any]) -> tuple[list[t
     return cells, carried, alive
 
 
-def _bound(instr: Any, codec: WorldCodec, state: tuple) -> int | None:
+def _bound(instr: Any, codec: WorldCodec, state: tuple, _nav: Any = _nav) -> int | None:
     """A lower bound on the actions ``instr`` still needs in ``state``; None when it can never succeed."""
     kind = type(instr).__name__
     ax, ay, d, carry = state[0], state[1], state[2], state[3]
     if kind in ("BeforeInstr", "AfterInstr", "AndInstr"):
         parts = []
         if instr.a_done != "success":
-            parts.append(_bound(instr.instr_a, codec, state))
+            parts.append(_bound(instr.instr_a, codec, state, _nav))
         if instr.b_done != "success":
-            parts.append(_bound(instr.instr_b, codec, state))
+            parts.append(_bound(instr.instr_b, codec, state, _nav))
         if any(p is None for p in parts):
             return None
         return max(parts, default=1)  # type: ignore[type-var]
@@ -170,11 +170,67 @@ def _bound(instr: Any, codec: WorldCodec, state: tuple) -> int | None:
     return 1
 
 
-def lower_bound(env: Any, codec: WorldCodec, state: tuple) -> int | None:
+class WallDistances:
+    """Forward moves between cells around the level's walls, which never change (doors, open or not, and objects
+    count as passable: the true number is never smaller). One breadth-first map per cell asked, kept."""
+
+    def __init__(self, codec: WorldCodec):
+        self.width = codec.width
+        self.height = len(codec.walls) // codec.width
+        self.free = [w is None for w in codec.walls]
+        self._maps: dict[int, list[int] | None] = {}
+
+    def _map(self, cell: int) -> list[int] | None:
+        if cell in self._maps:
+            return self._maps[cell]
+        dist: list[int] | None = None
+        if self.free[cell]:
+            dist = [_INF] * len(self.free)
+            dist[cell] = 0
+            frontier = [cell]
+            w = self.width
+            while frontier:
+                nxt = []
+                for k in frontier:
+                    x = k % w
+                    for j in (k - w, k + w, k - 1 if x > 0 else -1, k + 1 if x < w - 1 else -1):
+                        if 0 <= j < len(dist) and self.free[j] and dist[j] == _INF:
+                            dist[j] = dist[k] + 1
+                            nxt.append(j)
+                frontier = nxt
+        self._maps[cell] = dist
+        return dist
+
+    def nav(self, ax: int, ay: int, d: int, targets: list[tuple[int, int]]) -> int:
+        """Like Manhattan's bound, with the shortest way around the walls for the forward moves; ``_INF`` when
+        no cell beside a target can be reached."""
+        best = _INF
+        for tx, ty in targets:
+            for u, (ux, uy) in enumerate(_VEC):
+                nx, ny = tx - ux, ty - uy
+                if not (0 <= nx < self.width and 0 <= ny < self.height):
+                    continue
+                dist = self._map(ny * self.width + nx)
+                if dist is None or dist[ay * self.width + ax] >= _INF:
+                    continue
+                dx, dy = nx - ax, ny - ay
+                mask = 1 << u
+                if dx:
+                    mask |= 1 << (0 if dx > 0 else 2)
+                if dy:
+                    mask |= 1 << (1 if dy > 0 else 3)
+                cost = dist[ay * self.width + ax] + _COVER[d][mask]
+                if cost < best:
+                    best = cost
+        return best
+
+
+def lower_bound(env: Any, codec: WorldCodec, state: tuple, walls: WallDistances | None = None) -> int | None:
     """A lower bound (>= 1) on the actions to success from ``state``, which ``env`` (the solver's copy) holds;
-    None when success can never be reached (an object the mission needs is gone)."""
-    h = _bound(env.instrs, codec, state)
-    return None if h is None else max(1, h)
+    None when success can never be reached (an object the mission needs is gone, or walls cut it off). ``walls``:
+    count forward moves around the walls (else by Manhattan distance)."""
+    h = _bound(env.instrs, codec, state, _nav if walls is None else walls.nav)
+    return None if h is None or h >= _INF else max(1, h)
 
 
 @dataclass(frozen=True)
@@ -202,6 +258,7 @@ class Solver:
         self.budget = int(budget)
         self.cache_size = int(cache_size)
         self.exact: dict[tuple, tuple[int | None, int | None]] = {}  # state -> (cost or None, action index)
+        self.walls = WallDistances(codec)
         sim.agent_view_size = 3  # the search reads no observation: the smallest view upstream allows
         sim.max_steps = _INF
 
@@ -223,7 +280,7 @@ class Solver:
             return Solution(cost, True, None if action is None else ACTIONS[action])
         sim, codec = self.sim, self.codec
         codec.write(sim, root)
-        h_root = lower_bound(sim, codec, root)
+        h_root = lower_bound(sim, codec, root, self.walls)
         if h_root is None:
             self._remember(root, None, None)
             return Solution(None, True, None)
@@ -263,7 +320,7 @@ class Solver:
                     if cached[0] is not None and ng + cached[0] < best:
                         best, best_end = ng + cached[0], (state, a, child)
                     continue
-                h = lower_bound(sim, codec, child)
+                h = lower_bound(sim, codec, child, self.walls)
                 if h is None or ng + h >= best:
                     continue
                 g_of[child] = ng
