@@ -293,6 +293,20 @@ def register_envs() -> None:
         value_oracle="stepgym.values.babyai:BabyAIOracle",
         task_types=("goto", "pickup", "open", "putnext", "sequence"),
     )
+    from stepgym.envs.scienceworld.tasks import TASK_TYPES as SCIENCEWORLD_TASK_TYPES
+
+    register(
+        "StepGym/ScienceWorld-v0",
+        "stepgym.envs.scienceworld:ScienceWorldEnv",
+        max_steps=100,
+        text_format="stepgym.envs.scienceworld.prompt:FORMAT",
+        splits=EnvSplits(("train", "dev", "test"), "test"),
+        no_values=(
+            "ScienceWorld's state (every object, temperature and timer of a 10-room world) is too large to search "
+            "for exact values; its step truth is the gold path (EXPERT_ACTION) and the task score (SUBGOAL_KEY)"
+        ),
+        task_types=SCIENCEWORLD_TASK_TYPES,
+    )
 
 
 #: ALFWorld's six task types (the prefix of its task ids' second part).
@@ -314,6 +328,7 @@ ENV_IDS = (
     "StepGym/CreditToy-v0",
     "StepGym/CreditFamily-v0",
     "StepGym/Sokoban-v0",
+    "StepGym/ScienceWorld-v0",
     "StepGym/BabyAI-v0",
 )
 

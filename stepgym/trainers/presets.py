@@ -54,6 +54,10 @@ _ALFWORLD_ENV = EnvConfig(
 _WEBSHOP_ENV = EnvConfig(
     id="StepGym/WebShop-v0", train_split="train", eval_splits=("test",), max_steps=15, history=2
 )
+# ScienceWorld: upstream's test variations for evaluation, its default step limit (100).
+_SCIENCEWORLD_ENV = EnvConfig(
+    id="StepGym/ScienceWorld-v0", train_split="train", eval_splits=("test",), max_steps=100, history=2
+)
 _SEARCHQA_ENV = EnvConfig(
     id="StepGym/SearchQA-v0",
     train_split="train",
@@ -89,6 +93,7 @@ _COMPARE = {
     _SEARCHQA_ENV.id: ("grpo",),
     "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
     _SOKOBAN_ENV.id: ("grpo", "gigpo-alfworld"),
+    _SCIENCEWORLD_ENV.id: ("grpo", "gigpo-alfworld"),
     _BABYAI_ENV.id: ("grpo", "gigpo-alfworld"),
 }
 
@@ -99,6 +104,7 @@ _BUDGETS = {
     _WEBSHOP_ENV.id: (3, 6, 9, 12, 15),
     _SEARCHQA_ENV.id: (1, 2, 3, 4, 5),
     _SOKOBAN_ENV.id: (3, 6, 9, 12, 15),
+    _SCIENCEWORLD_ENV.id: (20, 40, 60, 80, 100),
     _BABYAI_ENV.id: (16, 32, 48, 64),
 }
 
@@ -110,6 +116,7 @@ _TOKENS = {
     _WEBSHOP_ENV.id: (4096, 512),
     _SEARCHQA_ENV.id: (4096, 500),
     _SOKOBAN_ENV.id: (2048, 512),
+    _SCIENCEWORLD_ENV.id: (4096, 512),  # WebShop's budget: ScienceWorld's room descriptions are as long
     _BABYAI_ENV.id: (1024, 256),  # a BabyAI-Text prompt with 2 steps of history is ~400 tokens
 }
 
@@ -232,6 +239,14 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     p["searchqa-stepopsd"] = (
         "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
         replace(sq, rollout=replace(sq.rollout, group_size=5)),
+    )
+    p["scienceworld-grpo"] = (
+        "GRPO on ScienceWorld (the GiGPO recipe's settings; evaluation on upstream's test variations)",
+        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("grpo-alfworld"), "scienceworld-grpo"),
+    )
+    p["scienceworld-gigpo"] = (
+        "GiGPO on ScienceWorld (anchored on the approximate state key; see docs/scienceworld.md)",
+        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "scienceworld-gigpo"),
     )
     p["babyai-gigpo"] = (
         "GiGPO on BabyAI GoToLocal (BabyAI-Text's level and view; exact step values for the ceiling)",
