@@ -762,9 +762,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--only",
-        default="",
-        help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,alfworld,babyai",
+        "--only", default="", help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,alfworld"
     )
     ap.add_argument("--model", default="", help="also play groups with this model behind --base-url")
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1"))
