@@ -212,6 +212,8 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
         EnvSpec(
             "Sokoban", "StepGym/Sokoban-v0", {"split": "test", "max_steps": 20}, "sokoban", 4 if q else 24
         ),
+        # BabyAI-Text's GoToLocal, exact values everywhere (docs/babyai.md); 24 steps keep a group short
+        EnvSpec("BabyAI", "StepGym/BabyAI-v0", {"split": "test", "max_steps": 24}, "babyai", 2 if q else 8),
     ]
     only = set(filter(None, args.only.split(",")))
     return [s for s in specs if not only or s.name.lower() in only]

