@@ -9,6 +9,7 @@ from __future__ import annotations
 from gymnasium.error import DependencyNotInstalled
 
 __all__ = [
+    "AbortRateError",
     "CorruptDataError",
     "DataNotFoundError",
     "DependencyNotInstalled",
@@ -79,6 +80,11 @@ class ValueOracleError(StepGymError, TypeError):
 class StepRecordError(StepGymError, ValueError):
     """A trainer's batch cannot be credited step by step: step records missing or out of line with the tokens, or
     a group that lost rows. Raised instead of computing an advantage from incomplete data."""
+
+
+class AbortRateError(StepGymError):
+    """More of an iteration's episodes were aborted by infrastructure failures than ``rollout.max_abort_rate``
+    allows; the message names the causes. Raised before that batch updates the policy or is checkpointed."""
 
 
 def abort_cause_of(exc: BaseException) -> str:

@@ -566,6 +566,12 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         ticket = self.executor.submit(
             "attr", [self._slots[self._index[a]] for a in agents], [name] * len(agents)
         )
+        if self._abort:  # a copy that failed (its rollout is aborted) has no answer: left out
+            return lambda: {
+                a: v
+                for a, v in zip(agents, self.executor.result(ticket, tolerate=True), strict=True)
+                if not isinstance(v, OpFailure)
+            }
         return lambda: dict(zip(agents, self.executor.result(ticket), strict=True))
 
     def get_unwrapped_attr(self, name: str, default: Any = None) -> Any:
