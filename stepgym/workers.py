@@ -81,7 +81,7 @@ class EnvWorkerError(StepGymError):
 
     def __init__(self, message: str, *, cause: str = "env_exception") -> None:
         super().__init__(message)
-        self.cause = cause
+        self.cause = self.abort_cause = cause  # abort_cause: what errors.abort_cause_of reads
 
 
 @dataclass(frozen=True)
