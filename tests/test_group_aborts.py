@@ -162,3 +162,16 @@ def test_tolerant_results_carry_op_failures() -> None:
     ticket = group.executor.submit("step", [0, 1], ["explode", "look"])
     res = group.executor.result(ticket, tolerate=True)
     assert isinstance(res[0], OpFailure) and res[0].cause == "env_exception" and not isinstance(res[1], OpFailure)
+
+
+def test_fault_injection_wrapper_input_is_checked() -> None:
+    from stepgym.wrappers.faults import FaultInjectionWrapper, parse_faults
+
+    assert parse_faults("exception=0.05,kill=0.01,seed=3") == {"exception": 0.05, "kill": 0.01, "seed": 3.0}
+    assert parse_faults("") == {}
+    with pytest.raises(ValueError, match="expected"):
+        parse_faults("boom=1")
+    with pytest.raises(ValueError, match="executor='process'"):  # never kill the driver
+        FaultInjectionWrapper(ToyRoomEnv(), kill=0.1)
+    with pytest.raises(ValueError, match="probability"):
+        FaultInjectionWrapper(ToyRoomEnv(), exception=1.5)

@@ -1,6 +1,7 @@
 """FaultInjectionWrapper: make an env fail the way infrastructure fails, to test and measure failure semantics.
 
-Each ``step`` draws, from a generator keyed by (``seed``, the reset seed, the step index, the action text), whether
+Each ``step`` draws, from a generator keyed by (``seed``, the copy's build number in its process, the reset seed,
+the step index, the action text), whether
 to raise :class:`InjectedFault` (an env exception: probability ``exception``) or to kill the worker process that
 holds the env (probability ``kill``; only inside a ``ProcessExecutor`` worker, where a dead process is what a
 crashed env server looks like). The draw depends on nothing else, so a run with the same seeds and actions fails
@@ -10,6 +11,7 @@ injection benchmark (``benchmarks/fault_injection.py``) and the trainer's ``roll
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import zlib
@@ -21,6 +23,10 @@ import numpy as np
 from stepgym.errors import StepGymError
 
 __all__ = ["FaultInjectionWrapper", "InjectedFault", "in_env_worker", "parse_faults"]
+
+#: Build numbers of the wrappers made in this process (deterministic: copies are built in slot order), so the G
+#: copies of a group, reset with one seed, do not all fail at the same steps.
+_BUILT = itertools.count()
 
 #: Set in a ``ProcessExecutor`` worker's environment (``stepgym._env_worker``).
 WORKER_FLAG = "STEPGYM_ENV_WORKER"
@@ -67,6 +73,7 @@ class FaultInjectionWrapper(gym.Wrapper):
                 "executor='process' (rollout.env_executor=process), never in the driver"
             )
         self.p_exception, self.p_kill, self.fault_seed = float(exception), float(kill), int(seed)
+        self._copy = next(_BUILT)
         self._reset_seed = 0
         self._t = 0
 
@@ -76,7 +83,7 @@ class FaultInjectionWrapper(gym.Wrapper):
         return self.env.reset(seed=seed, options=options)
 
     def step(self, action: Any):
-        key = [self.fault_seed, self._reset_seed, self._t, zlib.crc32(str(action).encode("utf-8"))]
+        key = [self.fault_seed, self._copy, self._reset_seed, self._t, zlib.crc32(str(action).encode("utf-8"))]
         u = float(np.random.default_rng(key).random())
         self._t += 1
         if u < self.p_kill:
