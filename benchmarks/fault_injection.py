@@ -222,7 +222,7 @@ def compare(groups: list[list], cfg: ShapeConfig) -> dict[str, Any]:
     r = ref.step_advantages[ref_live]
     flips = (np.sign(naive.step_advantages[live]) != np.sign(r)) & (r != 0)
     return {
-        "rows": int(len(ab)),
+        "rows": len(ab),
         "aborted_rows": int(ab.sum()),
         "exact": exact,
         "bias_abs_mean": float(np.abs(delta).mean()) if delta.size else 0.0,
@@ -295,7 +295,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"Bundled trainer (`stepgym train --preset credit-grpo`, process executor, env exceptions 2% and killed "
-            f"workers 0.5% per step): {t['iterations_done']} of {t['iterations_asked']} iterations completed "
+            f"workers 0.5% per step, `--rollout.max-abort-rate 0.5`): {t['iterations_done']} of "
+            f"{t['iterations_asked']} iterations completed "
             f"(exit code {t['returncode']}); abort rate per iteration {rates}; aborted episodes by cause: {causes}.",
         ]
     return "\n".join(lines)
@@ -352,6 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     bad = [c for c in cells for m in c["methods"].values() if not m["exact"]]
     ok = not bad and results["trainer"]["iterations_done"] == results["trainer"]["iterations_asked"]
     return 0 if ok else 1
+
+
+def rewrite_markdown(results_json: Path) -> None:
+    """Rewrite the ``.md`` beside a results file from it (after a change to :func:`markdown`; no rerun)."""
+    results = json.loads(results_json.read_text(encoding="utf-8"))
+    results_json.with_suffix(".md").write_text(
+        f"# Fault injection ({results['date']}, {results['machine']})\n\n{markdown(results)}\n", encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def rollout_metrics(ro: Rollouts) -> dict[str, float]:
     by_group = np.where(done, succ, np.nan).reshape(len(ro.task_ids), ro.group_size)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a group with every episode aborted
-        mixed = np.nanmin(by_group, 1) != np.nanmax(by_group, 1)
+        lo, hi = np.nanmin(by_group, 1), np.nanmax(by_group, 1)
+        mixed = np.isfinite(lo) & (lo != hi)
     aborts = {f"rollout/aborted/{cause}": float(n) for cause, n in sorted(ro.abort_counts().items())}
     return {
         "rollout/success": float(succ[done].mean()) if done.any() else 0.0,
