@@ -69,6 +69,8 @@ MEAN_STEPS = {"ALFWorld": 16.0, "Search-QA": 2.5}
 def per_step(q: float, steps: int) -> float:
     """The per-step probability p with 1 − (1 − p)^steps = q."""
     return 1.0 - (1.0 - q) ** (1.0 / steps)
+
+
 METHODS = {"GRPO": "grpo", "GiGPO": "gigpo", "GraphGPO": "graphgpo"}
 
 
@@ -138,10 +140,17 @@ def make_group(env: str, fault: str, g: int, seed: int, retriever: Retriever | N
         p = per_step(float(fault.split("-")[1].rstrip("%")) / 100, MEAN_STEPS[env])
         wrappers.append(functools.partial(FaultInjectionWrapper, exception=p, seed=seed))
     elif fault == "killed-workers":
-        wrappers.append(functools.partial(FaultInjectionWrapper, kill=per_step(0.10, MEAN_STEPS[env]), seed=seed))
+        wrappers.append(
+            functools.partial(FaultInjectionWrapper, kill=per_step(0.10, MEAN_STEPS[env]), seed=seed)
+        )
         executor = ExecutorSpec("process", num_workers=g)
     return GroupEnv(
-        env_id, g, kwargs, wrappers, executor=executor, config=GroupConfig(on_failure="abort", task_option="task_id")
+        env_id,
+        g,
+        kwargs,
+        wrappers,
+        executor=executor,
+        config=GroupConfig(on_failure="abort", task_option="task_id"),
     )
 
 
@@ -182,14 +191,18 @@ def play(env: str, fault: str, n_groups: int, g: int, seed: int, retriever: Retr
 # Credit three ways
 # --------------------------------------------------------------------------------------------------------------
 def step_batch(groups: list[list], *, drop_aborted: bool = False, zero_aborted: bool = False) -> StepBatch:
-    cols: dict[str, list] = {k: [] for k in ("group_ids", "traj_ids", "rewards", "valid", "anchor_obs", "next_obs", "aborted")}
+    cols: dict[str, list] = {
+        k: [] for k in ("group_ids", "traj_ids", "rewards", "valid", "anchor_obs", "next_obs", "aborted")
+    }
     traj = 0
     for gi, trajs in enumerate(groups):
         for t in trajs:
             traj += 1
             if drop_aborted and t.aborted:
                 continue
-            steps = t.steps or [schema.Step(t.initial_observation, "", 0.0, t.initial_observation, False, False, {})]
+            steps = t.steps or [
+                schema.Step(t.initial_observation, "", 0.0, t.initial_observation, False, False, {})
+            ]
             infos = t.infos()
             for k, s in enumerate(steps):
                 before = infos[k] if k < len(infos) else {}
@@ -210,10 +223,17 @@ def compare(groups: list[list], cfg: ShapeConfig) -> dict[str, Any]:
     out = shape_advantages(flagged, cfg)
     ref = shape_advantages(step_batch(groups, drop_aborted=True), cfg)
     naive = shape_advantages(step_batch(groups, zero_aborted=True), cfg)
-    ab = np.zeros(len(out.step_advantages), dtype=bool) if flagged.aborted is None else np.asarray(flagged.aborted)
+    ab = (
+        np.zeros(len(out.step_advantages), dtype=bool)
+        if flagged.aborted is None
+        else np.asarray(flagged.aborted)
+    )
     gid = np.asarray(flagged.group_ids)
     # survivors in groups that kept two finished episodes (the others are zeroed and counted)
-    finished = {g: len({tj for tj, a, gg in zip(flagged.traj_ids, ab, gid, strict=True) if gg == g and not a}) for g in set(gid.tolist())}
+    finished = {
+        g: len({tj for tj, a, gg in zip(flagged.traj_ids, ab, gid, strict=True) if gg == g and not a})
+        for g in set(gid.tolist())
+    }
     live = ~ab & np.array([finished[g] >= 2 for g in gid.tolist()])
     ref_gid = np.asarray(step_batch(groups, drop_aborted=True).group_ids)
     ref_live = np.array([finished[g] >= 2 for g in ref_gid.tolist()])
@@ -257,14 +277,24 @@ def trainer_run(iterations: int) -> dict[str, Any]:
         "--rollout.faults", "exception=0.02,kill=0.005,seed=1", "--rollout.max-abort-rate", "0.5",
     ]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "stepgym.cli", *argv], capture_output=True, text=True, cwd=REPO)
-    m = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()] if (out / "metrics.jsonl").exists() else []
+    done = subprocess.run(
+        [sys.executable, "-m", "stepgym.cli", *argv], capture_output=True, text=True, cwd=REPO
+    )
+    m = (
+        [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        if (out / "metrics.jsonl").exists()
+        else []
+    )
     return {
         "returncode": done.returncode,
         "iterations_asked": iterations,
         "iterations_done": len(m),
         "abort_rate": [x.get("rollout/abort_rate", 0.0) for x in m],
-        "aborted": {k.split("/", 2)[2]: sum(x.get(k, 0.0) for x in m) for k in sorted({k for x in m for k in x}) if k.startswith("rollout/aborted/")},
+        "aborted": {
+            k.split("/", 2)[2]: sum(x.get(k, 0.0) for x in m)
+            for k in sorted({k for x in m for k in x})
+            if k.startswith("rollout/aborted/")
+        },
         "stderr_tail": done.stderr.strip().splitlines()[-1:] if done.returncode else [],
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -277,7 +307,7 @@ def markdown(results: dict[str, Any]) -> str:
     """The docs table (docs/failures.md's ``fault-injection`` figure) from a results file's contents."""
     lines = [
         "| env | fault | method | aborted episodes | zeroed groups | survivors = without aborted (exact) | "
-        "\"aborted = reward 0\": mean abs. bias on survivors | survivors' sign flips | its advantage on aborted rows |",
+        '"aborted = reward 0": mean abs. bias on survivors | survivors\' sign flips | its advantage on aborted rows |',
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["cells"]:
@@ -310,7 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=6, help="bundled-trainer iterations")
     ap.add_argument("--envs", default="ALFWorld,Search-QA")
     ap.add_argument("--quick", action="store_true", help="3 groups, 2 trainer iterations")
-    ap.add_argument("--out", default=None, help="results prefix (default benchmarks/results/fault_injection_<date>)")
+    ap.add_argument(
+        "--out", default=None, help="results prefix (default benchmarks/results/fault_injection_<date>)"
+    )
     args = ap.parse_args(argv)
     n = 3 if args.quick else args.groups
     cells = []
@@ -342,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         "trainer": trainer_run(2 if args.quick else args.iterations),
     }
     print(json.dumps(results["trainer"]), flush=True)
-    prefix = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"fault_injection_{results['date']}"
+    prefix = (
+        Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"fault_injection_{results['date']}"
+    )
     prefix.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{prefix}.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     table = markdown(results)
@@ -359,7 +393,8 @@ def rewrite_markdown(results_json: Path) -> None:
     """Rewrite the ``.md`` beside a results file from it (after a change to :func:`markdown`; no rerun)."""
     results = json.loads(results_json.read_text(encoding="utf-8"))
     results_json.with_suffix(".md").write_text(
-        f"# Fault injection ({results['date']}, {results['machine']})\n\n{markdown(results)}\n", encoding="utf-8"
+        f"# Fault injection ({results['date']}, {results['machine']})\n\n{markdown(results)}\n",
+        encoding="utf-8",
     )
 
 

@@ -228,7 +228,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         self._pending: tuple[str, int, Any] | None = None  # the call between *_async and *_wait
         self._broken = False
         self._abort = cfg.on_failure == "abort"
-        self._epochs = [0] * self.group_size  # each copy's executor epoch at its reset (a change: worker restarted)
+        self._epochs = [
+            0
+        ] * self.group_size  # each copy's executor epoch at its reset (a change: worker restarted)
 
     # -- spaces ----------------------------------------------------------------------------------------------
     def observation_space(self, agent: str) -> gym.Space:
@@ -308,7 +310,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         state_failed = set()
         if graph_ticket is not None:
             state_failed = {
-                i for i, r in enumerate(self.executor.result(graph_ticket, tolerate=True)) if isinstance(r, OpFailure)
+                i
+                for i, r in enumerate(self.executor.result(graph_ticket, tolerate=True))
+                if isinstance(r, OpFailure)
             }
         results = self.executor.result(ticket, tolerate=True)
         failed = [i for i, r in enumerate(results) if isinstance(r, OpFailure) or i in state_failed]
@@ -326,7 +330,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
                 else [False] * len(slots)
             )
             for i, r, b in zip(failed, self.executor.result(again, tolerate=True), bad_state, strict=True):
-                results[i] = r if not b or isinstance(r, OpFailure) else OpFailure("env_exception", "parent state", r)
+                results[i] = (
+                    r if not b or isinstance(r, OpFailure) else OpFailure("env_exception", "parent state", r)
+                )
         ok = [i for i, r in enumerate(results) if not isinstance(r, OpFailure)]
         if ok:
             fixed = self._same_task([results[i] for i in ok], env_seed, opts, [self._slots[i] for i in ok])
@@ -410,7 +416,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             for a in acting:
                 i = self._index[a]
                 if self.executor.epochs[self._slots[i]] != self._epochs[i]:
-                    err = EnvWorkerError("the env worker holding this copy was restarted", cause="worker_death")
+                    err = EnvWorkerError(
+                        "the env worker holding this copy was restarted", cause="worker_death"
+                    )
                     gone[a] = OpFailure("worker_death", str(err), err)
             acting = [a for a in acting if a not in gone]
         ticket = self.executor.submit(

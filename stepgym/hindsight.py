@@ -174,7 +174,10 @@ def peer_hindsight(
     live = [i for i, t in enumerate(trajectories) if not getattr(t, "aborted", False)]
     if len(live) < len(trajectories):
         sub = peer_hindsight(
-            [trajectories[i] for i in live], success_fn=success_fn, render=render, final_correctness=final_correctness
+            [trajectories[i] for i in live],
+            success_fn=success_fn,
+            render=render,
+            final_correctness=final_correctness,
         )
         full: list[str | None] = [None] * len(trajectories)
         for i, h in zip(live, sub, strict=True):

@@ -318,8 +318,11 @@ def check_abort_cause(cause: str) -> str:
 
 def abort_info(cause: str, detail: str = "") -> dict[str, Any]:
     """The info of the step that aborts an episode: ``{ABORTED: True, ABORT_CAUSE: cause, ABORT_DETAIL: ...}``."""
-    return {ABORTED: True, ABORT_CAUSE: check_abort_cause(cause), ABORT_DETAIL: str(detail).splitlines()[0][:300] if detail else ""}
-
+    return {
+        ABORTED: True,
+        ABORT_CAUSE: check_abort_cause(cause),
+        ABORT_DETAIL: str(detail).splitlines()[0][:300] if detail else "",
+    }
 
 
 def describe() -> str:

@@ -386,7 +386,9 @@ class Executor:
             if ok:
                 got[ticket].append(value)
             elif isinstance(value, BaseException):  # in-process: the original exception
-                got[ticket].append(OpFailure(abort_cause_of(value), f"{type(value).__name__}: {value}", value))
+                got[ticket].append(
+                    OpFailure(abort_cause_of(value), f"{type(value).__name__}: {value}", value)
+                )
             else:
                 cause, tb = value
                 op, slot, _ = batches[w][k]

@@ -72,7 +72,9 @@ def test_an_env_failure_aborts_that_rollout_and_the_group_goes_on(action: str, c
     _play_rest(group, infos)
     t = group.trajectories
     assert group.finished and group.aborted() == [False, True, False]
-    assert t[1].ending == "aborted" and t[1].abort_cause == cause and t[1].steps == []  # no transition happened
+    assert (
+        t[1].ending == "aborted" and t[1].abort_cause == cause and t[1].steps == []
+    )  # no transition happened
     assert [x.ending for x in (t[0], t[2])] == ["terminated", "terminated"] and t[0].success
     # the aborted rollout is nobody's peer and gets no hindsight
     assert group.peer_hindsight()[1] is None
@@ -99,9 +101,7 @@ def test_a_reset_that_fails_twice_starts_the_rollout_aborted() -> None:
 
 
 def test_a_killed_worker_aborts_its_rollouts_and_is_restarted() -> None:
-    group = GroupEnv(
-        _Faulty, group_size=4, config=ABORT, executor=ExecutorSpec("process", num_workers=2)
-    )
+    group = GroupEnv(_Faulty, group_size=4, config=ABORT, executor=ExecutorSpec("process", num_workers=2))
     try:
         group.reset(seed=0, options=TASK)
         victim = group.executor.pids[1]  # holds rollouts 2 and 3
@@ -121,7 +121,10 @@ def test_a_killed_worker_aborts_its_rollouts_and_is_restarted() -> None:
 
 def test_a_hung_step_times_out_as_step_timeout_and_an_exception_in_a_worker_is_env_exception() -> None:
     group = GroupEnv(
-        _Faulty, group_size=2, config=ABORT, executor=ExecutorSpec("process", num_workers=2, options={"timeout": 3})
+        _Faulty,
+        group_size=2,
+        config=ABORT,
+        executor=ExecutorSpec("process", num_workers=2, options={"timeout": 3}),
     )
     try:
         group.reset(seed=0, options=TASK)
@@ -161,7 +164,11 @@ def test_tolerant_results_carry_op_failures() -> None:
     group.reset(seed=0, options=TASK)
     ticket = group.executor.submit("step", [0, 1], ["explode", "look"])
     res = group.executor.result(ticket, tolerate=True)
-    assert isinstance(res[0], OpFailure) and res[0].cause == "env_exception" and not isinstance(res[1], OpFailure)
+    assert (
+        isinstance(res[0], OpFailure)
+        and res[0].cause == "env_exception"
+        and not isinstance(res[1], OpFailure)
+    )
 
 
 def test_fault_injection_wrapper_input_is_checked() -> None:

@@ -36,7 +36,10 @@ def _episodes(rng: np.random.Generator, n_groups: int = 4, g: int = 4) -> list[d
                     reasonable=[bool(rng.random() < 0.6) for _ in range(t_len)],
                     progress=[bool(rng.random() < 0.4) for _ in range(t_len)],
                     true_gain=[float(rng.choice([-1.0, 0.0, 1.0])) for _ in range(t_len)],
-                    actions=[str(rng.choice(["look", "go to desk 1", "take mug 1", "inventory"])) for _ in range(t_len)],
+                    actions=[
+                        str(rng.choice(["look", "go to desk 1", "take mug 1", "inventory"]))
+                        for _ in range(t_len)
+                    ],
                     won=won,
                     n_tok=[int(rng.integers(1, 4)) for _ in range(t_len)],
                     delta=rng.normal(0, 1, size=L),
@@ -47,17 +50,41 @@ def _episodes(rng: np.random.Generator, n_groups: int = 4, g: int = 4) -> list[d
 
 def _batch(eps: list[dict], rows: str, aborted: set[int] | None = None) -> StepBatch:
     """The StepBatch of ``eps``: one token row per step ("step") or per episode ("traj")."""
-    col: dict[str, list] = {k: [] for k in (
-        "group_ids", "traj_ids", "rewards", "anchor_obs", "next_obs", "valid", "reasonable", "progress",
-        "true_gain", "actions", "success", "dones", "step_index", "aborted",
-    )}
+    col: dict[str, list] = {
+        k: []
+        for k in (
+            "group_ids",
+            "traj_ids",
+            "rewards",
+            "anchor_obs",
+            "next_obs",
+            "valid",
+            "reasonable",
+            "progress",
+            "true_gain",
+            "actions",
+            "success",
+            "dones",
+            "step_index",
+            "aborted",
+        )
+    }
     spans, deltas = [], []
     for e in eps:
         t_len = len(e["rewards"])
         for t in range(t_len):
             col["group_ids"].append(f"g{e['group']}")
             col["traj_ids"].append(e["traj"])
-            for k in ("rewards", "anchor_obs", "next_obs", "valid", "reasonable", "progress", "true_gain", "actions"):
+            for k in (
+                "rewards",
+                "anchor_obs",
+                "next_obs",
+                "valid",
+                "reasonable",
+                "progress",
+                "true_gain",
+                "actions",
+            ):
                 col[k].append(e[k][t])
             col["success"].append(e["won"] and t == t_len - 1)
             col["dones"].append(t == t_len - 1)
@@ -138,7 +165,9 @@ def test_an_aborted_episode_changes_nothing_for_the_others(cfg: ShapeConfig, row
         assert np.array_equal(full.gigpo.episode[live], ref.gigpo.episode[ref_live])
         assert np.array_equal(full.gigpo.step[live], ref.gigpo.step[ref_live])
     assert np.array_equal(full.loss_mask, ~ab)
-    assert full.aborts == S.AbortCounts(aborted_episodes=6, aborted_rows=int(ab.sum()), zeroed_groups=1, zeroed_episodes=1)
+    assert full.aborts == S.AbortCounts(
+        aborted_episodes=6, aborted_rows=int(ab.sum()), zeroed_groups=1, zeroed_episodes=1
+    )
     # tokens: the kept token rows equal the reference's rows; aborted rows and the depleted group are 0
     ts = b.layout.token_step
     row_ab = np.zeros(ts.shape[0], dtype=bool)
@@ -152,7 +181,9 @@ def test_an_aborted_episode_changes_nothing_for_the_others(cfg: ShapeConfig, row
     assert not full.token_advantages[row_ab | row_dep].any()
     assert np.array_equal(full.token_loss_mask, (ts >= 0) & ~row_ab[:, None])
     assert full.lam == ref.lam
-    if cfg.base in ("grpo", "gigpo", "graphgpo") and not cfg.proas:  # the test can fail: "aborted = reward 0" differs
+    if (
+        cfg.base in ("grpo", "gigpo", "graphgpo") and not cfg.proas
+    ):  # the test can fail: "aborted = reward 0" differs
         zeroed = _batch(eps, rows)
         zeroed.rewards = [0.0 if a else r for r, a in zip(zeroed.rewards, ab, strict=True)]
         naive = shape_advantages(zeroed, cfg, update_index=3)
@@ -173,7 +204,9 @@ def test_no_abort_leaves_every_result_unchanged(cfg: ShapeConfig) -> None:
 def test_a_group_with_every_episode_aborted_and_bad_input() -> None:
     eps = _episodes(np.random.default_rng(5), n_groups=2, g=2)
     out = shape_advantages(_batch(eps, "step", {0, 1}), ShapeConfig(base="gigpo"))
-    assert out.aborts.zeroed_groups == 1 and out.aborts.zeroed_episodes == 0 and out.aborts.aborted_episodes == 2
+    assert (
+        out.aborts.zeroed_groups == 1 and out.aborts.zeroed_episodes == 0 and out.aborts.aborted_episodes == 2
+    )
     assert not out.step_advantages[~out.loss_mask].any()
     everything = shape_advantages(_batch(eps, "traj", {0, 1, 2, 3}), ShapeConfig(base="grpo"))
     assert not everything.step_advantages.any() and not everything.token_loss_mask.any()

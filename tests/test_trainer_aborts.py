@@ -59,17 +59,23 @@ def test_a_worker_killed_mid_run_of_stepgym_train_does_not_end_the_run(tmp_path:
     assert all(0 < x["rollout/abort_rate"] <= 0.5 for x in killed)
     assert (out / "checkpoints" / "latest").is_file()
     # the rows of the aborted episodes left the credit: the credit file of the last iteration says so
-    assert m[-1]["rollout/abort_rate_total"] == pytest.approx(sum(x["rollout/aborted_episodes"] for x in m) / 36)
+    assert m[-1]["rollout/abort_rate_total"] == pytest.approx(
+        sum(x["rollout/aborted_episodes"] for x in m) / 36
+    )
 
 
 def test_an_abort_rate_above_the_limit_stops_the_run_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "stopped"
-    args = _common(out, "--run.iterations", "2", "--rollout.faults", "exception=0.3,seed=0", "--run.save-every", "1")
+    args = _common(
+        out, "--run.iterations", "2", "--rollout.faults", "exception=0.3,seed=0", "--run.save-every", "1"
+    )
     assert main(["train", *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "env_exception" in err[0] and "max_abort_rate" in err[0] and "iteration 1" in err[0]
+    assert (
+        len(err) == 1 and "env_exception" in err[0] and "max_abort_rate" in err[0] and "iteration 1" in err[0]
+    )
     assert not (out / "checkpoints" / "latest").exists()  # nothing written from that batch
 
 
@@ -110,7 +116,12 @@ def test_aborted_rows_leave_the_loss_and_a_resumed_run_goes_on_counting(tmp_path
         tr.close()
     state = json.loads((tmp_path / "r" / "checkpoints" / "step_000001" / "trainer_state.json").read_text())
     assert state["aborts"] == saved
-    resumed = GRPOTrainer(replace(cfg, run=replace(cfg.run, resume=str(tmp_path / "r" / "checkpoints" / "step_000001"), iterations=2)))
+    resumed = GRPOTrainer(
+        replace(
+            cfg,
+            run=replace(cfg.run, resume=str(tmp_path / "r" / "checkpoints" / "step_000001"), iterations=2),
+        )
+    )
     try:
         assert resumed.abort_totals == saved
         resumed.train()

@@ -235,7 +235,13 @@ def step_advantages(
         spans.append(runs)
         recs.append(list(row[: len(runs)]))
     batch = build_step_batch(
-        spans, uids, mask.shape[1], records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule, aborted=cut
+        spans,
+        uids,
+        mask.shape[1],
+        records=recs,
+        reward_scale=reward_scale,
+        invalid_rule=invalid_rule,
+        aborted=cut,
     )
     return shape_advantages(batch, cfg).token_advantages * (mask > 0)
 

@@ -127,7 +127,9 @@ class _Handlers:
             return await self.dispatch(s, kind, data)
         except ProtocolError as e:
             return error_message(str(e), e.code, **e.extra)
-        except Exception as e:  # the episode is aborted (docs/failures.md): an error with its cause, never a reward
+        except (
+            Exception
+        ) as e:  # the episode is aborted (docs/failures.md): an error with its cause, never a reward
             s.was_reset = False
             return error_message(
                 f"the env raised {type(e).__name__}: {e}; the episode is aborted, reset to continue",

@@ -47,7 +47,9 @@ def abort_mask(aborted: Any, n: int, trajs: Groups) -> np.ndarray | None:
     if not mask.any():
         return None
     if not trajs.is_constant(mask.astype(np.int64)).all():
-        raise ValueError("aborted must be equal on every row of a trajectory: an episode is aborted as a whole")
+        raise ValueError(
+            "aborted must be equal on every row of a trajectory: an episode is aborted as a whole"
+        )
     return mask
 
 
@@ -85,7 +87,9 @@ def token_rows_of(layout: TokenLayout, aborted: np.ndarray) -> np.ndarray:
     dropped = np.zeros(b, dtype=bool)
     dropped[layout.step_row[aborted]] = True
     if dropped[layout.step_row[~aborted]].any():
-        raise ValueError("a token row holds both aborted and finished steps; a row must hold one episode's steps")
+        raise ValueError(
+            "a token row holds both aborted and finished steps; a row must hold one episode's steps"
+        )
     return dropped
 
 

@@ -337,8 +337,19 @@ class StepBatch:
 
 #: The StepBatch fields that hold one entry per step row (N,).
 _ROW_FIELDS = (
-    "group_ids", "traj_ids", "rewards", "valid", "anchor_obs", "reasonable", "progress", "next_obs", "success",
-    "dones", "step_index", "true_gain", "actions",
+    "group_ids",
+    "traj_ids",
+    "rewards",
+    "valid",
+    "anchor_obs",
+    "reasonable",
+    "progress",
+    "next_obs",
+    "success",
+    "dones",
+    "step_index",
+    "true_gain",
+    "actions",
 )
 
 
@@ -427,7 +438,10 @@ def _shape_without_aborted(
     if out.gigpo is not None:
         t = out.gigpo
         terms = GiGPOTerms(
-            back(t.episode), back(t.step), _ab.scatter(t.scores, keep), _ab.scatter(t.returns, keep),
+            back(t.episode),
+            back(t.step),
+            _ab.scatter(t.scores, keep),
+            _ab.scatter(t.returns, keep),
             _ab.scatter(t.step_groups, keep, -1),
         )
     token_adv = token_mask = None
@@ -443,8 +457,15 @@ def _shape_without_aborted(
         zeroed_episodes=n_eps,
     )
     return ShapedAdvantages(
-        token_adv, back(out.step_advantages), back(out.base_advantages), _ab.scatter(out.scores, keep),
-        out.lam, terms, keep.copy(), token_mask, counts,
+        token_adv,
+        back(out.step_advantages),
+        back(out.base_advantages),
+        _ab.scatter(out.scores, keep),
+        out.lam,
+        terms,
+        keep.copy(),
+        token_mask,
+        counts,
     )
 
 

@@ -389,7 +389,9 @@ class _Collection:
             _, rew, _, _, infos = g.step_wait()
             self.prompt[gi] = read_prompts()
             for a, info in infos.items():
-                if info.get(schema.ABORTED):  # no transition happened: no row (the episode's rows are marked later)
+                if info.get(
+                    schema.ABORTED
+                ):  # no transition happened: no row (the episode's rows are marked later)
                     continue
                 k = index[(gi, a)]
                 r_idx = g.possible_agents.index(a)

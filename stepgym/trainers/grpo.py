@@ -277,7 +277,10 @@ class GRPOTrainer:
         counts = ro.abort_counts()
         local = [float(len(ro.trajectories))] + [float(counts.get(c, 0)) for c in ABORT_CAUSES]
         total = self.dist.sum_floats(local, self.device) if self.dist.active else local
-        episodes, per_cause = int(total[0]), {c: int(n) for c, n in zip(ABORT_CAUSES, total[1:], strict=True) if n}
+        episodes, per_cause = (
+            int(total[0]),
+            {c: int(n) for c, n in zip(ABORT_CAUSES, total[1:], strict=True) if n},
+        )
         self.abort_totals["episodes"] = self.abort_totals.get("episodes", 0) + episodes
         for c, n in per_cause.items():
             self.abort_totals[c] = self.abort_totals.get(c, 0) + n
@@ -300,7 +303,9 @@ class GRPOTrainer:
         ab = shaping.shaped.aborts
         m["rollout/abort_zeroed_groups"] = float(ab.zeroed_groups)
         tot = self.abort_totals
-        m["rollout/abort_rate_total"] = sum(v for k, v in tot.items() if k != "episodes") / max(tot.get("episodes", 0), 1)
+        m["rollout/abort_rate_total"] = sum(v for k, v in tot.items() if k != "episodes") / max(
+            tot.get("episodes", 0), 1
+        )
         m.update(shaping_metrics(self.dist.all_gather_object(shaping_arrays(shaping)), self.cfg.method))
         m.update(stats)
         if self.arg is not None:

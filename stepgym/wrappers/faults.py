@@ -83,7 +83,13 @@ class FaultInjectionWrapper(gym.Wrapper):
         return self.env.reset(seed=seed, options=options)
 
     def step(self, action: Any):
-        key = [self.fault_seed, self._copy, self._reset_seed, self._t, zlib.crc32(str(action).encode("utf-8"))]
+        key = [
+            self.fault_seed,
+            self._copy,
+            self._reset_seed,
+            self._t,
+            zlib.crc32(str(action).encode("utf-8")),
+        ]
         u = float(np.random.default_rng(key).random())
         self._t += 1
         if u < self.p_kill:
