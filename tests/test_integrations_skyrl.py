@@ -65,15 +65,14 @@ def test_env_config_overrides_and_missing_env_id_is_refused() -> None:
 
 def test_an_env_without_a_text_format_is_refused_clearly() -> None:
     """The adapter uses the text interface's own format rule: no format given and none registered for the env id
-    is a clear error at construction, and an explicit one is used as given."""
+    is the plain format, and an explicit one is used as given."""
     import gymnasium as gym
 
     # the toy under an id of the user's own: no format is registered for it
     if "MyOrg/CreditToyCopy-v0" not in gym.registry:
         gym.register("MyOrg/CreditToyCopy-v0", entry_point="stepgym.envs.credit:CreditToyEnv")
     sid = register("MyOrg/CreditToyCopy-v0", "stepgym-toy-nofmt", env_kwargs=KW)
-    with pytest.raises(ValueError, match="no text format is declared for 'MyOrg/CreditToyCopy-v0'"):
-        skyrl_gym.make(sid, env_config={}, extras={})
+    assert skyrl_gym.make(sid, env_config={}, extras={})._env.fmt.name == "plain"
     env = skyrl_gym.make(sid, env_config={"fmt": "webshop"}, extras={})
     assert env._env.fmt.name == "webshop"
 

@@ -399,7 +399,7 @@ def test_teacher_presets_are_refused_without_gaps(batch) -> None:
 
 @pytest.mark.parametrize(
     ("estimator", "preset"),
-    [(name, preset) for name, preset in ESTIMATORS.items() if preset.split("-")[0] in GRAPH_BASES],
+    [(name, preset) for name, preset in ESTIMATORS.items() if name.removeprefix("stepgym_") in GRAPH_BASES],
 )
 def test_graph_estimators_equal_shape_advantages(batch, estimator: str, preset: str) -> None:
     """GraphGPO, HGPO, RewardFlow and G2PO read each step's state before and after it from the agent loop's
@@ -420,6 +420,25 @@ def test_graph_estimators_equal_shape_advantages(batch, estimator: str, preset: 
     assert np.allclose(adv.numpy(), want, atol=1e-6) and np.abs(want).max() > 0
     full = compute_step_advantage(data, preset)
     assert np.allclose(full.batch["advantages"].numpy(), want, atol=1e-6)
+
+
+def test_estimators_are_derived_from_the_shaper_registry() -> None:
+    """Every registered base (and ProAS) is a verl estimator running its preset; a base registered later joins."""
+    from stepgym.integrations.verl import estimator_presets
+    from stepgym.shapers import BaseAdvantage, grpo_advantage, register
+    from stepgym.shapers.registry import available
+
+    assert {f"stepgym_{b}" for b in available("base")} | {"stepgym_proas"} == set(ESTIMATORS)
+    assert ESTIMATORS["stepgym_grpo"] == "grpo" and ESTIMATORS["stepgym_gigpo"] == "gigpo-alfworld"
+    assert (
+        ESTIMATORS["stepgym_proas"] == "proas-gigpo" and ESTIMATORS["stepgym_graphgpo"] == "graphgpo-alfworld"
+    )
+
+    @register("verl_test_base", stage="base", overwrite=True)
+    def _mine(batch, config, scores):
+        return BaseAdvantage(grpo_advantage(scores, batch.group_ids))
+
+    assert estimator_presets()["stepgym_verl_test_base"] == "verl_test_base"
 
 
 # ---------------------------------------------------------------------------------------------------------------

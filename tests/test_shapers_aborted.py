@@ -236,3 +236,13 @@ def test_the_numpy_policy_loss_masks_aborted_rows(mode: str) -> None:
         S.policy_loss_np(lp[keep_rows], old[keep_rows], ref.token_advantages), ref.token_loss_mask, mode
     )
     assert got == want
+
+
+def test_every_per_row_field_is_restricted() -> None:
+    """A StepBatch field added later must be listed where the aborted rows are cut out (else it would leak)."""
+    from dataclasses import fields
+
+    from stepgym.shapers import compose
+
+    token_fields = {"layout", "delta", "delta_mask", "target", "aborted"}
+    assert {f.name for f in fields(StepBatch)} == set(compose._ROW_FIELDS) | token_fields

@@ -134,7 +134,7 @@ def build_scoring(
     scorer = Scorer(pad_id, microbatch_tokens=cfg.teacher.microbatch_tokens, autocast_dtype=autocast)
     stale, reference, analyzer = build_teachers(cfg, model)
     rescorer = TeacherRescorer(
-        cfg, scorer=scorer, encoder=encoder, fmt_name=fmt.name, analyzer=analyzer, stale=stale
+        cfg, scorer=scorer, encoder=encoder, fmt_name=fmt, analyzer=analyzer, stale=stale
     )
     return scorer, stale, reference, analyzer, rescorer
 

@@ -209,7 +209,8 @@ class TeacherConfig:
     """StepOPSD: snapshot refresh period in policy updates (10 in the paper)."""
     span_mode: Literal["auto", "action_only", "clean_step_no_observation"] = "auto"
     """StepOPSD target spans: 'action_only' (ALFWorld: the <action>…</action> tag), 'clean_step_no_observation'
-    (QA: the whole turn, reasoning without observations); 'auto' picks by text format."""
+    (QA: the whole turn, reasoning without observations); 'auto' picks by text format: 'action_only' when the
+    format's replies carry an <action> tag, else the whole reply (the Search-QA formats, an env's own format)."""
     max_context_tokens: int = 0
     """Privileged prompt budget (context + target); 0 = max_prompt_tokens + max_response_tokens. Longer privileged
     text is cut in its middle; under ``min_pi_tokens`` of room it is dropped (counted in the metrics)."""
