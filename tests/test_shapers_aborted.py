@@ -119,11 +119,11 @@ def _configs() -> list[ShapeConfig]:
     cfgs += [
         ShapeConfig(base="grpo", cross_steps=False),
         ShapeConfig(base="grpo", singleton="zero"),
-        ShapeConfig(base="gigpo", similarity=True, similarity_tau=0.5),
-        ShapeConfig(base="gigpo", proas=True, proas_target="combined"),
-        ShapeConfig(base="graphgpo", similarity=True),
-        ShapeConfig(base="hgpo", hgpo_base_group=True),
-        ShapeConfig(base="rewardflow", rewardflow_alfworld_clean=True),
+        ShapeConfig(base="gigpo", options={"gigpo": {"similarity": True, "similarity_tau": 0.5}}),
+        ShapeConfig(base="gigpo", proas=True, options={"proas": {"target": "combined"}}),
+        ShapeConfig(base="graphgpo", options={"graphgpo": {"similarity": True}}),
+        ShapeConfig(base="hgpo", options={"hgpo": {"base_group": True}}),
+        ShapeConfig(base="rewardflow", options={"rewardflow": {"alfworld_clean": True}}),
         ShapeConfig(base="gigpo", invalid_penalty=0.1),
         ShapeConfig.from_preset("ahead"),
         ShapeConfig.from_preset("stepopsd-alfworld"),
@@ -134,7 +134,8 @@ def _configs() -> list[ShapeConfig]:
 
 
 def _name(cfg: ShapeConfig) -> str:
-    return f"{cfg.base}-proas{int(cfg.proas)}-{cfg.token_reweight}-{cfg.step_norm}-{cfg.similarity}-{cfg.cross_steps}"
+    opts = "-".join(f"{k}{sorted(dict(v).items()) if isinstance(v, dict) else v}" for k, v in dict(cfg.options).items())
+    return f"{cfg.base}-proas{int(cfg.proas)}-{cfg.token_reweight}-{cfg.step_norm}-{cfg.cross_steps}-{opts}"
 
 
 CONFIGS = _configs()
