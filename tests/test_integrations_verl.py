@@ -439,3 +439,36 @@ def test_estimators_are_derived_from_the_shaper_registry() -> None:
         return BaseAdvantage(grpo_advantage(scores, batch.group_ids))
 
     assert estimator_presets()["stepgym_verl_test_base"] == "verl_test_base"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Failure semantics (docs/failures.md)
+# ---------------------------------------------------------------------------------------------------------------
+def test_an_env_failure_ends_the_verl_episode_aborted(tok) -> None:
+    from stepgym.wrappers.faults import FaultInjectionWrapper
+
+    row = verl_rows(TOY, TOY_KW)[0]
+    server = ScriptedServerManager(tok, np.random.default_rng(0))
+    out = _play(tok, row, server, wrappers=[functools.partial(FaultInjectionWrapper, exception=1.0)])
+    steps = out.extra_fields["stepgym_steps"]
+    assert len(steps) == 1 and steps[0]["aborted"] and steps[0]["stop"] > steps[0]["start"]
+    assert out.extra_fields["stepgym_episode"]["abort_cause"] == "env_exception"
+
+
+def test_an_aborted_verl_episode_changes_nothing_for_the_others(batch) -> None:
+    import copy
+
+    data, outs = batch
+    data = copy.deepcopy(data)
+    cut = 2
+    recs = [dict(r, aborted=True) for r in data.non_tensor_batch["stepgym_steps"][cut]]
+    data.non_tensor_batch["stepgym_steps"][cut] = recs
+    out = compute_step_advantage(data, "gigpo-alfworld")
+    uids = list(data.non_tensor_batch["uid"])
+    keep = [b for b in range(len(outs)) if b != cut]
+    width = data.batch["response_mask"].shape[1]
+    want = _expected([outs[b] for b in keep], [uids[b] for b in keep], width, "gigpo-alfworld").token_advantages
+    adv = out.batch["advantages"].numpy()
+    assert np.allclose(adv[keep], want, atol=1e-6) and np.abs(want).max() > 0
+    assert not adv[cut].any() and not out.batch["response_mask"][cut].any()
+    assert out.batch["response_mask"][keep].any()

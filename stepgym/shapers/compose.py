@@ -46,6 +46,7 @@ from stepgym.shapers import graphgpo, hgpo, rewardflow, g2po  # noqa: F401
 from stepgym.shapers import ahead, grpo, oracle, proas, stepopsd  # noqa: F401
 
 # isort: on
+from stepgym.shapers import aborts as _ab
 from stepgym.shapers._common import (
     Groups,
     as_float_array,
@@ -53,6 +54,7 @@ from stepgym.shapers._common import (
     check_same_length,
     check_traj_in_one_group,
 )
+from stepgym.shapers.aborts import AbortCounts
 from stepgym.shapers.gigpo import GiGPOTerms
 from stepgym.shapers.registry import BaseAdvantage, check_name, get, needing
 from stepgym.shapers.rewards import (
@@ -65,6 +67,7 @@ from stepgym.shapers.tokens import TokenLayout
 __all__ = [
     "GRAPH_BASES",
     "SHAPER_PRESETS",
+    "AbortCounts",
     "ShapeConfig",
     "ShapedAdvantages",
     "StepBatch",
@@ -330,6 +333,10 @@ class StepBatch:
         step_index: int t of each row inside its trajectory (optional; checked to increase along trajectories).
         true_gain: float ``schema.VALUE_GAIN`` of the step (``ValueWrapper``; the "oracle" base needs it).
         actions: the action text of each step (RewardFlow's ALFWorld cleaning reads it).
+    Failure semantics (docs/failures.md):
+        aborted: bool (N,), True on every row of an episode an infrastructure failure cut off
+            (``schema.ABORT_CAUSES``). None / all False: nothing aborted (results unchanged). Those rows are kept
+            out of every statistic and get advantage 0 and loss mask 0.
     """
 
     group_ids: Sequence[Any] | np.ndarray
@@ -349,6 +356,25 @@ class StepBatch:
     step_index: Any = None
     true_gain: Any = None
     actions: Sequence[Any] | None = None
+    aborted: Any = None
+
+
+#: The StepBatch fields that hold one entry per step row (N,).
+_ROW_FIELDS = (
+    "group_ids",
+    "traj_ids",
+    "rewards",
+    "valid",
+    "anchor_obs",
+    "reasonable",
+    "progress",
+    "next_obs",
+    "success",
+    "dones",
+    "step_index",
+    "true_gain",
+    "actions",
+)
 
 
 @dataclass(frozen=True)
@@ -362,6 +388,12 @@ class ShapedAdvantages:
     lam: float  #: mixing weight used by the token reweighting (0 if none)
     #: the base's (episode, step) terms: GiGPO, GraphGPO, RewardFlow, G2PO, oracle (None for the others)
     gigpo: GiGPOTerms | None = field(default=None)
+    #: (N,) bool: the rows the loss trains on (False on aborted episodes' rows); None means all rows
+    loss_mask: np.ndarray | None = field(default=None)
+    #: (B, L) bool: the tokens the loss trains on (response tokens of finished episodes); None without a layout
+    token_loss_mask: np.ndarray | None = field(default=None)
+    #: what the aborts of this batch cost (episodes, rows, groups left with fewer than two finished episodes)
+    aborts: AbortCounts = field(default_factory=AbortCounts)
 
 
 def shape_advantages(
@@ -378,7 +410,93 @@ def shape_advantages(
 
     Returns a :class:`ShapedAdvantages`. Raises ``ValueError`` for non-finite rewards, mismatched lengths or
     shapes, missing inputs a configured stage needs, or a layout whose step count differs from N.
+
+    Aborted episodes (``batch.aborted``, docs/failures.md): the batch restricted to its finished rows is shaped
+    and the result scattered back, so the finished rows' advantages equal, exactly, those of the batch with the
+    aborted episodes removed; aborted rows get 0 and ``loss_mask`` / ``token_loss_mask`` False. A group an abort
+    left with fewer than two finished episodes gets 0 (``aborts.zeroed_groups``).
     """
+    mask = None
+    if batch.aborted is not None:
+        n = len(batch.rewards)
+        check_same_length(n, traj_ids=batch.traj_ids, group_ids=batch.group_ids)
+        mask = _ab.abort_mask(batch.aborted, n, Groups(batch.traj_ids))
+    if mask is None:
+        out = _shape(replace(batch, aborted=None), config, update_index=update_index, lam=lam)
+        tmask = batch.layout.response_mask if out.token_advantages is not None and batch.layout else None
+        return replace(out, loss_mask=np.ones(len(out.step_advantages), dtype=bool), token_loss_mask=tmask)
+    return _shape_without_aborted(batch, mask, config, update_index=update_index, lam=lam)
+
+
+def _shape_without_aborted(
+    batch: StepBatch, aborted: np.ndarray, config: ShapeConfig, *, update_index: int, lam: float | None
+) -> ShapedAdvantages:
+    """Shape the finished rows only, scatter back (aborted rows 0), zero the groups left with < 2 episodes."""
+    keep = ~aborted
+    idx = np.flatnonzero(keep)
+    sub = replace(batch, aborted=None, **{f: _ab.take_rows(getattr(batch, f), idx) for f in _ROW_FIELDS})
+    keep_rows = None
+    if batch.layout is not None:
+        if batch.layout.n_steps != len(keep):
+            raise ValueError(
+                f"the token layout has {batch.layout.n_steps} steps but the batch has {len(keep)} step rows"
+            )
+        keep_rows = ~_ab.token_rows_of(batch.layout, aborted)
+        sub = replace(
+            sub,
+            layout=_ab.restrict_layout(batch.layout, keep_rows),
+            delta=_ab.token_take(batch.delta, keep_rows),
+            delta_mask=_ab.token_take(batch.delta_mask, keep_rows),
+            target=None if batch.target is None else _ab.restrict_layout(batch.target, keep_rows),
+        )
+    out = _shape(sub, config, update_index=update_index, lam=lam)
+    tg, gg = Groups(batch.traj_ids), Groups(batch.group_ids)
+    zero, n_groups, n_eps = _ab.depleted_rows(aborted, gg, tg)
+    zsub = zero[keep]
+
+    def back(x: np.ndarray, fill: float = 0.0) -> np.ndarray:
+        y = np.where(zsub, 0.0, x) if x.dtype.kind == "f" else x
+        return _ab.scatter(y, keep, fill)
+
+    terms = None
+    if out.gigpo is not None:
+        t = out.gigpo
+        terms = GiGPOTerms(
+            back(t.episode),
+            back(t.step),
+            _ab.scatter(t.scores, keep),
+            _ab.scatter(t.returns, keep),
+            _ab.scatter(t.step_groups, keep, -1),
+        )
+    token_adv = token_mask = None
+    if out.token_advantages is not None and keep_rows is not None:
+        ts = batch.layout.token_step  # type: ignore[union-attr]
+        token_adv = _ab.scatter(out.token_advantages, keep_rows)
+        token_adv[np.isin(ts, np.flatnonzero(zero))] = 0.0
+        token_mask = (ts >= 0) & keep_rows[:, None]
+    counts = AbortCounts(
+        aborted_episodes=len(np.unique(tg.codes[aborted])),
+        aborted_rows=int(aborted.sum()),
+        zeroed_groups=n_groups,
+        zeroed_episodes=n_eps,
+    )
+    return ShapedAdvantages(
+        token_adv,
+        back(out.step_advantages),
+        back(out.base_advantages),
+        _ab.scatter(out.scores, keep),
+        out.lam,
+        terms,
+        keep.copy(),
+        token_mask,
+        counts,
+    )
+
+
+def _shape(
+    batch: StepBatch, config: ShapeConfig, *, update_index: int = 0, lam: float | None = None
+) -> ShapedAdvantages:
+    """The §0 pipeline on a batch without aborted rows."""
     rewards = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
     n = len(rewards)
     check_same_length(

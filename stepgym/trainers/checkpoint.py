@@ -418,6 +418,7 @@ def save_trainer(tr: Any, extra_parts: Mapping[str, PartWriter] | None = None) -
         "model_source": tr.model_source,
         "stale_version": tr.stale.version if tr.stale is not None else None,
         "evals": tr.evals,
+        "aborts": dict(tr.abort_totals),  # aborted episodes per cause so far (a resumed run goes on counting)
         "config": tr.cfg.to_dict(),
         **world_record(tr.dist.world, tr.cfg.rollout.n_tasks),  # world_size and each rank's groups
     }
@@ -472,4 +473,5 @@ def load_trainer(tr: Any, path: Path, state: Mapping[str, Any]) -> None:
         part("arg", tr.arg.load)
     tr.iteration = int(state["iteration"])
     tr.evals = list(state.get("evals") or [])
+    tr.abort_totals = {str(k): int(v) for k, v in (state.get("aborts") or {}).items()}
     tr.backend.sync_weights(tr.model)

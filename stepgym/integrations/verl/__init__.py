@@ -44,9 +44,9 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.episodes import EpisodeRecorder
-from stepgym.errors import StepRecordError
+from stepgym.errors import StepRecordError, abort_cause_of
 from stepgym.group import WrapperFn
-from stepgym.integrations.annotations import INVALID_RULES, episode_annotations
+from stepgym.integrations.annotations import ABORTED_STEP, INVALID_RULES, episode_annotations
 from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.integrations.tasks import task_rows
 from stepgym.shapers import SHAPER_PRESETS, ShapeConfig, StepBatch, TokenLayout, shape_advantages
@@ -232,7 +232,12 @@ class StepGymAgentLoop(AgentLoopBase):
             spans.append((len(mask) - merged.appended_token_count, len(mask)))
             reply = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             t0 = time.perf_counter()
-            obs, reward, term, trunc, self.info = await self._in_thread(lambda r=reply: env.step(r))
+            try:
+                obs, reward, term, trunc, self.info = await self._in_thread(lambda r=reply: env.step(r))
+            except Exception as exc:  # an infrastructure failure: the episode ends aborted (docs/failures.md)
+                assert recorder.trajectory is not None
+                recorder.trajectory.abort(abort_cause_of(exc))
+                break
             env_s += time.perf_counter() - t0
             recorder.add(reply, obs, reward, term, trunc, self.info)
             messages.append({"role": "assistant", "content": reply})
@@ -265,6 +270,10 @@ class StepGymAgentLoop(AgentLoopBase):
         prompt = tokens[: len(tokens) - len(mask)]
         episode = episode_annotations(traj)
         steps = episode.pop("steps")
+        if traj.aborted:  # the last reply was never answered: a stand-in record; every record says aborted
+            steps = [*steps, *[dict(ABORTED_STEP) for _ in spans[len(steps) :]]]
+            for rec in steps:
+                rec["aborted"] = True
         for rec, (s, e) in zip(steps, spans, strict=True):
             rec.update(start=min(s, n), stop=min(e, n))
         return AgentLoopOutput(
@@ -319,6 +328,8 @@ def step_batch_from_verl(
         raise StepRecordError(f"index has {len(index)} entries for {b} rows")
     if steps is not None and len(steps) != b:
         raise StepRecordError(f"steps has {len(steps)} rows for {b} rows")
+    # an aborted episode (docs/failures.md): its records say so; its rows get advantage 0, out of every statistic
+    cut = [bool(steps is not None and steps[i] and any(r.get("aborted") for r in steps[i])) for i in range(b)]
     spans, rewards, records = [], [], []
     for i in range(b):
         if steps is not None and steps[i] is None:
@@ -329,7 +340,7 @@ def step_batch_from_verl(
             keep = [t for t, (s, e) in enumerate(row_spans) if e > s]
             recs = [recs[t] for t in keep]
             row_spans = [row_spans[t] for t in keep]
-        if not row_spans:
+        if not row_spans and not cut[i]:
             raise StepRecordError(f"row {i} has no response token (no step to credit)")
         starts = [s for s, _ in row_spans] + [length]
         rewards.append(
@@ -347,6 +358,7 @@ def step_batch_from_verl(
         records=records if steps is not None else None,
         rewards=rewards,
         invalid_rule=invalid_rule,
+        aborted=cut,
     )
 
 
@@ -447,6 +459,13 @@ def compute_step_advantage(
     )
     data.batch["advantages"] = adv
     data.batch["returns"] = ret
+    if steps is not None:  # an aborted episode's rows leave verl's loss (docs/failures.md)
+        cut = [bool(r) and any(x.get("aborted") for x in r) for r in steps]
+        if any(cut):
+            keep = torch.as_tensor([not c for c in cut], device=data.batch["response_mask"].device)
+            data.batch["response_mask"] = data.batch["response_mask"] * keep[:, None].to(
+                data.batch["response_mask"].dtype
+            )
     return data
 
 
