@@ -96,7 +96,8 @@ def parse_react(text: Any, *, require_think: bool = True, lowercase: bool = Fals
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """The pieces of a prompt, each a ``str.format`` template. A piece is left out when its fields are empty.
+    """The pieces of a prompt, each a ``str.format`` template. A piece is left out when its fields are empty
+    (the ``intro`` when the env has no goal: no ``{task}``).
 
     Fields available: ``{task}``, ``{observation}``, ``{admissible}`` (the admissible actions, quoted and comma
     separated), ``{step_count}`` (actions taken so far), ``{step_number}`` (``step_count + 1``),

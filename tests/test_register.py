@@ -72,7 +72,10 @@ def user_module(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_a_registered_env_declares_itself_once(user_module: str) -> None:
     entry = env_entry("UserOrg/Countdown-v0")
-    assert entry is not None and entry.max_steps == 7 and entry.task_types == ("countdown",)
+    assert entry is not None and entry.max_steps == 7 and entry.types() == ("countdown",)
+    assert len(env_entry("StepGym/ScienceWorld-v0").types()) == 30  # a "module:ATTR" reference, read on use
+    with pytest.raises(InvalidArgumentError, match="task_types is a sequence of names or a 'module:ATTR'"):
+        register("UserOrg/Bad-v0", "m:C", max_steps=3, task_types="boil")
     assert "UserOrg/Countdown-v0" in registered_envs() and "StepGym/ALFWorld-v0" in registered_envs()
     assert gym.spec("UserOrg/Countdown-v0").max_episode_steps == 7
     # splits: the declared ones are checked, the evaluation split is the default; a name list's first is evaluation

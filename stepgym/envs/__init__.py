@@ -74,8 +74,18 @@ class EnvEntry:
     no_values: str | None = None
     """Why the env has no exact step values (e.g. its state is too large): ``ValueWrapper`` refuses it with this
     reason instead of guessing."""
-    task_types: tuple[str, ...] = ()
-    """The task types its info's ``TASK_TYPE`` takes (success is reported per type); ``()`` when untyped."""
+    task_types: tuple[str, ...] | str = ()
+    """The task types its info's ``TASK_TYPE`` takes (success is reported per type); ``()`` when untyped; or
+    ``"module:ATTR"`` naming the tuple, read on first use (:meth:`types`), so registering imports nothing."""
+
+    def types(self) -> tuple[str, ...]:
+        """The declared task types (a ``"module:ATTR"`` reference imported now)."""
+        if isinstance(self.task_types, str):
+            import importlib
+
+            module, _, attr = self.task_types.partition(":")
+            return tuple(str(t) for t in getattr(importlib.import_module(module), attr))
+        return self.task_types
 
 
 _ENVS: dict[str, EnvEntry] = {}
@@ -90,7 +100,7 @@ def register(
     splits: EnvSplits | Sequence[str] | None = None,
     value_oracle: str | None = None,
     no_values: str | None = None,
-    task_types: Sequence[str] = (),
+    task_types: Sequence[str] | str = (),
 ) -> EnvEntry:
     """Register a text env with Gymnasium and declare what stepgym needs to know about it (:class:`EnvEntry`).
 
@@ -123,15 +133,12 @@ def register(
     if splits is not None and not isinstance(splits, EnvSplits):
         names = tuple(str(n) for n in splits)
         splits = EnvSplits(names, names[0] if names else "")
-    entry = EnvEntry(
-        entry_point,
-        int(max_steps),
-        text_format,
-        splits,
-        value_oracle,
-        no_values,
-        tuple(str(t) for t in task_types),
-    )
+    if isinstance(task_types, str) and ":" not in task_types:
+        raise InvalidArgumentError(
+            f"register({env_id!r}): task_types is a sequence of names or a 'module:ATTR' string, got {task_types!r}"
+        )
+    types = task_types if isinstance(task_types, str) else tuple(str(t) for t in task_types)
+    entry = EnvEntry(entry_point, int(max_steps), text_format, splits, value_oracle, no_values, types)
     known = _ENVS.get(env_id)
     if known is not None:
         if known != entry:
@@ -350,6 +357,45 @@ def register_envs() -> None:
         splits=_TOY_SPLITS,
         value_oracle="stepgym.values.credit:CreditOracle",
     )
+    register(
+        "StepGym/Sokoban-v0",
+        "stepgym.envs.sokoban:SokobanEnv",
+        max_steps=100,
+        text_format="stepgym.envs.sokoban.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.sokoban:SokobanOracle",
+        task_types=("6x6-1box",),
+    )
+    register(
+        "StepGym/BabyAI-v0",
+        "stepgym.envs.babyai:BabyAIEnv",
+        max_steps=64,
+        text_format="stepgym.envs.babyai.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.babyai:BabyAIOracle",
+        task_types=("goto", "pickup", "open", "putnext", "sequence"),
+    )
+    register(
+        "StepGym/ScienceWorld-v0",
+        "stepgym.envs.scienceworld:ScienceWorldEnv",
+        max_steps=100,
+        text_format="stepgym.envs.scienceworld.prompt:FORMAT",
+        splits=EnvSplits(("train", "dev", "test"), "test"),
+        no_values=(
+            "ScienceWorld's state (every object, temperature and timer of a 10-room world) is too large to search "
+            "for exact values; its step truth is the gold path (EXPERT_ACTION) and the task score (SUBGOAL_KEY)"
+        ),
+        task_types="stepgym.envs.scienceworld.tasks:TASK_TYPES",
+    )
+    register(
+        "StepGym/TextCraft-v0",
+        "stepgym.envs.textcraft:TextCraftEnv",
+        max_steps=50,
+        text_format="stepgym.envs.textcraft.prompt:FORMAT",
+        splits=EnvSplits(("train", "test", "all"), "test"),
+        value_oracle="stepgym.values.textcraft:TextCraftOracle",
+        task_types=("depth-2", "depth-3", "depth-4"),
+    )
 
 
 #: ALFWorld's six task types (the prefix of its task ids' second part).
@@ -370,6 +416,10 @@ ENV_IDS = (
     "StepGym/SearchQA-v0",
     "StepGym/CreditToy-v0",
     "StepGym/CreditFamily-v0",
+    "StepGym/Sokoban-v0",
+    "StepGym/ScienceWorld-v0",
+    "StepGym/TextCraft-v0",
+    "StepGym/BabyAI-v0",
 )
 
 

@@ -67,9 +67,11 @@ def make_collector(
     history: int | None,
     encoder: Any,
     backend: Any,
+    train: bool = False,
 ) -> Any:
     """A :class:`~stepgym.trainers.collector.Collector` of ``cfg.env.id`` made with ``kwargs`` (the training split,
-    or an evaluation split), on the configured env executor."""
+    or an evaluation split), on the configured env executor. The training collector (``train``) aborts the episodes
+    an infrastructure failure cuts off, and carries the fault injection of ``rollout.faults`` (docs/failures.md)."""
     from stepgym.trainers.collector import Collector, CollectorOptions
     from stepgym.workers import ExecutorSpec
 
@@ -87,6 +89,8 @@ def make_collector(
             executor=ExecutorSpec(ex["executor"], ex["num_workers"], ex["executor_kwargs"]),
             overlap=ex["overlap"],
             value_labels=cfg.env.value_labels,
+            on_failure="abort" if train else "raise",
+            faults=cfg.rollout.faults if train else "",
         ),
     )
 
@@ -135,7 +139,7 @@ def build_scoring(
     scorer = Scorer(pad_id, microbatch_tokens=cfg.teacher.microbatch_tokens, autocast_dtype=autocast)
     stale, reference, analyzer = build_teachers(cfg, model)
     rescorer = TeacherRescorer(
-        cfg, scorer=scorer, encoder=encoder, fmt_name=fmt.name, analyzer=analyzer, stale=stale
+        cfg, scorer=scorer, encoder=encoder, fmt_name=fmt, analyzer=analyzer, stale=stale
     )
     return scorer, stale, reference, analyzer, rescorer
 

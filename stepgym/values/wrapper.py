@@ -41,7 +41,9 @@ def _declared(env: gym.Env) -> tuple[str, EnvEntry] | None:
     if spec is not None and spec.id in entries:
         return spec.id, entries[spec.id]
     mro = type(base).__mro__
-    best: tuple[int, str, EnvEntry] | None = None  # the most derived registered class wins (a subclass's own entry)
+    best: tuple[int, str, EnvEntry] | None = (
+        None  # the most derived registered class wins (a subclass's own entry)
+    )
     for env_id, entry in entries.items():
         module_name, _, name = entry.entry_point.partition(":")
         cls = getattr(sys.modules.get(module_name), name, None)

@@ -232,7 +232,8 @@ FORMATS: dict[str, TextFormat] = {
         history_length=2,
     ),
     "webshop": TextFormat("webshop", WEBSHOP_TEMPLATE, parse_react, react_feedback, history_length=2),
-    # Search-R1's prompt and the Search-QA env's strict rule (the default for StepGym/SearchQA-v0)
+    # Search-R1's prompt with the strict one-action-per-turn rule (the env's strict_format=True); the format
+    # StepGym/SearchQA-v0 declares. The env itself defaults to Search-R1's rule (strict_format=False, "qa-lenient").
     "qa": TextFormat(
         "qa",
         SEARCH_R1_TEMPLATE,
@@ -241,7 +242,7 @@ FORMATS: dict[str, TextFormat] = {
         history_length=None,
         task_text=_normalize_question,
     ),
-    # Search-R1's prompt and its own first-tag-wins rule (the Search-QA env's ``strict_format=False``)
+    # Search-R1's prompt and its own first-tag-wins rule (the Search-QA env's default, ``strict_format=False``)
     "qa-lenient": TextFormat(
         "qa-lenient",
         SEARCH_R1_TEMPLATE,
@@ -403,7 +404,8 @@ def render_prompt(
         "history_count": len(shown),
         "history": t.history_separator.join(items),
     }
-    body = [t.intro.format(**fields)]
+    # an env with no goal (no schema.GOAL) has no task: its intro, which states the task, is left out
+    body = [t.intro.format(**fields)] if task or "{task}" not in t.intro else []
     if items:
         body += [t.history_header.format(**fields), fields["history"]]
     current = t.current if n_done else t.current_first
@@ -415,9 +417,11 @@ def render_prompt(
     return sep.join(p for p in body if p) + sep + sep + t.instruction.format(**fields)
 
 
-def _task_of(info: Mapping[str, Any], observation: str) -> str:
+def _task_of(info: Mapping[str, Any]) -> str:
+    """The task of an episode: its ``schema.GOAL`` ('' when the env gives none; the prompt then has no task line,
+    and the first observation is shown as the current one, not repeated as a task)."""
     goal = info.get(schema.GOAL)
-    return goal if isinstance(goal, str) and goal else observation
+    return goal if isinstance(goal, str) else ""
 
 
 def prompt_for_step(
@@ -429,7 +433,7 @@ def prompt_for_step(
 ) -> str:
     """The prompt the agent saw before action ``t`` of a recorded trajectory (``t == len(steps)``: the next one).
 
-    The task is ``initial_info[schema.GOAL]`` (the first observation when the env gives no goal), the admissible
+    The task is ``initial_info[schema.GOAL]`` (none, and no task line, when the env gives no goal), the admissible
     actions those recorded in the info the action was chosen from.
     """
     if not 0 <= t <= len(trajectory.steps):
@@ -438,7 +442,7 @@ def prompt_for_step(
     obs = trajectory.steps[t - 1].next_observation if t else trajectory.initial_observation
     return render_prompt(
         fmt,
-        task=_task_of(trajectory.initial_info, trajectory.initial_observation),
+        task=_task_of(trajectory.initial_info),
         observation=obs,
         history=trajectory.steps[:t],
         admissible_actions=infos[t].get(schema.ADMISSIBLE_ACTIONS),
@@ -526,7 +530,7 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
     ) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self.history = []
-        self._task = _task_of(info, obs)
+        self._task = _task_of(info)
         self._obs, self._info = obs, info
         return (self.prompt if self.prompt_as_observation else obs), info
 
