@@ -152,7 +152,7 @@ def test_cli_refusals_are_one_line(tmp_path: Path) -> None:
             ["train", "--env.id", "plain_env:MyOrg/Say-v0", "--env.kwargs", '{"size": 3}'],
             "takes no option size",
         ),
-        (["serve", "plain_env:MyOrg/Nope-v0"], "neither a registered env id"),
+        (["serve", "plain_env:MyOrg/Nope-v0"], "has no 'MyOrg/Nope-v0'"),
     ):
         run = subprocess.run(
             [sys.executable, "-m", "stepgym.cli", *argv, "--run.output-dir", str(tmp_path / "out")]
