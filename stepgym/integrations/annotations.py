@@ -136,14 +136,12 @@ class CreditFields(NamedTuple):
 def valid_flags(records: Sequence[Mapping[str, Any]], invalid_rule: str) -> np.ndarray:
     """Each record's validity for the invalid-action penalty: format-valid (``invalid_rule="format"``) or
     format-valid and not known to be inadmissible (``"format_or_inadmissible"``; an env that does not annotate
-    admissibility counts as admissible). A step no text interface parsed (``format_valid`` is ``None``: an env
-    driven directly, in a loop of one's own) has no format to break and counts as format-valid."""
+    admissibility counts as admissible)."""
     if invalid_rule not in INVALID_RULES:
         raise ValueError(f"invalid_rule must be one of {INVALID_RULES}, got {invalid_rule!r}")
     strict = invalid_rule == "format_or_inadmissible"
     return np.asarray(
-        [r["format_valid"] is not False and not (strict and r["admissible"] is False) for r in records],
-        dtype=bool,
+        [bool(r["format_valid"]) and not (strict and r["admissible"] is False) for r in records], dtype=bool
     )
 
 

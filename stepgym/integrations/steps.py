@@ -199,11 +199,19 @@ def step_batch_from_trajectories(
             when the loop has tokens (the batch then has a :class:`~stepgym.shapers.TokenLayout` and
             ``shape_advantages`` returns token advantages); ``None``: per-step advantages only.
 
-    An episode with no step is a :class:`~stepgym.errors.StepRecordError` (nothing to credit).
+    A step no text interface parsed (an env driven directly: no ``schema.FORMAT_VALID``) counts as format-valid. An
+    unaborted episode with no step is a :class:`~stepgym.errors.StepRecordError` (nothing to credit).
     """
     if len(groups) != len(trajectories):
         raise StepRecordError(f"{len(groups)} group ids for {len(trajectories)} trajectories")
-    records = [episode_annotations(t)["steps"] for t in trajectories]
+    # an env driven directly (no text interface parsed its steps) has no format to break: format-valid
+    records = [
+        [
+            r if r["format_valid"] is not None else {**r, "format_valid": True}
+            for r in episode_annotations(t)["steps"]
+        ]
+        for t in trajectories
+    ]
     unit = [[(t, t + 1) for t in range(len(r))] for r in records]
     batch = build_step_batch(
         unit if spans is None else spans,
