@@ -381,7 +381,10 @@ def _drop_last(exp):
 
 def test_openrlhf_entry_point_takes_its_flags_and_keeps_openrlhfs(orl_train, monkeypatch) -> None:
     for var in orl_train.ENV.values():
-        monkeypatch.delenv(var, raising=False)
+        # setenv first, so monkeypatch restores the variable the flags write below (delenv of an unset variable
+        # records nothing, and the flags' values leaked into later tests)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     rest = orl_train._take_stepgym_flags(
         ["--stepgym.preset", "proas-gigpo", "--rollout.n_samples_per_prompt", "8", "--stepgym.reward_scale=5"]
     )
