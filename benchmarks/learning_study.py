@@ -33,7 +33,7 @@ is rebuilt from that file: paired differences to GRPO and to the ceiling with 95
     python benchmarks/learning_study.py --out runs/learning                   # default run (≤ 60 min, 2 cores)
     python benchmarks/learning_study.py --full --out runs/learning_full       # the full sweep (resumable)
     python benchmarks/learning_study.py --report-only --out /tmp/ls \
-        --cells benchmarks/results/learning_study_2026-12-06_cells.jsonl      # the committed figures
+        --cells benchmarks/results/learning_study_2026-12-06_cells.jsonl.gz   # the committed figures
     python benchmarks/learning_study.py --learner llm --iterations 1 ...      # the bundled trainer's LLM policy
 """
 
@@ -91,7 +91,8 @@ class EnvRow:
     max_steps: int  #: the step limit of an episode (training and evaluation)
     preset: str  #: the trainer-preset family of the shaper configs (``alfworld``, ``webshop``, ...)
     kwargs: tuple[tuple[str, Any], ...] = ()  #: extra ``gym.make`` kwargs
-    no_expert: tuple[tuple[str, Any], ...] = ()  #: kwargs that skip the expert where no method reads it (speed)
+    #: kwargs that skip the expert where no method reads it (speed)
+    no_expert: tuple[tuple[str, Any], ...] = ()
     train_tasks: int = 0  #: tasks drawn from the training split (0: all)
     eval_tasks: int = 20  #: tasks per held-out split (the first of a fixed shuffle)
 
@@ -113,13 +114,16 @@ ENVS: dict[str, EnvRow] = {
     )
 }
 DEFAULT_ENVS = ("ALFWorld",)
+#: the default run's methods: all but the ``-obs`` keyings of GraphGPO, HGPO and RewardFlow (G2PO keeps both); the
+#: full sweep (``--full``) runs every method of :data:`METHODS`
+DEFAULT_METHODS = tuple(m for m in METHODS if m not in ("graphgpo-obs", "hgpo-obs", "rewardflow-obs"))
 
 
 # --------------------------------------------------------------------------------------------------------------
 # The learner: a softmax over admissible actions with indicator features of (goal, observation, action, memory)
 # --------------------------------------------------------------------------------------------------------------
 STOP = frozenset(
-    ["a", "an", "the", "to", "in", "on", "from", "with", "of", "at", "and", "then", "some", "your", "task", "is", "you", "it", "its", "this", "that", "put"]
+    "a an the to in on from with of at and then some your task is you it its this that put".split()  # noqa: SIM905
 )  # "put" is a verb in actions but a filler in goals ("put a clean apple in fridge")
 
 
@@ -258,19 +262,24 @@ def carried(held: str, action: str, obs: str) -> str:
 # --------------------------------------------------------------------------------------------------------------
 # Rollouts
 # --------------------------------------------------------------------------------------------------------------
+def admissible(info: dict) -> list[str]:
+    """The env's admissible actions; a free-text placeholder (WebShop's ``search[<your query>]``) gets the goal
+    text as its query (the learner writes no text)."""
+    goal = str(info.get(schema.GOAL) or "")
+    return [a.replace("<your query>", goal) for a in info[schema.ADMISSIBLE_ACTIONS]]
+
+
 @dataclass
 class Step(cs.Step):
     ctx: Context | None = None
 
 
-def play(
-    env: gym.Env, policy: Policy, task_id: str, rng: np.random.Generator, max_steps: int
-) -> cs.Episode:
+def play(env: gym.Env, policy: Policy, task_id: str, rng: np.random.Generator, max_steps: int) -> cs.Episode:
     obs, info = env.reset(options={"task_id": task_id})
     steps: list[Step] = []
     held, taken = "", frozenset()
     for _ in range(max_steps):
-        actions = list(info[schema.ADMISSIBLE_ACTIONS])
+        actions = admissible(info)
         ctx = context(info, obs, held, taken)
         z = policy.logits(ctx, actions)
         k = min(int(np.searchsorted(cs.softmax(z).cumsum(), rng.random())), len(z) - 1)
@@ -299,7 +308,7 @@ def warm_start(env: EnvRow, train: list[str], n_tasks: int, epochs: int, lr: flo
         held, taken = "", frozenset()
         for _ in range(steps):
             expert = info.get(schema.EXPERT_ACTION)
-            actions = list(info[schema.ADMISSIBLE_ACTIONS])
+            actions = admissible(info)
             k = next((i for i, a in enumerate(actions) if expert and same_action(a, expert)), None)
             if k is None:
                 break
@@ -443,7 +452,8 @@ def evaluate(envs: dict[str, gym.Env], held: dict[str, list[str]], policy: Polic
     """Held-out success per split: one sampled episode per task, the same random stream for every method."""
     rng = np.random.default_rng([seed, 999])
     return {
-        sp: float(np.mean([play(envs[sp], policy, t, rng, steps).won for t in ids])) for sp, ids in held.items()
+        sp: float(np.mean([play(envs[sp], policy, t, rng, steps).won for t in ids]))
+        for sp, ids in held.items()
     }
 
 
@@ -466,7 +476,12 @@ def run_cell(cell: dict) -> dict:
     graph = AgenticReferenceGraph() if method == "proas" else None
     if graph is not None:
         seed_graph_from_expert(graph, make_env(env, env.train_split), train)
-    eval_its, held_curve, train_curve, trained_on = [0], [evaluate(eenvs, held, policy, seed, steps)], [], set()
+    eval_its, held_curve, train_curve, trained_on = (
+        [0],
+        [evaluate(eenvs, held, policy, seed, steps)],
+        [],
+        set(),
+    )
     for it in range(a["iterations"]):
         if method == "stepopsd" and it % 10 == 0:
             stale = policy.copy()
@@ -478,9 +493,7 @@ def run_cell(cell: dict) -> dict:
                 e = play(tenv, policy, task, rng, steps)
                 e.group = g
                 eps.append(e)
-        adv, _ = advantages(
-            method, env, eps, it=it, graph=graph, stale=stale, strength=a["hint_strength"]
-        )
+        adv, _ = advantages(method, env, eps, it=it, graph=graph, stale=stale, strength=a["hint_strength"])
         if method == "proas":
             cs.grow(graph, eps)
         train_curve.append(float(np.mean([e.won for e in eps])))
@@ -564,9 +577,7 @@ STAT_KEYS = ("auc", "final", "reach")
 
 
 def per_seed(results: list[dict]) -> dict[tuple[str, str], dict[int, dict[str, float]]]:
-    grpo_final = {
-        (r["env"], r["seed"]): float(held_curve(r)[-1]) for r in results if r["method"] == "grpo"
-    }
+    grpo_final = {(r["env"], r["seed"]): float(held_curve(r)[-1]) for r in results if r["method"] == "grpo"}
     by: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
     for r in results:
         by[(r["env"], r["method"])][r["seed"]] = metrics(r, grpo_final.get((r["env"], r["seed"])))
@@ -760,10 +771,12 @@ def report(out: Path, cells: Path, keys: set[str] | None) -> str:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/learning_study", help="folder for cells.jsonl, summary.md, plots")
-    p.add_argument("--full", action="store_true", help="the full sweep: every env, 30 iterations, 40 eval tasks")
+    p.add_argument(
+        "--full", action="store_true", help="the full sweep: every env, 30 iterations, 40 eval tasks"
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 2 iterations, 4 eval tasks")
     p.add_argument("--envs", nargs="+", default=None, choices=list(ENVS), help=f"default {DEFAULT_ENVS}")
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=None, choices=list(METHODS), help="default: DEFAULT_METHODS")
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--iterations", type=int, default=12)
@@ -773,7 +786,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hint-strength", type=float, default=2.0, help="modelled teachers' logit bonus")
     p.add_argument("--eval-every", type=int, default=4)
     p.add_argument("--eval-tasks", type=int, default=20, help="tasks per held-out split")
-    p.add_argument("--train-tasks", type=int, default=0, help="training tasks drawn from (0: the whole split)")
+    p.add_argument(
+        "--train-tasks", type=int, default=0, help="training tasks drawn from (0: the whole split)"
+    )
     p.add_argument("--max-steps", type=int, default=0, help="step limit (0: the env row's)")
     p.add_argument("--warm-tasks", type=int, default=10, help="expert demos of the warm start")
     p.add_argument("--warm-epochs", type=int, default=1)
@@ -791,6 +806,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.seeds, args.iterations, args.eval_every, args.eval_tasks = min(args.seeds, 2), 2, 1, 4
         args.n_tasks, args.group_size = 2, 4
     args.envs = args.envs or list(DEFAULT_ENVS)
+    args.methods = args.methods or list(METHODS if args.full else DEFAULT_METHODS)
     return args
 
 
@@ -808,7 +824,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         done = {r["key"] for r in cs.load_cells(cells_path)}
         todo = [c for c in plan(args) if cell_key(c) not in done]
-        print(f"# learning study: {len(done)} cells done, {len(todo)} to run, {args.workers} workers", flush=True)
+        print(
+            f"# learning study: {len(done)} cells done, {len(todo)} to run, {args.workers} workers",
+            flush=True,
+        )
         t0 = time.perf_counter()
         ctx = mp.get_context("spawn")
         with ctx.Pool(args.workers) if args.workers > 1 else cs._Serial() as pool:
