@@ -815,9 +815,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.learner == "llm":
-        from learning_study_llm import run_llm
+        from _learning_study_llm import run_llm
 
-        print(json.dumps(run_llm(args), indent=1))
+        records = run_llm(args)
+        for r in records:
+            cs.append_cell(out / "llm_cells.jsonl", r)
+        print(json.dumps(records, indent=1))
         return 0
     cells_path = out / "cells.jsonl"
     keys = {cell_key(c) for c in plan(args)}

@@ -155,7 +155,7 @@ def test_report_statistics_on_known_cells() -> None:
 @pytest.mark.slow
 def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data_dir: Path, capsys) -> None:
     pytest.importorskip("torch")
-    from learning_study_llm import run_llm
+    from _learning_study_llm import run_llm
 
     args = ls.parse(
         ["--learner", "llm", "--model", "tiny", "--out", str(tmp_path), *TINY, "--iterations", "1"]
