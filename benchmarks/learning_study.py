@@ -660,20 +660,21 @@ def _ci(row: dict, key: str, fmt: str) -> str:
 
 
 def run_facts(results: list[dict]) -> str:
-    """What the cells were: seeds, iterations, batch, tasks, wall time (from the cells themselves)."""
+    """What the cells were: seeds per method, iterations, batch, tasks, time (from the cells themselves)."""
     lines = []
     for env in dict.fromkeys(r["env"] for r in results):
         rs = [r for r in results if r["env"] == env]
         a = rs[0]["args"]
         held = rs[0]["held_tasks"]
+        seeds = {m: sorted({r["seed"] for r in rs if r["method"] == m}) for m in METHODS}
+        counts = ", ".join(f"{m} {len(s)}" for m, s in seeds.items() if s)
         lines.append(
-            f"- **{env}**: {len({r['method'] for r in rs})} methods × {len({r['seed'] for r in rs})} seeds "
-            f"(seeds {min(r['seed'] for r in rs)}–{max(r['seed'] for r in rs)}); {a['iterations']} iterations of "
+            f"- **{env}**: seeds per method: {counts}; {a['iterations']} iterations of "
             f"{a['n_tasks']} training tasks × group {a['group_size']}, lr {a['lr']:g}, step limit "
             f"{a['max_steps'] or ENVS[env].max_steps}; held-out success every {a['eval_every']} iterations on "
             + ", ".join(f"{len(v)} `{k}`" for k, v in held.items())
             + f" tasks; warm start on {a['warm_tasks']} expert demos; "
-            f"cell time {sum(r['seconds'] for r in rs) / 60:.0f} CPU-min in all."
+            f"{len(rs)} cells, {sum(r['seconds'] for r in rs) / 60:.0f} min of cell wall time summed."
         )
     return "\n".join(lines)
 
@@ -776,7 +777,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 2 iterations, 4 eval tasks")
     p.add_argument("--envs", nargs="+", default=None, choices=list(ENVS), help=f"default {DEFAULT_ENVS}")
-    p.add_argument("--methods", nargs="+", default=None, choices=list(METHODS), help="default: DEFAULT_METHODS")
+    p.add_argument(
+        "--methods", nargs="+", default=None, choices=list(METHODS), help="default: DEFAULT_METHODS"
+    )
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--iterations", type=int, default=12)
