@@ -182,7 +182,7 @@ class EnvSpec:
     name: str
     env_id: str
     kwargs: dict[str, Any]
-    preset: str  # preset family of the shaper configs: credit / alfworld / webshop / searchqa
+    preset: str  # preset family of the shaper configs: credit / alfworld / webshop / searchqa / sokoban
     tasks: int
     budget: int = 500
 
@@ -203,13 +203,32 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
         EnvSpec(
             "Search-QA", "StepGym/SearchQA-v0", {"dataset": "nq", "split": "test"}, "searchqa", 2 if q else 12
         ),
+        EnvSpec("TextCraft", "StepGym/TextCraft-v0", {"split": "test"}, "textcraft", 4 if q else 12),
         EnvSpec(
             "ALFWorld", "StepGym/ALFWorld-v0", alf, "alfworld", 1 if q else args.alfworld_games, args.budget
         ),
+        # 6x6 rooms with one box (the training rooms); exact values on every step, 20 steps (a random agent's
+        # episodes run long; the noisy expert's end in a handful)
+        EnvSpec(
+            "Sokoban", "StepGym/Sokoban-v0", {"split": "test", "max_steps": 20}, "sokoban", 4 if q else 24
+        ),
+        # BabyAI-Text's GoToLocal, exact values everywhere (docs/babyai.md); 24 steps keep a group short
+        EnvSpec("BabyAI", "StepGym/BabyAI-v0", {"split": "test", "max_steps": 24}, "babyai", 2 if q else 8),
     ]
     only = set(filter(None, args.only.split(",")))
     return [s for s in specs if not only or s.name.lower() in only]
 
+
+
+def no_value_envs() -> dict[str, str]:
+    """Registered envs that declare no exact step values (``register(..., no_values=...)``), with their reason.
+
+    Fidelity is scored against ``VALUE_GAIN``, so these have no rows: ``StepGym/ScienceWorld-v0`` (its state is too
+    large to search; its step truth is the gold-path expert and the task score) and ``StepGym/WebShopSite-v0`` (the
+    browser twin of WebShop, whose rows stand for it). The run lists them in its meta data and its output."""
+    from stepgym.envs import registered_envs
+
+    return {env_id: e.no_values for env_id, e in registered_envs().items() if e.no_values}
 
 def pick_tasks(env: gym.Env, spec: EnvSpec) -> list[str]:
     """Evenly spread task ids (ALFWorld: round-robin over the task types, so each type gets games)."""
@@ -513,6 +532,64 @@ def graph_inputs(batch: StepBatch, rows: Rows, obs_keyed: bool) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Grouping diagnostics: how the step groups the methods build compare with the exact state
+# --------------------------------------------------------------------------------------------------------------
+#: keying → (the methods that build their step groups with it, similarity clustering)
+KEYINGS = {
+    "state key": ("gigpo, graphgpo, hgpo, rewardflow, g2po", False),
+    "observation text": ("graphgpo-obs, hgpo-obs, rewardflow-obs, g2po-obs (GiGPO's public code)", False),
+    "observation text, similarity ≥ 0.95": ("GiGPO's similarity mode", True),
+}
+
+
+def group_stats(codes: np.ndarray, exact: list[str]) -> dict[str, float]:
+    """Of step groups ``codes`` (N,): the share of rows alone in their group, and the purity against the exact
+    state (the share of rows whose exact state is their group's most common one)."""
+    codes = np.asarray(codes)
+    sizes = np.bincount(codes)
+    majority: dict[int, int] = {}
+    counts: dict[tuple[int, str], int] = defaultdict(int)
+    for c, e in zip(codes.tolist(), exact, strict=True):
+        counts[(c, e)] += 1
+        majority[c] = max(majority.get(c, 0), counts[(c, e)])
+    return {
+        "rows": len(codes),
+        "groups": len(sizes[sizes > 0]),
+        "singleton_share": float((sizes[codes] == 1).mean()) if len(codes) else float("nan"),
+        "purity": float(sum(majority.values()) / len(codes)) if len(codes) else float("nan"),
+    }
+
+
+def grouping(spec: EnvSpec, rows: Rows) -> list[dict]:
+    """Per keying: step groups within each episode group as GiGPO builds them (``build_step_groups``), their
+    singleton share and purity against the exact state (``STATE_KEY``, which stepgym's envs fill exactly)."""
+    from stepgym.shapers import build_step_groups
+
+    out = []
+    for keying, (methods, similar) in KEYINGS.items():
+        keys = rows.anchor if keying == "state key" else rows.obs
+        codes = build_step_groups(rows.group, keys, similarity=similar, tau=0.95)
+        out.append(
+            {"env": spec.name, "keying": keying, "methods": methods, **group_stats(codes, rows.anchor)}
+        )
+    return out
+
+
+def grouping_table(rows: list[dict]) -> str:
+    """docs/credit_fidelity.md's grouping table: one row per (env, keying)."""
+    lines = [
+        "| env | keying (used by) | step rows | step groups | rows in singleton groups | purity vs exact state |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['env']} | {r['keying']} ({r['methods']}) | {r['rows']} | {r['groups']} | "
+            f"{r['singleton_share']:.1%} | {r['purity']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Scores per env and subset, the results file, the table and the plot
 # --------------------------------------------------------------------------------------------------------------
 def subsets(spec: EnvSpec, rows: Rows) -> dict[str, np.ndarray]:
@@ -723,12 +800,15 @@ def record(folder: Path, groups: list[Group], cred: dict[str, np.ndarray]) -> No
     rec.writer.close()
 
 
-def run_env(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any) -> list[dict]:
+def run_env(
+    spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any
+) -> tuple[list[dict], list[dict]]:
     t0 = time.perf_counter()
     groups = collect(spec, args, kinds, llm)
     rows = flatten(groups)
     cred = credits(spec, groups, rows, args.hint_strength)
     out = score_env(spec, rows, cred, args)
+    diagnostics = grouping(spec, rows)
     if args.record:
         record(Path(args.record) / spec.name, groups, cred)
     print(
@@ -736,13 +816,15 @@ def run_env(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any)
         f"{time.perf_counter() - t0:.0f}s",
         flush=True,
     )
-    return out
+    return out, diagnostics
 
 
 def write_reports(data: dict, out: Path, plot_path: str) -> None:
     results = data["results"]
     tables = "\n\n".join(f"### {NAMES[m]}\n\n{table(results, m, '')}" for m in METRICS)
     docs = "\n\n## docs/credit_fidelity.md\n\n" + docs_tables(results)
+    if data.get("grouping"):
+        docs += "\n\n**Step groups against the exact state**\n\n" + grouping_table(data["grouping"])
     (out / "tables.md").write_text(tables + "\n\n## README\n\n" + report_tables(results) + docs + "\n")
     try:
         plot(results, Path(plot_path) if plot_path else out / "credit_fidelity.png")
@@ -765,10 +847,15 @@ def main(argv: list[str] | None = None) -> int:
     kinds += ["llm"] if llm else []
     t0 = time.perf_counter()
     results: list[dict] = []
+    diagnostics: list[dict] = []
     skipped: list[str] = []
+    for env_id, why in no_value_envs().items():
+        print(f"{env_id} excluded (no exact step values): {why}", flush=True)
     for spec in env_specs(args):
         try:
-            results += run_env(spec, args, kinds, llm)
+            scored, grouped = run_env(spec, args, kinds, llm)
+            results += scored
+            diagnostics += grouped
         except Exception as exc:  # an env whose data is missing: say so, go on with the others
             if type(exc).__name__ not in ("DataNotFoundError", "DependencyNotInstalled"):
                 raise
@@ -782,8 +869,9 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(time.perf_counter() - t0, 1),
         "load_avg": os.getloadavg()[0],
         "skipped": skipped,
+        "no_values": no_value_envs(),
     }
-    data = {"meta": meta, "results": results}
+    data = {"meta": meta, "results": results, "grouping": diagnostics}
     (out / "results.json").write_text(json.dumps(data, indent=1))
     write_reports(data, out, args.plot)
     print(table(results, "auroc"))

@@ -121,6 +121,20 @@ def learning_study() -> str:
     return ls.markdown(ls.cs.load_cells(LEARNING_STUDY_CELLS), ls.fidelity_scores(ls.FIDELITY))
 
 
+FAULT_INJECTION = ROOT / "benchmarks" / "results" / "fault_injection_2026-12-06.json"
+
+
+def fault_injection() -> str:
+    """docs/failures.md's fault-injection table, rebuilt from the committed results file (the run takes minutes:
+    ``python benchmarks/fault_injection.py`` writes a fresh one)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import json
+
+    import fault_injection as fi
+
+    return fi.markdown(json.loads(FAULT_INJECTION.read_text(encoding="utf-8")))
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str
@@ -136,6 +150,7 @@ FIGURES = {
         Figure("credit-fidelity-methods", credit_fidelity_methods, ROOT / "docs" / "credit_fidelity.md"),
         Figure("credit-study-methods", credit_study_methods, ROOT / "docs" / "credit_study.md"),
         Figure("learning-study", learning_study, ROOT / "docs" / "learning_study.md"),
+        Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
     )
 }
 

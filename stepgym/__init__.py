@@ -1,9 +1,10 @@
 """stepgym: Gymnasium text envs with step-level annotations for training multi-turn LLM agents.
 
 ``import stepgym`` registers the envs (``stepgym.ENV_IDS``: ``StepGym/ALFWorld-v0``, ``StepGym/WebShop-v0``,
-``StepGym/WebShopSite-v0``, ``StepGym/SearchQA-v0``, ``StepGym/CreditToy-v0``, ``StepGym/CreditFamily-v0``) and
-nothing heavier: torch, TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them,
-and the names below that need more (``GroupEnv`` needs PettingZoo) load on first use.
+``StepGym/WebShopSite-v0``, ``StepGym/SearchQA-v0``, ``StepGym/CreditToy-v0``, ``StepGym/CreditFamily-v0``,
+``StepGym/Sokoban-v0``, ``StepGym/TextCraft-v0``, ``StepGym/ScienceWorld-v0``, ``StepGym/BabyAI-v0``) and nothing
+heavier: torch, TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them, and the
+names below that need more (``GroupEnv`` needs PettingZoo) load on first use.
 
 >>> import gymnasium as gym
 >>> import stepgym

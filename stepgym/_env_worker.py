@@ -6,14 +6,17 @@ then the worker answers batches until the executor sends ``None`` or closes the 
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from multiprocessing.connection import Connection
 
 from stepgym.workers import _worker_main
+from stepgym.wrappers.faults import WORKER_FLAG
 
 
 def main(argv: list[str]) -> None:
+    os.environ[WORKER_FLAG] = "1"  # this process holds env copies (FaultInjectionWrapper may kill it)
     conn = Connection(int(argv[0]))
     try:
         recipe, slots = conn.recv()

@@ -20,18 +20,14 @@ import os
 import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from stepgym.errors import DataNotFoundError, InvalidArgumentError
+from stepgym.errors import DataNotFoundError
 
 __all__ = [
     "BENCHMARKS",
     "DATA_ENV_VAR",
-    "ENV_SPLITS",
-    "EnvSplits",
     "cache_dir",
-    "check_split",
     "data_root",
     "file_sha256",
     "index_dir",
@@ -113,49 +109,6 @@ def file_sha256(path: str | os.PathLike[str], *, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class EnvSplits:
-    """The ``split=`` values an env accepts and the one an evaluation uses when none is named (the papers'
-    evaluation split: ALFWorld's in-distribution ``valid_seen``, WebShop's and Search-QA's ``test``)."""
-
-    names: tuple[str, ...]
-    evaluation: str
-
-
-_WEBSHOP_SPLITS = EnvSplits(("train", "eval", "test", "all"), "test")
-_TOY_SPLITS = EnvSplits(("train", "valid"), "valid")
-
-#: The splits of stepgym's envs, kept here (not in the env modules) so a command can default and check a split
-#: without importing an engine; tests/test_cli.py checks them against each env module's own table.
-ENV_SPLITS: dict[str, EnvSplits] = {
-    "StepGym/ALFWorld-v0": EnvSplits(("train", "valid_seen", "valid_unseen"), "valid_seen"),
-    "StepGym/WebShop-v0": _WEBSHOP_SPLITS,
-    "StepGym/WebShopSite-v0": _WEBSHOP_SPLITS,
-    "StepGym/SearchQA-v0": EnvSplits(("train", "test"), "test"),
-    "StepGym/CreditToy-v0": _TOY_SPLITS,
-    "StepGym/CreditFamily-v0": _TOY_SPLITS,
-}
-
-
-def check_split(env_id: str, split: str | None, *, flag: str = "--split") -> str:
-    """The split to use for ``env_id``: ``split`` itself when the env has it, the env's evaluation split when
-    ``split`` is ``None``; an env stepgym does not know keeps ``split`` as given ('' when ``None``).
-
-    Raises :class:`~stepgym.errors.InvalidArgumentError` listing the env's splits for one it does not have.
-    """
-    known = ENV_SPLITS.get(env_id)
-    if known is None:
-        return split or ""
-    if split is None:
-        return known.evaluation
-    if split not in known.names:
-        raise InvalidArgumentError(
-            f"{env_id} has no split {split!r}; its splits are {', '.join(known.names)} "
-            f"(e.g. {flag} {known.evaluation}, its evaluation split)"
-        )
-    return split
 
 
 def stratified_order(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -44,6 +44,7 @@ from stepgym.workers import (
     Executor,
     ExecutorSpec,
     InProcessExecutor,
+    OpFailure,
 )
 from stepgym.wrappers.protocols import ParentState, split_parent_states
 
@@ -72,12 +73,17 @@ class GroupConfig:
         success_fn: what counts as a success for peer hindsight (default :func:`is_success`).
         final_correctness: add StepOPSD's ``final_correctness:`` line to the hindsight blocks.
         render_mode: ``"ansi"`` makes :meth:`GroupEnv.render` return every live rollout's text.
+        on_failure: what an infrastructure failure of one rollout does (its env raised, its worker died or timed
+            out, a service it needs did not answer): ``"raise"`` (default) stops the group with the error;
+            ``"abort"`` ends that rollout's episode as **aborted** with its cause (``schema.ABORT_CAUSES``; its
+            copy is rebuilt, its reset retried once) and the group goes on (docs/failures.md).
     """
 
     task_option: str | None = "task_id"
     success_fn: Callable[[schema.Trajectory], bool] = is_success
     final_correctness: bool = False
     render_mode: str | None = None
+    on_failure: Literal["raise", "abort"] = "raise"
 
     def __post_init__(self) -> None:
         modes = GroupEnv.metadata["render_modes"]
@@ -85,6 +91,8 @@ class GroupConfig:
             raise ValueError(
                 f"GroupConfig.render_mode must be None or one of {modes}, got {self.render_mode!r}"
             )
+        if self.on_failure not in ("raise", "abort"):
+            raise ValueError(f"GroupConfig.on_failure must be 'raise' or 'abort', got {self.on_failure!r}")
         if not callable(self.success_fn):
             raise TypeError(
                 f"GroupConfig.success_fn must be a function of a Trajectory, got {self.success_fn!r}"
@@ -219,6 +227,10 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         self._last_seed: int | None = None
         self._pending: tuple[str, int, Any] | None = None  # the call between *_async and *_wait
         self._broken = False
+        self._abort = cfg.on_failure == "abort"
+        self._epochs = [
+            0
+        ] * self.group_size  # each copy's executor epoch at its reset (a change: worker restarted)
 
     # -- spaces ----------------------------------------------------------------------------------------------
     def observation_space(self, agent: str) -> gym.Space:
@@ -270,6 +282,8 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     def reset_wait(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         kind, ticket, (env_seed, opts, graph_ticket) = self._take_pending("reset")
+        if self._abort:
+            return self._reset_wait_tolerant(ticket, env_seed, opts, graph_ticket)
         self._broken = True  # until this reset has fully succeeded
         try:
             if graph_ticket is not None:
@@ -286,19 +300,79 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
                 e, f"resetting task {opts.get(self.task_option or '', '(drawn by seed)')!r}, seed {env_seed}"
             ) from e
         results = self._same_task(results, env_seed, opts)
-        self.agents = list(self.possible_agents)
+        return self._started(results, {})
+
+    def _reset_wait_tolerant(
+        self, ticket: int, env_seed: int, opts: dict[str, Any], graph_ticket: int | None
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """``on_failure="abort"``: a copy whose reset failed is rebuilt and reset once more; if that fails too,
+        its rollout starts aborted (it never joins ``agents``)."""
+        state_failed = set()
+        if graph_ticket is not None:
+            state_failed = {
+                i
+                for i, r in enumerate(self.executor.result(graph_ticket, tolerate=True))
+                if isinstance(r, OpFailure)
+            }
+        results = self.executor.result(ticket, tolerate=True)
+        failed = [i for i, r in enumerate(results) if isinstance(r, OpFailure) or i in state_failed]
+        if failed:
+            self._copies_lost()
+            slots = [self._slots[i] for i in failed]
+            state_ticket = None
+            if self._states:
+                payloads = [st.payload() for st in self._states]
+                state_ticket = self.executor.submit("parent_state", slots, [payloads] * len(slots))
+            again = self.executor.submit("reset", slots, [(env_seed, dict(opts))] * len(slots))
+            bad_state = (
+                [isinstance(r, OpFailure) for r in self.executor.result(state_ticket, tolerate=True)]
+                if state_ticket is not None
+                else [False] * len(slots)
+            )
+            for i, r, b in zip(failed, self.executor.result(again, tolerate=True), bad_state, strict=True):
+                results[i] = (
+                    r if not b or isinstance(r, OpFailure) else OpFailure("env_exception", "parent state", r)
+                )
+        ok = [i for i, r in enumerate(results) if not isinstance(r, OpFailure)]
+        if ok:
+            fixed = self._same_task([results[i] for i in ok], env_seed, opts, [self._slots[i] for i in ok])
+            for i, r in zip(ok, fixed, strict=True):
+                results[i] = r
+        lost = {i: r for i, r in enumerate(results) if isinstance(r, OpFailure)}
+        return self._started(results, lost)
+
+    def _started(
+        self, results: list[Any], lost: Mapping[int, OpFailure]
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """Start the recorders; rollouts in ``lost`` start aborted (not in ``agents``, nothing returned for them)."""
+        tid = next((results[i][1].get(schema.TASK_ID) for i in range(len(results)) if i not in lost), None)
+        self.agents = [a for a in self.possible_agents if self._index[a] not in lost]
         self._hindsight = None
         self._broken = False
+        self._epochs = [self.executor.epochs[s] for s in self._slots]
         obs, infos = {}, {}
         for a, i in self._index.items():
+            if i in lost:
+                failure = lost[i]
+                traj = self._recorders[i].start("", {schema.TASK_ID: tid} if tid is not None else {})
+                traj.abort(failure.cause)
+                traj.initial_info.update(schema.abort_info(failure.cause, failure.detail))
+                continue
             o, info = results[i]
             self._recorders[i].start(o, info)
             obs[a], infos[a] = o, info
+        if not self.agents:
+            self._finish()
         return obs, infos
 
     def _same_task(
-        self, results: list[tuple[Any, dict]], seed: int, opts: dict[str, Any]
+        self,
+        results: list[tuple[Any, dict]],
+        seed: int,
+        opts: dict[str, Any],
+        slots: Sequence[int] | None = None,
     ) -> list[tuple[Any, dict]]:
+        slots = self._slots if slots is None else slots
         tids = [info.get(schema.TASK_ID) for _, info in results]
         if all(t == tids[0] for t in tids):
             return results
@@ -306,7 +380,7 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             redo = [i for i, t in enumerate(tids) if t != tids[0]]
             again = self.executor.call(
                 "reset",
-                [self._slots[i] for i in redo],
+                [slots[i] for i in redo],
                 [(seed, {**opts, self.task_option: tids[0]})] * len(redo),
             )
             for i, r in zip(redo, again, strict=True):
@@ -337,15 +411,27 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         if bad:
             raise ValueError(f"actions for agents that are not live: {bad} (live: {self.agents})")
         acting = [x for x in self.agents if x in actions]
+        gone: dict[str, OpFailure] = {}
+        if self._abort:  # a copy whose worker was restarted since its reset lost its episode: never step it
+            for a in acting:
+                i = self._index[a]
+                if self.executor.epochs[self._slots[i]] != self._epochs[i]:
+                    err = EnvWorkerError(
+                        "the env worker holding this copy was restarted", cause="worker_death"
+                    )
+                    gone[a] = OpFailure("worker_death", str(err), err)
+            acting = [a for a in acting if a not in gone]
         ticket = self.executor.submit(
             "step", [self._slots[self._index[a]] for a in acting], [actions[a] for a in acting]
         )
-        self._pending = ("step", ticket, (acting, [actions[a] for a in acting]))
+        self._pending = ("step", ticket, (acting, [actions[a] for a in acting], gone))
 
     def step_wait(
         self,
     ) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
-        _, ticket, (acting, acts) = self._take_pending("step")
+        _, ticket, (acting, acts, gone) = self._take_pending("step")
+        if self._abort:
+            return self._step_results(acting, acts, self.executor.result(ticket, tolerate=True), gone)
         try:
             results = self.executor.result(ticket)
         except Exception as e:
@@ -354,9 +440,29 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
             if isinstance(e, EnvWorkerError):
                 raise self._named(e, f"stepping task {self.task_id!r}, seed {self._last_seed}") from e
             raise
+        return self._step_results(acting, acts, results, {})
+
+    def _step_results(
+        self, acting: list[str], acts: list[Any], results: list[Any], gone: Mapping[str, OpFailure]
+    ) -> tuple[dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]:
+        """Record the step. An :class:`OpFailure` (``on_failure="abort"``) ends that rollout as aborted: it leaves
+        ``agents`` with ``truncations`` True (PettingZoo's way out), reward 0.0 that is never credited, its last
+        observation again, and an info holding ``schema.ABORTED`` / ``ABORT_CAUSE`` / ``ABORT_DETAIL``; no step
+        is recorded for it (no transition happened) and its trajectory is marked ``aborted``."""
         obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
-        for a, act, (o, r, te, tr, info) in zip(acting, acts, results, strict=True):
+        outcomes = [*zip(acting, acts, results, strict=True), *((a, None, f) for a, f in gone.items())]
+        for a, act, res in outcomes:
             i = self._index[a]
+            if isinstance(res, OpFailure):
+                self._copies_lost()
+                traj = self._recorders[i].trajectory
+                assert traj is not None
+                traj.abort(res.cause)
+                info = schema.abort_info(res.cause, res.detail)
+                last = traj.steps[-1].next_observation if traj.steps else traj.initial_observation
+                obs[a], rew[a], term[a], trunc[a], infos[a] = last, 0.0, False, True, info
+                continue
+            o, r, te, tr, info = res
             self._recorders[i].add(act, o, r, te, tr, info)
             obs[a], rew[a], term[a], trunc[a], infos[a] = o, float(r), bool(te), bool(tr), info
         self.agents = [a for a in self.agents if not (term.get(a) or trunc.get(a))]
@@ -398,8 +504,9 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     def _finish(self) -> None:
         trajs = self.trajectories
+        finished = [t for t in trajs if not t.aborted]  # an aborted episode never grows a parent state (ARG)
         for st in self._states:
-            st.update(trajs)
+            st.update(finished)
         self._hindsight = peer_hindsight(
             trajs, success_fn=self.success_fn, final_correctness=self.final_correctness
         )
@@ -424,8 +531,12 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
 
     @property
     def finished(self) -> bool:
-        """Every rollout of the current group has terminated or been truncated."""
+        """Every rollout of the current group has terminated, been truncated or been aborted."""
         return self._hindsight is not None
+
+    def aborted(self) -> list[bool]:
+        """Per rollout, whether its episode was aborted (``on_failure="abort"``; docs/failures.md)."""
+        return [t.aborted for t in self.trajectories]
 
     @property
     def task_id(self) -> str:
@@ -463,6 +574,12 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         ticket = self.executor.submit(
             "attr", [self._slots[self._index[a]] for a in agents], [name] * len(agents)
         )
+        if self._abort:  # a copy that failed (its rollout is aborted) has no answer: left out
+            return lambda: {
+                a: v
+                for a, v in zip(agents, self.executor.result(ticket, tolerate=True), strict=True)
+                if not isinstance(v, OpFailure)
+            }
         return lambda: dict(zip(agents, self.executor.result(ticket), strict=True))
 
     def get_unwrapped_attr(self, name: str, default: Any = None) -> Any:

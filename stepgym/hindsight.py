@@ -166,9 +166,23 @@ def peer_hindsight(
     trajectory for each failed member of a mixed group, ``None`` for everyone else (the info form: the key is
     there, and says "no block"). ``success_fn`` defaults to :attr:`stepgym.schema.Trajectory.success`;
     ``final_correctness=True`` adds the ``final_correctness: incorrect`` line to the blocks that are given.
+    Aborted trajectories (``Trajectory.aborted``) are left out: ``None``, and never anyone's peer.
     """
     if success_fn is None:
         from stepgym.schema import is_success as success_fn
+    # An aborted episode (docs/failures.md) has no outcome: it is nobody's peer and gets no block.
+    live = [i for i, t in enumerate(trajectories) if not getattr(t, "aborted", False)]
+    if len(live) < len(trajectories):
+        sub = peer_hindsight(
+            [trajectories[i] for i in live],
+            success_fn=success_fn,
+            render=render,
+            final_correctness=final_correctness,
+        )
+        full: list[str | None] = [None] * len(trajectories)
+        for i, h in zip(live, sub, strict=True):
+            full[i] = h
+        return full
     peers = first_correct_peers([bool(success_fn(t)) for t in trajectories], [0] * len(trajectories))
     rendered: dict[int, str] = {}
     out: list[str | None] = []

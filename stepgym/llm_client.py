@@ -46,6 +46,8 @@ class LLMUnavailableError(ServiceUnavailableError):
     ``attempts`` is how many requests were made, ``last_error`` what went wrong the last time.
     """
 
+    abort_cause = "hint_llm_unavailable"  # an episode it cuts off (a hint / analyzer call) is aborted
+
     def __init__(self, message: str, *, attempts: int = 0, last_error: str = "") -> None:
         super().__init__(message)
         self.attempts = attempts

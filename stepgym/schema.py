@@ -28,11 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ABORT_CAUSES",
     "KEYS",
     "UNTYPED",
     "InfoKey",
     "Step",
     "Trajectory",
+    "abort_info",
+    "check_abort_cause",
     "describe",
     "is_success",
     "success_by_type",
@@ -267,6 +270,60 @@ VALUE_BEST_REWARD = _key(
     producer="ValueWrapper",
 )
 
+# ---------------------------------------------------------------------------------------------------------------
+# Failure semantics (producer "GroupEnv" / the executors / the service clients; docs/failures.md)
+# ---------------------------------------------------------------------------------------------------------------
+#: Why an episode was aborted: an infrastructure failure, never the agent's. An aborted episode is neither
+#: terminated nor truncated: it has no outcome, and every shaper and loss leaves its rows out.
+ABORT_CAUSES: tuple[str, ...] = (
+    "env_exception",  # the env's reset/step raised
+    "worker_death",  # the process (or Ray actor) holding the env died
+    "step_timeout",  # a step did not return within the executor's step timeout
+    "retriever_unavailable",  # Search-QA's retrieval service did not answer
+    "site_unavailable",  # WebShop's web site did not answer
+    "hint_llm_unavailable",  # the hint / analyzer LLM endpoint did not answer
+    "session_lost",  # a `stepgym serve` session (or a NeMo Gym resource server's) was lost
+)
+ABORTED = _key(
+    "aborted",
+    bool,
+    "The episode was cut off by an infrastructure failure (see abort_cause); it has no outcome, and its rows are "
+    "kept out of every baseline, advantage and loss. Present (True) only in the info of the step that aborted it.",
+    when="episode",
+    producer="GroupEnv",
+)
+ABORT_CAUSE = _key(
+    "abort_cause",
+    str,
+    "Why the episode was aborted: one of schema.ABORT_CAUSES (env_exception, worker_death, step_timeout, "
+    "retriever_unavailable, site_unavailable, hint_llm_unavailable, session_lost).",
+    when="episode",
+    producer="GroupEnv",
+)
+ABORT_DETAIL = _key(
+    "abort_detail",
+    str,
+    "One line on the failure (the exception's type and message); for logs, never read by a shaper.",
+    when="episode",
+    producer="GroupEnv",
+)
+
+
+def check_abort_cause(cause: str) -> str:
+    """``cause`` if it is one of :data:`ABORT_CAUSES`, else a ``ValueError`` naming them."""
+    if cause not in ABORT_CAUSES:
+        raise ValueError(f"unknown abort cause {cause!r}; expected one of {ABORT_CAUSES}")
+    return cause
+
+
+def abort_info(cause: str, detail: str = "") -> dict[str, Any]:
+    """The info of the step that aborts an episode: ``{ABORTED: True, ABORT_CAUSE: cause, ABORT_DETAIL: ...}``."""
+    return {
+        ABORTED: True,
+        ABORT_CAUSE: check_abort_cause(cause),
+        ABORT_DETAIL: str(detail).splitlines()[0][:300] if detail else "",
+    }
+
 
 def describe() -> str:
     """A Markdown table of every key (the README's schema section is generated from this)."""
@@ -302,6 +359,21 @@ class Trajectory:
     initial_observation: str
     initial_info: dict[str, Any]
     steps: list[Step] = field(default_factory=list)
+    aborted: bool = False
+    """The episode was cut off by an infrastructure failure (neither terminated nor truncated; docs/failures.md)."""
+    abort_cause: str | None = None
+    """One of :data:`ABORT_CAUSES` when ``aborted``, else None."""
+
+    def __post_init__(self) -> None:
+        if self.abort_cause is not None:
+            check_abort_cause(self.abort_cause)
+        if self.aborted and self.abort_cause is None:
+            raise ValueError("an aborted Trajectory needs an abort_cause (one of schema.ABORT_CAUSES)")
+
+    def abort(self, cause: str) -> None:
+        """Mark the episode aborted with ``cause`` (one of :data:`ABORT_CAUSES`)."""
+        self.abort_cause = check_abort_cause(cause)
+        self.aborted = True
 
     @property
     def actions(self) -> list[str]:
@@ -334,7 +406,18 @@ class Trajectory:
 
     @property
     def done(self) -> bool:
-        return bool(self.steps) and (self.steps[-1].terminated or self.steps[-1].truncated)
+        return self.aborted or (bool(self.steps) and (self.steps[-1].terminated or self.steps[-1].truncated))
+
+    @property
+    def ending(self) -> str:
+        """How the episode ended: "terminated", "truncated", "aborted", or "running" while it goes on."""
+        if self.aborted:
+            return "aborted"
+        if self.steps and self.steps[-1].terminated:
+            return "terminated"
+        if self.steps and self.steps[-1].truncated:
+            return "truncated"
+        return "running"
 
     def infos(self) -> list[dict[str, Any]]:
         """reset's info followed by every step's info (length T + 1)."""

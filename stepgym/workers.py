@@ -54,7 +54,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from stepgym.errors import StepGymError
+from stepgym.errors import StepGymError, abort_cause_of
 
 __all__ = [
     "EnvRecipe",
@@ -62,6 +62,7 @@ __all__ = [
     "Executor",
     "ExecutorSpec",
     "InProcessExecutor",
+    "OpFailure",
     "ProcessExecutor",
     "RayExecutor",
     "make_executor",
@@ -75,7 +76,22 @@ _FORWARDED_ENV = ("STEPGYM_DATA", "STEPGYM_CACHE", "ALFWORLD_DATA", "XDG_CACHE_H
 
 class EnvWorkerError(StepGymError):
     """An env worker died, timed out, or an env raised inside it. The worker's copies were rebuilt (fresh,
-    not reset); reset the groups that used them before stepping again."""
+    not reset); reset the groups that used them before stepping again. ``cause`` is the ``schema.ABORT_CAUSES``
+    entry an episode it cut off ends with ("worker_death", "step_timeout", "env_exception", a service's)."""
+
+    def __init__(self, message: str, *, cause: str = "env_exception") -> None:
+        super().__init__(message)
+        self.cause = self.abort_cause = cause  # abort_cause: what errors.abort_cause_of reads
+
+
+@dataclass(frozen=True)
+class OpFailure:
+    """What :meth:`Executor.result` returns, with ``tolerate=True``, in place of an operation that failed: the
+    abort cause (``schema.ABORT_CAUSES``), one line on it, and the error strict callers get raised."""
+
+    cause: str
+    detail: str
+    error: BaseException = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -156,23 +172,31 @@ class _Shard:
     their state in the parent)."""
 
     def __init__(self, recipe: EnvRecipe, slots: Sequence[int]):
+        self.recipe = recipe
         self.envs = {s: recipe.build() for s in slots}
 
     def run(
-        self, ops: Sequence[tuple[str, int, Any]], *, raise_errors: bool = False
+        self, ops: Sequence[tuple[str, int, Any]], *, keep_exceptions: bool = False
     ) -> list[tuple[bool, Any]]:
-        """Run the operations in order. An env's exception is returned as its traceback (a remote worker) or
-        raised as it is (``raise_errors``: in-process, where the caller should see the original exception)."""
+        """Run the operations in order. An env's exception is returned as ``(abort cause, traceback)`` (a remote
+        worker), or as the exception itself (``keep_exceptions``: in-process, where a strict caller sees the
+        original exception). A copy whose ``reset`` / ``step`` raised is rebuilt from the recipe (its episode is
+        over either way: the next operation on it must be a reset)."""
         out: list[tuple[bool, Any]] = []
         for op, slot, arg in ops:
-            if raise_errors:
-                out.append((True, self._one(op, slot, arg)))
-                continue
             try:
                 out.append((True, self._one(op, slot, arg)))
-            except Exception:  # reported to the driver, which raises EnvWorkerError with this traceback
-                out.append((False, traceback.format_exc()))
+            except Exception as exc:  # reported to the driver (EnvWorkerError / OpFailure)
+                out.append((False, exc if keep_exceptions else (abort_cause_of(exc), traceback.format_exc())))
+                if op in ("reset", "step"):
+                    self._rebuild(slot)
         return out
+
+    def _rebuild(self, slot: int) -> None:
+        with contextlib.suppress(Exception):  # a crashed copy may fail to close too
+            self.envs[slot].close()
+        with contextlib.suppress(Exception):  # keep the old copy: its next reset reports the failure again
+            self.envs[slot] = self.recipe.build()
 
     def _one(self, op: str, slot: int, arg: Any) -> Any:
         env = self.envs[slot]
@@ -265,10 +289,12 @@ class Executor:
         self.recipe, self.n = recipe, n
         self._pending: list[tuple[int, list[tuple[str, int, Any]]]] = []
         # Answered tickets, in ticket order (the order answers arrive): the results, or the error that replaced them.
-        self._answers: dict[int, list[Any] | EnvWorkerError] = {}
+        self._answers: dict[int, list[Any]] = {}  # failed operations as OpFailure entries
         self._dropped_upto = -1  # the newest ticket whose answer was dropped uncollected
         self._in_flight: list[tuple[list[int], dict[int, list[tuple[str, int, Any]]], list[Any], Any]] = []
         self._next_ticket = 0
+        #: per slot, how many times its worker was restarted (a copy whose number changed lost its episode)
+        self.epochs: list[int] = [0] * n
 
     # -- public --------------------------------------------------------------------------------------------
     def submit(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> int:
@@ -298,7 +324,10 @@ class Executor:
                 where.append((ticket, w, len(batches[w]) - 1))
         self._in_flight.append(([t for t, _ in pending], batches, where, self._send_batches(batches)))
 
-    def result(self, ticket: int) -> list[Any]:
+    def result(self, ticket: int, *, tolerate: bool = False) -> list[Any]:
+        """The ticket's results in order. An operation that failed (its env raised, its worker died or timed out)
+        raises its error, or with ``tolerate=True`` is returned as an :class:`OpFailure` among the others
+        (failure semantics: the caller ends that episode as aborted; docs/failures.md)."""
         if any(t == ticket for t, _ in self._pending):
             self.send()
         while ticket not in self._answers and self._in_flight:
@@ -312,8 +341,10 @@ class Executor:
             raise ValueError(f"unknown or already collected ticket {ticket}{dropped}")
         answer = self._answers.pop(ticket)
         self._drop_uncollected()
-        if isinstance(answer, EnvWorkerError):
-            raise answer
+        if not tolerate:
+            failed = next((x for x in answer if isinstance(x, OpFailure)), None)
+            if failed is not None:
+                raise failed.error
         return answer
 
     def call(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> list[Any]:
@@ -345,23 +376,28 @@ class Executor:
     def _receive_oldest(self) -> None:
         tickets, batches, where, handle = self._in_flight.pop(0)
         answers = self._wait_batches(batches, handle)
-        got: dict[int, list[Any] | EnvWorkerError] = {ticket: [] for ticket in tickets}
+        got: dict[int, list[Any]] = {ticket: [] for ticket in tickets}
         for ticket, w, k in where:
-            done = got[ticket]
-            if isinstance(done, EnvWorkerError):
-                continue
             ans = answers[w]
             if isinstance(ans, EnvWorkerError):
-                got[ticket] = ans
+                got[ticket].append(OpFailure(ans.cause, str(ans).splitlines()[0], ans))
                 continue
             ok, value = ans[k]
-            if not ok:
-                op, slot, _ = batches[w][k]
-                got[ticket] = EnvWorkerError(
-                    f"{type(self).__name__}: the env in slot {slot} (worker {w}) raised during {op!r}:\n{value}"
+            if ok:
+                got[ticket].append(value)
+            elif isinstance(value, BaseException):  # in-process: the original exception
+                got[ticket].append(
+                    OpFailure(abort_cause_of(value), f"{type(value).__name__}: {value}", value)
                 )
-                continue
-            done.append(value)
+            else:
+                cause, tb = value
+                op, slot, _ = batches[w][k]
+                err = EnvWorkerError(
+                    f"{type(self).__name__}: the env in slot {slot} (worker {w}) raised during {op!r}:\n{tb}",
+                    cause=cause,
+                )
+                last = tb.strip().splitlines()[-1] if tb.strip() else "error"
+                got[ticket].append(OpFailure(cause, last, err))
         self._answers.update(got)
 
     def _drop_uncollected(self) -> None:
@@ -387,8 +423,8 @@ def _shards(n: int, workers: int) -> list[list[int]]:
 
 class InProcessExecutor(Executor):
     """Every copy in this process (the default). Operations run in submission order, one after another, when a
-    result is asked for; an exception raised by an env propagates unchanged (and the other queued operations of
-    that flush are dropped)."""
+    result is asked for; an exception raised by an env propagates unchanged from :meth:`result` (the other queued
+    operations of that flush still run)."""
 
     def __init__(self, recipe: EnvRecipe, n: int):
         super().__init__(recipe, n)
@@ -406,8 +442,8 @@ class InProcessExecutor(Executor):
         return None  # nothing runs until it is waited for: there is no one to run it meanwhile
 
     def _wait_batches(self, batches, handle):
-        # An env's exception propagates unchanged here, as it would without an executor.
-        return {w: self._shard.run(ops, raise_errors=True) for w, ops in batches.items()}
+        # An env's exception is kept as it is: a strict result() raises it unchanged, as without an executor.
+        return {w: self._shard.run(ops, keep_exceptions=True) for w, ops in batches.items()}
 
     def close(self) -> None:
         self._shard.close()
@@ -429,12 +465,19 @@ class _ShardedExecutor(Executor):
     def _worker_of(self, slot: int) -> int:
         return self._owner[slot]
 
-    def _lost(self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], state: str) -> EnvWorkerError:
+    def _lost(
+        self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], state: str, cause: str = "worker_death"
+    ) -> EnvWorkerError:
         kinds = sorted({op for op, _, _ in ops})
         return EnvWorkerError(
             f"{self._label} {w} (slots {self._slots[w][0]}..{self._slots[w][-1]}) {why} during {kinds}; {state}. "
-            "Reset the groups that use these slots before stepping them again."
+            "Reset the groups that use these slots before stepping them again.",
+            cause=cause,
         )
+
+    def _bump(self, w: int) -> None:
+        for s in self._slots[w]:
+            self.epochs[s] += 1
 
     _label = "env worker"
 
@@ -527,15 +570,18 @@ class ProcessExecutor(_ShardedExecutor):
                 p.wait(10)
         self._procs[w] = self._conns[w] = None
 
-    def _restart(self, w: int, why: str, ops: Sequence[tuple[str, int, Any]]) -> EnvWorkerError:
+    def _restart(
+        self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], cause: str = "worker_death"
+    ) -> EnvWorkerError:
         self._kill(w)
+        self._bump(w)
         try:
             self._start(w)
             self._await_ready(w)
             state = "it was restarted with fresh (un-reset) copies"
         except EnvWorkerError as e:
             state = f"restarting it failed too ({e})"
-        return self._lost(w, why, ops, state)
+        return self._lost(w, why, ops, state, cause)
 
     def _send_batches(self, batches):
         # Each batch's connection (a restart replaces it) and whether the send went through. A worker found dead
@@ -560,7 +606,9 @@ class ProcessExecutor(_ShardedExecutor):
             elif not ok:
                 out[w] = self._restart(w, "was dead", batches[w])
             elif not conn.poll(self.timeout):
-                out[w] = self._restart(w, f"did not answer within {self.timeout:.0f} s", batches[w])
+                out[w] = self._restart(
+                    w, f"did not answer within {self.timeout:.0f} s", batches[w], "step_timeout"
+                )
             else:
                 try:
                     _, out[w] = conn.recv()
@@ -632,11 +680,12 @@ class RayExecutor(_ShardedExecutor):
     def pids(self) -> list[int]:
         return [int(p) for p in self._ray.get([a.pid.remote() for a in self._actors], timeout=self.timeout)]
 
-    def _restart(self, w: int, why: str, ops) -> EnvWorkerError:
+    def _restart(self, w: int, why: str, ops, cause: str = "worker_death") -> EnvWorkerError:
         with contextlib.suppress(Exception):  # the actor may already be gone
             self._ray.kill(self._actors[w], no_restart=True)
+        self._bump(w)
         self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
-        return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies")
+        return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies", cause)
 
     def _send_batches(self, batches):
         return {w: (self._actors[w], self._actors[w].run.remote(ops)) for w, ops in batches.items()}
@@ -653,7 +702,9 @@ class RayExecutor(_ShardedExecutor):
             try:
                 out[w] = ray.get(ref, timeout=self.timeout)
             except ray.exceptions.GetTimeoutError:
-                out[w] = self._restart(w, f"did not answer within {self.timeout:.0f} s", batches[w])
+                out[w] = self._restart(
+                    w, f"did not answer within {self.timeout:.0f} s", batches[w], "step_timeout"
+                )
             except ray.exceptions.RayActorError:
                 out[w] = self._restart(w, "died", batches[w])
         return out

@@ -184,13 +184,13 @@ def test_limit_zero_is_the_whole_split(tmp_path: Path) -> None:
 
 
 def test_env_splits_match_the_envs_own_tables() -> None:
-    from stepgym.data import ENV_SPLITS
-    from stepgym.envs import ENV_IDS, credit, credit_family
+    from stepgym.envs import ENV_IDS, credit, credit_family, registered_envs
     from stepgym.envs.alfworld import games
     from stepgym.envs.searchqa import datasets
     from stepgym.envs.webshop import goals
 
-    assert set(ENV_SPLITS) == set(ENV_IDS)
+    entries = registered_envs()
+    assert set(ENV_IDS) <= set(entries) and all(entries[e].splits is not None for e in ENV_IDS)
     own = {
         "StepGym/ALFWorld-v0": set(games.SPLITS),
         "StepGym/WebShop-v0": {*goals.HUMAN_SPLITS, "all"},
@@ -199,8 +199,9 @@ def test_env_splits_match_the_envs_own_tables() -> None:
         "StepGym/CreditToy-v0": set(credit._SPLIT_OFFSET),
         "StepGym/CreditFamily-v0": set(credit_family._SPLIT_OFFSET),
     }
-    for env_id, splits in ENV_SPLITS.items():
-        assert set(splits.names) == own[env_id] and splits.evaluation in splits.names, env_id
+    for env_id, own_splits in own.items():
+        splits = entries[env_id].splits
+        assert set(splits.names) == own_splits and splits.evaluation in splits.names, env_id
 
 
 def test_limit_takes_a_seeded_stratified_sample(data_dir: Path) -> None:

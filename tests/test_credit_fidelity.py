@@ -218,3 +218,13 @@ def test_record_opens_in_the_viewer_with_values_and_every_credit(tmp_path: Path)
     steps = [s for g in run.groups.values() for e in g["episodes"] for s in e["steps"]]
     assert steps and all(set(s["adv"]) == set(cf.METHODS) for s in steps)
     assert all(schema.VALUE_GAIN in s["info"] and schema.VALUE_EXACT in s["info"] for s in steps)
+
+
+def test_group_stats_singletons_and_purity_by_hand() -> None:
+    """Groups {0,1,2} (exact states a, a, b), {3} (c) and {4,5} (d, d), counted by hand."""
+    got = cf.group_stats(np.array([0, 0, 0, 1, 2, 2]), ["a", "a", "b", "c", "d", "d"])
+    assert got["rows"] == 6 and got["groups"] == 3
+    assert got["singleton_share"] == 1 / 6  # row 3 is alone
+    assert got["purity"] == 5 / 6  # the 'b' row is not its group's majority state
+    pure = cf.group_stats(np.array([0, 1, 2]), ["a", "a", "a"])
+    assert pure["singleton_share"] == 1.0 and pure["purity"] == 1.0

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,13 +75,19 @@ def build(config: Path, site: Path, cwd: Path) -> subprocess.CompletedProcess[st
     )
 
 
-def test_the_site_builds_strictly(tmp_path: Path) -> None:
-    done = build(REPO / "mkdocs.yml", tmp_path / "site", REPO)
+@pytest.fixture(scope="module")
+def site_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The repository's site, built once for every test of it here (a strict build takes a minute)."""
+    site = tmp_path_factory.mktemp("docs") / "site"
+    return build(REPO / "mkdocs.yml", site, REPO), site
+
+
+def test_the_site_builds_strictly(site_build: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    done, site = site_build
     problems = locate(done.stdout + done.stderr, REPO / "docs")
     assert done.returncode == 0 and not problems, "mkdocs build --strict:\n" + "\n".join(
         problems or [done.stderr[-4000:]]
     )
-    site = tmp_path / "site"
     # the pages open from disk (file://): links end in .html, not in folders a browser cannot list
     assert 'href="getting_started.html"' in (site / "index.html").read_text(encoding="utf-8")
     # every public module has its API page, and the links work from disk (file://): pages end in .html
@@ -165,3 +174,172 @@ def test_sphinx_roles_render_as_code_on_the_site() -> None:
     assert griffe_rst.markdownify(text) == (
         "Uses `StepBatch` and `stepgym.shapers.shape_advantages`.\n\nUsage:\n\n    x = 1\n"
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The site works with no network: opened from disk (file://) and served on 127.0.0.1
+# ---------------------------------------------------------------------------------------------------------------
+_REMOTE = re.compile(
+    r"^(?:[a-z][a-z0-9+.-]*:)?//", re.I
+)  # http://, https://, //host (data: and relative are local)
+_CSS_URL = re.compile(r"""@import\s+(?:url\()?\s*['"]?([^'")\s;]+)|url\(\s*['"]?([^'")]+)""")
+
+
+def remote_references(site: Path) -> list[str]:
+    """Every remote URL a built page loads: ``<script src>``, ``<link href>`` (stylesheets, fonts, preconnects,
+    icons: every ``<link>`` but a page ``canonical``), and ``@import`` / ``url()`` in CSS (style attributes and
+    ``<style>`` blocks in pages, and every .css file), as ``file: url`` lines."""
+    from html.parser import HTMLParser
+
+    found: list[str] = []
+
+    class Page(HTMLParser):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name, self.in_style = name, False
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = {k: v or "" for k, v in attrs}
+            url = a.get("src", "") if tag == "script" else ""
+            if tag == "link" and "canonical" not in a.get("rel", "").split():
+                url = a.get("href", "")
+            if url and _REMOTE.match(url):
+                found.append(f"{self.name}: <{tag}> {url}")
+            css(self.name, a.get("style", ""))
+            self.in_style = tag == "style"
+
+        def handle_data(self, data: str) -> None:
+            if self.in_style:
+                css(self.name, data)
+
+    def css(name: str, text: str) -> None:
+        for m in _CSS_URL.finditer(text):
+            url = m.group(1) or m.group(2)
+            if _REMOTE.match(url.strip()):
+                found.append(f"{name}: css {url}")
+
+    for f in sorted(site.rglob("*.html")):
+        Page(str(f.relative_to(site))).feed(f.read_text(encoding="utf-8"))
+    for f in sorted(site.rglob("*.css")):
+        css(str(f.relative_to(site)), f.read_text(encoding="utf-8"))
+    return found
+
+
+def test_remote_references_are_found(tmp_path: Path) -> None:
+    """The check itself: each way a page can load something remote is caught, local and data: URLs are not."""
+    (tmp_path / "a.html").write_text(
+        '<script src="https://cdn.example/x.js"></script><script src="assets/local.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example/css"><link rel="preconnect" href="https://fonts.gstatic.com">'
+        '<link rel="canonical" href="https://example.org/a.html"><div style="background:url(http://e/x.png)"></div>'
+        '<style>@import "https://e/y.css";</style><a href="https://example.org">a link is not a load</a>',
+        encoding="utf-8",
+    )
+    (tmp_path / "s.css").write_text(
+        '@font-face{src:url("https://e/f.woff2")} .x{background:url(data:image/png;base64,AA)} .y{background:url(i.png)}',
+        encoding="utf-8",
+    )
+    found = remote_references(tmp_path)
+    assert found == [
+        "a.html: <script> https://cdn.example/x.js",
+        "a.html: <link> //fonts.example/css",
+        "a.html: <link> https://fonts.gstatic.com",
+        "a.html: css http://e/x.png",
+        "a.html: css https://e/y.css",
+        "s.css: css https://e/f.woff2",
+    ]
+
+
+def test_no_page_loads_anything_from_the_network(
+    site_build: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, site = site_build
+    # the pages are written even when the strict build fails on a link (test_the_site_builds_strictly reports that)
+    assert (site / "index.html").is_file(), done.stderr[-2000:]
+    found = remote_references(site)
+    assert not found, "remote scripts, styles or fonts:\n" + "\n".join(found[:20])
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Any:
+    pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    from stepgym.envs.webshop.site_env import CHROMIUM_FLAGS
+
+    chromium_exe, driver_exe = "/usr/bin/chromium", "/usr/bin/chromedriver"
+    for exe in (chromium_exe, driver_exe):
+        if not os.access(exe, os.X_OK):
+            pytest.skip(f"{exe} missing: apt-get install -y chromium chromium-driver")
+    profile = tempfile.mkdtemp(prefix="stepgym-docs-test-")
+    opts = Options()
+    opts.binary_location = chromium_exe
+    for flag in CHROMIUM_FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={profile}")
+    opts.add_argument("--window-size=1400,1000")
+    d = webdriver.Chrome(service=Service(executable_path=driver_exe), options=opts)
+    yield d
+    d.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _search(d: Any, address: str, query: str) -> list[str]:
+    """Open ``address``, type ``query`` into the search box, return the titles of the results."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d.get(address)
+    wait = WebDriverWait(d, 30)
+    query_box = "input[data-md-component=search-query]"
+    try:
+        wait.until(lambda drv: any(e.is_displayed() for e in drv.find_elements(By.CSS_SELECTOR, query_box)))
+    except TimeoutException:
+        raise AssertionError(f"no search box on {address}") from None
+    box = next(e for e in d.find_elements(By.CSS_SELECTOR, query_box) if e.is_displayed())
+    box.click()
+    box.send_keys(query)
+    try:
+        wait.until(lambda drv: drv.find_elements(By.CSS_SELECTOR, ".md-search-result__item"))
+    except TimeoutException:
+        meta = d.find_elements(By.CSS_SELECTOR, ".md-search-result__meta")
+        shown = meta[0].get_attribute("textContent") if meta else "(no result list)"
+        raise AssertionError(f"no search result on {address}: {shown!r}") from None
+    meta = d.find_element(By.CSS_SELECTOR, ".md-search-result__meta").get_attribute("textContent")
+    assert "Initializing" not in meta, meta
+    return [
+        e.get_attribute("textContent") for e in d.find_elements(By.CSS_SELECTOR, ".md-search-result__item h1")
+    ]
+
+
+@pytest.mark.browser
+@pytest.mark.network
+def test_search_works_offline_from_disk_and_from_a_local_server(
+    site_build: tuple[subprocess.CompletedProcess[str], Path], chromium: Any
+) -> None:
+    """In a headless Chromium with no network: the search box is there and finds pages, both from disk
+    (file://) and served on 127.0.0.1."""
+    import functools
+    import http.server
+    import threading
+
+    done, site = site_build
+    assert (site / "index.html").is_file(), done.stderr[-2000:]
+    assert _search(chromium, (site / "index.html").as_uri(), "GiGPO"), "no result from disk"
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # no request log in the test output
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
+        assert _search(chromium, url, "GiGPO"), "no result from 127.0.0.1"
+    finally:
+        server.shutdown()
+        server.server_close()

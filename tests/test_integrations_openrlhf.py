@@ -10,6 +10,7 @@ import contextvars
 import importlib
 import importlib.abc
 import importlib.machinery
+import json
 import os
 import sys
 from pathlib import Path
@@ -392,3 +393,51 @@ def test_openrlhf_entry_point_takes_its_flags_and_keeps_openrlhfs(orl_train, mon
     from openrlhf.trainer.ppo_trainer import PPOTrainer
 
     assert issubclass(orl_train._StepPPOTrainer, PPOTrainer.__ray_actor_class__)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Failure semantics (docs/failures.md)
+# ---------------------------------------------------------------------------------------------------------------
+def test_an_env_failure_ends_the_openrlhf_episode_aborted(tok: Any) -> None:
+    import functools
+
+    from stepgym.wrappers.faults import FaultInjectionWrapper
+
+    executor, made = _executor(wrappers=[functools.partial(FaultInjectionWrapper, exception=1.0)])
+    row = task_rows(TOY, KW)[0]
+    resp = _run(executor, tok, StandInEngine(tok, script=[]), "p", row["task_id"])
+    label = json.loads(resp["label"])
+    assert label["stepgym_abort_cause"] == "env_exception" and label["stepgym_steps"] == []
+    assert made[-1].abort_cause == "env_exception"
+
+
+def test_an_aborted_openrlhf_episode_changes_nothing_for_the_others(orl_train, orl_episodes, tok, monkeypatch) -> None:
+    import copy
+
+    from stepgym.shapers import ShapeConfig, shape_advantages
+
+    monkeypatch.setenv("STEPGYM_PRESET", "gigpo-alfworld")
+    episodes = copy.deepcopy(orl_episodes)
+    cut = 2  # group 0's third episode
+    _, resp, _ = episodes[cut]
+    label = json.loads(resp["label"])
+    resp["label"] = json.dumps({**label, "stepgym_abort_cause": "retriever_unavailable"})
+    exps = _maker(orl_train).compute_advantages_and_returns(_experiences(episodes, tok))
+    half = len(episodes) // 2
+    width = max(e.action_mask.shape[1] for e in exps)
+    adv = np.zeros((len(episodes), width))
+    mask = np.zeros((len(episodes), width))
+    for k, e in enumerate(exps):
+        w = e.action_mask.shape[1]
+        adv[k * half : (k + 1) * half, :w] = e.advantages.numpy()
+        mask[k * half : (k + 1) * half, :w] = e.action_mask.numpy()
+    keep = [b for b in range(len(episodes)) if b != cut]
+    sb = oracle_step_batch(
+        [orl_episodes[b][2].annotations["steps"] for b in keep],
+        [orl_episodes[b][0] for b in keep],
+        width,
+        spans=[[(a - 1, c - 1) for a, c in orl_episodes[b][1]["action_ranges"]] for b in keep],
+    )
+    want = shape_advantages(sb, ShapeConfig.from_preset("gigpo-alfworld")).token_advantages
+    assert np.allclose(adv[keep], want, atol=1e-5) and np.abs(want).max() > 0
+    assert not adv[cut].any() and not mask[cut].any() and mask[keep].any()

@@ -65,15 +65,14 @@ def test_env_config_overrides_and_missing_env_id_is_refused() -> None:
 
 def test_an_env_without_a_text_format_is_refused_clearly() -> None:
     """The adapter uses the text interface's own format rule: no format given and none registered for the env id
-    is a clear error at construction, and an explicit one is used as given."""
+    is the plain format, and an explicit one is used as given."""
     import gymnasium as gym
 
     # the toy under an id of the user's own: no format is registered for it
     if "MyOrg/CreditToyCopy-v0" not in gym.registry:
         gym.register("MyOrg/CreditToyCopy-v0", entry_point="stepgym.envs.credit:CreditToyEnv")
     sid = register("MyOrg/CreditToyCopy-v0", "stepgym-toy-nofmt", env_kwargs=KW)
-    with pytest.raises(ValueError, match="no text format is declared for 'MyOrg/CreditToyCopy-v0'"):
-        skyrl_gym.make(sid, env_config={}, extras={})
+    assert skyrl_gym.make(sid, env_config={}, extras={})._env.fmt.name == "plain"
     env = skyrl_gym.make(sid, env_config={"fmt": "webshop"}, extras={})
     assert env._env.fmt.name == "webshop"
 
@@ -186,3 +185,56 @@ def test_skyrl_mixin_refuses_missing_records_and_split_groups() -> None:
     )
     with pytest.raises(StepRecordError, match=r"n_samples_per_prompt=4.*split or lost rows"):
         trainer.compute_advantages_and_returns(data)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Failure semantics (docs/failures.md)
+# ---------------------------------------------------------------------------------------------------------------
+def _faulty_toy(**kw):
+    import gymnasium as gym
+
+    from stepgym.wrappers.faults import FaultInjectionWrapper
+
+    return FaultInjectionWrapper(gym.make(TOY, **kw), exception=1.0)
+
+
+def test_an_env_failure_ends_the_skyrl_episode_aborted_with_its_cause() -> None:
+    import gymnasium as gym
+
+    gym.register("StepGymTest/FaultyToy-v0", entry_point=_faulty_toy)
+    sid = register("StepGymTest/FaultyToy-v0", "stepgym-faulty-toy", env_kwargs=KW, fmt="alfworld")
+    row = task_rows(TOY, KW)[0]
+    env = skyrl_gym.make(sid, env_config={}, extras=row)
+    env.init(row["prompt"])
+    out = env.step(_reply("look"))
+    assert out["done"] and out["reward"] == 0.0 and out["metadata"][schema.ABORT_CAUSE] == "env_exception"
+    met = env.get_metrics()
+    assert met["stepgym_abort_cause"] == "env_exception" and met["aborted"] == 1.0 and met["stepgym_steps"] == []
+
+
+def test_an_aborted_skyrl_episode_changes_nothing_for_the_others() -> None:
+    import numpy as np
+
+    from stepgym.integrations.skyrl import StepAdvantageMixin
+    from stepgym.shapers import ShapeConfig, shape_advantages
+
+    masks, metrics, uids = _skyrl_rollouts()
+    cut = 5  # group 2's second episode: aborted after its first step (the env never answered the second reply)
+    metrics[cut] = {**metrics[cut], "stepgym_abort_cause": "worker_death", "stepgym_steps": metrics[cut]["stepgym_steps"][:1]}
+
+    class Trainer(StepAdvantageMixin, StandInTrainer):
+        stepgym_shape_config = "gigpo-alfworld"
+
+    trainer = Trainer(4)
+    data = trainer.compute_advantages_and_returns(
+        trainer.convert_to_training_input({"loss_masks": masks, "env_metrics": metrics}, uids)
+    )
+    adv, loss_mask = data["advantages"].numpy(), data["loss_mask"].numpy()
+    keep = [b for b in range(len(masks)) if b != cut]
+    sb = oracle_step_batch(
+        [metrics[b]["stepgym_steps"] for b in keep], [uids[b] for b in keep], adv.shape[1],
+        spans=[spans_of_mask(masks[b]) for b in keep],
+    )
+    want = shape_advantages(sb, ShapeConfig.from_preset("gigpo-alfworld")).token_advantages
+    assert np.allclose(adv[keep], want, atol=1e-6) and np.abs(want).max() > 0
+    assert not adv[cut].any() and not loss_mask[cut].any() and loss_mask[keep].any()

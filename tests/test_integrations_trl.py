@@ -621,3 +621,39 @@ def test_vllm_server_turns_are_collective_across_processes(tmp_path: Path) -> No
     for r in (0, 1):
         err = torch.load(tmp_path / "die" / f"rank{r}.pt")["error"]
         assert err.startswith("ServiceUnavailableError") and "http://127.0.0.1:9" in err
+
+
+def test_an_aborted_trl_episode_changes_nothing_for_the_others(scripted) -> None:
+    """docs/failures.md: GroupRollout ends a rollout whose env raised as aborted (its records say so, its last
+    reply keeps a stand-in record); the step trainer's batch carries it, and shaping gives the other rows exactly
+    the advantages of the batch without it, and the aborted row 0."""
+    import functools
+
+    from _trl_multiproc import ScriptedRollout
+
+    from stepgym.integrations.trl import step_batch_from_rollouts
+    from stepgym.shapers import ShapeConfig, shape_advantages
+    from stepgym.wrappers.faults import FaultInjectionWrapper
+
+    tok, prompts = scripted
+    faulty = [functools.partial(FaultInjectionWrapper, exception=0.15, seed=4)]
+    out = ScriptedRollout(ENV_ID, ENV_KWARGS, fmt="alfworld", max_turn_tokens=24, wrappers=faulty)(
+        prompts, _fake_trainer(tok)
+    )
+    aborted = [bool(ep["aborted"]) for ep in out["stepgym_episode"]]
+    assert 0 < sum(aborted) < len(aborted) - 4, aborted  # some rows aborted, every group keeps two finished rows
+    assert all(r["aborted"] for s, a in zip(out["stepgym_steps"], aborted, strict=True) if a for r in s)
+    inputs = [{"stepgym_steps": s} for s in out["stepgym_steps"]]
+    width = max(len(c) for c in out["completion_ids"])
+    _, _, batch = StepGRPOTrainer._global_batch(_fake_trainer(tok), inputs, width)
+    cfg = ShapeConfig.from_preset("gigpo-alfworld")
+    shaped = shape_advantages(batch, cfg)
+    keep = [b for b, a in enumerate(aborted) if not a]
+    ref = shape_advantages(
+        step_batch_from_rollouts([out["stepgym_steps"][b] for b in keep], length=width), cfg
+    )
+    finished_per_group = {g: sum(1 for b in keep if b // 4 == g) for g in range(3)}
+    live = [i for i, b in enumerate(keep) if finished_per_group[b // 4] >= 2]
+    assert np.array_equal(shaped.token_advantages[[keep[i] for i in live]], ref.token_advantages[live])
+    assert not shaped.token_advantages[np.array(aborted)].any()
+    assert not shaped.token_loss_mask[np.array(aborted)].any()

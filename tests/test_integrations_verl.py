@@ -399,7 +399,7 @@ def test_teacher_presets_are_refused_without_gaps(batch) -> None:
 
 @pytest.mark.parametrize(
     ("estimator", "preset"),
-    [(name, preset) for name, preset in ESTIMATORS.items() if preset.split("-")[0] in GRAPH_BASES],
+    [(name, preset) for name, preset in ESTIMATORS.items() if name.removeprefix("stepgym_") in GRAPH_BASES],
 )
 def test_graph_estimators_equal_shape_advantages(batch, estimator: str, preset: str) -> None:
     """GraphGPO, HGPO, RewardFlow and G2PO read each step's state before and after it from the agent loop's
@@ -420,3 +420,55 @@ def test_graph_estimators_equal_shape_advantages(batch, estimator: str, preset: 
     assert np.allclose(adv.numpy(), want, atol=1e-6) and np.abs(want).max() > 0
     full = compute_step_advantage(data, preset)
     assert np.allclose(full.batch["advantages"].numpy(), want, atol=1e-6)
+
+
+def test_estimators_are_derived_from_the_shaper_registry() -> None:
+    """Every registered base (and ProAS) is a verl estimator running its preset; a base registered later joins."""
+    from stepgym.integrations.verl import estimator_presets
+    from stepgym.shapers import BaseAdvantage, grpo_advantage, register
+    from stepgym.shapers.registry import available
+
+    assert {f"stepgym_{b}" for b in available("base")} | {"stepgym_proas"} == set(ESTIMATORS)
+    assert ESTIMATORS["stepgym_grpo"] == "grpo" and ESTIMATORS["stepgym_gigpo"] == "gigpo-alfworld"
+    assert (
+        ESTIMATORS["stepgym_proas"] == "proas-gigpo" and ESTIMATORS["stepgym_graphgpo"] == "graphgpo-alfworld"
+    )
+
+    @register("verl_test_base", stage="base", overwrite=True)
+    def _mine(batch, config, scores):
+        return BaseAdvantage(grpo_advantage(scores, batch.group_ids))
+
+    assert estimator_presets()["stepgym_verl_test_base"] == "verl_test_base"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Failure semantics (docs/failures.md)
+# ---------------------------------------------------------------------------------------------------------------
+def test_an_env_failure_ends_the_verl_episode_aborted(tok) -> None:
+    from stepgym.wrappers.faults import FaultInjectionWrapper
+
+    row = verl_rows(TOY, TOY_KW)[0]
+    server = ScriptedServerManager(tok, np.random.default_rng(0))
+    out = _play(tok, row, server, wrappers=[functools.partial(FaultInjectionWrapper, exception=1.0)])
+    steps = out.extra_fields["stepgym_steps"]
+    assert len(steps) == 1 and steps[0]["aborted"] and steps[0]["stop"] > steps[0]["start"]
+    assert out.extra_fields["stepgym_episode"]["abort_cause"] == "env_exception"
+
+
+def test_an_aborted_verl_episode_changes_nothing_for_the_others(batch) -> None:
+    import copy
+
+    data, outs = batch
+    data = copy.deepcopy(data)
+    cut = 2
+    recs = [dict(r, aborted=True) for r in data.non_tensor_batch["stepgym_steps"][cut]]
+    data.non_tensor_batch["stepgym_steps"][cut] = recs
+    out = compute_step_advantage(data, "gigpo-alfworld")
+    uids = list(data.non_tensor_batch["uid"])
+    keep = [b for b in range(len(outs)) if b != cut]
+    width = data.batch["response_mask"].shape[1]
+    want = _expected([outs[b] for b in keep], [uids[b] for b in keep], width, "gigpo-alfworld").token_advantages
+    adv = out.batch["advantages"].numpy()
+    assert np.allclose(adv[keep], want, atol=1e-6) and np.abs(want).max() > 0
+    assert not adv[cut].any() and not out.batch["response_mask"][cut].any()
+    assert out.batch["response_mask"][keep].any()

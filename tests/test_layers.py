@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "stepgym.errors",
         "stepgym.spaces",
         "stepgym.text_utils",
+        "stepgym.text_format",
         "stepgym.atomic",
         "stepgym.lazy",
         "stepgym._deps",

@@ -106,6 +106,7 @@ def test_registered_limits_are_the_envs_defaults() -> None:
         "StepGym/ALFWorld-v0": ("stepgym.envs.alfworld", "ALFWorldEnv", "max_steps", 0),
         "StepGym/WebShop-v0": ("stepgym.envs.webshop", "WebShopEnv", "max_steps", 0),
         "StepGym/WebShopSite-v0": ("stepgym.envs.webshop", "WebShopSiteEnv", "max_steps", 0),
+        "StepGym/ScienceWorld-v0": ("stepgym.envs.scienceworld", "ScienceWorldEnv", "max_steps", 0),
     }
     for env_id, (module, name, kw, extra) in classes.items():
         cls = getattr(importlib.import_module(module), name)

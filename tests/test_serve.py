@@ -401,12 +401,33 @@ def test_journal_of_another_env_is_refused(tmp_path: Path) -> None:
 
 
 class HangOn(gym.Wrapper):
-    """An env whose step never ends on the action ``hang`` (a stuck engine), importable by worker processes."""
+    """An env whose step never ends on the action ``hang`` (a stuck engine), importable by worker processes; the
+    action ``retriever down`` fails as a dead retrieval server does."""
 
     def step(self, action):
         if action == "hang":
             time.sleep(3600)
+        if action == "retriever down":
+            from stepgym.errors import RetrieverUnavailableError
+
+            raise RetrieverUnavailableError("retrieval server http://127.0.0.1:9 did not answer")
         return self.env.step(action)
+
+
+def test_an_env_failure_is_an_aborted_episode_with_its_cause_never_a_reward() -> None:
+    cfg = ServeConfig(TOY, TOY_KW, wrappers=(HangOn,), port=0)
+    with ServerThread(cfg) as url:
+        with connect(_ws_url(url)) as ws:
+            assert _ask(ws, "reset", {"seed": 1011})["type"] == "observation"
+            answer = _ask(ws, "step", {"action": "retriever down"})
+            assert answer["type"] == "error" and _code(answer) == "EPISODE_ABORTED"
+            assert answer["data"]["abort_cause"] == "retriever_unavailable"
+            assert _code(_ask(ws, "step", {"action": "wait"})) == "NOT_RESET"
+            _ask_close(ws)
+        sid = httpx.post(url + "/reset", json={"seed": 1011}, timeout=30).json()["metadata"]["session_id"]
+        r = httpx.post(url + "/step", json={"action": {"action": "retriever down"}, "session_id": sid}, timeout=30)
+        assert r.status_code == 500 and r.json()["detail"]["code"] == "EPISODE_ABORTED"
+        assert r.json()["detail"]["abort_cause"] == "retriever_unavailable" and "reward" not in r.json()
 
 
 def test_a_hung_step_in_a_worker_hits_the_deadline_and_the_server_keeps_serving() -> None:
@@ -416,7 +437,8 @@ def test_a_hung_step_in_a_worker_hits_the_deadline_and_the_server_keeps_serving(
     with srv as url, connect(_ws_url(url)) as ws:
         assert _ask(ws, "reset", {"seed": 1010})["type"] == "observation"
         answer = _ask(ws, "step", {"action": "hang"})
-        assert _code(answer) == "SESSION_ERROR" and "reset to continue" in answer["data"]["message"]
+        assert _code(answer) == "EPISODE_ABORTED" and "reset to continue" in answer["data"]["message"]
+        assert answer["data"]["abort_cause"] == "step_timeout"  # never a reward (docs/failures.md)
         assert _code(_ask(ws, "step", {"action": "wait"})) == "NOT_RESET"  # never continued on a fresh copy
         local = _expert_episode(TOY, TOY_KW, 1010)
         again = _ask(ws, "reset", {"seed": 1010})["data"]  # the restarted worker serves again

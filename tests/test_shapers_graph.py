@@ -23,8 +23,15 @@ TWO = dict(
 )
 
 
+#: ShapeConfig's shared fields; every other keyword of _run is an option of the base (its options dataclass)
+_SHARED = {"gamma", "step_weight", "invalid_penalty", "proas", "eps", "singleton"}
+
+
 def _run(base: str, batch: dict | None = None, **cfg) -> S.ShapedAdvantages:
-    return shape_advantages(StepBatch(**(batch or TWO)), ShapeConfig(base=base, **cfg))
+    shared = {k: v for k, v in cfg.items() if k in _SHARED}
+    options = {k: v for k, v in cfg.items() if k not in _SHARED}
+    config = ShapeConfig(base=base, **shared, options={base: options} if options else {})
+    return shape_advantages(StepBatch(**(batch or TWO)), config)
 
 
 # ---------------------------------------------------------------------------------------------------- GraphGPO §10
@@ -107,7 +114,7 @@ def test_hgpo_worked_example() -> None:
     out = _run("hgpo", HG, gamma=0.5)
     np.testing.assert_allclose(out.base_advantages, want, rtol=1e-12)
     # history 0: k = 1 only
-    out = _run("hgpo", HG, gamma=0.5, hgpo_history=0)
+    out = _run("hgpo", HG, gamma=0.5, history=0)
     np.testing.assert_allclose(out.base_advantages[[1, 3]], [2 * hi / (2 + 1e-6), 2 * lo / (2 + 1e-6)])
 
 
@@ -115,7 +122,7 @@ def test_hgpo_base_group_adds_the_episode_item() -> None:
     # episode scores over the 6 rows: [1, 1, 0, 0, 1, 1]: μ 2/3, unbiased σ = √((4/9 + 4·1/9... )) → A^E of C = .6455
     sc = np.array([1, 1, 0, 0, 1, 1.0])
     e = (sc - sc.mean()) / (sc.std(ddof=1) + 1e-6)
-    out = _run("hgpo", HG, gamma=0.5, hgpo_base_group=True)
+    out = _run("hgpo", HG, gamma=0.5, base_group=True)
     assert out.base_advantages[4] == pytest.approx(e[4] / (1 + 1e-6), rel=1e-12)  # C0 has only the k = 0 item
 
 
@@ -367,7 +374,7 @@ def test_bundled_trainer_fills_the_graph_fields() -> None:
     np.testing.assert_array_equal(batch.dones, [False, True, False, False])  # B was cut at the step limit
     np.testing.assert_array_equal(batch.true_gain, 1.0)
     out = shape_advantages(
-        batch, ShapeConfig.from_preset("graphgpo-alfworld", gamma=0.5, step_mode="mean_norm")
+        batch, ShapeConfig.from_preset("graphgpo-alfworld", gamma=0.5, options={"graphgpo": {"step_mode": "mean_norm"}})
     )
     np.testing.assert_allclose(out.step_advantages, [6.875, 5, -6.875, -5])
 
@@ -386,10 +393,10 @@ def test_rewardflow_alfworld_cleaning_and_isolated_states() -> None:
     np.testing.assert_allclose(_run("rewardflow", b, gamma=0.5).gigpo.returns, [0, 1.25, 2.5, 5])
     # cleaned: look and examine runs spliced: s0 → s1, s1 → s2; s1x is on no edge → V(s1x) = 0 (upstream fill)
     # V = s0 2.5, s1 5, s2 10 → r̃ = [0, 2.5, 0 − 5, 10 − 0]
-    out = _run("rewardflow", b, gamma=0.5, rewardflow_alfworld_clean=True)
+    out = _run("rewardflow", b, gamma=0.5, alfworld_clean=True)
     np.testing.assert_allclose(out.gigpo.returns, [0, 2.5, -5, 10])
     with pytest.raises(ValueError, match="actions"):
-        _run("rewardflow", {k: v for k, v in b.items() if k != "actions"}, rewardflow_alfworld_clean=True)
+        _run("rewardflow", {k: v for k, v in b.items() if k != "actions"}, alfworld_clean=True)
     # a state on no edge starts at 0, not at its reward: s0 -x-> s0 with reward 10 → r̃ = 0
     lone = dict(group_ids=[0], traj_ids=[0], rewards=[10.0], anchor_obs=["s0"], next_obs=["s0"])
     np.testing.assert_allclose(_run("rewardflow", lone).gigpo.returns, [0.0])

@@ -446,8 +446,14 @@ def test_forbidden_combinations_raise() -> None:
         S.ShapeConfig(token_reweight=("ahead", "stepopsd"))
     with pytest.raises(ValueError, match="AHEAD"):
         S.ShapeConfig(token_reweight="ahead", step_norm="equal_step_mean_abs")
-    with pytest.raises(ValueError, match="gigpo"):
-        S.ShapeConfig(base="grpo", proas_target="combined")
+    with pytest.raises(ValueError, match="'proas' has no option 'targett'; its options are target"):
+        S.ShapeConfig(base="grpo", options={"proas": {"targett": "combined"}})
+    with pytest.raises(ValueError, match="ProAS's target must be 'episode' or 'combined'"):
+        S.ShapeConfig(base="gigpo", options={"proas": {"target": "both"}})
+    with pytest.raises(ValueError, match="'grpo' takes no options"):
+        S.ShapeConfig(options={"grpo": {}})
+    with pytest.raises(ValueError, match="no shaper named 'nope'"):
+        S.ShapeConfig(options={"nope": {}})
     with pytest.raises(ValueError):
         S.ShapeConfig(base="ppo")
     S.ShapeConfig(proas=True, token_reweight="stepopsd")  # ProAS + StepOPSD weights (no step norm) is allowed

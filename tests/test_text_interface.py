@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from typing import Any
@@ -259,9 +260,11 @@ def test_import_stays_light() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_wrapper_needs_a_format() -> None:
-    with pytest.raises(ValueError, match="no text format"):
-        TextInterfaceWrapper(ToyRoomEnv())
+def test_an_env_without_a_format_gets_the_plain_one() -> None:
+    env = TextInterfaceWrapper(ToyRoomEnv())
+    assert env.fmt.name == "plain"
+    with pytest.raises(ValueError, match="unknown text format 'nope'"):
+        TextInterfaceWrapper(ToyRoomEnv(), fmt="nope")
 
 
 class _EchoQA(TextEnv):
@@ -350,7 +353,8 @@ def test_credit_toys_have_their_format_in_the_one_registry() -> None:
     from stepgym.trainers.formats import CREDIT_FORMAT
     from stepgym.wrappers.text import FORMATS, get_format, resolve_format
 
-    assert all(text_format_of(env_id) in FORMATS for env_id in ENV_IDS)  # every registered env declares one
+    # every registered env declares one: a name in FORMATS or an env's own 'module:ATTR' (Sokoban's)
+    assert all(text_format_of(env_id) in FORMATS or get_format(text_format_of(env_id)) for env_id in ENV_IDS)
     for env_id in ("StepGym/CreditToy-v0", "StepGym/CreditFamily-v0"):
         assert text_format_of(env_id) == "credit"
         assert resolve_format(env_id) is get_format("credit") is CREDIT_FORMAT
@@ -362,8 +366,7 @@ def test_credit_toys_have_their_format_in_the_one_registry() -> None:
         assert env.step(f"<action>{action}</action>")[4][schema.ADMISSIBLE] is True
         assert env.step("no tags")[4][schema.FORMAT_VALID] is False
         env.close()
-    with pytest.raises(ValueError, match="no text format is declared for 'MyOrg/Unknown-v0'"):
-        resolve_format("MyOrg/Unknown-v0")
+    assert resolve_format("MyOrg/Unknown-v0") is get_format("plain")  # an env that declares none: the plain one
 
 
 class _Undeclared(ToyRoomEnv):
@@ -376,7 +379,7 @@ class _Undeclared(ToyRoomEnv):
         super().close()
 
 
-def test_make_text_env_builds_the_one_stack_and_closes_a_refused_env() -> None:
+def test_make_text_env_builds_the_one_stack_and_closes_a_refused_env(caplog) -> None:
     from stepgym.wrappers.feedback import EnvFeedbackWrapper
     from stepgym.wrappers.text import make_text_env, text_wrappers
 
@@ -387,10 +390,16 @@ def test_make_text_env_builds_the_one_stack_and_closes_a_refused_env() -> None:
     assert stack[0] is EnvFeedbackWrapper and stack[-1].keywords["fmt"] == "qa"
     with pytest.raises(ValueError, match="env_kwargs apply to an env id only"):
         make_text_env(gym.make("StepGym/CreditToy-v0"), {"seed": 1})
-    # a user's env without a declared format: refused with the fix named, and the inner env is closed
-    inner = _Undeclared()
-    with pytest.raises(ValueError, match=r"no text format is declared .*metadata\['text_format'\]"):
-        make_text_env(inner)
+    # a user's env without a declared format gets the plain one, and the log names it
+    with caplog.at_level(logging.INFO, logger="stepgym.wrappers.text"):
+        plain = make_text_env(_Undeclared())
+    assert plain.fmt.name == "plain" and "_Undeclared declares no text format: using the 'plain' format" in caplog.text
+    _, info = plain.reset(seed=0)
+    assert "Reply with exactly one action inside <action> </action>" in plain.prompt
+    assert plain.step(f"<action>{info[schema.ADMISSIBLE_ACTIONS][0]}</action>")[4][schema.FORMAT_VALID] is True
+    # an unknown format name is refused with the known ones, and the inner env is closed
+    with pytest.raises(ValueError, match=r"unknown text format 'nope'; known: .*'plain'"):
+        make_text_env(_Undeclared(), fmt="nope")
     assert _Undeclared.closed == 1
     # ... and one that declares its format in its metadata is accepted
     declared = _Undeclared()

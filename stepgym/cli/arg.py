@@ -20,7 +20,8 @@ import gymnasium as gym
 from stepgym import schema
 from stepgym.agents import make_agent
 from stepgym.cli._options import check_count, check_probability
-from stepgym.data import check_split, sample_tasks
+from stepgym.data import sample_tasks
+from stepgym.envs import check_split
 from stepgym.graph_seeding import seed_graph_from_agent, seed_graph_from_walkthroughs
 from stepgym.reference_graph import AgenticReferenceGraph
 from stepgym.rollout import play_episode

@@ -137,7 +137,7 @@ def _budgets(text: str) -> tuple[int, ...] | None:
 
 def _checked(args: argparse.Namespace) -> dict[str, Any]:
     """The library's keyword arguments from the parsed flags, each value checked (one-line errors)."""
-    from stepgym.data import check_split
+    from stepgym.envs import check_split
 
     check_count("--limit", args.limit, meaning_of_zero="the whole split")
     check_count("--max-steps", args.max_steps, meaning_of_zero="the env's default")

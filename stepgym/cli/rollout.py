@@ -75,7 +75,7 @@ def _help_with_llm_options(ap: argparse.ArgumentParser) -> int:
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    from stepgym.data import check_split
+    from stepgym.envs import check_split
 
     check_count("--limit", args.limit, meaning_of_zero="the whole split")
     check_count("--max-steps", args.max_steps, meaning_of_zero="the env's default")

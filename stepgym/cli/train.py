@@ -5,12 +5,15 @@ dataclasses.
 and overrides any field; without ``--preset`` it starts from the defaults (the credit-assignment toy with the
 tiny model). ``--shaper-module MODULE_OR_FILE`` (repeatable) imports a module that registers shapers of your own
 before the config is read, so ``--shaper.base`` / ``--shaper.token-reweight`` / ``--shaper.step-norm`` may name
-them (docs/shapers_guide.md, "Registering your own shaper"). ``stepgym eval`` is :mod:`stepgym.cli.eval`.
+them (docs/shapers_guide.md, "Registering your own shaper"). ``--shaper-option METHOD.FIELD=VALUE`` (repeatable)
+sets one of a method's own options (``--shaper-option graphgpo.scale=5``). ``stepgym eval`` is
+:mod:`stepgym.cli.eval`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 from stepgym.cli._options import check_count, on_interrupt
 from stepgym.errors import InvalidArgumentError
 
-__all__ = ["check_config", "parse_config", "train_main"]
+__all__ = ["check_config", "parse_config", "shaper_options", "train_main"]
 
 
 def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str], argparse.Namespace]:
@@ -27,6 +30,7 @@ def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str]
     pre.add_argument("--list-presets", action="store_true")
     pre.add_argument("--checkpoint", default=None)
     pre.add_argument("--shaper-module", action="append", default=[])
+    pre.add_argument("--shaper-option", action="append", default=[])
     ns, rest = pre.parse_known_args(list(argv))
     if ns.shaper_module:
         from stepgym.shapers.registry import load_shaper_modules
@@ -48,8 +52,31 @@ def parse_config(argv: Sequence[str], prog: str = "stepgym train") -> Any:
     if prog == "stepgym eval":
         desc = _EVAL_DESCRIPTION.format(preset=preset or "(defaults)")
     cfg = tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
+    _, _, ns = _split_preset(argv, prog)
+    if ns.shaper_option:
+        cfg = dataclasses.replace(cfg, shaper=shaper_options(cfg.shaper, ns.shaper_option))
     check_config(cfg)
     return cfg
+
+
+def shaper_options(config: Any, items: Sequence[str]) -> Any:
+    """``config`` (a :class:`~stepgym.shapers.ShapeConfig`) with ``--shaper-option METHOD.FIELD=VALUE`` items set
+    in its methods' options (each value read as JSON when it parses, else text); a bad item is one
+    :class:`~stepgym.errors.InvalidArgumentError` naming the flag."""
+    from stepgym.cli._options import parse_kv
+
+    options: dict[str, dict[str, Any]] = {}
+    for key, value in parse_kv(items, "--shaper-option").items():
+        method, dot, option = key.partition(".")
+        if not dot or not method or not option:
+            raise InvalidArgumentError(
+                f"--shaper-option expects METHOD.FIELD=VALUE, got {key!r} (e.g. --shaper-option graphgpo.scale=5)"
+            )
+        options.setdefault(method, {})[option] = value
+    try:
+        return config.with_options(**options)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"--shaper-option: {exc}") from None
 
 
 #: Integer settings whose negative values mean something (documented in the config): the lowest value allowed.
@@ -84,9 +111,12 @@ _TRAIN_DESCRIPTION = (
 )
 
 
-def _check_output_dir(cfg: Any) -> None:
+def _check_output_dir(cfg: Any) -> Any:
     """A fresh run into a folder that already holds a run's checkpoints, or a ``--run.resume`` that names no
-    checkpoint, is refused here with the flags that fix it (the trainer would raise a ``CheckpointError``)."""
+    checkpoint, is refused here with the flags that fix it. A resume picks its checkpoint here, once
+    (:func:`~stepgym.trainers.checkpoint.resume_path`: damaged files and a broken ``latest`` are printed one line
+    each, and the newest checkpoint that reads is taken); the config returned names that folder."""
+    import dataclasses
     from pathlib import Path
 
     from stepgym.trainers.checkpoint import CheckpointError, find_latest, read_state, resume_path
@@ -97,11 +127,29 @@ def _check_output_dir(cfg: Any) -> None:
             f"{out} already holds a training run; continue it with --run.resume auto, or start a new one in "
             "another folder with --run.output-dir DIR"
         )
-    if cfg.run.resume and cfg.run.resume != "auto":
-        try:
-            read_state(resume_path(cfg.run.resume, out / "checkpoints"))
-        except CheckpointError as exc:
-            raise InvalidArgumentError(f"--run.resume {cfg.run.resume}: {exc}") from None
+    if not cfg.run.resume:
+        return cfg
+    try:
+        chosen = resume_path(cfg.run.resume, out / "checkpoints")
+        if chosen is not None:
+            read_state(chosen)
+    except CheckpointError as exc:
+        raise InvalidArgumentError(f"--run.resume {cfg.run.resume}: {exc}") from None
+    if chosen is None:  # 'auto' in a folder with no checkpoint yet: a fresh start
+        return cfg
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, resume=str(chosen)))
+
+
+def _show_checkpoint_warnings(prog: str) -> None:
+    """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each."""
+    import logging
+
+    logger = logging.getLogger("stepgym.trainers.checkpoint")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{prog}: warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _train_interrupt_note(cfg: Any) -> str:
@@ -111,10 +159,13 @@ def _train_interrupt_note(cfg: Any) -> str:
 
     last = find_latest(Path(cfg.run.output_dir) / "checkpoints")
     if last is None:
-        return (
-            f"no checkpoint was saved yet (every {cfg.run.save_every} iterations, --run.save-every); run the "
-            "command again to start over"
+        every = cfg.run.save_every
+        when = (
+            f"one is saved every {every} iteration{'s' if every != 1 else ''}, --run.save-every"
+            if every
+            else "with --run.save-every 0 one is saved only at the end"
         )
+        return f"no checkpoint was saved yet ({when}); run the command again to start over"
     return f"the last checkpoint is {last}; continue with the same command plus --run.resume auto"
 
 
@@ -138,7 +189,7 @@ _COMMON_FLAGS = (
     ("rollout.backend", "'hf', 'vllm' (GPU) or 'scripted'"),
     ("rollout.n_tasks", "tasks per batch (one group each)"),
     ("rollout.group_size", "G, rollouts per task"),
-    ("shaper.base", "base advantage: grpo, drgrpo, dapo, gigpo or a registered one"),
+    ("shaper.base", "base advantage: {bases} (registered; --shaper-module adds yours)"),
     ("optim.lr", "learning rate"),
 )
 
@@ -160,7 +211,10 @@ _SHORT_HELP = {
     "stepgym train": (
         "usage: stepgym train [--preset NAME] [--FIELD VALUE ...]",
         "GRPO with step-level shapers: start from a preset, then override any config field.",
-        ("  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",),
+        (
+            "  --shaper-module MODULE  import shapers you registered yourself (a module or a .py file)",
+            "  --shaper-option M.F=V   set option F of method M (repeatable), e.g. graphgpo.scale=5",
+        ),
         _COMMON_FLAGS,
     ),
     "stepgym eval": (
@@ -201,7 +255,11 @@ def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
         "",
         f"common flags (values of {'preset ' + preset if preset else 'the defaults'}):",
     ]
+    from stepgym.shapers.registry import available
+
+    bases = ", ".join(available("base"))  # every registered base: the graph bases and the oracle included
     for path, what in common:
+        what = what.format(bases=bases)
         group, field = path.split(".")
         value = getattr(getattr(cfg, group), field)
         flag = f"--{path.replace('_', '-')}"
@@ -234,7 +292,8 @@ def train_main(argv: Sequence[str] | None = None) -> int:
         print(_short_help(argv, "stepgym train"))
         return 0
     cfg = parse_config(argv, "stepgym train")
-    _check_output_dir(cfg)
+    _show_checkpoint_warnings("stepgym train")
+    cfg = _check_output_dir(cfg)
     from stepgym.trainers.grpo import GRPOTrainer
 
     on_interrupt(lambda: _train_interrupt_note(cfg))

@@ -7,62 +7,214 @@ never new id strings.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium
 
 from stepgym.errors import InvalidArgumentError
 
-__all__ = ["ENV_IDS", "EnvEntry", "ExactStepLimit", "check_env_kwargs", "register_envs", "text_format_of"]
+__all__ = [
+    "ALFWORLD_TASK_TYPES",
+    "ENV_IDS",
+    "EnvEntry",
+    "EnvSplits",
+    "ExactStepLimit",
+    "check_env_kwargs",
+    "check_split",
+    "env_entry",
+    "register",
+    "register_envs",
+    "registered_envs",
+    "text_format_of",
+]
 
 
-class EnvEntry(NamedTuple):
-    """What stepgym declares about each env it registers, in one place."""
+@dataclass(frozen=True)
+class EnvSplits:
+    """The ``split=`` values an env accepts and the one an evaluation uses when none is named (the papers'
+    evaluation split: ALFWorld's in-distribution ``valid_seen``, WebShop's and Search-QA's ``test``)."""
+
+    names: tuple[str, ...]
+    evaluation: str
+
+    def __post_init__(self) -> None:
+        if not self.names or self.evaluation not in self.names:
+            raise InvalidArgumentError(
+                f"EnvSplits: the evaluation split {self.evaluation!r} must be one of the splits {self.names}"
+            )
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """What an env declares about itself when it is registered (:func:`register`): everything a trainer, an
+    evaluation, the text interface or :class:`~stepgym.values.ValueWrapper` needs to know about it, in one place."""
 
     entry_point: str
-    #: the default step limit: the class's defaults (e.g. SearchQA's max_turns=4 + the forced answer turn,
-    #: CreditFamily's horizon 10 + slack 10); tests/test_names.py checks them against the classes. Every env
-    #: takes its limit as ``max_steps=`` (all steps, SearchQA's answer turn included); an env may also keep a
-    #: historical keyword (SearchQA's ``max_turns``, CreditFamily's ``slack``) and refuses a contradiction.
+    """``"module:Class"`` (or a factory): imported only when the env is made."""
     max_steps: int
-    #: the name of its text format in :data:`stepgym.wrappers.text.FORMATS` (the prompt and the reply parser an
-    #: LLM policy uses with it; :func:`stepgym.wrappers.text.make_text_env` looks it up here).
-    text_format: str
+    """The default step limit. The env takes its limit as ``max_steps=`` (every step counts, SearchQA's forced
+    answer turn included); an env may also keep a historical keyword (SearchQA's ``max_turns``, CreditFamily's
+    ``slack``) and refuse a contradiction. tests/test_names.py checks stepgym's own against the classes."""
+    text_format: str | None = None
+    """Its text format: a name in :data:`stepgym.wrappers.text.FORMATS`, or ``"module:ATTR"`` naming a
+    :class:`~stepgym.text_format.TextFormat` (an env's own prompt, in its own module). ``None``: the plain format
+    (:func:`stepgym.wrappers.text.resolve_format` says so in the log)."""
+    splits: EnvSplits | None = None
+    """The ``split=`` values it takes and its evaluation split; ``None``: it takes no ``split=``."""
+    value_oracle: str | None = None
+    """``"module:factory"``; ``factory(env, budget)`` returns its :class:`~stepgym.values.base.ValueOracle` (the
+    exact step values of :class:`~stepgym.values.ValueWrapper`). ``None``: no oracle, unless the env class brings
+    a ``value_oracle(budget)`` method."""
+    no_values: str | None = None
+    """Why the env has no exact step values (e.g. its state is too large): ``ValueWrapper`` refuses it with this
+    reason instead of guessing."""
+    task_types: tuple[str, ...] | str = ()
+    """The task types its info's ``TASK_TYPE`` takes (success is reported per type); ``()`` when untyped; or
+    ``"module:ATTR"`` naming the tuple, read on first use (:meth:`types`), so registering imports nothing."""
+
+    def types(self) -> tuple[str, ...]:
+        """The declared task types (a ``"module:ATTR"`` reference imported now)."""
+        if isinstance(self.task_types, str):
+            import importlib
+
+            module, _, attr = self.task_types.partition(":")
+            return tuple(str(t) for t in getattr(importlib.import_module(module), attr))
+        return self.task_types
 
 
-_ENVS: dict[str, EnvEntry] = {
-    "StepGym/ALFWorld-v0": EnvEntry("stepgym.envs.alfworld:ALFWorldEnv", 50, "alfworld"),
-    "StepGym/WebShop-v0": EnvEntry("stepgym.envs.webshop:WebShopEnv", 15, "webshop"),
-    "StepGym/WebShopSite-v0": EnvEntry("stepgym.envs.webshop:WebShopSiteEnv", 15, "webshop"),
-    "StepGym/SearchQA-v0": EnvEntry("stepgym.envs.searchqa:SearchQAEnv", 5, "qa"),
-    "StepGym/CreditToy-v0": EnvEntry("stepgym.envs.credit:CreditToyEnv", 10, "credit"),
-    "StepGym/CreditFamily-v0": EnvEntry("stepgym.envs.credit_family:CreditFamilyEnv", 20, "credit"),
-}
-ENV_IDS = tuple(_ENVS)
+_ENVS: dict[str, EnvEntry] = {}
+
+
+def register(
+    env_id: str,
+    entry_point: str,
+    *,
+    max_steps: int,
+    text_format: str | None = None,
+    splits: EnvSplits | Sequence[str] | None = None,
+    value_oracle: str | None = None,
+    no_values: str | None = None,
+    task_types: Sequence[str] | str = (),
+) -> EnvEntry:
+    """Register a text env with Gymnasium and declare what stepgym needs to know about it (:class:`EnvEntry`).
+
+    One call per env, the way ``gymnasium.register`` is called: stepgym's own envs are registered this way
+    (:func:`register_envs`) and so is a user's (docs/byo_env.md). The entry point is a string, so nothing heavy
+    is imported until the env is made. ``splits`` may be a sequence of names (the first is then the evaluation
+    split). Registering the same id again with the same declaration does nothing; with another one it is an
+    :class:`~stepgym.errors.InvalidArgumentError`.
+
+    The registered spec carries the step limit (``max_episode_steps``) and :class:`ExactStepLimit`, so
+    ``gym.make(env_id)`` truncates exactly where the env does.
+    """
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise InvalidArgumentError(
+            f"register({env_id!r}): max_steps must be a positive int, got {max_steps!r}"
+        )
+    if not isinstance(entry_point, str) or ":" not in entry_point:
+        raise InvalidArgumentError(
+            f"register({env_id!r}): entry_point must be a 'module:Class' string, got {entry_point!r}"
+        )
+    for name, ref in (("text_format", text_format), ("value_oracle", value_oracle)):
+        if ref is not None and not isinstance(ref, str):
+            raise InvalidArgumentError(f"register({env_id!r}): {name} must be a string, got {ref!r}")
+    if value_oracle is not None and ":" not in value_oracle:
+        raise InvalidArgumentError(
+            f"register({env_id!r}): value_oracle must be a 'module:factory' string, got {value_oracle!r}"
+        )
+    if value_oracle is not None and no_values is not None:
+        raise InvalidArgumentError(f"register({env_id!r}): pass value_oracle or no_values, not both")
+    if splits is not None and not isinstance(splits, EnvSplits):
+        names = tuple(str(n) for n in splits)
+        splits = EnvSplits(names, names[0] if names else "")
+    if isinstance(task_types, str) and ":" not in task_types:
+        raise InvalidArgumentError(
+            f"register({env_id!r}): task_types is a sequence of names or a 'module:ATTR' string, got {task_types!r}"
+        )
+    types = task_types if isinstance(task_types, str) else tuple(str(t) for t in task_types)
+    entry = EnvEntry(entry_point, int(max_steps), text_format, splits, value_oracle, no_values, types)
+    known = _ENVS.get(env_id)
+    if known is not None:
+        if known != entry:
+            raise InvalidArgumentError(f"{env_id} is already registered with another declaration: {known}")
+        return known
+    if env_id in gymnasium.registry:
+        raise InvalidArgumentError(
+            f"{env_id} is already registered with Gymnasium; register it once, with stepgym.envs.register"
+        )
+    gymnasium.register(
+        id=env_id,
+        entry_point=entry_point,
+        disable_env_checker=False,
+        max_episode_steps=entry.max_steps,
+        additional_wrappers=(
+            gymnasium.envs.registration.WrapperSpec("ExactStepLimit", f"{__name__}:ExactStepLimit", {}),
+        ),
+    )
+    _ENVS[env_id] = entry
+    return entry
+
+
+def env_entry(env_id: str) -> EnvEntry | None:
+    """What ``env_id`` declared at :func:`register`, or ``None`` for an env registered with Gymnasium only."""
+    return _ENVS.get(env_id)
+
+
+def registered_envs() -> dict[str, EnvEntry]:
+    """Every env registered through :func:`register` (stepgym's own and the user's), by id."""
+    return dict(_ENVS)
 
 
 def text_format_of(env_id: str) -> str | None:
-    """The text format declared for a registered stepgym env id, or ``None`` for any other id."""
+    """The text format declared for a registered env id, or ``None`` when it declared none."""
     entry = _ENVS.get(env_id)
     return entry.text_format if entry is not None else None
+
+
+def check_split(env_id: str, split: str | None, *, flag: str = "--split") -> str:
+    """The split to use for ``env_id``: ``split`` itself when the env has it, the env's evaluation split when
+    ``split`` is ``None``; an env that declared no splits keeps ``split`` as given ('' when ``None``).
+
+    Raises :class:`~stepgym.errors.InvalidArgumentError` listing the env's splits for one it does not have.
+    """
+    entry = _ENVS.get(env_id)
+    known = entry.splits if entry is not None else None
+    if known is None:
+        return split or ""
+    if split is None:
+        return known.evaluation
+    if split not in known.names:
+        raise InvalidArgumentError(
+            f"{env_id} has no split {split!r}; its splits are {', '.join(known.names)} "
+            f"(e.g. {flag} {known.evaluation}, its evaluation split)"
+        )
+    return split
 
 
 def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` for ``gym.make(env_id, **kwargs)``, checked against the env's constructor (a command line's options).
 
-    ``data_root`` is dropped for an env that reads no data files (the CreditToy and CreditFamily envs), so a
-    shared ``--data-root`` flag works on every env; any other keyword the env does not take is an
-    :class:`~stepgym.errors.InvalidArgumentError` naming the keywords it does take. Ids stepgym does not register
-    pass through unchecked.
+    ``data_root`` is dropped for an env that takes no such keyword (the CreditToy and CreditFamily envs, a user's
+    env), so a shared ``--data-root`` flag works on every env; any other keyword the env does not take is an
+    :class:`~stepgym.errors.InvalidArgumentError` naming the keywords it does take. An env whose constructor
+    takes ``**kwargs`` gets them all.
     """
-    entry = _ENVS.get(env_id)
-    if entry is None:
+    spec = gymnasium.registry.get(env_id)
+    if spec is None or (not isinstance(spec.entry_point, str) and not callable(spec.entry_point)):
         return dict(kwargs)
-    import importlib
     import inspect
 
-    module, _, name = entry.entry_point.partition(":")
-    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    try:
+        target = (
+            gymnasium.envs.registration.load_env_creator(spec.entry_point)
+            if isinstance(spec.entry_point, str)
+            else spec.entry_point
+        )
+        params = inspect.signature(target).parameters
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return dict(kwargs)  # gym.make will say what is wrong with the entry point
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return dict(kwargs)
     out = {k: v for k, v in kwargs.items() if k in params or k != "data_root"}
@@ -70,31 +222,130 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise InvalidArgumentError(
             f"{env_id} takes no option {', '.join(unknown)}; its options are "
-            f"{', '.join(p for p in params if p != 'self')}"
+            f"{', '.join(p for p in params if p != 'self') or '(none)'}"
         )
     return out
 
 
-def register_envs() -> None:
-    """Register every stepgym env with Gymnasium (idempotent).
+_WEBSHOP_SPLITS = EnvSplits(("train", "eval", "test", "all"), "test")
+_TOY_SPLITS = EnvSplits(("train", "valid"), "valid")
 
-    Each id is registered with its default step limit, so code that reads the registry (``gym.spec(id)``, vector
-    envs, a trainer's config check) sees it. ``gym.make`` then adds Gymnasium's ``TimeLimit``; the outermost
-    :class:`ExactStepLimit` (an ``additional_wrappers`` entry of the spec) keeps that limit and the env's own one
-    the same number and the env's exact ``truncated``.
-    """
-    for env_id, entry in _ENVS.items():
-        if env_id in gymnasium.registry:
-            continue
-        gymnasium.register(
-            id=env_id,
-            entry_point=entry.entry_point,
-            disable_env_checker=False,
-            max_episode_steps=entry.max_steps,
-            additional_wrappers=(
-                gymnasium.envs.registration.WrapperSpec("ExactStepLimit", f"{__name__}:ExactStepLimit", {}),
-            ),
-        )
+
+def register_envs() -> None:
+    """Register stepgym's own envs (idempotent; ``import stepgym`` calls it). One :func:`register` call each."""
+    register(
+        "StepGym/ALFWorld-v0",
+        "stepgym.envs.alfworld:ALFWorldEnv",
+        max_steps=50,
+        text_format="alfworld",
+        splits=EnvSplits(("train", "valid_seen", "valid_unseen"), "valid_seen"),
+        value_oracle="stepgym.values.alfworld:ALFWorldOracle",
+        task_types=ALFWORLD_TASK_TYPES,
+    )
+    register(
+        "StepGym/WebShop-v0",
+        "stepgym.envs.webshop:WebShopEnv",
+        max_steps=15,
+        text_format="webshop",
+        splits=_WEBSHOP_SPLITS,
+        value_oracle="stepgym.values.webshop:WebShopOracle",
+    )
+    register(
+        "StepGym/WebShopSite-v0",
+        "stepgym.envs.webshop:WebShopSiteEnv",
+        max_steps=15,
+        text_format="webshop",
+        splits=_WEBSHOP_SPLITS,
+        no_values="the browser site env has no value oracle; use StepGym/WebShop-v0 (the same tasks as text)",
+    )
+    register(
+        "StepGym/SearchQA-v0",
+        "stepgym.envs.searchqa:SearchQAEnv",
+        max_steps=5,
+        text_format="qa",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.searchqa:SearchQAOracle",
+    )
+    register(
+        "StepGym/CreditToy-v0",
+        "stepgym.envs.credit:CreditToyEnv",
+        max_steps=10,
+        text_format="credit",
+        splits=_TOY_SPLITS,
+        value_oracle="stepgym.values.credit:CreditOracle",
+    )
+    register(
+        "StepGym/CreditFamily-v0",
+        "stepgym.envs.credit_family:CreditFamilyEnv",
+        max_steps=20,
+        text_format="credit",
+        splits=_TOY_SPLITS,
+        value_oracle="stepgym.values.credit:CreditOracle",
+    )
+    register(
+        "StepGym/Sokoban-v0",
+        "stepgym.envs.sokoban:SokobanEnv",
+        max_steps=100,
+        text_format="stepgym.envs.sokoban.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.sokoban:SokobanOracle",
+        task_types=("6x6-1box",),
+    )
+    register(
+        "StepGym/BabyAI-v0",
+        "stepgym.envs.babyai:BabyAIEnv",
+        max_steps=64,
+        text_format="stepgym.envs.babyai.prompt:FORMAT",
+        splits=EnvSplits(("train", "test"), "test"),
+        value_oracle="stepgym.values.babyai:BabyAIOracle",
+        task_types=("goto", "pickup", "open", "putnext", "sequence"),
+    )
+    register(
+        "StepGym/ScienceWorld-v0",
+        "stepgym.envs.scienceworld:ScienceWorldEnv",
+        max_steps=100,
+        text_format="stepgym.envs.scienceworld.prompt:FORMAT",
+        splits=EnvSplits(("train", "dev", "test"), "test"),
+        no_values=(
+            "ScienceWorld's state (every object, temperature and timer of a 10-room world) is too large to search "
+            "for exact values; its step truth is the gold path (EXPERT_ACTION) and the task score (SUBGOAL_KEY)"
+        ),
+        task_types="stepgym.envs.scienceworld.tasks:TASK_TYPES",
+    )
+    register(
+        "StepGym/TextCraft-v0",
+        "stepgym.envs.textcraft:TextCraftEnv",
+        max_steps=50,
+        text_format="stepgym.envs.textcraft.prompt:FORMAT",
+        splits=EnvSplits(("train", "test", "all"), "test"),
+        value_oracle="stepgym.values.textcraft:TextCraftOracle",
+        task_types=("depth-2", "depth-3", "depth-4"),
+    )
+
+
+#: ALFWorld's six task types (the prefix of its task ids' second part).
+ALFWORLD_TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+
+#: stepgym's own env ids (a user's registered envs are in :func:`registered_envs`).
+ENV_IDS = (
+    "StepGym/ALFWorld-v0",
+    "StepGym/WebShop-v0",
+    "StepGym/WebShopSite-v0",
+    "StepGym/SearchQA-v0",
+    "StepGym/CreditToy-v0",
+    "StepGym/CreditFamily-v0",
+    "StepGym/Sokoban-v0",
+    "StepGym/ScienceWorld-v0",
+    "StepGym/TextCraft-v0",
+    "StepGym/BabyAI-v0",
+)
 
 
 class ExactStepLimit(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):

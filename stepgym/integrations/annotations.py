@@ -17,6 +17,7 @@ import numpy as np
 from stepgym import schema
 
 __all__ = [
+    "ABORTED_STEP",
     "INVALID_RULES",
     "STEP_FIELDS",
     "CreditFields",
@@ -107,9 +108,17 @@ def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
         "terminated": bool(trajectory.steps and trajectory.steps[-1].terminated),
         "truncated": bool(trajectory.steps and trajectory.steps[-1].truncated),
         "arg_labels": last.get(schema.ARG_LABELS),
+        "aborted": trajectory.aborted,  # cut off by an infrastructure failure (docs/failures.md)
+        "abort_cause": trajectory.abort_cause,
         "steps": steps,
     }
 
+
+#: The record that stands in for a step of an aborted episode that has no record (the reply the env never
+#: answered): its values are never read, since the shapers leave an aborted episode's rows out.
+ABORTED_STEP: dict[str, Any] = {name: None for name in STEP_FIELDS} | {
+    "reward": 0.0, "won": False, "terminated": False,
+}  # fmt: skip
 
 #: How a step record's validity is read for the invalid-action penalty (the bundled trainer's ``invalid_rule``).
 INVALID_RULES: tuple[str, ...] = ("format", "format_or_inadmissible")

@@ -25,7 +25,8 @@ What crosses over:
 One process (``num_workers`` 1; more is refused at start): each episode's records live in it; the envs' work is
 spread by ``stepgym serve --workers``. Errors keep their cause: an unreachable ``stepgym serve`` is a 503 naming its
 URL; an error ``stepgym serve`` answers (a bad seed, a full server, an expired session) keeps its status and its
-``{"message", "code"}``; a step before a reset is a 409; a reset whose ``stepgym serve`` session is gone (the server
+``{"message", "code"}`` (an env that failed mid-episode: ``EPISODE_ABORTED`` with its ``abort_cause``, never a
+reward: docs/failures.md); a step before a reset is a 409; a reset whose ``stepgym serve`` session is gone (the server
 restarted, or reaped it) opens a new one. ``/close`` (advertised through ``supports_explicit_close``) ends the
 stepgym session early; a finished episode closes it by itself, and a session nobody closes is reaped by
 ``stepgym serve``'s idle timeout. A step whose answer was lost with a dropped connection is never sent twice: the
@@ -201,9 +202,10 @@ class StepGymResourcesServer(GymnasiumServer):
         if resp.status >= 400:
             d = payload.get("detail") if isinstance(payload, dict) else None
             d = d if isinstance(d, dict) else {"message": str(payload)[:500], "code": "UNKNOWN"}
-            raise HTTPException(
-                resp.status, detail=_detail(f"stepgym serve: {d.get('message')}", d.get("code"))
-            )
+            detail = _detail(f"stepgym serve: {d.get('message')}", d.get("code"))
+            if d.get("abort_cause"):  # EPISODE_ABORTED: an aborted episode, never a reward (docs/failures.md)
+                detail["abort_cause"] = d["abort_cause"]
+            raise HTTPException(resp.status, detail=detail)
         return payload
 
     def _forget_idle(self) -> None:

@@ -24,6 +24,7 @@ Only env-level use is tested here (OpenRLHF's training needs deepspeed, vLLM and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import hashlib
@@ -36,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
+from stepgym.errors import abort_cause_of
 from stepgym.integrations.annotations import episode_annotations, step_annotations
 from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env, resolve_format
 
@@ -150,6 +152,7 @@ class _StepGymAgent(AgentInstanceBase):
         self.info: dict[str, Any] = {}
         self.steps: list[dict[str, Any]] = []
         self.episode_return = 0.0
+        self.abort_cause: str | None = None  #: set when an infrastructure failure aborted the episode
 
     async def reset(self, states: dict, **kwargs: Any) -> dict[str, Any]:
         call = _CALL.get()
@@ -170,7 +173,19 @@ class _StepGymAgent(AgentInstanceBase):
         call = _CALL.get()
         action = str(states["action_text"])
         before = self.info
-        _, reward, term, trunc, info = await asyncio.to_thread(self.env.step, action)
+        try:
+            _, reward, term, trunc, info = await asyncio.to_thread(self.env.step, action)
+        except Exception as exc:  # an infrastructure failure: the episode ends aborted (docs/failures.md)
+            self.abort_cause = abort_cause_of(exc)
+            with contextlib.suppress(Exception):
+                self.env.close()
+            return {
+                "rewards": torch.tensor(0.0),
+                "scores": torch.tensor(self.episode_return),
+                "environment_feedback": "",
+                "done": True,
+                "extra_logs": {"stepgym/aborted": 1.0},
+            }
         self.info = info
         done = bool(term or trunc)
         rec = step_annotations(before, action, float(reward), info, terminated=bool(term))
@@ -255,7 +270,13 @@ class _StepGymExecutor(MultiTurnAgentExecutor):
             _CALL.reset(token)
         # The label is the one text field OpenRLHF carries from here to the experience (and so to the advantage
         # step of stepgym.integrations.openrlhf_train): it takes the step records along, the label kept inside.
-        out["label"] = json.dumps({"label": label, "stepgym_steps": call.agent.steps if call.agent else []})
+        out["label"] = json.dumps(
+            {
+                "label": label,
+                "stepgym_steps": call.agent.steps if call.agent else [],
+                "stepgym_abort_cause": call.agent.abort_cause if call.agent else None,
+            }
+        )
         return out
 
 

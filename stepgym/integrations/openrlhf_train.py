@@ -40,7 +40,7 @@ _deps.require("openrlhf", "openrlhf", what="the OpenRLHF trainer integration")
 from openrlhf.trainer.ppo_trainer import PPOTrainer  # noqa: E402
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker  # noqa: E402
 
-__all__ = ["StepExperienceMaker", "StepPPOTrainer", "decode_label", "main", "step_batch"]
+__all__ = ["StepExperienceMaker", "StepPPOTrainer", "decode_abort", "decode_label", "main", "step_batch"]
 
 #: Environment variables carrying the ``--stepgym.*`` settings to OpenRLHF's Ray actors.
 ENV = {
@@ -62,6 +62,15 @@ def decode_label(text: Any) -> list[dict[str, Any]]:
             "agent of stepgym.integrations.openrlhf.agent_classes (--train.agent_func_path)"
         )
     return value["stepgym_steps"]
+
+
+def decode_abort(text: Any) -> bool:
+    """Whether the stepgym agent ended the sample's episode aborted (an infrastructure failure: docs/failures.md)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and bool(value.get("stepgym_abort_cause"))
 
 
 def _settings() -> tuple[ShapeConfig, float, str]:
@@ -86,12 +95,19 @@ def step_batch(
     reward_scale: float,
     invalid_rule: str,
     width: int,
+    aborted: Sequence[bool] | None = None,
 ) -> StepBatch:
     """The shapers' batch: row b's steps are the runs of ``masks[b]`` matched in order with ``records[b]`` (steps
-    the context length cut off entirely have no run and take no part; more runs than records is an error)."""
+    the context length cut off entirely have no run and take no part; more runs than records is an error, except
+    in an ``aborted`` row, whose values are never read: docs/failures.md)."""
+    cut = [False] * len(masks) if aborted is None else [bool(a) for a in aborted]
     spans, recs = [], []
     for b, (mask, row) in enumerate(zip(masks, records, strict=True)):
         runs = mask_runs(mask)
+        if cut[b]:
+            spans.append(runs)
+            recs.append(list(row))
+            continue
         if len(runs) > len(row) or not runs:
             raise StepRecordError(
                 f"sample {b}: {len(runs)} action spans but {len(row)} step records; the token row and the "
@@ -100,7 +116,7 @@ def step_batch(
         spans.append(runs)
         recs.append(list(row[: len(runs)]))
     return build_step_batch(
-        spans, groups, width, records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule
+        spans, groups, width, records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule, aborted=cut
     )
 
 
@@ -127,13 +143,19 @@ class StepExperienceMaker(RemoteExperienceMaker):
             )
         masks = [experiences[e].action_mask[r].cpu().numpy() for e, r, _ in where]
         records = [decode_label(experiences[e].labels[r]) for e, r, _ in where]
+        aborted = [decode_abort(experiences[e].labels[r]) for e, r, _ in where]
         width = max(len(m) for m in masks)
-        batch = step_batch(masks, records, groups, reward_scale=scale, invalid_rule=rule, width=width)
+        batch = step_batch(
+            masks, records, groups, reward_scale=scale, invalid_rule=rule, width=width, aborted=aborted
+        )
         adv = shape_advantages(batch, cfg).token_advantages
         ep_return = np.bincount(batch.traj_ids, weights=batch.rewards, minlength=len(where))
         for e, exp in enumerate(experiences):
             rows = [k for k, (ee, _, _) in enumerate(where) if ee == e]
             a = torch.as_tensor(adv[rows, : exp.action_mask.shape[1]], dtype=torch.float32)
+            if any(aborted[k] for k in rows):  # an aborted episode's rows leave the loss (docs/failures.md)
+                keep = torch.as_tensor([not aborted[k] for k in rows], device=exp.action_mask.device)
+                exp.action_mask = exp.action_mask * keep[:, None].to(exp.action_mask.dtype)
             exp.advantages = a * exp.action_mask.to(a.dtype)
             exp.returns = exp.advantages.clone()
             exp.info["return"] = torch.as_tensor(ep_return[rows], dtype=torch.float32)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.errors import StepRecordError
+from stepgym.errors import StepRecordError, abort_cause_of
 from stepgym.integrations.annotations import episode_annotations, step_annotations
 from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.wrappers.text import make_text_env
@@ -92,6 +92,7 @@ class StepGymTextEnv(BaseTextEnv):
         self.max_turns = int(getattr(inner.unwrapped, "max_steps", 50))
         self._info: dict[str, Any] = {}
         self._first: tuple[str, dict[str, Any]] = ("", {})
+        self.abort_cause: str | None = None  #: set when an infrastructure failure aborted the episode
 
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
         """Reset on the row's task; the first prompt keeps the row's system messages and adds the rendered turn."""
@@ -108,7 +109,14 @@ class StepGymTextEnv(BaseTextEnv):
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One model turn: parse it, step the env, return the env's reward and the step record as metadata."""
         before = self._info
-        _, reward, terminated, truncated, info = self._env.step(action)
+        try:
+            _, reward, terminated, truncated, info = self._env.step(action)
+        except Exception as exc:  # an infrastructure failure: the episode ends aborted (docs/failures.md)
+            self.abort_cause = abort_cause_of(exc)
+            meta = {**schema.abort_info(self.abort_cause, f"{type(exc).__name__}: {exc}"), "task_id": None}
+            return BaseTextEnvStepOutput(
+                observations=[], reward=0.0, done=True, metadata=meta, postprocessed_action=None
+            )
         self._info = info
         self.turns += 1
         done = bool(terminated or truncated)
@@ -140,6 +148,8 @@ class StepGymTextEnv(BaseTextEnv):
         traj = schema.Trajectory(str(first_info.get(schema.TASK_ID)), first_obs, first_info, list(steps))
         return {
             "stepgym_steps": episode_annotations(traj)["steps"],
+            "stepgym_abort_cause": self.abort_cause,  # None unless aborted (StepAdvantageMixin reads it)
+            "aborted": float(self.abort_cause is not None),
             "won": float(bool(self._info.get(schema.WON, False))),
             "steps": float(len(steps)),
             "format_valid_rate": (
@@ -188,10 +198,12 @@ def step_advantages(
     *,
     reward_scale: float = 10.0,
     invalid_rule: str = "format_or_inadmissible",
+    aborted: Sequence[bool] | None = None,
 ) -> np.ndarray:
     """stepgym's (B, L) advantages for SkyRL's layout: row b's model turns are the runs of 1s in ``loss_mask[b]``
     (SkyRL masks the env's turns out), matched in order with ``steps[b]`` (the env's step records); groups are the
-    ``uids``, each of which must hold ``group_size`` rows."""
+    ``uids``, each of which must hold ``group_size`` rows. ``aborted[b]``: row b's episode was aborted
+    (docs/failures.md): advantage 0 and out of every statistic (mask it out of the loss too)."""
     from stepgym.shapers import ShapeConfig, shape_advantages
 
     cfg = ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
@@ -204,6 +216,7 @@ def step_advantages(
             f"groups {sorted(bad)[:5]} do not have n_samples_per_prompt={group_size} rows: a group was split or "
             "lost rows before the advantage step"
         )
+    cut = [False] * len(steps) if aborted is None else [bool(a) for a in aborted]
     spans, recs = [], []
     for b, row in enumerate(steps):
         if row is None:
@@ -211,6 +224,10 @@ def step_advantages(
                 f"row {b} has no stepgym_steps in its env metrics: was it played by StepGymTextEnv?"
             )
         runs = mask_runs(mask[b])
+        if cut[b]:
+            spans.append(runs)
+            recs.append(list(row))
+            continue
         if not runs or len(runs) > len(row):
             raise StepRecordError(
                 f"row {b}: {len(runs)} model turns in loss_mask but {len(row)} step records"
@@ -218,7 +235,13 @@ def step_advantages(
         spans.append(runs)
         recs.append(list(row[: len(runs)]))
     batch = build_step_batch(
-        spans, uids, mask.shape[1], records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule
+        spans,
+        uids,
+        mask.shape[1],
+        records=recs,
+        reward_scale=reward_scale,
+        invalid_rule=invalid_rule,
+        aborted=cut,
     )
     return shape_advantages(batch, cfg).token_advantages * (mask > 0)
 
@@ -240,6 +263,7 @@ class StepAdvantageMixin:
         data = super().convert_to_training_input(generator_output, uids)  # type: ignore[misc]
         metrics = generator_output.get("env_metrics") or [None] * len(uids)
         data.metadata["stepgym_steps"] = [m.get("stepgym_steps") if m else None for m in metrics]
+        data.metadata["stepgym_aborted"] = [bool(m and m.get("stepgym_abort_cause")) for m in metrics]
         return data
 
     def compute_advantages_and_returns(self, data: Any) -> Any:
@@ -253,6 +277,7 @@ class StepAdvantageMixin:
                 "the batch has no stepgym_steps: use StepAdvantageMixin's convert_to_training_input"
             )
         torch = _deps.require("torch", "skyrl")
+        aborted = data.metadata.get("stepgym_aborted") or [False] * len(steps)
         adv = step_advantages(
             data["loss_mask"],
             steps,
@@ -261,7 +286,11 @@ class StepAdvantageMixin:
             self.stepgym_shape_config,
             reward_scale=self.stepgym_reward_scale,
             invalid_rule=self.stepgym_invalid_rule,
+            aborted=aborted,
         )
+        if any(aborted):  # an aborted episode's rows leave the loss (docs/failures.md)
+            keep = torch.as_tensor([not a for a in aborted], dtype=data["loss_mask"].dtype)
+            data["loss_mask"] = data["loss_mask"] * keep.to(data["loss_mask"].device)[:, None]
         data["advantages"] = torch.as_tensor(adv, dtype=torch.float32)
         data["returns"] = data["advantages"].clone()
         return data

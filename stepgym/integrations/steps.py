@@ -16,7 +16,11 @@ into a ``StepBatch`` under one rule:
   ``next_obs[t] == anchor_obs[t + 1]``);
 * the graph methods' fields: ``next_obs`` (the state key after the step), ``dones`` (the step terminated the
   episode), ``step_index``, ``actions`` and, when every step has one, ``true_gain`` (``ValueWrapper``'s
-  ``VALUE_GAIN``); ``success`` is left to each method's own rule on the episode return.
+  ``VALUE_GAIN``); ``success`` is left to each method's own rule on the episode return;
+* ``aborted`` (per row, docs/failures.md): an episode an infrastructure failure cut off. Its rows are carried as
+  ``StepBatch.aborted`` (advantage 0, out of every statistic; the adapter masks them out of its loss), and its
+  spans and records need not line up: missing records are :data:`~stepgym.integrations.annotations.ABORTED_STEP`,
+  surplus ones dropped, and a row without a reply gets one empty step.
 
 :func:`mask_runs` finds the reply spans in a loss mask when an adapter has no recorded spans.
 """
@@ -29,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from stepgym.errors import StepRecordError
-from stepgym.integrations.annotations import arg_labels, state_anchors, valid_flags
+from stepgym.integrations.annotations import ABORTED_STEP, arg_labels, state_anchors, valid_flags
 from stepgym.shapers import StepBatch, TokenLayout
 
 __all__ = ["RECORD_FIELDS", "RecordContext", "build_step_batch", "mask_runs"]
@@ -83,6 +87,7 @@ def build_step_batch(
     rewards: Sequence[Sequence[float]] | None = None,
     reward_scale: float = 1.0,
     invalid_rule: str = "format_or_inadmissible",
+    aborted: Sequence[bool] | None = None,
 ) -> StepBatch:
     """The shapers' batch for rows of replies (see the module docstring for the rule).
 
@@ -95,11 +100,27 @@ def build_step_batch(
         rewards: ``rewards[b]`` row b's per-step rewards, one per span; ``None``: the records' ``reward`` ×
             ``reward_scale``.
         invalid_rule: how validity is read (``annotations.INVALID_RULES``).
+        aborted: per row, whether its episode was aborted (``None``: none was).
     """
     if len(groups) != len(spans):
         raise StepRecordError(f"{len(groups)} group ids for {len(spans)} rows")
     if records is None and rewards is None:
         raise ValueError("build_step_batch needs the step records or the per-step rewards")
+    cut = [False] * len(spans) if aborted is None else [bool(a) for a in aborted]
+    if len(cut) != len(spans):
+        raise StepRecordError(f"aborted has {len(cut)} rows for {len(spans)} rows of spans")
+    if any(cut):  # an aborted row's spans and records need not line up: its values are never read
+        spans = [list(sp) or [(0, 0)] if c else sp for sp, c in zip(spans, cut, strict=True)]
+        if records is not None:
+            records = [
+                [*row[: len(sp)], *[ABORTED_STEP] * (len(sp) - len(row))] if c else row
+                for row, sp, c in zip(records, spans, cut, strict=True)
+            ]
+        if rewards is not None:
+            rewards = [
+                [*row[: len(sp)], *[0.0] * (len(sp) - len(row))] if c else row
+                for row, sp, c in zip(rewards, spans, cut, strict=True)
+            ]
     for name, per_row in (("records", records), ("rewards", rewards)):
         if per_row is None:
             continue
@@ -134,5 +155,6 @@ def build_step_batch(
         traj_ids=np.repeat(np.arange(len(spans), dtype=np.int64), n),
         rewards=np.asarray(step_rewards, dtype=np.float64),
         layout=TokenLayout.from_spans([list(sp) for sp in spans], int(width)),
+        aborted=np.repeat(np.asarray(cut, dtype=bool), n) if any(cut) else None,
         **fields,
     )

@@ -147,6 +147,8 @@ def _episode_record(
         "hints": {k: _cut(v, max_text_chars) for k, v in hints.items()},
         "initial": _annotations(traj.initial_info, max_text_chars),
         "final_observation": _cut(str(final_obs), max_text_chars),
+        # an aborted episode says so (docs/failures.md); the key is absent on the others
+        **({"aborted": True, "abort_cause": traj.abort_cause} if traj.aborted else {}),
     }
 
 
@@ -223,4 +225,11 @@ def episode_trajectory(episode: Mapping[str, Any]) -> schema.Trajectory:
         for t, s in enumerate(rows)
     ]
     initial = rows[0]["observation"] if rows else final
-    return schema.Trajectory(str(episode["task_id"]), initial, dict(episode.get("initial") or {}), steps)
+    return schema.Trajectory(
+        str(episode["task_id"]),
+        initial,
+        dict(episode.get("initial") or {}),
+        steps,
+        aborted=bool(episode.get("aborted", False)),
+        abort_cause=episode.get("abort_cause"),
+    )

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from stepgym.errors import abort_cause_of
 from stepgym.serve.pool import CapacityError
 from stepgym.serve.protocol import (
     AUTH_HEADER,
@@ -58,6 +59,7 @@ _HTTP_STATUS = {
     ErrorCode.TIMEOUT: 504,
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.EXECUTION_ERROR: 500,
+    ErrorCode.EPISODE_ABORTED: 500,
 }
 
 
@@ -124,11 +126,15 @@ class _Handlers:
         try:
             return await self.dispatch(s, kind, data)
         except ProtocolError as e:
-            return error_message(str(e), e.code)
-        except Exception as e:
+            return error_message(str(e), e.code, **e.extra)
+        except (
+            Exception
+        ) as e:  # the episode is aborted (docs/failures.md): an error with its cause, never a reward
             s.was_reset = False
             return error_message(
-                f"the env raised {type(e).__name__}: {e}; reset to continue", ErrorCode.EXECUTION_ERROR
+                f"the env raised {type(e).__name__}: {e}; the episode is aborted, reset to continue",
+                ErrorCode.EPISODE_ABORTED,
+                abort_cause=abort_cause_of(e),
             )
 
     # -- WebSocket ------------------------------------------------------------------------------------------
@@ -198,9 +204,9 @@ class _Handlers:
             await ws.close(code=1008 if code == ErrorCode.UNAUTHORIZED else 1000)
 
     # -- HTTP -----------------------------------------------------------------------------------------------
-    def _error(self, message: str, code: str) -> JSONResponse:
+    def _error(self, message: str, code: str, **extra: Any) -> JSONResponse:
         return JSONResponse(
-            {"detail": {"message": message, "code": code}}, status_code=_HTTP_STATUS.get(code, 400)
+            {"detail": {"message": message, "code": code, **extra}}, status_code=_HTTP_STATUS.get(code, 400)
         )
 
     async def _body(self, request: Request) -> dict[str, Any]:
@@ -276,7 +282,7 @@ class _Handlers:
                 raise ProtocolError('a step request is {"action": {"action": "<text>"}, "session_id": ...}')
             answer = await self.guarded(s, "step", body["action"])
         if answer["type"] == "error":
-            return self._error(answer["data"]["message"], answer["data"]["code"])
+            return self._error(**answer["data"])
         return JSONResponse(answer["data"])
 
     async def health(self, request: Request) -> JSONResponse:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from stepgym import _deps
-from stepgym.errors import ServiceUnavailableError, StepGymError
+from stepgym.errors import SessionLostError, StepGymError
 from stepgym.serve.protocol import (
     ACTION_FIELD,
     INFO_FIELD,
@@ -160,7 +160,7 @@ class RemoteEnv(gym.Env):
                 raise
             except _TRANSIENT as e:
                 if time.monotonic() > deadline:
-                    raise ServiceUnavailableError(
+                    raise SessionLostError(
                         f"lost the connection to {self._async.base_url} and could not resume session "
                         f"{self.session_id} within {self.reconnect_deadline_s:.0f} s ({type(e).__name__}: {e})"
                     ) from e

@@ -33,6 +33,8 @@ class CapacityError(StepGymError):
 class EnvLostError(StepGymError):
     """The env copy of a session was lost (its worker died or timed out); the session must reset."""
 
+    abort_cause: str = "worker_death"  #: or "step_timeout" (docs/failures.md)
+
 
 class EnvPool:
     """``capacity`` env slots built from one recipe; see the module docstring."""
@@ -161,7 +163,9 @@ class WorkerPool(EnvPool):
                 if "raised during" in str(e):  # the env itself raised: its copy is intact
                     raise
                 self._generations[w] += 1  # the worker died or timed out and was rebuilt
-                raise EnvLostError(str(e)) from None
+                lost = EnvLostError(str(e))
+                lost.abort_cause = e.cause  # worker_death or step_timeout (docs/failures.md)
+                raise lost from None
 
     async def reset(self, slot, seed, options):
         return await self._call(slot, "reset", (seed, options))

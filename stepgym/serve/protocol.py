@@ -67,14 +67,18 @@ class ErrorCode:
     EPISODE_OVER = "EPISODE_OVER"
     TIMEOUT = "TIMEOUT"
     UNAUTHORIZED = "UNAUTHORIZED"
+    #: the env (or a service it needs) failed mid-episode: the episode is aborted, never scored
+    #: (docs/failures.md); the error's ``abort_cause`` is one of ``stepgym.schema.ABORT_CAUSES``
+    EPISODE_ABORTED = "EPISODE_ABORTED"
 
 
 class ProtocolError(StepGymError, ValueError):
     """A message the server cannot act on; ``code`` is its :class:`ErrorCode`. The session stays usable."""
 
-    def __init__(self, message: str, code: str = ErrorCode.VALIDATION_ERROR) -> None:
+    def __init__(self, message: str, code: str = ErrorCode.VALIDATION_ERROR, **extra: Any) -> None:
         super().__init__(message)
         self.code = code
+        self.extra = extra  #: more fields of the error message (EPISODE_ABORTED: ``abort_cause``)
 
 
 @dataclass(frozen=True)

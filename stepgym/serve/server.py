@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import importlib
 import ipaddress
+import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,12 +62,27 @@ def is_loopback(host: str) -> bool:
 
 
 def import_object(spec: str) -> Any:
-    """``package.module:attribute`` (the operator's command line, never a client's text)."""
+    """``package.module:attribute`` (the operator's command line, never a client's text).
+
+    The current folder is on the import path for this import, as with ``python -m`` (so ``mypkg.envs:make_env``
+    finds ``./mypkg`` without PYTHONPATH). A module that cannot be imported, or a missing attribute, is a
+    :class:`~stepgym.errors.StepGymError` of one line naming what failed."""
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
         raise StepGymError(f"{spec!r} is not of the form package.module:name")
-    obj: Any = importlib.import_module(module)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as exc:  # ModuleNotFoundError included: the module or one of its own imports
+        raise StepGymError(
+            f"cannot import {module!r} for {spec!r} ({type(exc).__name__}: {exc}); run from the folder that holds "
+            f"the package, or add it to PYTHONPATH"
+        ) from exc
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise StepGymError(f"{module!r} has no {attr!r} (from {spec!r}); check the name after the ':'")
         obj = getattr(obj, part)
     return obj
 
@@ -137,18 +154,31 @@ def _uvicorn_server(app: Any, config: ServeConfig) -> Any:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket; an address in use (or not this machine's) is one line naming it and the fix."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(4096)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(4096)
+    except OSError as exc:
+        sock.close()
+        why = exc.strerror or str(exc)
+        raise StepGymError(
+            f"cannot listen on {host}:{port} ({why}); another program may use that port: pick another with "
+            "--port N (--port 0 takes any free one)"
+        ) from exc
     return sock
 
 
 def serve(config: ServeConfig, *, ready: Callable[[str], None] | None = None) -> None:
     """Run the server until interrupted; ``ready(url)`` is called once it listens (port 0 picks a free port)."""
     app, manager = build(config)
-    sock = _bind(config.host, config.port)
+    try:
+        sock = _bind(config.host, config.port)
+    except BaseException:
+        manager.pool.close()
+        raise
     server = _uvicorn_server(app, config)
     try:
         if ready is not None:
@@ -165,7 +195,11 @@ class ServerThread:
 
     def __init__(self, config: ServeConfig) -> None:
         self.app, self.manager = build(config)
-        self._sock = _bind(config.host, config.port)
+        try:
+            self._sock = _bind(config.host, config.port)
+        except BaseException:
+            self.manager.pool.close()
+            raise
         host, port = self._sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
         self._server = _uvicorn_server(self.app, config)

@@ -241,7 +241,9 @@ class SessionManager:
         if s.generation != self.pool.generation(s.slot):
             s.was_reset = False
             raise ProtocolError(
-                "this session's env worker was restarted; reset to continue", ErrorCode.SESSION_ERROR
+                "this session's env worker was restarted: the episode is aborted; reset to continue",
+                ErrorCode.EPISODE_ABORTED,
+                abort_cause="worker_death",
             )
         try:
             if self.pool.inline:  # a cheap env: no task and no thread per step
@@ -251,7 +253,9 @@ class SessionManager:
         except EnvLostError as e:
             s.was_reset = False
             raise ProtocolError(
-                f"the env was lost ({e}); reset to continue", ErrorCode.SESSION_ERROR
+                f"the env was lost ({e}): the episode is aborted; reset to continue",
+                ErrorCode.EPISODE_ABORTED,
+                abort_cause=e.abort_cause,
             ) from None
         s.actions.append(action)
         s.done = bool(term or trunc)

@@ -17,6 +17,7 @@ from stepgym.shapers.ahead import ahead_delta, ahead_lambda, ahead_reweight, ahe
 from stepgym.shapers.compose import (
     GRAPH_BASES,
     SHAPER_PRESETS,
+    AbortCounts,
     ShapeConfig,
     ShapedAdvantages,
     StepBatch,
@@ -97,6 +98,7 @@ __all__ = [
     "SHAPER_PRESETS",
     "SPAN_MODES",
     "STAGES",
+    "AbortCounts",
     "BaseAdvantage",
     "GiGPOTerms",
     "ResponseStep",

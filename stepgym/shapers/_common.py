@@ -7,6 +7,7 @@ shaper loops over rows in Python.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -42,11 +43,25 @@ def as_bool_array(x: Any, name: str, *, ndim: int | None = 1) -> np.ndarray:
     return arr
 
 
-def check_same_length(n: int, **arrays: Any) -> None:
-    """Raise ``ValueError`` naming every per-row array whose length differs from ``n``."""
-    bad = {k: len(v) for k, v in arrays.items() if v is not None and len(v) != n}
-    if bad:
-        raise ValueError(f"per-row arrays must all have length {n}; got {bad}")
+def check_same_length(n: int, reference: str = "", **arrays: Any) -> None:
+    """Raise ``ValueError`` naming the per-row array(s) whose length differs from the others'.
+
+    ``n`` is the length of the ``reference`` array (e.g. ``"rewards"``; unnamed: the batch's row count). The
+    length most of the arrays share, the reference counted, is taken as right (the reference's on a tie), so a
+    wrong reference is itself named, not every array that agrees with the rest."""
+    lengths = {k: len(v) for k, v in arrays.items() if v is not None}
+    if all(m == n for m in lengths.values()):
+        return
+    everyone = {reference or "the batch": n, **lengths}
+    counts = Counter(everyone.values())
+    right = max(counts, key=lambda m: (counts[m], m == n))
+    odd = {k: m for k, m in everyone.items() if m != right}
+    agree = len(everyone) - len(odd)
+    raise ValueError(
+        "per-row arrays must all have the same length: "
+        + ", ".join(f"{k} has {m}" for k, m in odd.items())
+        + f" where the other {agree} {'has' if agree == 1 else 'have'} {right}"
+    )
 
 
 def check_same_shape(shape: tuple[int, ...], **arrays: Any) -> None:
@@ -228,3 +243,9 @@ def check_clip(eps: float, name: str) -> float:
 def quiet() -> Any:
     """``np.errstate`` for exp of a huge gap (overflow to inf, clipped right after)."""
     return np.errstate(over="ignore")
+
+
+def check_mode(mode: str, what: str = "step_mode") -> None:
+    """``ValueError`` unless ``mode`` is one of the two normalisations every step term uses."""
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"{what} must be 'mean_norm' or 'mean_std_norm', got {mode!r}")

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from stepgym import schema
 from stepgym.shapers._common import Groups, as_bool_array, check_same_length, hashable
 
 _SUCCESS = ("__stepgym_success__",)
@@ -69,7 +70,7 @@ def require_next(batch: Any, method: str) -> Sequence[Any]:
         raise ValueError(
             f"base={method!r} needs StepBatch.anchor_obs and StepBatch.next_obs (the state key before and after "
             "each step; the bundled trainer fills them from schema.STATE_KEY). Fill both, e.g. next_obs[i] = "
-            "info['state_key'] returned by the step of row i."
+            f"info[{schema.STATE_KEY!r}] returned by the step of row i."
         )
     check_same_length(len(batch.anchor_obs), next_obs=batch.next_obs)
     return batch.next_obs

@@ -23,6 +23,7 @@ A NaN gap gives w = 1; a ±inf gap saturates at the bound its sign selects (§0,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from stepgym.shapers._common import (
 from stepgym.shapers.registry import register
 
 __all__ = [
+    "AHEADOptions",
     "ahead_delta",
     "ahead_lambda",
     "ahead_reweight",
@@ -184,15 +186,32 @@ def reweight_tokens(
     return out
 
 
+@dataclass(frozen=True)
+class AHEADOptions:
+    """AHEAD's own options (``ShapeConfig.options["ahead"]``; docs/shapers.md §4): the clip ε, λ_0 and the horizon
+    K of λ_k = λ_0·max(0, 1 − k/K), k = completed updates (0 first)."""
+
+    eps: float = 0.2
+    lambda0: float = 0.5
+    decay_steps: int = 50
+
+
 @register("ahead_lambda", stage="schedule", summary="λ_k = λ_0·max(0, 1 − k/K), k = completed updates.")
 def _ahead_schedule(config: Any, update_index: int) -> float:
-    return ahead_lambda(update_index, config.ahead_lambda0, config.ahead_decay_steps)
+    opts = config.options_for("ahead")
+    return ahead_lambda(update_index, opts.lambda0, opts.decay_steps)
 
 
 @register(
-    "ahead", stage="token", schedule="ahead_lambda", summary="AHEAD: Ã = A·[(1 − λ) + λ·clip(e^{sgn(A)δ})]."
+    "ahead",
+    stage="token",
+    schedule="ahead_lambda",
+    summary="AHEAD: Ã = A·[(1 − λ) + λ·clip(e^{sgn(A)δ})].",
+    options=AHEADOptions,
+    needs=("teacher",),
 )
 def _ahead_stage(batch: Any, config: Any, tokens: np.ndarray, lam: float) -> np.ndarray:
     if batch.delta is None:
         raise ValueError(f"token_reweight='ahead' with λ = {lam} needs StepBatch.delta")
-    return ahead_reweight(tokens, batch.delta, lam, eps=config.ahead_eps, mask=batch.delta_mask)
+    eps = config.options_for("ahead").eps
+    return ahead_reweight(tokens, batch.delta, lam, eps=eps, mask=batch.delta_mask)

@@ -33,13 +33,20 @@ Refused (``ValueError`` at config construction):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.shapers import ahead, g2po, graphgpo, grpo, hgpo, oracle, proas, rewardflow, stepopsd  # noqa: F401
+# Importing the method modules registers them. isort: off: the graph bases register in the docs' order (§10
+# GraphGPO, §11 HGPO, §12 RewardFlow, §13 G2PO), which GRAPH_BASES and every table built from it keep.
+# isort: off
+from stepgym.shapers import graphgpo, hgpo, rewardflow, g2po  # noqa: F401
+from stepgym.shapers import ahead, grpo, oracle, proas, stepopsd  # noqa: F401
+
+# isort: on
+from stepgym.shapers import aborts as _ab
 from stepgym.shapers._common import (
     Groups,
     as_float_array,
@@ -47,8 +54,9 @@ from stepgym.shapers._common import (
     check_same_length,
     check_traj_in_one_group,
 )
+from stepgym.shapers.aborts import AbortCounts
 from stepgym.shapers.gigpo import GiGPOTerms
-from stepgym.shapers.registry import BaseAdvantage, check_name, get
+from stepgym.shapers.registry import BaseAdvantage, check_name, get, needing
 from stepgym.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     RECIPE_INVALID_PENALTY,
@@ -59,38 +67,82 @@ from stepgym.shapers.tokens import TokenLayout
 __all__ = [
     "GRAPH_BASES",
     "SHAPER_PRESETS",
+    "AbortCounts",
     "ShapeConfig",
     "ShapedAdvantages",
     "StepBatch",
+    "merge_options",
     "shape_advantages",
 ]
 
 #: The built-in names of the stage each config field selects (any name registered for that stage is accepted).
 Base = Literal["grpo", "drgrpo", "dapo", "gigpo", "graphgpo", "hgpo", "rewardflow", "g2po", "oracle"]
-#: The bases that credit a step from the states a group visited (a graph or a history tree over state keys).
-GRAPH_BASES: tuple[str, ...] = ("graphgpo", "hgpo", "rewardflow", "g2po")
+#: The built-in bases that credit a step from the states a group visited (a graph or a history tree over state
+#: keys): those registered as needing the ``state_chain`` (``registry.needing("state_chain")`` also lists yours).
+GRAPH_BASES: tuple[str, ...] = needing("state_chain")
 TokenReweight = Literal["ahead", "stepopsd"]
 
 
-#: Bases whose BaseAdvantage carries GiGPO-style (episode, step) terms: ProAS shapes their episode term.
-_TERM_BASES = frozenset({"gigpo", "graphgpo", "rewardflow", "g2po", "oracle"})
-#: Bases ProAS refuses, with the reason (docs/shapers.md §14.3).
-_NO_PROAS = {
-    "hgpo": "HGPO's advantage is a weighted mix of history-group step advantages with no trajectory-level term "
-    "(base_group adds one only as a renormalised item), and ProAS branches on the trajectory advantage",
-}
+def merge_options(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``old`` with ``new`` merged in, method by method and field by field (each side an options dataclass or a
+    mapping of its fields)."""
+    out = {name: _as_fields(value) for name, value in old.items()}
+    for name, value in new.items():
+        out[name] = {**out.get(name, {}), **_as_fields(value)}
+    return out
+
+
+def _as_fields(value: Any) -> dict[str, Any]:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    return dict(value)
+
+
+def _checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with each entry as its method's options dataclass; one clear ``ValueError`` for a name that is
+    not registered, a method that takes no options, or a field its options do not have."""
+    if not isinstance(options, Mapping):
+        raise ValueError(
+            f"ShapeConfig.options maps a method's name to its options, got {type(options).__name__}"
+        )
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        try:
+            cls = get(name).options
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+        if cls is None:
+            raise ValueError(f"{name!r} takes no options")
+        if isinstance(value, cls):
+            out[name] = value
+            continue
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"options[{name!r}] must be a {cls.__name__} or a mapping of its fields, got {value!r}"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(
+                f"{name!r} has no option {', '.join(map(repr, unknown))}; its options are {', '.join(sorted(known))}"
+            )
+        out[name] = cls(**value)
+    return out
 
 
 @dataclass(frozen=True)
 class ShapeConfig:
-    """Everything the shapers need, one frozen dataclass. Defaults follow docs/shapers.md §2.7, §4.3, §5.8."""
+    """Which stages run and the settings they share, one frozen dataclass (defaults: docs/shapers.md §2.7, §4.3,
+    §5.8). Each method's own settings live in its options dataclass, registered with it (``GiGPOOptions``,
+    ``GraphGPOOptions``, ``AHEADOptions``, ...): ``options={"graphgpo": {"scale": 5.0}}`` (or an instance) sets
+    them, :meth:`options_for` reads them with the method's defaults for what is not set."""
 
     base: str = "grpo"
     """Base advantage: "grpo" (mean/std), "drgrpo" (mean only), "dapo" (= GRPO; DAPO differs in loss/sampling),
     "gigpo" (episode + anchor-state terms), the graph / history credit bases "graphgpo", "hgpo", "rewardflow",
     "g2po", the analysis-only ceiling "oracle" (docs/shapers.md §10–§14), or any name registered for "base"."""
     eps: float = 1e-6
-    """ε added to the std (GRPO, GiGPO)."""
+    """ε added to the std (every std-normalised statistic)."""
     singleton: Literal["verl", "zero"] = "verl"
     """Group of one: "verl" → μ = 0, σ = 1 (A = r/(1+ε)); "zero" → A = 0 (docs/shapers.md §8.1)."""
     cross_steps: bool = True
@@ -98,63 +150,23 @@ class ShapeConfig:
     for one-row-per-trajectory data such as Search-R1, where every trajectory has several steps). GiGPO always
     uses all rows."""
     invalid_penalty: float = DEFAULT_INVALID_PENALTY
-    """c: subtracted from an invalid step row's score (and GiGPO step return). Default 0 (``DEFAULT_INVALID_PENALTY``,
+    """c: subtracted from an invalid step row's score (and a step return). Default 0 (``DEFAULT_INVALID_PENALTY``,
     the one default every shaper function shares); verl-agent's recipes use 0.1, as the ALFWorld/WebShop presets."""
     gamma: float = 0.95
-    """GiGPO discount γ (Eq. 5)."""
+    """The discount γ of every step return (GiGPO Eq. 5; the graph bases' step returns)."""
     step_weight: float = 1.0
-    """GiGPO w (Eq. 8)."""
-    gigpo_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
-    """GiGPO normalisation for both levels (ALFWorld scripts: mean_std_norm; WebShop: mean_norm)."""
-    similarity: bool = False
-    """GiGPO similarity anchor groups (text anchors; difflib ratio ≥ ``similarity_tau``)."""
-    similarity_tau: float = 0.95
+    """w: the weight of the step term in A^E + w·A^S (GiGPO Eq. 8; the graph bases and the oracle alike)."""
     proas: bool = False
     """Apply ProAS (MUI/APR) to the per-step base advantage. Needs ``reasonable`` and ``progress`` labels."""
-    proas_target: Literal["episode", "combined"] = "episode"
-    """GiGPO only: shape A^E and add w·A^S unchanged ("episode"), or shape the combined value ("combined")."""
     token_reweight: str | None = None
     """Teacher-gap token reweighting: None, "ahead" or "stepopsd" (never both), or a registered "token" stage.
     Needs ``delta`` while λ > 0."""
-    ahead_eps: float = 0.2
-    ahead_lambda0: float = 0.5
-    ahead_decay_steps: int = 50
-    """AHEAD: clip ε, λ_0 and horizon K; λ_k = λ_0·max(0, 1 − k/K), k = completed updates (0 first)."""
-    opsd_alpha: float = 0.2
-    opsd_weight_fn: Literal["sigmoid", "exp"] = "sigmoid"
-    opsd_lambda0: float = 0.2
-    opsd_decay_steps: int = 50
-    """StepOPSD: α_clip, weight function, λ_0 and decay; λ = λ_0·max(0, 1 − g/D) with g = update_index + 1."""
     step_norm: str | None = None
     """StepOPSD's per-step budget normalisation "equal_step_mean_abs" over the target spans (needs
     ``StepBatch.target``), or a registered "step_norm" stage."""
-    step_norm_target: Literal["shaped", "modification"] = "shaped"
-    step_norm_coef_clip: float = 2.0
-    step_norm_eps: float = 1e-6
-    step_mode: Literal["mean_norm", "mean_std_norm"] | None = None
-    """Normalisation of the graph / history bases (graphgpo, hgpo, rewardflow, g2po, oracle); None = each public
-    code's default (GraphGPO, HGPO, G2PO, oracle "mean_std_norm"; RewardFlow "mean_norm"). docs/shapers.md §10–§14."""
-    episode_weight: float = 1.0
-    """GraphGPO ``episode_advantage_w`` (0 skips the episode term); docs/shapers.md §10."""
-    graph_scale: float = 10.0
-    """GraphGPO step return scale: r = graph_scale·γ^d (upstream 10)."""
-    normalize_distance: bool = False
-    """GraphGPO: r = scale·γ^(d(next) − d(cur) + 1) instead of scale·γ^d(next)."""
-    hgpo_history: int = 2
-    """HGPO ``history_length`` H: context groups of k = 1..H+1 anchors (docs/shapers.md §11)."""
-    hgpo_alpha: float = 1.0
-    """HGPO weight exponent: item of length k weighs (k+1)^α."""
-    hgpo_base_group: bool = False
-    """HGPO ``base_group``: add the episode advantage as item k = 0 (upstream default False: no episode term)."""
-    rewardflow_rounds: int = 1000
-    """RewardFlow propagation rounds of V ← max(V, γ·V(successor)) (docs/shapers.md §12)."""
-    rewardflow_alfworld_clean: bool = False
-    """RewardFlow's ALFWorld trajectory cleaning (splice out look / inventory / examine / "Nothing happens"
-    transitions; needs ``StepBatch.actions``). Off by default, as the base environment manager."""
-    g2po_success_reward: float = 10.0
-    """G2PO: an episode reward equal to this (exactly) marks success (upstream ``SUCCESS_REWARD``)."""
-    g2po_step_penalty: float = 0.1
-    """G2PO term 1's own invalid-action penalty (upstream ``compute_step_level_advantage`` default 0.1)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Each method's own options by its registered name, as its options dataclass or a mapping of its fields
+    (``{"gigpo": {"mode": "mean_std_norm"}}``); unset ones are the method's defaults (:meth:`options_for`)."""
 
     def __post_init__(self) -> None:
         check_name("base", self.base, "base")
@@ -182,27 +194,28 @@ class ShapeConfig:
                 "equal_step_mean_abs is StepOPSD's step normalisation; on top of AHEAD it would flatten the extra "
                 "weight AHEAD puts on hinted error steps. Use token_reweight='stepopsd' or step_norm=None."
             )
-        if self.base not in _TERM_BASES and self.proas_target != "episode":
-            raise ValueError(f"proas_target='combined' applies to the bases {sorted(_TERM_BASES)} only")
-        if self.base not in ("gigpo", "graphgpo") and self.similarity:
-            raise ValueError("similarity grouping applies to base='gigpo' or 'graphgpo' only")
-        if self.proas and self.base in _NO_PROAS:
+        base = get(self.base, "base")
+        if self.proas and base.proas is not True:
             raise ValueError(
-                f"proas=True cannot run on base={self.base!r}: {_NO_PROAS[self.base]} (docs/shapers.md §14.3). "
+                f"proas=True cannot run on base={self.base!r}: {base.proas} (docs/shapers.md §14.3). "
                 "Use a base with an episode term (grpo, gigpo, graphgpo, rewardflow, g2po, oracle)."
             )
-        if self.step_mode not in (None, "mean_norm", "mean_std_norm"):
-            raise ValueError(
-                f"step_mode must be None, 'mean_norm' or 'mean_std_norm', got {self.step_mode!r}"
-            )
-        if self.hgpo_history < 0 or self.rewardflow_rounds < 0:
-            raise ValueError("hgpo_history and rewardflow_rounds must be >= 0")
-        if self.proas_target not in ("episode", "combined"):
-            raise ValueError(f"proas_target must be 'episode' or 'combined', got {self.proas_target!r}")
+        object.__setattr__(self, "options", _checked_options(self.options))
+
+    def options_for(self, name: str) -> Any:
+        """The options of the method registered as ``name``: the config's own, else the method's defaults."""
+        own = self.options.get(name)
+        if own is not None:
+            return own
+        cls = get(name).options
+        if cls is None:
+            raise ValueError(f"{name!r} takes no options")
+        return cls()
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ShapeConfig:
-        """A paper setup from :data:`SHAPER_PRESETS`, with field overrides."""
+        """A paper setup from :data:`SHAPER_PRESETS`, with field overrides; ``options=`` is merged method by
+        method, field by field, into the preset's own."""
         try:
             kwargs = dict(SHAPER_PRESETS[name])
         except KeyError:
@@ -210,8 +223,18 @@ class ShapeConfig:
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise TypeError(f"unknown ShapeConfig fields: {sorted(unknown)}")
+        if "options" in overrides:
+            overrides = {
+                **overrides,
+                "options": merge_options(kwargs.get("options", {}), overrides["options"]),
+            }
         kwargs.update(overrides)
         return cls(**kwargs)
+
+    def with_options(self, **options: Mapping[str, Any]) -> ShapeConfig:
+        """This config with some methods' options changed field by field, e.g.
+        ``cfg.with_options(graphgpo={"scale": 5.0})``."""
+        return replace(self, options=merge_options(self.options, options))
 
     def replace(self, **changes: Any) -> ShapeConfig:
         return replace(self, **changes)
@@ -233,14 +256,18 @@ SHAPER_PRESETS: dict[str, dict[str, Any]] = {
     "dapo": {"base": "dapo"},
     "gigpo-alfworld": {
         "base": "gigpo",
-        "gigpo_mode": "mean_std_norm",
+        "options": {"gigpo": {"mode": "mean_std_norm"}},
         "invalid_penalty": RECIPE_INVALID_PENALTY,
     },
-    "gigpo-webshop": {"base": "gigpo", "gigpo_mode": "mean_norm", "invalid_penalty": RECIPE_INVALID_PENALTY},
+    "gigpo-webshop": {
+        "base": "gigpo",
+        "options": {"gigpo": {"mode": "mean_norm"}},
+        "invalid_penalty": RECIPE_INVALID_PENALTY,
+    },
     "proas-grpo": {"base": "grpo", "invalid_penalty": RECIPE_INVALID_PENALTY, "proas": True},
     "proas-gigpo": {
         "base": "gigpo",
-        "gigpo_mode": "mean_std_norm",
+        "options": {"gigpo": {"mode": "mean_std_norm"}},
         "invalid_penalty": RECIPE_INVALID_PENALTY,
         "proas": True,
     },
@@ -306,6 +333,10 @@ class StepBatch:
         step_index: int t of each row inside its trajectory (optional; checked to increase along trajectories).
         true_gain: float ``schema.VALUE_GAIN`` of the step (``ValueWrapper``; the "oracle" base needs it).
         actions: the action text of each step (RewardFlow's ALFWorld cleaning reads it).
+    Failure semantics (docs/failures.md):
+        aborted: bool (N,), True on every row of an episode an infrastructure failure cut off
+            (``schema.ABORT_CAUSES``). None / all False: nothing aborted (results unchanged). Those rows are kept
+            out of every statistic and get advantage 0 and loss mask 0.
     """
 
     group_ids: Sequence[Any] | np.ndarray
@@ -325,6 +356,25 @@ class StepBatch:
     step_index: Any = None
     true_gain: Any = None
     actions: Sequence[Any] | None = None
+    aborted: Any = None
+
+
+#: The StepBatch fields that hold one entry per step row (N,).
+_ROW_FIELDS = (
+    "group_ids",
+    "traj_ids",
+    "rewards",
+    "valid",
+    "anchor_obs",
+    "reasonable",
+    "progress",
+    "next_obs",
+    "success",
+    "dones",
+    "step_index",
+    "true_gain",
+    "actions",
+)
 
 
 @dataclass(frozen=True)
@@ -338,6 +388,12 @@ class ShapedAdvantages:
     lam: float  #: mixing weight used by the token reweighting (0 if none)
     #: the base's (episode, step) terms: GiGPO, GraphGPO, RewardFlow, G2PO, oracle (None for the others)
     gigpo: GiGPOTerms | None = field(default=None)
+    #: (N,) bool: the rows the loss trains on (False on aborted episodes' rows); None means all rows
+    loss_mask: np.ndarray | None = field(default=None)
+    #: (B, L) bool: the tokens the loss trains on (response tokens of finished episodes); None without a layout
+    token_loss_mask: np.ndarray | None = field(default=None)
+    #: what the aborts of this batch cost (episodes, rows, groups left with fewer than two finished episodes)
+    aborts: AbortCounts = field(default_factory=AbortCounts)
 
 
 def shape_advantages(
@@ -354,11 +410,98 @@ def shape_advantages(
 
     Returns a :class:`ShapedAdvantages`. Raises ``ValueError`` for non-finite rewards, mismatched lengths or
     shapes, missing inputs a configured stage needs, or a layout whose step count differs from N.
+
+    Aborted episodes (``batch.aborted``, docs/failures.md): the batch restricted to its finished rows is shaped
+    and the result scattered back, so the finished rows' advantages equal, exactly, those of the batch with the
+    aborted episodes removed; aborted rows get 0 and ``loss_mask`` / ``token_loss_mask`` False. A group an abort
+    left with fewer than two finished episodes gets 0 (``aborts.zeroed_groups``).
     """
+    mask = None
+    if batch.aborted is not None:
+        n = len(batch.rewards)
+        check_same_length(n, traj_ids=batch.traj_ids, group_ids=batch.group_ids)
+        mask = _ab.abort_mask(batch.aborted, n, Groups(batch.traj_ids))
+    if mask is None:
+        out = _shape(replace(batch, aborted=None), config, update_index=update_index, lam=lam)
+        tmask = batch.layout.response_mask if out.token_advantages is not None and batch.layout else None
+        return replace(out, loss_mask=np.ones(len(out.step_advantages), dtype=bool), token_loss_mask=tmask)
+    return _shape_without_aborted(batch, mask, config, update_index=update_index, lam=lam)
+
+
+def _shape_without_aborted(
+    batch: StepBatch, aborted: np.ndarray, config: ShapeConfig, *, update_index: int, lam: float | None
+) -> ShapedAdvantages:
+    """Shape the finished rows only, scatter back (aborted rows 0), zero the groups left with < 2 episodes."""
+    keep = ~aborted
+    idx = np.flatnonzero(keep)
+    sub = replace(batch, aborted=None, **{f: _ab.take_rows(getattr(batch, f), idx) for f in _ROW_FIELDS})
+    keep_rows = None
+    if batch.layout is not None:
+        if batch.layout.n_steps != len(keep):
+            raise ValueError(
+                f"the token layout has {batch.layout.n_steps} steps but the batch has {len(keep)} step rows"
+            )
+        keep_rows = ~_ab.token_rows_of(batch.layout, aborted)
+        sub = replace(
+            sub,
+            layout=_ab.restrict_layout(batch.layout, keep_rows),
+            delta=_ab.token_take(batch.delta, keep_rows),
+            delta_mask=_ab.token_take(batch.delta_mask, keep_rows),
+            target=None if batch.target is None else _ab.restrict_layout(batch.target, keep_rows),
+        )
+    out = _shape(sub, config, update_index=update_index, lam=lam)
+    tg, gg = Groups(batch.traj_ids), Groups(batch.group_ids)
+    zero, n_groups, n_eps = _ab.depleted_rows(aborted, gg, tg)
+    zsub = zero[keep]
+
+    def back(x: np.ndarray, fill: float = 0.0) -> np.ndarray:
+        y = np.where(zsub, 0.0, x) if x.dtype.kind == "f" else x
+        return _ab.scatter(y, keep, fill)
+
+    terms = None
+    if out.gigpo is not None:
+        t = out.gigpo
+        terms = GiGPOTerms(
+            back(t.episode),
+            back(t.step),
+            _ab.scatter(t.scores, keep),
+            _ab.scatter(t.returns, keep),
+            _ab.scatter(t.step_groups, keep, -1),
+        )
+    token_adv = token_mask = None
+    if out.token_advantages is not None and keep_rows is not None:
+        ts = batch.layout.token_step  # type: ignore[union-attr]
+        token_adv = _ab.scatter(out.token_advantages, keep_rows)
+        token_adv[np.isin(ts, np.flatnonzero(zero))] = 0.0
+        token_mask = (ts >= 0) & keep_rows[:, None]
+    counts = AbortCounts(
+        aborted_episodes=len(np.unique(tg.codes[aborted])),
+        aborted_rows=int(aborted.sum()),
+        zeroed_groups=n_groups,
+        zeroed_episodes=n_eps,
+    )
+    return ShapedAdvantages(
+        token_adv,
+        back(out.step_advantages),
+        back(out.base_advantages),
+        _ab.scatter(out.scores, keep),
+        out.lam,
+        terms,
+        keep.copy(),
+        token_mask,
+        counts,
+    )
+
+
+def _shape(
+    batch: StepBatch, config: ShapeConfig, *, update_index: int = 0, lam: float | None = None
+) -> ShapedAdvantages:
+    """The §0 pipeline on a batch without aborted rows."""
     rewards = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
     n = len(rewards)
     check_same_length(
         n,
+        "rewards",
         group_ids=batch.group_ids,
         traj_ids=batch.traj_ids,
         valid=batch.valid,

@@ -99,7 +99,7 @@ def policy_loss_np(
 
 
 @register("agg_loss", stage="loss")
-def agg_loss_np(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
+def agg_loss_np(loss: Any, mask: Any, mode: AggMode = "token-mean", *, keep_rows: Any = None) -> float:
     """verl ``agg_loss`` (docs/shapers.md §6.2) over a (B, L) per-token loss and its 0/1 mask:
 
     * "token-mean" (DAPO; what every token shaper here assumes): Σ m·ℓ / Σ m;
@@ -108,10 +108,20 @@ def agg_loss_np(loss: Any, mask: Any, mode: AggMode = "token-mean") -> float:
     * "seq-mean-token-sum-norm": Σ m·ℓ / L (the padded length).
 
     Worked case: ℓ = [[1, 1, 1], [4, ·, ·]] → token-mean 7/4.
+
+    ``keep_rows`` (B,) bool: the rows of finished episodes (``~aborted``; docs/failures.md). The others leave the
+    aggregate entirely, so it equals the aggregate over the kept rows alone (the "seq-mean" modes no longer count
+    them in their denominator). Pass the mask :func:`stepgym.shapers.shape_advantages` returns
+    (``token_loss_mask``) as ``mask``.
     """
     x = as_float_array(loss, "loss", ndim=2)
     m = as_float_array(mask, "mask", ndim=2)
     check_same_shape(x.shape, mask=m)
+    if keep_rows is not None:
+        keep = np.asarray(keep_rows, dtype=bool)
+        if keep.shape != (x.shape[0],):
+            raise ValueError(f"keep_rows must have shape ({x.shape[0]},), got {keep.shape}")
+        x, m = x[keep], m[keep]
     xm = np.where(m != 0, x * m, 0.0)  # a masked NaN/inf never leaks
     if mode == "token-mean":
         total = m.sum()

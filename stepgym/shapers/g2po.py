@@ -12,14 +12,15 @@ Public code: ``Nala-YN/G2PO`` ``g2po/core_g2po.py`` (``compute_group_aggregation
 * A = A^E + w·(term 1 + term 2), A^E GiGPO's episode term of the penalised row score; sample std (n − 1).
 
 Quirks kept: the discount 0.95 is fixed upstream (``ShapeConfig.gamma``, default 0.95, sets it here); the success
-test is an exact equality with 10.0 (``ShapeConfig.g2po_success_reward``; ``StepBatch.success`` overrides it).
+test is an exact equality with 10.0 (``G2POOptions.success_reward``; ``StepBatch.success`` overrides it).
 Departure: a uid with a single step row would give NaN upstream (std of one value) in term 2; stepgym raises.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from stepgym.shapers._common import (
     Groups,
     as_bool_array,
     as_float_array,
+    check_mode,
     check_same_length,
     check_traj_in_one_group,
 )
@@ -36,7 +38,11 @@ from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["g2po_group_values", "g2po_terms"]
+__all__ = [
+    "G2POOptions",
+    "g2po_group_values",
+    "g2po_terms",
+]
 
 
 def g2po_group_values(
@@ -114,10 +120,29 @@ def g2po_terms(
     return GiGPOTerms(episode=episode, step=term1 + term2, scores=scores, returns=v_next, step_groups=sg)
 
 
+@dataclass(frozen=True)
+class G2POOptions:
+    """G2PO's own options (``ShapeConfig.options["g2po"]``; docs/shapers.md §13)."""
+
+    step_mode: Literal["mean_norm", "mean_std_norm"] = "mean_std_norm"
+    success_reward: float = 10.0
+    """An episode reward equal to this (exactly) marks success (upstream ``SUCCESS_REWARD``)."""
+    step_penalty: float = 0.1
+    """Term 1's own invalid-action penalty (upstream ``compute_step_level_advantage`` default 0.1)."""
+
+    def __post_init__(self) -> None:
+        check_mode(self.step_mode)
+
+
 @register(
-    "g2po", stage="base", summary="G2PO: episode term + group-aggregation step terms (docs/shapers.md §13)."
+    "g2po",
+    stage="base",
+    summary="G2PO: episode term + group-aggregation step terms (docs/shapers.md §13).",
+    options=G2POOptions,
+    needs=("state_keys", "state_chain"),
 )
 def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    opts = config.options_for("g2po")
     if batch.anchor_obs is None:
         raise ValueError("base='g2po' needs StepBatch.anchor_obs (the state before each step)")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
@@ -129,10 +154,10 @@ def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
         batch.valid,
         batch.success,
         gamma=config.gamma,
-        success_reward=config.g2po_success_reward,
-        step_penalty=config.g2po_step_penalty,
+        success_reward=opts.success_reward,
+        step_penalty=opts.step_penalty,
         invalid_penalty=config.invalid_penalty,
-        mode=config.step_mode or "mean_std_norm",
+        mode=opts.step_mode,
         eps=config.eps,
         singleton=config.singleton,
     )

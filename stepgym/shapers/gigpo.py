@@ -27,6 +27,7 @@ Departures from the public code:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, Literal, NamedTuple
 
@@ -35,6 +36,7 @@ import numpy as np
 from stepgym.shapers._common import (
     Groups,
     as_float_array,
+    check_mode,
     check_same_length,
     check_traj_in_one_group,
     hashable,
@@ -48,6 +50,7 @@ from stepgym.shapers.rewards import (
 )
 
 __all__ = [
+    "GiGPOOptions",
     "GiGPOTerms",
     "build_step_groups",
     "gigpo_advantage",
@@ -262,10 +265,31 @@ def gigpo_advantage(
     return terms.combined(step_weight)
 
 
-@register("gigpo", stage="base", summary="GiGPO: A^E + w·A^S per step row (docs/shapers.md §2).")
+@dataclass(frozen=True)
+class GiGPOOptions:
+    """GiGPO's own options (``ShapeConfig.options["gigpo"]``); the discount γ and the step weight w are shared."""
+
+    mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
+    """Normalisation of both levels (ALFWorld scripts: mean_std_norm; WebShop: mean_norm)."""
+    similarity: bool = False
+    """Similarity anchor groups (text anchors; difflib ratio ≥ ``similarity_tau``)."""
+    similarity_tau: float = 0.95
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode, "GiGPO's mode")
+
+
+@register(
+    "gigpo",
+    stage="base",
+    summary="GiGPO: A^E + w·A^S per step row (docs/shapers.md §2).",
+    options=GiGPOOptions,
+    needs=("state_keys",),
+)
 def _gigpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     if batch.anchor_obs is None:
         raise ValueError("base='gigpo' needs StepBatch.anchor_obs")
+    opts = config.options_for("gigpo")
     terms = gigpo_terms(
         batch.rewards,
         batch.group_ids,
@@ -274,10 +298,10 @@ def _gigpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
         batch.valid,
         gamma=config.gamma,
         invalid_penalty=config.invalid_penalty,
-        mode=config.gigpo_mode,
+        mode=opts.mode,
         eps=config.eps,
-        similarity=config.similarity,
-        tau=config.similarity_tau,
+        similarity=opts.similarity,
+        tau=opts.similarity_tau,
         singleton=config.singleton,
     )
     return BaseAdvantage(terms.combined(config.step_weight), terms)

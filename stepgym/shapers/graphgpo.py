@@ -22,11 +22,18 @@ first-member clustering, fed as upstream's ``StateCanonicalizer`` is: per group,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.shapers._common import Groups, as_float_array, check_same_length, check_traj_in_one_group
+from stepgym.shapers._common import (
+    Groups,
+    as_float_array,
+    check_mode,
+    check_same_length,
+    check_traj_in_one_group,
+)
 from stepgym.shapers._graph import (
     check_chain,
     check_step_index,
@@ -42,7 +49,11 @@ from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["graph_distances", "graphgpo_terms"]
+__all__ = [
+    "GraphGPOOptions",
+    "graph_distances",
+    "graphgpo_terms",
+]
 
 
 def graph_distances(
@@ -137,9 +148,36 @@ def graphgpo_terms(
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
 
-@register("graphgpo", stage="base", summary="GraphGPO: episode term + graph shortest-path step term (§10).")
+@dataclass(frozen=True)
+class GraphGPOOptions:
+    """GraphGPO's own options (``ShapeConfig.options["graphgpo"]``; docs/shapers.md §10)."""
+
+    step_mode: Literal["mean_norm", "mean_std_norm"] = "mean_std_norm"
+    """Normalisation of the episode and step terms (upstream: mean_std_norm)."""
+    episode_weight: float = 1.0
+    """Upstream ``episode_advantage_w`` (0 skips the episode term)."""
+    scale: float = 10.0
+    """Step return scale: r = scale·γ^d (upstream 10)."""
+    normalize_distance: bool = False
+    """r = scale·γ^(d(next) − d(cur) + 1) instead of scale·γ^d(next)."""
+    similarity: bool = False
+    """Merge near-identical state texts (difflib ratio ≥ ``similarity_tau``) before building the graph."""
+    similarity_tau: float = 0.95
+
+    def __post_init__(self) -> None:
+        check_mode(self.step_mode)
+
+
+@register(
+    "graphgpo",
+    stage="base",
+    summary="GraphGPO: episode term + graph shortest-path step term (§10).",
+    options=GraphGPOOptions,
+    needs=("state_keys", "state_chain"),
+)
 def _graphgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     next_obs = require_next(batch, "graphgpo")
+    opts = config.options_for("graphgpo")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
     terms = graphgpo_terms(
         batch.rewards,
@@ -150,14 +188,14 @@ def _graphgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantag
         batch.valid,
         batch.success,
         gamma=config.gamma,
-        scale=config.graph_scale,
-        normalize_distance=config.normalize_distance,
+        scale=opts.scale,
+        normalize_distance=opts.normalize_distance,
         invalid_penalty=config.invalid_penalty,
-        mode=config.step_mode or "mean_std_norm",
-        episode_weight=config.episode_weight,
+        mode=opts.step_mode,
+        episode_weight=opts.episode_weight,
         eps=config.eps,
-        similarity=config.similarity,
-        tau=config.similarity_tau,
+        similarity=opts.similarity,
+        tau=opts.similarity_tau,
         singleton=config.singleton,
     )
     return BaseAdvantage(terms.combined(config.step_weight), terms)

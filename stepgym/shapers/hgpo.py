@@ -14,18 +14,29 @@ Departures: anchors are compared exactly after the same hashable conversion as G
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.shapers._common import Groups, as_float_array, check_same_length, check_traj_in_one_group
+from stepgym.shapers._common import (
+    Groups,
+    as_float_array,
+    check_mode,
+    check_same_length,
+    check_traj_in_one_group,
+)
 from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows
 from stepgym.shapers.gigpo import build_step_groups, step_discounted_returns
 from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["context_normalize", "hgpo_advantage"]
+__all__ = [
+    "HGPOOptions",
+    "context_normalize",
+    "hgpo_advantage",
+]
 
 
 def context_normalize(x: np.ndarray, codes: np.ndarray, *, std: bool, eps: float = 1e-6) -> np.ndarray:
@@ -102,10 +113,37 @@ def hgpo_advantage(
     return num / (den + eps)
 
 
+@dataclass(frozen=True)
+class HGPOOptions:
+    """HGPO's own options (``ShapeConfig.options["hgpo"]``; docs/shapers.md §11)."""
+
+    step_mode: Literal["mean_norm", "mean_std_norm"] = "mean_std_norm"
+    history: int = 2
+    """Upstream ``history_length`` H: context groups of k = 1..H+1 anchors."""
+    alpha: float = 1.0
+    """Weight exponent: an item of length k weighs (k+1)^α."""
+    base_group: bool = False
+    """Upstream ``base_group``: add the episode advantage as item k = 0 (upstream default False)."""
+
+    def __post_init__(self) -> None:
+        check_mode(self.step_mode)
+        if self.history < 0:
+            raise ValueError(f"HGPO's history must be >= 0, got {self.history}")
+
+
 @register(
-    "hgpo", stage="base", summary="HGPO: weighted history-context group advantages (docs/shapers.md §11)."
+    "hgpo",
+    stage="base",
+    summary="HGPO: weighted history-context group advantages (docs/shapers.md §11).",
+    options=HGPOOptions,
+    needs=("state_keys", "state_chain"),
+    proas=(
+        "HGPO's advantage is a weighted mix of history-group step advantages with no trajectory-level term "
+        "(base_group adds one only as a renormalised item), and ProAS branches on the trajectory advantage"
+    ),
 )
 def _hgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
+    opts = config.options_for("hgpo")
     if batch.anchor_obs is None:
         raise ValueError("base='hgpo' needs StepBatch.anchor_obs (the state before each step)")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
@@ -116,11 +154,11 @@ def _hgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
         batch.anchor_obs,
         batch.valid,
         gamma=config.gamma,
-        history=config.hgpo_history,
-        alpha=config.hgpo_alpha,
-        base_group=config.hgpo_base_group,
+        history=opts.history,
+        alpha=opts.alpha,
+        base_group=opts.base_group,
         invalid_penalty=config.invalid_penalty,
-        mode=config.step_mode or "mean_std_norm",
+        mode=opts.step_mode,
         eps=config.eps,
         singleton=config.singleton,
     )

@@ -9,16 +9,20 @@ the episode term only. A batch without value labels is refused.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.shapers._common import Groups, as_float_array, check_same_length
+from stepgym.shapers._common import Groups, as_float_array, check_mode, check_same_length
 from stepgym.shapers.gigpo import GiGPOTerms
 from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 
-__all__ = ["oracle_terms"]
+__all__ = [
+    "OracleOptions",
+    "oracle_terms",
+]
 
 
 def oracle_terms(
@@ -48,13 +52,29 @@ def oracle_terms(
     )
 
 
-@register("oracle", stage="base", summary="Ceiling: episode term + ValueWrapper's true step gain (§14).")
+@dataclass(frozen=True)
+class OracleOptions:
+    """The ceiling's own options (``ShapeConfig.options["oracle"]``; docs/shapers.md §14)."""
+
+    step_mode: Literal["mean_norm", "mean_std_norm"] = "mean_std_norm"
+
+    def __post_init__(self) -> None:
+        check_mode(self.step_mode)
+
+
+@register(
+    "oracle",
+    stage="base",
+    summary="Ceiling: episode term + ValueWrapper's true step gain (§14).",
+    options=OracleOptions,
+    needs=("value_labels",),
+)
 def _oracle_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     terms = oracle_terms(
         scores,
         batch.group_ids,
         batch.true_gain,
-        mode=config.step_mode or "mean_std_norm",
+        mode=config.options_for("oracle").step_mode,
         eps=config.eps,
         singleton=config.singleton,
     )

@@ -18,6 +18,7 @@ episode term only is shaped by default (``target="episode"``, §8.5).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -27,7 +28,13 @@ from stepgym.shapers._common import Groups, as_bool_array, as_float_array, check
 from stepgym.shapers.gigpo import GiGPOTerms
 from stepgym.shapers.registry import BaseAdvantage, register
 
-__all__ = ["proas_multipliers", "proas_on_gigpo", "proas_shape", "proas_trajectory"]
+__all__ = [
+    "ProASOptions",
+    "proas_multipliers",
+    "proas_on_gigpo",
+    "proas_shape",
+    "proas_trajectory",
+]
 
 
 def proas_multipliers(advantages: Any, reasonable: Any, progress: Any, traj_ids: Any = None) -> np.ndarray:
@@ -103,14 +110,32 @@ def proas_on_gigpo(
     raise ValueError(f"target must be 'episode' or 'combined', got {target!r}")
 
 
+@dataclass(frozen=True)
+class ProASOptions:
+    """ProAS's own options (``ShapeConfig.options["proas"]``; docs/shapers.md §3.4)."""
+
+    target: Literal["episode", "combined"] = "episode"
+    """On a base with (episode, step) terms (GiGPO, GraphGPO, RewardFlow, G2PO, the oracle): shape A^E and add w·A^S
+    unchanged ("episode"), or shape the combined value ("combined"). On a base without terms the two coincide."""
+
+    def __post_init__(self) -> None:
+        if self.target not in ("episode", "combined"):
+            raise ValueError(f"ProAS's target must be 'episode' or 'combined', got {self.target!r}")
+
+
 @register(
-    "proas", stage="step", summary="ProAS Eq. 7 (MUI/APR) on the base; on GiGPO's terms when it has them."
+    "proas",
+    stage="step",
+    summary="ProAS Eq. 7 (MUI/APR) on the base; on GiGPO's terms when it has them.",
+    options=ProASOptions,
+    needs=("labels",),
 )
 def _proas_stage(batch: Any, config: Any, base: BaseAdvantage) -> np.ndarray:
     rea, pa = _labels(batch)
     if isinstance(base.terms, GiGPOTerms):
+        target = config.options_for("proas").target
         return proas_on_gigpo(
-            base.terms, rea, pa, batch.traj_ids, step_weight=config.step_weight, target=config.proas_target
+            base.terms, rea, pa, batch.traj_ids, step_weight=config.step_weight, target=target
         )
     return proas_shape(base.values, rea, pa, batch.traj_ids)
 

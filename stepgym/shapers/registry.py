@@ -41,6 +41,7 @@ A third party registers a stage from its own module and names it in the config (
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "NEEDS",
     "PIPELINE_STAGES",
     "STAGES",
     "BaseAdvantage",
@@ -59,6 +61,7 @@ __all__ = [
     "available",
     "get",
     "load_shaper_modules",
+    "needing",
     "register",
 ]
 
@@ -77,16 +80,40 @@ class BaseAdvantage:
     terms: Any = None
 
 
+#: What a shaper may need from the :class:`~stepgym.shapers.StepBatch` beyond ids and rewards (``ShaperEntry.needs``).
+NEEDS = {
+    "state_keys": "state keys (anchor_obs: the state before each step, schema.STATE_KEY or the observation text)",
+    "state_chain": "the state chain (next_obs: the state after each step; dones and step_index when known)",
+    "labels": "ARG labels (reasonable / progress, ProAS's labels)",
+    "value_labels": "value labels (true_gain: ValueWrapper's exact step gain)",
+    "teacher": "teacher log-prob gaps (delta, and delta_mask, per token)",
+    "target_spans": "target spans (target: StepOPSD's spans of each step)",
+    "actions": "actions (the action text of each step)",
+}
+
+
 @dataclass(frozen=True)
 class ShaperEntry:
-    """One registered function: call the entry like the function. ``schedule`` (token stages) names the
-    ``schedule`` entry that gives its mixing weight λ; a token stage without one runs with λ = 1."""
+    """One registered function: call the entry like the function.
+
+    Attributes:
+        schedule: (token stages) the ``schedule`` entry that gives its mixing weight λ; none: λ = 1.
+        options: the method's own options, a frozen dataclass whose defaults are the method's (its paper's or
+            public code's); a config holds an instance per method (``ShapeConfig.options``), read with
+            ``config.options_for(name)``. ``None``: the method takes none beyond the shared fields.
+        needs: what it reads from the batch, as keys of :data:`NEEDS`.
+        proas: (base stages) True when ProAS composes with it (shaping its episode term when it has one), else the
+            reason it does not.
+    """
 
     name: str
     fn: Callable[..., Any]
     stage: str
     summary: str
     schedule: str | None = None
+    options: type | None = None
+    needs: frozenset[str] = frozenset()
+    proas: bool | str = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -102,13 +129,25 @@ def register(
     summary: str = "",
     schedule: str | None = None,
     overwrite: bool = False,
+    options: type | None = None,
+    needs: Iterable[str] = (),
+    proas: bool | str = True,
 ) -> Callable[[Callable], Callable]:
     """Decorator: register ``fn`` under ``name`` for ``stage`` (see the module docstring for each stage's
-    signature). Names are unique across stages; re-registering a name needs ``overwrite=True``."""
+    signature), with what the method declares about itself (:class:`ShaperEntry`: its options dataclass, what it
+    needs from the batch, whether ProAS composes with it). Names are unique across stages; re-registering a name
+    needs ``overwrite=True``."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
     if schedule is not None and stage != "token":
         raise ValueError("only token stages take a schedule")
+    if options is not None and not (dataclasses.is_dataclass(options) and isinstance(options, type)):
+        raise ValueError(f"options of {name!r} must be a dataclass type, got {options!r}")
+    needed = frozenset(needs)
+    if needed - set(NEEDS):
+        raise ValueError(f"unknown needs {sorted(needed - set(NEEDS))} for {name!r}; known: {sorted(NEEDS)}")
+    if proas is not True and not (isinstance(proas, str) and proas):
+        raise ValueError(f"proas of {name!r} is True or the reason ProAS does not compose with it")
 
     def deco(fn: Callable) -> Callable:
         if name in _REGISTRY and not overwrite and _REGISTRY[name].fn is not fn:
@@ -116,7 +155,7 @@ def register(
                 f"a shaper named {name!r} is already registered ({_REGISTRY[name].fn.__module__})"
             )
         doc = summary or (fn.__doc__ or "").strip().split("\n", 1)[0]
-        _REGISTRY[name] = ShaperEntry(name=name, fn=fn, stage=stage, summary=doc, schedule=schedule)
+        _REGISTRY[name] = ShaperEntry(name, fn, stage, doc, schedule, options, needed, proas)
         return fn
 
     return deco
@@ -138,6 +177,12 @@ def get(name: str, stage: str | None = None) -> ShaperEntry:
 def available(stage: str | None = None) -> list[str]:
     """Registered names, optionally only those of one stage."""
     return sorted(n for n, e in _REGISTRY.items() if stage is None or e.stage == stage)
+
+
+def needing(need: str, stage: str = "base") -> tuple[str, ...]:
+    """The names registered for ``stage`` that need ``need`` (a key of :data:`NEEDS`), in registration order:
+    e.g. ``needing("state_chain")`` are the graph / history bases."""
+    return tuple(n for n, e in _REGISTRY.items() if e.stage == stage and need in e.needs)
 
 
 def check_name(stage: str, name: str, field: str) -> None:

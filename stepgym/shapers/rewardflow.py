@@ -19,7 +19,8 @@ the uids only for a batch ordered by group).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from stepgym.shapers._common import (
     Groups,
     as_bool_array,
     as_float_array,
+    check_mode,
     check_same_length,
     check_traj_in_one_group,
 )
@@ -43,7 +45,11 @@ from stepgym.shapers.grpo import Singleton, group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
 
-__all__ = ["propagate_decay", "rewardflow_terms"]
+__all__ = [
+    "RewardFlowOptions",
+    "propagate_decay",
+    "rewardflow_terms",
+]
 
 
 def propagate_decay(values: Any, src: Any, dst: Any, gamma: float, rounds: int = 1000) -> np.ndarray:
@@ -152,8 +158,8 @@ def rewardflow_terms(
     if clean:
         if actions is None:
             raise ValueError(
-                "rewardflow_alfworld_clean needs StepBatch.actions (the action text of each step); fill it or "
-                "set rewardflow_alfworld_clean=False"
+                "RewardFlow's alfworld_clean option needs StepBatch.actions (the action text of each step); fill it or "
+                'set options={"rewardflow": {"alfworld_clean": False}}'
             )
         check_same_length(n, actions=actions)
         src, dst, sr, dr = alfworld_clean(rows, src, dst, sr, dr, tg.codes, actions, next_obs)
@@ -171,11 +177,34 @@ def rewardflow_terms(
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=a)
 
 
+@dataclass(frozen=True)
+class RewardFlowOptions:
+    """RewardFlow's own options (``ShapeConfig.options["rewardflow"]``; docs/shapers.md §12)."""
+
+    step_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
+    """Normalisation of the episode and step terms (upstream: mean_norm)."""
+    rounds: int = 1000
+    """Propagation rounds of V ← max(V, γ·V(successor))."""
+    alfworld_clean: bool = False
+    """ALFWorld trajectory cleaning (splice out look / inventory / examine / "Nothing happens" transitions; needs
+    ``StepBatch.actions``). Off by default, as the base environment manager."""
+
+    def __post_init__(self) -> None:
+        check_mode(self.step_mode)
+        if self.rounds < 0:
+            raise ValueError(f"RewardFlow's rounds must be >= 0, got {self.rounds}")
+
+
 @register(
-    "rewardflow", stage="base", summary="RewardFlow: episode term + propagated state-value step term (§12)."
+    "rewardflow",
+    stage="base",
+    summary="RewardFlow: episode term + propagated state-value step term (§12).",
+    options=RewardFlowOptions,
+    needs=("state_keys", "state_chain"),
 )
 def _rewardflow_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     next_obs = require_next(batch, "rewardflow")
+    opts = config.options_for("rewardflow")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
     terms = rewardflow_terms(
         batch.rewards,
@@ -187,10 +216,10 @@ def _rewardflow_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvant
         batch.dones,
         batch.actions,
         gamma=config.gamma,
-        rounds=config.rewardflow_rounds,
-        clean=config.rewardflow_alfworld_clean,
+        rounds=opts.rounds,
+        clean=opts.alfworld_clean,
         invalid_penalty=config.invalid_penalty,
-        mode=config.step_mode or "mean_norm",
+        mode=opts.step_mode,
         eps=config.eps,
         singleton=config.singleton,
     )

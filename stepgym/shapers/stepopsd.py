@@ -24,6 +24,7 @@ Departures / resolutions (docs/shapers.md §5, §8.19–26):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -42,6 +43,8 @@ from stepgym.shapers.registry import register
 from stepgym.shapers.tokens import TokenLayout
 
 __all__ = [
+    "StepNormOptions",
+    "StepOPSDOptions",
     "equal_step_mean_abs",
     "opsd_span_gaps",
     "scatter_span_deltas",
@@ -293,13 +296,39 @@ def equal_step_mean_abs(
     return out
 
 
+@dataclass(frozen=True)
+class StepOPSDOptions:
+    """StepOPSD's own options (``ShapeConfig.options["stepopsd"]``; docs/shapers.md §5): α_clip, the weight
+    function, λ_0 and the decay D of λ = λ_0·max(0, 1 − g/D) with g = update_index + 1."""
+
+    alpha: float = 0.2
+    weight_fn: Literal["sigmoid", "exp"] = "sigmoid"
+    lambda0: float = 0.2
+    decay_steps: int = 50
+
+
+@dataclass(frozen=True)
+class StepNormOptions:
+    """StepOPSD's equal per-step budget (``ShapeConfig.options["equal_step_mean_abs"]``; docs/shapers.md §5.5)."""
+
+    target: Literal["shaped", "modification"] = "shaped"
+    coef_clip: float = 2.0
+    eps: float = 1e-6
+
+
 @register("stepopsd_lambda", stage="schedule", summary="λ_mix = λ_0·max(0, 1 − g/D), g = update_index + 1.")
 def _stepopsd_schedule(config: Any, update_index: int) -> float:
-    return stepopsd_lambda(update_index + 1, config.opsd_lambda0, config.opsd_decay_steps)
+    opts = config.options_for("stepopsd")
+    return stepopsd_lambda(update_index + 1, opts.lambda0, opts.decay_steps)
 
 
 @register(
-    "stepopsd", stage="token", schedule="stepopsd_lambda", summary="StepOPSD Eq. 4: Ã = A·[1 + λ(w − 1)]."
+    "stepopsd",
+    stage="token",
+    schedule="stepopsd_lambda",
+    summary="StepOPSD Eq. 4: Ã = A·[1 + λ(w − 1)].",
+    options=StepOPSDOptions,
+    needs=("teacher",),
 )
 def _stepopsd_stage(batch: Any, config: Any, tokens: np.ndarray, lam: float) -> np.ndarray:
     if batch.delta is None:
@@ -311,15 +340,19 @@ def _stepopsd_stage(batch: Any, config: Any, tokens: np.ndarray, lam: float) -> 
         tokens,
         batch.delta,
         lam,
-        alpha=config.opsd_alpha,
-        fn=config.opsd_weight_fn,
+        alpha=config.options_for("stepopsd").alpha,
+        fn=config.options_for("stepopsd").weight_fn,
         delta_mask=dmask,
         response_mask=batch.layout.response_mask,
     )
 
 
 @register(
-    "equal_step_mean_abs", stage="step_norm", summary="StepOPSD's equal per-step budget, per trajectory."
+    "equal_step_mean_abs",
+    stage="step_norm",
+    summary="StepOPSD's equal per-step budget, per trajectory.",
+    options=StepNormOptions,
+    needs=("target_spans",),
 )
 def _step_norm_stage(batch: Any, config: Any, shaped: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     layout = batch.layout
@@ -334,9 +367,9 @@ def _step_norm_stage(batch: Any, config: Any, shaped: np.ndarray, tokens: np.nda
         valid_mask=layout.response_mask,
         step_group=row_traj[batch.target.step_row],
         base=tokens,
-        norm_target=config.step_norm_target,
-        coef_clip=config.step_norm_coef_clip,
-        eps=config.step_norm_eps,
+        norm_target=config.options_for("equal_step_mean_abs").target,
+        coef_clip=config.options_for("equal_step_mean_abs").coef_clip,
+        eps=config.options_for("equal_step_mean_abs").eps,
     )
 
 

@@ -83,6 +83,7 @@ def build_step_batch(
         dones=np.array([r.terminated for r in rows], dtype=bool),
         true_gain=_info_column(rows, schema.VALUE_GAIN, float),
         actions=[r.action for r in rows],
+        aborted=np.array([r.aborted for r in rows], dtype=bool),
         reasonable=reasonable,
         progress=progress,
         layout=TokenLayout.from_step_rows(mask),
@@ -118,7 +119,7 @@ def shape_rows(
         singleton=config.singleton,
         cross_steps=config.cross_steps,
     )
-    plain = StepBatch(batch.group_ids, batch.traj_ids, batch.rewards, batch.valid)
+    plain = StepBatch(batch.group_ids, batch.traj_ids, batch.rewards, batch.valid, aborted=batch.aborted)
     grpo = shape_advantages(plain, grpo_cfg, update_index=update_index)
     assert batch.layout is not None
     return ShapingResult(shaped, grpo.step_advantages, batch.layout, mask)

@@ -91,7 +91,7 @@ class ArgLabeler:
             self._seed_task(tid)
         added = 0
         for traj in ro.trajectories:
-            if self.graph.success_fn(traj):
+            if not traj.aborted and self.graph.success_fn(traj):  # an aborted episode never grows the graph
                 self.graph.add_trajectory(traj)
                 added += 1
         self._last["arg/added_trajectories"] = float(added)

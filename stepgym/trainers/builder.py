@@ -67,9 +67,11 @@ def make_collector(
     history: int | None,
     encoder: Any,
     backend: Any,
+    train: bool = False,
 ) -> Any:
     """A :class:`~stepgym.trainers.collector.Collector` of ``cfg.env.id`` made with ``kwargs`` (the training split,
-    or an evaluation split), on the configured env executor."""
+    or an evaluation split), on the configured env executor. The training collector (``train``) aborts the episodes
+    an infrastructure failure cuts off, and carries the fault injection of ``rollout.faults`` (docs/failures.md)."""
     from stepgym.trainers.collector import Collector
 
     return Collector(
@@ -82,6 +84,8 @@ def make_collector(
         backend=backend,
         anchor=cfg.env.anchor,
         value_labels=cfg.env.value_labels,
+        on_failure="abort" if train else "raise",
+        faults=cfg.rollout.faults if train else "",
         **cfg.rollout.executor_options(),
     )
 
@@ -130,7 +134,7 @@ def build_scoring(
     scorer = Scorer(pad_id, microbatch_tokens=cfg.teacher.microbatch_tokens, autocast_dtype=autocast)
     stale, reference, analyzer = build_teachers(cfg, model)
     rescorer = TeacherRescorer(
-        cfg, scorer=scorer, encoder=encoder, fmt_name=fmt.name, analyzer=analyzer, stale=stale
+        cfg, scorer=scorer, encoder=encoder, fmt_name=fmt, analyzer=analyzer, stale=stale
     )
     return scorer, stale, reference, analyzer, rescorer
 

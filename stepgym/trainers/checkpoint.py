@@ -19,11 +19,18 @@ only then is ``latest`` replaced (:func:`stepgym.atomic.atomic_write_text`). A c
 by any part writer) before the rename leaves only a ``.tmp-*`` folder, which is ignored and cleaned up later, and
 ``latest`` still names the previous checkpoint. Old checkpoints beyond ``keep`` are deleted only after the new one
 is complete.
+
+Damage (a disk that filled up, a copy cut short, an edited file): :func:`checkpoint_problems` reads every file of a
+checkpoint without building a trainer and names each one that cannot be read, one line per file. Resuming
+(:func:`choose_resume`) takes the newest checkpoint with no problem, says which files of the newer ones it skipped
+and why, and reports a ``latest`` pointer that is unreadable or names no complete checkpoint; a file that reads
+but does not fit the run (weights of another shape) fails :func:`load_trainer` with one line naming it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -31,12 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from stepgym.atomic import atomic_write_text, fsync_path
+from stepgym.errors import StepGymError
 from stepgym.trainers.distributed import world_record
 
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
     "checkpoint_name",
+    "checkpoint_problems",
+    "choose_resume",
     "find_latest",
     "load_trainer",
     "read_state",
@@ -52,8 +62,12 @@ _STATE = "trainer_state.json"
 PartWriter = Callable[[Path], None]
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint folder is missing, incomplete or of another format version."""
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(StepGymError, RuntimeError):
+    """A checkpoint folder is missing, incomplete, damaged or of another format version (the message names the
+    file and what to do)."""
 
 
 def checkpoint_name(iteration: int) -> str:
@@ -153,33 +167,217 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is not a complete stepgym checkpoint (no {_STATE}); pick another folder"
         )
+    problem = _state_problem(f)
+    if problem:
+        raise CheckpointError(f"{f}: {problem}")
+    return json.loads(f.read_text(encoding="utf-8"))
+
+
+def _state_problem(f: Path) -> str:
     try:
         state = json.loads(f.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{f} is corrupt ({exc}); resume from an older checkpoint") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"cannot be read ({_why(exc)})"
+    if not isinstance(state, dict):
+        return f"holds a JSON {type(state).__name__}, not the trainer state object"
     if state.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{path} has checkpoint format {state.get('format_version')!r}; this stepgym reads {FORMAT_VERSION}"
+        return f"has checkpoint format {state.get('format_version')!r}; this stepgym reads {FORMAT_VERSION}"
+    if not isinstance(state.get("iteration"), int) or isinstance(state.get("iteration"), bool):
+        return f"has no integer 'iteration' (got {state.get('iteration')!r})"
+    return ""
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as one short phrase (the first line of its message, torch's advice paragraphs dropped)."""
+    text = " ".join((str(exc).strip().splitlines() or [""])[0].split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _safetensors_problem(f: Path) -> str:
+    """Reads the header and checks it covers the file exactly (a truncated or padded file fails), without loading
+    the tensors."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(f), framework="pt") as h:
+            h.keys()
+    except Exception as exc:  # safetensors raises its own SafetensorError (and OSError, ValueError) on damage
+        return f"cannot be read ({_why(exc)})"
+    return ""
+
+
+def _torch_problem(f: Path, check: Callable[[Any], str]) -> str:
+    import torch
+
+    try:
+        # mmap: the tensors are not read into memory here (the optimizer state is twice the model's size)
+        obj = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on damage
+        return f"cannot be read ({_why(exc)})"
+    return check(obj)
+
+
+def _optimizer_shape(obj: Any) -> str:
+    if not isinstance(obj, dict) or not isinstance(obj.get("optimizer"), dict) or "scheduler" not in obj:
+        return "is not a stepgym optimizer state (a dict with 'optimizer' and 'scheduler')"
+    if not {"state", "param_groups"} <= set(obj["optimizer"]):
+        return "holds no optimizer 'state' and 'param_groups'"
+    return ""
+
+
+def _torch_rng_shape(obj: Any) -> str:
+    import torch
+
+    cpu = obj.get("cpu") if isinstance(obj, dict) else None
+    want = torch.get_rng_state()
+    if not isinstance(cpu, torch.Tensor) or cpu.dtype != want.dtype or cpu.shape != want.shape:
+        return (
+            f"holds no torch CPU RNG state (a {want.dtype} tensor of shape {tuple(want.shape)} under 'cpu')"
         )
-    return state
+    return ""
+
+
+def _rng_problem(f: Path) -> str:
+    import numpy as np
+
+    try:
+        state = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"cannot be read ({_why(exc)})"
+    try:
+        np.random.PCG64().state = state  # the trainer's generator is default_rng's PCG64
+    except Exception as exc:  # numpy raises TypeError / ValueError / KeyError for a foreign state
+        return f"is not a NumPy PCG64 generator state ({_why(exc)})"
+    return ""
+
+
+def _tokenizer_problem(d: Path) -> str:
+    """``tokenizer/`` as ``save_pretrained`` writes it: ``tokenizer_config.json``, and ``tokenizer.json`` for a
+    fast (``tokenizers``-backed) tokenizer; every JSON file parses."""
+    config = d / "tokenizer_config.json"
+    if not config.is_file():
+        return "is missing tokenizer_config.json"
+    for f in sorted(d.glob("*.json")):
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return f"{f.name} cannot be read ({_why(exc)})"
+        if f == config and isinstance(data, dict):
+            fast = data.get("backend") == "tokenizers" or str(data.get("tokenizer_class", "")).endswith(
+                "Fast"
+            )
+            if fast and not (d / "tokenizer.json").is_file():
+                return "is missing tokenizer.json (the fast tokenizer's vocabulary)"
+    return ""
+
+
+def checkpoint_problems(path: str | os.PathLike[str]) -> list[str]:
+    """Every file of checkpoint folder ``path`` that cannot be read, as ``"<file>: <why>"`` (one entry per file;
+    empty when the checkpoint reads). Reads headers and structure only: weights are not loaded into memory."""
+    path = Path(path)
+    checks: list[tuple[str, Callable[[Path], str], bool]] = [
+        (_STATE, _state_problem, True),
+        ("model.safetensors", _safetensors_problem, True),
+        ("optimizer.pt", lambda f: _torch_problem(f, _optimizer_shape), True),
+        ("rng.json", _rng_problem, True),
+        ("torch_rng.pt", lambda f: _torch_problem(f, _torch_rng_shape), True),
+        ("teacher.safetensors", _safetensors_problem, False),
+        ("reference.safetensors", _safetensors_problem, False),
+    ]
+    problems = []
+    for name, check, required in checks:
+        f = path / name
+        if not f.is_file():
+            if required:
+                problems.append(f"{f}: missing")
+            continue
+        why = check(f)
+        if why:
+            problems.append(f"{f}: {why}")
+    why = _tokenizer_problem(path / "tokenizer")
+    if why:
+        problems.append(f"{path / 'tokenizer'}: {why}")
+    return problems
+
+
+def _pointer(root: Path) -> tuple[Path | None, str]:
+    """The checkpoint ``latest`` names, and a problem with the pointer itself ('' when none)."""
+    pointer = root / _LATEST
+    if not pointer.exists():
+        return None, ""
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{pointer}: cannot be read ({_why(exc)})"
+    if not name or "/" in name or os.sep in name or not name.startswith("step_"):
+        return None, f"{pointer}: does not name a checkpoint (holds {name[:40]!r})"
+    if not _complete(root / name):
+        return None, f"{pointer}: names {name}, which is not a complete checkpoint"
+    return root / name, ""
+
+
+def choose_resume(root: str | os.PathLike[str]) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint under ``root`` that reads (``latest`` first), and one line per problem met on the
+    way: a broken ``latest``, each unreadable file of each newer checkpoint skipped. ``(None, [])`` when ``root``
+    holds no checkpoint at all; ``(None, problems)`` when none reads."""
+    root = Path(root)
+    if not root.is_dir():
+        return None, []
+    target, pointer_problem = _pointer(root)
+    problems = [pointer_problem] if pointer_problem else []
+    done = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True)
+    if target is not None:
+        done = [target, *(p for p in done if p != target)]
+    for cand in done:
+        found = checkpoint_problems(cand)
+        if not found:
+            return cand, problems
+        problems += found
+    return None, problems
 
 
 def resume_path(resume: str, ckpt_dir: Path) -> Path | None:
     """The checkpoint a run resumes from, for ``RunConfig.resume``: '' (fresh: refuses a ``ckpt_dir`` that already
-    holds checkpoints), 'auto' (the latest in ``ckpt_dir``, if any), or a checkpoint / run / checkpoints folder."""
-    if resume == "auto":
-        return find_latest(ckpt_dir)
-    if resume:
-        p = Path(resume)
-        if p.name == "checkpoints" or (p / "checkpoints").is_dir():
-            p = find_latest(p if p.name == "checkpoints" else p / "checkpoints") or p
-        return p
-    if find_latest(ckpt_dir) is not None:
-        raise CheckpointError(
-            f"{ckpt_dir.parent} already holds checkpoints: pass --run.resume auto to continue that run, or choose "
-            "another --run.output-dir"
-        )
-    return None
+    holds checkpoints), 'auto' (the newest readable one in ``ckpt_dir``, if any: :func:`choose_resume`), or a
+    checkpoint / run / checkpoints folder (a run or checkpoints folder: its newest readable checkpoint).
+
+    What is skipped on the way (a broken ``latest``, each unreadable file of a newer checkpoint) is logged as a
+    warning, one line per file, followed by the checkpoint chosen instead. A :class:`CheckpointError` names the
+    damaged file when nothing readable is left, or when the checkpoint folder named explicitly is damaged."""
+    if not resume:
+        if find_latest(ckpt_dir) is not None:
+            raise CheckpointError(
+                f"{ckpt_dir.parent} already holds checkpoints: pass --run.resume auto to continue that run, or "
+                "choose another --run.output-dir"
+            )
+        return None
+    p = Path(resume)
+    if resume == "auto" or p.name == "checkpoints" or (p / "checkpoints").is_dir():
+        root = ckpt_dir if resume == "auto" else p if p.name == "checkpoints" else p / "checkpoints"
+        chosen, problems = choose_resume(root)
+        for line in problems:
+            log.warning(line)
+        if chosen is not None:
+            if problems:
+                log.warning(f"resuming from {chosen} instead, the newest checkpoint that reads")
+            return chosen
+        if problems:
+            raise CheckpointError(
+                f"no checkpoint in {root} can be read ({problems[0]}"
+                + (f", and {len(problems) - 1} more problem(s) above" if len(problems) > 1 else "")
+                + "); start a new run with another --run.output-dir"
+            )
+        if resume == "auto":
+            return None
+        raise CheckpointError(f"{p} is not a complete stepgym checkpoint (no {_STATE}); pick another folder")
+    problems = checkpoint_problems(p) if _complete(p) else []
+    if problems:
+        for line in problems[1:]:
+            log.warning(line)
+        older, _ = choose_resume(p.parent)
+        hint = f"resume from {older} instead" if older is not None else "no other checkpoint beside it reads"
+        raise CheckpointError(f"{problems[0]}; {hint}")
+    return p
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -220,6 +418,7 @@ def save_trainer(tr: Any, extra_parts: Mapping[str, PartWriter] | None = None) -
         "model_source": tr.model_source,
         "stale_version": tr.stale.version if tr.stale is not None else None,
         "evals": tr.evals,
+        "aborts": dict(tr.abort_totals),  # aborted episodes per cause so far (a resumed run goes on counting)
         "config": tr.cfg.to_dict(),
         **world_record(tr.dist.world, tr.cfg.rollout.n_tasks),  # world_size and each rank's groups
     }
@@ -227,29 +426,52 @@ def save_trainer(tr: Any, extra_parts: Mapping[str, PartWriter] | None = None) -
 
 
 def load_trainer(tr: Any, path: Path, state: Mapping[str, Any]) -> None:
-    """Restore everything :func:`save_trainer` wrote into a freshly built trainer, then sync its backend."""
+    """Restore everything :func:`save_trainer` wrote into a freshly built trainer, then sync its backend.
+
+    A file that does not fit the run (weights of another shape, an optimizer of other parameters, a foreign RNG
+    state) raises a :class:`CheckpointError` naming it, not the loader's traceback."""
     import torch
     from safetensors.torch import load_model
 
     device = str(tr.device)
-    load_model(tr.model, str(path / "model.safetensors"), device=device)
-    opt = torch.load(path / "optimizer.pt", map_location=tr.device, weights_only=True)
-    tr.optimizer.load_state_dict(opt["optimizer"])
-    tr.scheduler.load_state_dict(opt["scheduler"])
-    tr.rng.bit_generator.state = json.loads((path / "rng.json").read_text(encoding="utf-8"))
-    rs = torch.load(path / "torch_rng.pt", weights_only=True)
-    torch.set_rng_state(rs["cpu"])
-    if "cuda" in rs and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rs["cuda"])
+
+    def part(name: str, load: Callable[[Path], None]) -> None:
+        f = path / name
+        if not f.exists():
+            raise CheckpointError(f"{f}: missing; this run needs it")
+        try:
+            load(f)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # any loader's error on a file that read but does not fit this run
+            raise CheckpointError(f"{f}: does not fit this run ({_why(exc)})") from exc
+
+    def optimizer(f: Path) -> None:
+        opt = torch.load(f, map_location=tr.device, weights_only=True)
+        tr.optimizer.load_state_dict(opt["optimizer"])
+        tr.scheduler.load_state_dict(opt["scheduler"])
+
+    def numpy_rng(f: Path) -> None:
+        tr.rng.bit_generator.state = json.loads(f.read_text(encoding="utf-8"))
+
+    def torch_rng(f: Path) -> None:
+        rs = torch.load(f, weights_only=True)
+        torch.set_rng_state(rs["cpu"])
+        if "cuda" in rs and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rs["cuda"])
+
+    part("model.safetensors", lambda f: load_model(tr.model, str(f), device=device))
+    part("optimizer.pt", optimizer)
+    part("rng.json", numpy_rng)
+    part("torch_rng.pt", torch_rng)
     if tr.stale is not None:
-        if not (path / "teacher.safetensors").is_file():
-            raise CheckpointError(f"{path} has no stale teacher but this config needs one")
-        load_model(tr.stale.model, str(path / "teacher.safetensors"), device=device)
+        part("teacher.safetensors", lambda f: load_model(tr.stale.model, str(f), device=device))
         tr.stale.version = int(state.get("stale_version") or 0)
     if tr.reference is not None:
-        load_model(tr.reference.model, str(path / "reference.safetensors"), device=device)
+        part("reference.safetensors", lambda f: load_model(tr.reference.model, str(f), device=device))
     if tr.arg is not None:
-        tr.arg.load(path / "arg")
+        part("arg", tr.arg.load)
     tr.iteration = int(state["iteration"])
     tr.evals = list(state.get("evals") or [])
+    tr.abort_totals = {str(k): int(v) for k, v in (state.get("aborts") or {}).items()}
     tr.backend.sync_weights(tr.model)

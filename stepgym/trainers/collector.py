@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stepgym import schema
-from stepgym.group import GroupEnv
+from stepgym.group import GroupConfig, GroupEnv
 from stepgym.trainers.backends import GenerationRequest, RolloutBackend
 from stepgym.trainers.samples import PromptEncoder, StepRow
 from stepgym.workers import EnvRecipe, Executor, make_executor
@@ -50,6 +50,14 @@ class Rollouts:
     @property
     def successes(self) -> list[bool]:
         return [t.success for t in self.trajectories]
+
+    def abort_counts(self) -> dict[str, int]:
+        """Aborted episodes per cause (docs/failures.md); empty when none was aborted."""
+        out: dict[str, int] = {}
+        for t in self.trajectories:
+            if t.aborted:
+                out[str(t.abort_cause)] = out.get(str(t.abort_cause), 0) + 1
+        return out
 
     def rows_of(self, traj: int) -> list[StepRow]:
         return [r for r in self.rows if r.traj == traj]
@@ -116,6 +124,10 @@ class Collector:
         executor_kwargs: more executor arguments (``timeout``, ``num_cpus``, ``address``).
         overlap: ``"auto"`` (default: on with ``"process"`` / ``"ray"``), ``"on"`` or ``"off"``: pipeline waves of
             groups so that the workers step one wave while the backend answers the next (:meth:`collect`).
+        on_failure: ``"raise"`` (default) or ``"abort"``: an infrastructure failure of one rollout ends its episode
+            as aborted and the batch goes on (``GroupConfig.on_failure``; its rows carry ``StepRow.aborted``).
+        faults: fault injection for tests and benchmarks (``"exception=P,kill=P,seed=N"``, the innermost wrapper:
+            :class:`~stepgym.wrappers.faults.FaultInjectionWrapper`); '' injects nothing.
     """
 
     def __init__(
@@ -134,6 +146,8 @@ class Collector:
         executor_kwargs: dict[str, Any] | None = None,
         overlap: str = "auto",
         value_labels: bool = False,
+        on_failure: str = "raise",
+        faults: str = "",
     ) -> None:
         if overlap not in ("auto", "on", "off"):
             raise ValueError(f"overlap must be 'auto', 'on' or 'off', got {overlap!r}")
@@ -150,12 +164,20 @@ class Collector:
         self.executor_kwargs = dict(executor_kwargs or {})
         self.overlap = overlap
         self.value_labels = bool(value_labels)
+        self.group_config = GroupConfig(on_failure=on_failure)  # type: ignore[arg-type]
+        self.faults = faults
         self._pool: list[GroupEnv] = []
         self._shared: Executor | None = None
 
     def _wrappers(self) -> list[Callable[[Any], Any]]:
         # innermost: ValueWrapper reads the engine's state key and task id (EnvConfig.value_labels)
         inner: list[Callable[[Any], Any]] = []
+        if self.faults:
+            import functools
+
+            from stepgym.wrappers.faults import FaultInjectionWrapper, parse_faults
+
+            inner.append(functools.partial(FaultInjectionWrapper, **parse_faults(self.faults)))
         if self.value_labels:
             from stepgym.values import ValueWrapper
 
@@ -176,6 +198,7 @@ class Collector:
                         group_size=self.group_size,
                         env_kwargs=self.env_kwargs,
                         wrappers=self._wrappers(),
+                        config=self.group_config,
                     )
                 )
             return self._pool[:n]
@@ -189,7 +212,9 @@ class Collector:
             self.close()
             self._shared = shared
             self._pool = [
-                GroupEnv.on_executor(self._shared, slots=range(k * g_size, (k + 1) * g_size))
+                GroupEnv.on_executor(
+                    self._shared, slots=range(k * g_size, (k + 1) * g_size), config=self.group_config
+                )
                 for k in range(n)
             ]
         return self._pool[:n]
@@ -364,6 +389,10 @@ class _Collection:
             _, rew, _, _, infos = g.step_wait()
             self.prompt[gi] = read_prompts()
             for a, info in infos.items():
+                if info.get(
+                    schema.ABORTED
+                ):  # no transition happened: no row (the episode's rows are marked later)
+                    continue
                 k = index[(gi, a)]
                 r_idx = g.possible_agents.index(a)
                 traj = g.trajectories[r_idx]
@@ -401,6 +430,8 @@ class _Collection:
         groups, g_size = self.groups, self.col.group_size
         rows = sorted(self.rows, key=lambda r: (r.traj, r.t))
         trajectories = [t for g in groups for t in g.trajectories]
+        for r in rows:
+            r.aborted = trajectories[r.traj].aborted
         hindsight = [h for g in groups for h in g.peer_hindsight()]
         traj_group = [gi for gi in range(len(groups)) for _ in range(g_size)]
         return Rollouts(

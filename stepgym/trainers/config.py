@@ -161,6 +161,15 @@ class RolloutConfig:
     """Overlap env stepping with generation: the batch's groups go in two waves, and the workers step one while the
     backend answers the other ('auto': on with the process and ray executors). Requests are then group-seeded
     (``group_seeds``), so the iteration is the one of ``overlap=off, group_seeds=true`` (docs/scale_out.md)."""
+    max_abort_rate: float = 0.2
+    """Failure semantics (docs/failures.md): an episode an infrastructure failure cut off (env exception, dead or
+    hung worker, unavailable retriever / site / hint LLM) is aborted: its rows get no advantage and no loss, the
+    crashed env is rebuilt and the run goes on while the share of aborted episodes in an iteration is at most this.
+    Above it the run stops with one line naming the causes, before that batch updates the policy or is
+    checkpointed. 1.0: never stop; 0.0: stop at the first abort."""
+    faults: str = ""
+    """Fault injection for tests and benchmarks: 'exception=P,kill=P,seed=N' makes each training env step raise
+    (P) or kill its worker process (P; env_executor=process only); '' injects nothing (docs/failures.md)."""
     group_seeds: bool = True
     """Give every request its own seed from its group's generator (always so under torchrun and with overlap), so
     that a group's replies do not depend on which groups share a backend call: a plain run then equals a torchrun
@@ -200,7 +209,8 @@ class TeacherConfig:
     """StepOPSD: snapshot refresh period in policy updates (10 in the paper)."""
     span_mode: Literal["auto", "action_only", "clean_step_no_observation"] = "auto"
     """StepOPSD target spans: 'action_only' (ALFWorld: the <action>…</action> tag), 'clean_step_no_observation'
-    (QA: the whole turn, reasoning without observations); 'auto' picks by text format."""
+    (QA: the whole turn, reasoning without observations); 'auto' picks by text format: 'action_only' when the
+    format's replies carry an <action> tag, else the whole reply (the Search-QA formats, an env's own format)."""
     max_context_tokens: int = 0
     """Privileged prompt budget (context + target); 0 = max_prompt_tokens + max_response_tokens. Longer privileged
     text is cut in its middle; under ``min_pi_tokens`` of room it is dropped (counted in the metrics)."""
@@ -372,6 +382,12 @@ class TrainConfig:
             raise ValueError("optim.mini_batches and optim.epochs must be >= 1")
         if self.rollout.env_workers < 1:
             raise ValueError("rollout.env_workers must be >= 1")
+        if not 0.0 <= self.rollout.max_abort_rate <= 1.0:
+            raise ValueError(f"rollout.max_abort_rate must lie in [0, 1], got {self.rollout.max_abort_rate}")
+        if self.rollout.faults:
+            from stepgym.wrappers.faults import parse_faults
+
+            parse_faults(self.rollout.faults)
 
     @property
     def method(self) -> str:

@@ -16,6 +16,7 @@ Metric names (one JSON line per iteration in ``metrics.jsonl``, same names in Te
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -27,11 +28,22 @@ __all__ = ["credit_payload", "gap_stats", "rollout_metrics", "shaping_arrays", "
 
 
 def rollout_metrics(ro: Rollouts) -> dict[str, float]:
+    """The batch's rollout figures. Success is over the finished episodes (an aborted one has no outcome); the
+    abort rate and the aborted episodes per cause are ``rollout/abort_rate`` and ``rollout/aborted/<cause>``."""
     rows = ro.rows
+    done = np.array([not t.aborted for t in ro.trajectories], dtype=bool)
     succ = np.array(ro.successes, dtype=float)
-    by_group = succ.reshape(len(ro.task_ids), ro.group_size)
+    by_group = np.where(done, succ, np.nan).reshape(len(ro.task_ids), ro.group_size)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a group with every episode aborted
+        lo, hi = np.nanmin(by_group, 1), np.nanmax(by_group, 1)
+        mixed = np.isfinite(lo) & (lo != hi)
+    aborts = {f"rollout/aborted/{cause}": float(n) for cause, n in sorted(ro.abort_counts().items())}
     return {
-        "rollout/success": float(succ.mean()),
+        "rollout/success": float(succ[done].mean()) if done.any() else 0.0,
+        "rollout/abort_rate": float(1.0 - done.mean()) if done.size else 0.0,
+        "rollout/aborted_episodes": float((~done).sum()),
+        **aborts,
         "rollout/episode_reward": float(np.mean([t.total_reward for t in ro.trajectories])),
         "rollout/episode_steps": float(np.mean([len(t.steps) for t in ro.trajectories])),
         "rollout/valid_action_ratio": float(np.mean([r.valid for r in rows])),
@@ -40,7 +52,7 @@ def rollout_metrics(ro: Rollouts) -> dict[str, float]:
         "rollout/prompt_tokens": float(np.mean([len(r.prompt_ids) for r in rows])),
         "rollout/prompts_truncated": float(sum(r.prompt_truncated for r in rows)),
         "rollout/unfinished_responses": float(np.mean([not r.finished for r in rows])),
-        "rollout/mixed_groups": float(np.mean(by_group.min(1) != by_group.max(1))),
+        "rollout/mixed_groups": float(np.mean(mixed)),
         "rollout/rows": float(len(rows)),
         "rollout/groups": float(len(ro.task_ids)),
     }

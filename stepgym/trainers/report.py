@@ -158,6 +158,28 @@ def _wall_time(records: Sequence[dict[str, Any]], wall_seconds: float | None) ->
     ]
 
 
+def _abort_lines(records: Sequence[dict[str, Any]], config: dict[str, Any]) -> list[str]:
+    """Aborted episodes (infrastructure failures, docs/failures.md): the run's total, per cause, and the worst
+    iteration, against ``rollout.max_abort_rate``."""
+    per_cause: dict[str, float] = {}
+    total = 0.0
+    for r in records:
+        total += float(r.get("rollout/aborted_episodes", 0.0))
+        for k, v in r.items():
+            if k.startswith("rollout/aborted/"):
+                per_cause[k.split("/", 2)[2]] = per_cause.get(k.split("/", 2)[2], 0.0) + float(v)
+    if not total:
+        return ["- aborted episodes: none", ""]
+    worst = max(float(r.get("rollout/abort_rate", 0.0)) for r in records)
+    causes = ", ".join(f"{c} {int(n)}" for c, n in sorted(per_cause.items()))
+    limit = config.get("rollout", {}).get("max_abort_rate", "?")
+    return [
+        f"- aborted episodes: {int(total)} ({causes}); worst iteration {worst:.0%} "
+        f"(limit rollout.max_abort_rate {limit}); their rows got no advantage and no loss",
+        "",
+    ]
+
+
 def write_report(
     output_dir: str | Path,
     *,
@@ -203,6 +225,7 @@ def write_report(
     lines += ["| metric (last iteration) | value |", "|---|---|"]
     lines += [f"| {k} | {last[k]:.4g} |" for k in keys if isinstance(last.get(k), int | float)]
     lines.append("")
+    lines += _abort_lines(records, config)
     lines += _eval_tables(evals)
     for f in figs:
         lines += [f"![{f}]({f})", ""]

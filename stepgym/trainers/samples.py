@@ -113,6 +113,9 @@ class StepRow:
     anchor: Any = None  #: GiGPO anchor state (state key, or the observation)
     next_anchor: Any = None  #: the same keying of the state after the step (graph credit bases' next state)
     terminated: bool = False  #: the env ended the episode at this step (not a cut at the step limit)
+    aborted: bool = (
+        False  #: the episode was cut off by an infrastructure failure (docs/failures.md): no credit, no loss
+    )
 
     @property
     def valid(self) -> bool:

@@ -45,6 +45,7 @@ from stepgym.shapers.ahead import ahead_delta
 from stepgym.shapers.stepopsd import opsd_span_gaps
 from stepgym.shapers.stepopsd_text import structural_target_span
 from stepgym.shapers.tokens import TokenLayout
+from stepgym.text_format import TextFormat
 from stepgym.trainers.samples import (
     PromptEncoder,
     StepRow,
@@ -180,10 +181,20 @@ def prefix_token_counter(tokenizer: Any, ids: Sequence[int]) -> Callable[[str], 
     return count
 
 
-def span_mode_for(fmt: str | None) -> str:
-    """StepOPSD's span mode for a text format (``span_mode="auto"``): the whole clean step for Search-QA (``qa``),
-    else the ``<action>`` tag."""
-    return "clean_step_no_observation" if fmt == "qa" else "action_only"
+def span_mode_for(fmt: str | TextFormat | None) -> str:
+    """StepOPSD's span mode for a text format (``span_mode="auto"``): ``action_only`` (the ``<action>`` tag, the
+    paper's ALFWorld choice) for a format whose replies carry an ``<action>`` tag; else the whole reply
+    (``clean_step_no_observation``, the paper's Search-QA choice). So the Search-QA formats (``qa``, ``qa-lenient``,
+    ``qa-stepgym``) and an env's own format without the tag get the whole reply as their target, not no target at
+    all (an ``action_only`` span finds nothing in a reply without ``<action>``)."""
+    from stepgym.trainers.formats import has_action_tag
+    from stepgym.wrappers.text import get_format
+
+    if fmt is None:
+        return "action_only"
+    return (
+        "action_only" if has_action_tag(get_format(fmt)) else "clean_step_no_observation"
+    )  # (unknown: raises)
 
 
 def fit_privileged(pi_ids: list[int], room: int, min_tokens: int, stats: TeacherStats) -> list[int]:
@@ -350,7 +361,8 @@ class TeacherRescorer:
     Args:
         cfg: the :class:`~stepgym.trainers.config.TrainConfig` (its ``shaper``, ``teacher`` and ``rollout``).
         scorer: the batched :class:`Scorer`. encoder: the trainer's :class:`PromptEncoder` (AHEAD re-renders
-            prompts with the privileged text). fmt_name: the text format's name (picks StepOPSD's span mode).
+            prompts with the privileged text). fmt_name: the text format, by name or as the object (picks StepOPSD's
+            span mode, :func:`span_mode_for`).
         analyzer: AHEAD's hint analyzer (``stepgym.wrappers.hints``). stale: StepOPSD's :class:`StaleTeacher`.
     """
 
@@ -360,7 +372,7 @@ class TeacherRescorer:
         *,
         scorer: Scorer,
         encoder: PromptEncoder,
-        fmt_name: str,
+        fmt_name: str | TextFormat,
         analyzer: Any = None,
         stale: StaleTeacher | None = None,
     ) -> None:

@@ -16,23 +16,14 @@ from typing import Any
 import gymnasium as gym
 
 from stepgym import schema
+from stepgym.envs import EnvEntry, registered_envs
 from stepgym.errors import ValueOracleError
 from stepgym.values.base import TaskMemo, Value, ValueCache, ValueOracle, step_gain
 
-__all__ = ["DEFAULT_BUDGET", "ORACLES", "ValueWrapper", "oracle_for"]
+__all__ = ["DEFAULT_BUDGET", "ValueWrapper", "oracle_for"]
 
 DEFAULT_BUDGET = 500
 """ALFWorld's default search budget (successor states generated per uncached state); see docs/values.md."""
-
-# "module:Class" of an env -> "module:factory(env, budget)" of its oracle. Checked only for env modules already
-# imported (an env of that class must exist to be wrapped), so the table imports nothing.
-ORACLES: dict[str, str] = {
-    "stepgym.envs.credit:CreditToyEnv": "stepgym.values.credit:CreditOracle",
-    "stepgym.envs.credit_family:CreditFamilyEnv": "stepgym.values.credit:CreditOracle",
-    "stepgym.envs.alfworld.env:ALFWorldEnv": "stepgym.values.alfworld:ALFWorldOracle",
-    "stepgym.envs.webshop.text_env:WebShopEnv": "stepgym.values.webshop:WebShopOracle",
-    "stepgym.envs.searchqa.env:SearchQAEnv": "stepgym.values.searchqa:SearchQAOracle",
-}
 
 
 def _load(path: str) -> Any:
@@ -40,21 +31,47 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _declared(env: gym.Env) -> tuple[str, EnvEntry] | None:
+    """The registration of ``env``: by its spec's id, else by the class of a registered entry point (an env built
+    directly, without ``gym.make``). Only entry-point modules already imported are looked at (an env of that class
+    must exist to be wrapped), so this imports nothing."""
+    base = env.unwrapped
+    entries = registered_envs()
+    spec = getattr(base, "spec", None) or getattr(env, "spec", None)
+    if spec is not None and spec.id in entries:
+        return spec.id, entries[spec.id]
+    mro = type(base).__mro__
+    best: tuple[int, str, EnvEntry] | None = (
+        None  # the most derived registered class wins (a subclass's own entry)
+    )
+    for env_id, entry in entries.items():
+        module_name, _, name = entry.entry_point.partition(":")
+        cls = getattr(sys.modules.get(module_name), name, None)
+        if isinstance(cls, type) and cls in mro and (best is None or mro.index(cls) < best[0]):
+            best = (mro.index(cls), env_id, entry)
+    return None if best is None else (best[1], best[2])
+
+
 def oracle_for(env: gym.Env, budget: int = DEFAULT_BUDGET) -> ValueOracle:
-    """The value oracle of ``env`` (unwrapped first). An env may also bring its own: a ``value_oracle(budget)``
-    method returning a :class:`~stepgym.values.base.ValueOracle`."""
+    """The value oracle of ``env`` (unwrapped first): the env's own ``value_oracle(budget)`` method when it has
+    one, else the ``value_oracle`` its registration declared (:func:`stepgym.envs.register`).
+
+    Raises :class:`~stepgym.errors.ValueOracleError` when there is none: with the env's own reason when it declared
+    ``no_values`` (its state is too large for exact values, say), else saying how an env provides one.
+    """
     base = env.unwrapped
     own = getattr(base, "value_oracle", None)
     if callable(own):
         return own(budget)
-    for env_path, oracle_path in ORACLES.items():
-        module = sys.modules.get(env_path.split(":")[0])
-        if module is not None and isinstance(base, getattr(module, env_path.split(":")[1])):
-            return _load(oracle_path)(base, budget)
+    found = _declared(env)
+    if found is not None and found[1].value_oracle is not None:
+        return _load(found[1].value_oracle)(base, budget)
+    what = found[0] if found is not None else f"{type(base).__module__}.{type(base).__qualname__}"
+    if found is not None and found[1].no_values:
+        raise ValueOracleError(f"{what} has no exact step values: {found[1].no_values}")
     raise ValueOracleError(
-        f"ValueWrapper has no value oracle for {type(base).__module__}.{type(base).__qualname__}: it knows "
-        f"{', '.join(p.split(':')[1] for p in ORACLES)}. A custom env provides one with a value_oracle(budget) "
-        "method (see docs/values.md)"
+        f"ValueWrapper has no value oracle for {what}: declare one with stepgym.envs.register(..., "
+        "value_oracle='module:factory') or give the env a value_oracle(budget) method (see docs/values.md)"
     )
 
 

@@ -27,7 +27,9 @@ they are kept apart here because they answer different questions:
 ``EFFECTIVE``
     1. ``False`` when the step is known format-invalid or inadmissible (a rejected action changes nothing — the
        ``TextEnv`` contract);
-    2. else, when ``STATE_KEY`` is in both the previous and the new info: the key changed;
+    2. else, when the state key is in both the previous and the new info: the key changed (``STATE_KEY`` by default;
+       ``EnvFeedbackWrapper(env, state_key=...)`` names another info key or gives a function of the info, as
+       ``ARGWrapper`` takes it);
     3. else ``None``: unknown. Neither an admissible list nor the observation text can say whether the world
        changed ("look" twice, a step counter in the text, two different error messages), and ``True`` there
        would mark every no-op effective. Readers of the flag (recordings, the viewer, the integrations' rates)
@@ -37,10 +39,12 @@ they are kept apart here because they answer different questions:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
+from stepgym import reference_graph as _rg
 from stepgym import schema
 from stepgym.envs.base import sanitize_action
 from stepgym.text_utils import normalize_action
@@ -56,12 +60,16 @@ def fill_feedback_flags(
     prev_info: dict[str, Any],
     prev_observation: str,
     observation_proxy: bool = False,
+    state_key: Callable[[dict[str, Any]], Any] | str | None = None,
 ) -> dict[str, Any]:
     """Fill ``FEEDBACK``, ``FORMAT_VALID``, ``ADMISSIBLE`` and ``EFFECTIVE`` into ``info`` where missing.
 
     A pure function of the transition (``prev_info``/``prev_observation`` are from the state the action was taken
-    in), so recorded trajectories can be annotated offline the same way. ``observation_proxy`` judges ``EFFECTIVE``
-    by the observation text when there is no state key (else it is ``None``). Returns ``info`` (modified in place).
+    in), so recorded trajectories can be annotated offline the same way. ``state_key`` is how ``EFFECTIVE`` reads
+    the world state (``None``: ``schema.STATE_KEY``; an info key name; or a function of the info, as
+    :class:`~stepgym.wrappers.arg.ARGWrapper` takes it); a state key missing from either info is unknown.
+    ``observation_proxy`` judges ``EFFECTIVE`` by the observation text when there is no state key (else it is
+    ``None``). Returns ``info`` (modified in place).
     """
     info.setdefault(schema.FEEDBACK, observation)
     if schema.FORMAT_VALID not in info:
@@ -81,13 +89,28 @@ def fill_feedback_flags(
     if schema.EFFECTIVE not in info:
         if info[schema.FORMAT_VALID] is False or info.get(schema.ADMISSIBLE) is False:
             info[schema.EFFECTIVE] = False
-        elif schema.STATE_KEY in info and schema.STATE_KEY in prev_info:
-            info[schema.EFFECTIVE] = info[schema.STATE_KEY] != prev_info[schema.STATE_KEY]
+        elif (keys := _state_keys(state_key, prev_info, info)) is not None:
+            info[schema.EFFECTIVE] = keys[0] != keys[1]
         elif observation_proxy:
             info[schema.EFFECTIVE] = observation != prev_observation
         else:
             info[schema.EFFECTIVE] = None  # unknown: nothing here can tell a no-op from a change
     return info
+
+
+def _state_keys(
+    state_key: Callable[[dict[str, Any]], Any] | str | None, before: dict[str, Any], after: dict[str, Any]
+) -> tuple[Any, Any] | None:
+    """The state keys of the two infos, or None when either lacks one."""
+    if state_key is None:
+        if schema.STATE_KEY in before and schema.STATE_KEY in after:
+            return before[schema.STATE_KEY], after[schema.STATE_KEY]
+        return None
+    key = _rg.state_key_function(state_key)  # the ARG's rule: a name must be in info, a function is applied
+    try:
+        return key(before), key(after)
+    except KeyError:
+        return None
 
 
 class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -97,7 +120,9 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     are never changed. Place it inside a :class:`~stepgym.wrappers.text.TextInterfaceWrapper` or outside it:
     inside, it sees the parsed action; outside, it judges ``PARSED_ACTION`` and keeps the flags the text interface
     set. (Outside a text interface with ``prompt_as_observation=True`` the observation fallback would compare
-    prompts: put it inside then.) ``observation_proxy=True``: see ``EFFECTIVE`` in the module docstring.
+    prompts: put it inside then.) ``state_key``: how ``EFFECTIVE`` reads the world state, as ``ARGWrapper``'s
+    (``None``: ``schema.STATE_KEY``; an info key name; a function of the info). ``observation_proxy=True``: see
+    ``EFFECTIVE`` in the module docstring.
 
     Example::
 
@@ -112,10 +137,19 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         (True, False, 'Nothing happens.')
     """
 
-    def __init__(self, env: gym.Env, *, observation_proxy: bool = False):
-        gym.utils.RecordConstructorArgs.__init__(self, observation_proxy=observation_proxy)
+    def __init__(
+        self,
+        env: gym.Env,
+        *,
+        observation_proxy: bool = False,
+        state_key: Callable[[dict[str, Any]], Any] | str | None = None,
+    ):
+        gym.utils.RecordConstructorArgs.__init__(
+            self, observation_proxy=observation_proxy, state_key=state_key
+        )
         gym.Wrapper.__init__(self, env)
         self.observation_proxy = bool(observation_proxy)
+        self.state_key = state_key
         self._prev_obs = ""
         self._prev_info: dict[str, Any] = {}
 
@@ -136,6 +170,7 @@ class EnvFeedbackWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             prev_info=self._prev_info,
             prev_observation=self._prev_obs,
             observation_proxy=self.observation_proxy,
+            state_key=self.state_key,
         )
         self._prev_obs, self._prev_info = obs, info
         return obs, reward, terminated, truncated, info

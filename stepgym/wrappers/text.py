@@ -37,9 +37,8 @@ what the model wrote.
 from __future__ import annotations
 
 import functools
-import re
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -51,7 +50,18 @@ from stepgym import schema
 from stepgym.envs.searchqa.protocol import INVALID_FEEDBACK as SEARCH_R1_INVALID_FEEDBACK
 from stepgym.envs.searchqa.protocol import normalize_question as _normalize_question
 from stepgym.envs.searchqa.protocol import parse_turn as _parse_turn
+from stepgym.text_format import (
+    REACT_INSTRUCTION,
+    ParseResult,
+    PromptTemplate,
+    TextFormat,
+    invalid_parse,
+    parse_react,
+    react_feedback,
+)
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "FORMATS",
@@ -78,76 +88,6 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ParseResult:
-    """The outcome of parsing one model reply.
-
-    ``action`` is what the env receives (``None`` when the reply is not format-valid), ``think`` the reasoning
-    text when the format has one, ``error`` a short reason ('' when valid).
-    """
-
-    format_valid: bool
-    action: str | None
-    think: str | None = None
-    error: str = ""
-
-
-_WS = re.compile(r"\s+")
-_TAG_CACHE: dict[str, tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]] = {}
-
-
-def _tag_patterns(tag: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
-    if tag not in _TAG_CACHE:
-        _TAG_CACHE[tag] = (
-            re.compile(rf"<{tag}>", re.IGNORECASE),
-            re.compile(rf"</{tag}>", re.IGNORECASE),
-            re.compile(rf"<{tag}>(.*?)</{tag}>", re.IGNORECASE | re.DOTALL),
-        )
-    return _TAG_CACHE[tag]
-
-
-def _invalid(reason: str) -> ParseResult:
-    return ParseResult(format_valid=False, action=None, error=reason)
-
-
-def parse_react(text: Any, *, require_think: bool = True, lowercase: bool = False) -> ParseResult:
-    """Parse ``<think>…</think><action>…</action>`` (ALFWorld / WebShop, as trained in verl-agent and AHEAD).
-
-    Valid iff: ``text`` is a string; it holds exactly one ``<action>`` and one ``</action>`` tag, enclosing a
-    non-empty action without further tags; and (``require_think``) exactly one ``<think>…</think>`` block that
-    closes before ``<action>`` opens. Tags are case-insensitive; text outside the tags is allowed. The action's
-    whitespace is collapsed; ``lowercase`` lowercases it (ALFWorld's commands are lowercase).
-    """
-    if not isinstance(text, str):
-        return _invalid(f"the reply must be text, got {type(text).__name__}")
-    a_open, a_close, a_block = _tag_patterns("action")
-    n_open, n_close = len(a_open.findall(text)), len(a_close.findall(text))
-    if n_open == 0 and n_close == 0:
-        return _invalid("no <action>...</action> tag")
-    if n_open != 1 or n_close != 1:
-        return _invalid("there must be exactly one <action>...</action> tag")
-    m = a_block.search(text)
-    if m is None:
-        return _invalid("the <action> tag is not closed by </action>")
-    action = _WS.sub(" ", m.group(1)).strip()
-    if not action:
-        return _invalid("the <action> tag is empty")
-    if "<" in action and ">" in action and re.search(r"</?[a-zA-Z]+>", action):
-        return _invalid("the action contains tags")
-    think: str | None = None
-    if require_think:
-        t_open, t_close, t_block = _tag_patterns("think")
-        if len(t_open.findall(text)) != 1 or len(t_close.findall(text)) != 1:
-            return _invalid("there must be exactly one <think>...</think> block before the action")
-        tm = t_block.search(text)
-        if tm is None or tm.end() > m.start():
-            return _invalid("the <think>...</think> block must close before <action>")
-        think = tm.group(1).strip()
-    if lowercase:
-        action = action.lower()
-    return ParseResult(format_valid=True, action=action, think=think)
-
-
 def parse_search_r1(text: Any, *, strict: bool = True) -> ParseResult:
     """Parse a Search-R1 turn: exactly one complete ``<search>q</search>`` or ``<answer>a</answer>``.
 
@@ -158,44 +98,16 @@ def parse_search_r1(text: Any, *, strict: bool = True) -> ParseResult:
     first ``</search>`` (else its first ``</answer>``) and the first complete block of that wins. ``think`` is the first ``<think>`` block, if any.
     """
     if not isinstance(text, str):
-        return _invalid(f"the reply must be text, got {type(text).__name__}")
+        return invalid_parse(f"the reply must be text, got {type(text).__name__}")
     turn = _parse_turn(text, strict=strict)  # one parser for the env and this interface
     if not turn.valid:
-        return _invalid(turn.reason)
+        return invalid_parse(turn.reason)
     return ParseResult(format_valid=True, action=text[: turn.end].strip(), think=turn.think)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Prompt templates (plain str.format)
 # ---------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PromptTemplate:
-    """The pieces of a prompt, each a ``str.format`` template. A piece is left out when its fields are empty.
-
-    Fields available: ``{task}``, ``{observation}``, ``{admissible}`` (the admissible actions, quoted and comma
-    separated), ``{step_count}`` (actions taken so far), ``{step_number}`` (``step_count + 1``),
-    ``{history_count}`` (steps shown), ``{history}`` (the rendered history items), and in ``history_item``
-    ``{n}`` (1-based step number), ``{observation}`` (what the agent saw when it acted), ``{action}`` (the parsed
-    action, :func:`action_text`), ``{turn}`` (the model's whole reply, :func:`turn_text`) and ``{feedback}`` (the
-    env's answer).
-    """
-
-    intro: str
-    history_header: str
-    history_item: str
-    current: str
-    current_first: str
-    admissible: str
-    instruction: str
-    history_separator: str = "\n"
-    piece_separator: str = "\n"
-
-
-_REACT_INSTRUCTION = (
-    "Now it is your turn to act. First reason step by step about the situation inside <think> </think> tags. "
-    "Then choose exactly one admissible action and write it inside <action> </action> tags."
-)
-
 ALFWORLD_TEMPLATE = PromptTemplate(
     intro="You are an agent acting in a household simulated by the ALFWorld text game. Your task is to: {task}",
     history_header=(
@@ -206,7 +118,7 @@ ALFWORLD_TEMPLATE = PromptTemplate(
     current="You are now at step {step_number}. Your current observation is: {observation}",
     current_first="Your current observation is: {observation}",
     admissible="Your admissible actions in this situation are: [{admissible}].",
-    instruction=_REACT_INSTRUCTION,
+    instruction=REACT_INSTRUCTION,
 )
 
 WEBSHOP_TEMPLATE = PromptTemplate(
@@ -222,7 +134,7 @@ WEBSHOP_TEMPLATE = PromptTemplate(
     current="You are now at step {step_number}. The current page is: {observation}",
     current_first="The current page is: {observation}",
     admissible="Your admissible actions on this page are: [{admissible}].",
-    instruction=_REACT_INSTRUCTION,
+    instruction=REACT_INSTRUCTION,
 )
 
 # Search-R1's prompt (Jin et al., 2025), the string of its ``make_prefix(template_type="base")`` in
@@ -281,32 +193,6 @@ CREDIT_TEMPLATE = PromptTemplate(
 )
 
 
-@dataclass(frozen=True)
-class TextFormat:
-    """Everything the text interface needs to know about one env family.
-
-    ``history_length`` is the default K of :func:`render_prompt` (``None``: the whole history, Search-R1's
-    growing context). ``invalid_feedback(reason)`` is the observation an unparsable reply gets. ``task_text``
-    rewrites the task before it is rendered (Search-R1's prompt ends the question with ``?``, as its data
-    processing does); a module-level function, so the format pickles.
-    """
-
-    name: str
-    template: PromptTemplate
-    parse: Callable[[Any], ParseResult]
-    invalid_feedback: Callable[[str], str]
-    history_length: int | None = 2
-    extras: Mapping[str, Any] = field(default_factory=dict)
-    task_text: Callable[[str], str] | None = None
-
-
-def _react_feedback(reason: str) -> str:
-    return (
-        f"Invalid format: {reason}. Reply with your reasoning inside <think> </think> followed by exactly one "
-        "admissible action inside <action> </action>."
-    )
-
-
 def _search_r1_feedback(reason: str) -> str:
     return SEARCH_R1_INVALID_FEEDBACK
 
@@ -320,16 +206,34 @@ _parse_react_lowercase = functools.partial(parse_react, lowercase=True)
 _parse_search_r1_lenient = functools.partial(parse_search_r1, strict=False)
 _parse_react_no_think = functools.partial(parse_react, require_think=False)
 
+# The format of an env that declares none: the task (when the env has one), the observation, the admissible
+# actions (when the env lists them) and one <action> tag; no <think> block is required.
+PLAIN_TEMPLATE = PromptTemplate(
+    intro="Your task: {task}",
+    history_header="Your last {history_count} step(s):",
+    history_item="[Step {n}] Observation: {observation}\n[Step {n}] Action: {action}",
+    current="Step {step_number}. Observation: {observation}",
+    current_first="Observation: {observation}",
+    admissible="Admissible actions: [{admissible}].",
+    instruction="Reply with exactly one action inside <action> </action> tags.",
+)
+
+
+def _plain_feedback(reason: str) -> str:
+    return f"Invalid reply: {reason}. Reply with exactly one action inside <action> </action>."
+
+
 FORMATS: dict[str, TextFormat] = {
     "alfworld": TextFormat(
         "alfworld",
         ALFWORLD_TEMPLATE,
         _parse_react_lowercase,
-        _react_feedback,
+        react_feedback,
         history_length=2,
     ),
-    "webshop": TextFormat("webshop", WEBSHOP_TEMPLATE, parse_react, _react_feedback, history_length=2),
-    # Search-R1's prompt and the Search-QA env's strict rule (the default for StepGym/SearchQA-v0)
+    "webshop": TextFormat("webshop", WEBSHOP_TEMPLATE, parse_react, react_feedback, history_length=2),
+    # Search-R1's prompt with the strict one-action-per-turn rule (the env's strict_format=True); the format
+    # StepGym/SearchQA-v0 declares. The env itself defaults to Search-R1's rule (strict_format=False, "qa-lenient").
     "qa": TextFormat(
         "qa",
         SEARCH_R1_TEMPLATE,
@@ -338,7 +242,7 @@ FORMATS: dict[str, TextFormat] = {
         history_length=None,
         task_text=_normalize_question,
     ),
-    # Search-R1's prompt and its own first-tag-wins rule (the Search-QA env's ``strict_format=False``)
+    # Search-R1's prompt and its own first-tag-wins rule (the Search-QA env's default, ``strict_format=False``)
     "qa-lenient": TextFormat(
         "qa-lenient",
         SEARCH_R1_TEMPLATE,
@@ -354,28 +258,39 @@ FORMATS: dict[str, TextFormat] = {
     "credit": TextFormat(
         "credit", CREDIT_TEMPLATE, _parse_react_no_think, _credit_feedback, history_length=2
     ),
+    # any env that declares no format (a user's own, registered with Gymnasium only)
+    "plain": TextFormat("plain", PLAIN_TEMPLATE, _parse_react_no_think, _plain_feedback, history_length=2),
 }
 
 
-#: Registered env ids → their text format. Looked up by exact id; any other env names its format explicitly.
 def get_format(fmt: str | TextFormat) -> TextFormat:
-    """A :class:`TextFormat` by name (``"alfworld"``, ``"webshop"``, ``"qa"``, ``"qa-lenient"``, ``"qa-stepgym"``,
-    ``"credit"``) or
-    the object itself."""
+    """A :class:`TextFormat` by name (a key of :data:`FORMATS`: ``"alfworld"``, ``"webshop"``, ``"qa"``,
+    ``"qa-lenient"``, ``"qa-stepgym"``, ``"credit"``, ``"plain"``), by reference (``"module:ATTR"``, an env's own
+    format in its own module), or the object itself."""
     if isinstance(fmt, TextFormat):
         return fmt
+    if isinstance(fmt, str) and ":" in fmt:
+        import importlib
+
+        module, _, attr = fmt.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"text format {fmt!r} cannot be loaded: {exc}") from None
+        if not isinstance(found, TextFormat):
+            raise ValueError(f"text format {fmt!r} is a {type(found).__name__}, not a stepgym TextFormat")
+        return found
     try:
         return FORMATS[fmt]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ValueError(
-            f"unknown text format {fmt!r}; known: {sorted(FORMATS)} (or pass a TextFormat)"
+            f"unknown text format {fmt!r}; known: {sorted(FORMATS)} (or 'module:ATTR' naming a TextFormat)"
         ) from None
 
 
 def declared_format(env: gym.Env | str) -> str | None:
-    """The name of the text format an env (or a registered env id) declares, else ``None``: the env class's
-    ``metadata["text_format"]`` (how a user's own env declares one), else the format stepgym registered with its id
-    (:func:`stepgym.envs.text_format_of`)."""
+    """The text format an env (or a registered env id) declares, else ``None``: the env class's
+    ``metadata["text_format"]``, else the format its registration declared (:func:`stepgym.envs.register`)."""
     from stepgym.envs import text_format_of
 
     if isinstance(env, str):
@@ -389,18 +304,26 @@ def declared_format(env: gym.Env | str) -> str | None:
 
 
 def resolve_format(env: gym.Env | str, fmt: str | TextFormat | None = None) -> TextFormat:
-    """The text format to use with ``env`` (an env or an env id): ``fmt`` when given (a name or a
-    :class:`TextFormat`), else the env's declared one (:func:`declared_format`). ``ValueError`` when neither."""
+    """The text format to use with ``env`` (an env or an env id): ``fmt`` when given (a name, ``"module:ATTR"`` or
+    a :class:`TextFormat`), else the env's declared one (:func:`declared_format`), else the ``"plain"`` format
+    (logged once per env, so a run says which prompt it used)."""
     name = fmt or declared_format(env)
     if not name:
         what = (
             env if isinstance(env, str) else (getattr(env.spec, "id", None) or type(env.unwrapped).__name__)
         )
-        raise ValueError(
-            f"no text format is declared for {what!r}: pass a format (one of {sorted(FORMATS)}, or a TextFormat; "
-            "on the command line --env.text-format), or declare metadata['text_format'] on the env class"
-        )
+        if what not in _PLAIN_LOGGED:
+            _PLAIN_LOGGED.add(what)
+            _log.info(
+                "%s declares no text format: using the 'plain' format (declare one with "
+                "stepgym.envs.register(..., text_format=...) or metadata['text_format'])",
+                what,
+            )
+        return FORMATS["plain"]
     return get_format(name)
+
+
+_PLAIN_LOGGED: set[str] = set()
 
 
 def parse_action(text: Any, fmt: str | TextFormat) -> ParseResult:
@@ -481,7 +404,8 @@ def render_prompt(
         "history_count": len(shown),
         "history": t.history_separator.join(items),
     }
-    body = [t.intro.format(**fields)]
+    # an env with no goal (no schema.GOAL) has no task: its intro, which states the task, is left out
+    body = [t.intro.format(**fields)] if task or "{task}" not in t.intro else []
     if items:
         body += [t.history_header.format(**fields), fields["history"]]
     current = t.current if n_done else t.current_first
@@ -493,9 +417,11 @@ def render_prompt(
     return sep.join(p for p in body if p) + sep + sep + t.instruction.format(**fields)
 
 
-def _task_of(info: Mapping[str, Any], observation: str) -> str:
+def _task_of(info: Mapping[str, Any]) -> str:
+    """The task of an episode: its ``schema.GOAL`` ('' when the env gives none; the prompt then has no task line,
+    and the first observation is shown as the current one, not repeated as a task)."""
     goal = info.get(schema.GOAL)
-    return goal if isinstance(goal, str) and goal else observation
+    return goal if isinstance(goal, str) else ""
 
 
 def prompt_for_step(
@@ -507,7 +433,7 @@ def prompt_for_step(
 ) -> str:
     """The prompt the agent saw before action ``t`` of a recorded trajectory (``t == len(steps)``: the next one).
 
-    The task is ``initial_info[schema.GOAL]`` (the first observation when the env gives no goal), the admissible
+    The task is ``initial_info[schema.GOAL]`` (none, and no task line, when the env gives no goal), the admissible
     actions those recorded in the info the action was chosen from.
     """
     if not 0 <= t <= len(trajectory.steps):
@@ -516,7 +442,7 @@ def prompt_for_step(
     obs = trajectory.steps[t - 1].next_observation if t else trajectory.initial_observation
     return render_prompt(
         fmt,
-        task=_task_of(trajectory.initial_info, trajectory.initial_observation),
+        task=_task_of(trajectory.initial_info),
         observation=obs,
         history=trajectory.steps[:t],
         admissible_actions=infos[t].get(schema.ADMISSIBLE_ACTIONS),
@@ -604,7 +530,7 @@ class TextInterfaceWrapper(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
     ) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self.history = []
-        self._task = _task_of(info, obs)
+        self._task = _task_of(info)
         self._obs, self._info = obs, info
         return (self.prompt if self.prompt_as_observation else obs), info
 
@@ -668,13 +594,13 @@ def make_text_env(
     Args:
         env: a registered env id (made with ``gymnasium.make(env, **env_kwargs)``) or an env already made.
         env_kwargs: keyword arguments for ``gymnasium.make`` (only with an id).
-        fmt: the text format (a name in :data:`FORMATS` or a :class:`TextFormat`); ``None`` or ``""``: the env's
-            declared one (:func:`declared_format`).
+        fmt: the text format (a name in :data:`FORMATS`, ``"module:ATTR"`` or a :class:`TextFormat`); ``None`` or
+            ``""``: the env's declared one (:func:`declared_format`), else ``"plain"``.
         history: K, the steps the prompt shows (``"default"``: the format's).
         prompt_as_observation: return the rendered prompt as the observation.
         wrappers: more wrappers between the feedback wrapper and the text interface, innermost first.
 
-    The inner env is closed when a wrapper refuses it (an env with no declared format and no ``fmt``, say), so a
+    The inner env is closed when a wrapper refuses it (an unknown ``fmt``, say), so a
     refused build leaks no engine, browser or server. Raises ``ValueError`` for ``env_kwargs`` with an env object.
 
     Example::

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stepgym.envs.searchqa.retrievers import Hit, Retriever, check_request
-from stepgym.errors import ServiceUnavailableError
+from stepgym.errors import RetrieverUnavailableError
 
 __all__ = ["HTTPRetriever", "wait_until_healthy"]
 
@@ -86,7 +86,7 @@ class HTTPRetriever(Retriever):
         while True:
             left = end - time.monotonic()
             if left <= 0:
-                raise ServiceUnavailableError(
+                raise RetrieverUnavailableError(
                     f"retrieval server {url} did not answer within {budget:g} s (last error: {last}). Fix: start it "
                     "with `stepgym retriever serve`, check the URL, or use an in-process retriever (retriever='bm25')."
                 )
@@ -111,7 +111,7 @@ class HTTPRetriever(Retriever):
                 if 400 <= status < 500 and status not in _RETRYABLE_STATUS:
                     raise ValueError(f"retrieval server {url} rejected the request ({status}): {message}")
                 if status not in _RETRYABLE_STATUS:
-                    raise ServiceUnavailableError(f"retrieval server {url} failed ({status}): {message}")
+                    raise RetrieverUnavailableError(f"retrieval server {url} failed ({status}): {message}")
                 last = f"HTTP {status}: {message}"
             time.sleep(max(0.0, min(delay, end - time.monotonic())))
             delay = min(delay * 2, 1.0)
@@ -124,14 +124,14 @@ class HTTPRetriever(Retriever):
         answer = self._request("POST", "/retrieve", {"queries": qs, "topk": k, "return_scores": True})
         result = answer.get("result") if isinstance(answer, dict) else None
         if not isinstance(result, list) or len(result) != len(qs):
-            raise ServiceUnavailableError(
+            raise RetrieverUnavailableError(
                 f"retrieval server {self.url} answered an unexpected payload (expected {{'result': [...]}} with one "
                 f"list per query): {str(answer)[:200]}"
             )
         try:
             return [[_hit(h) for h in row] for row in result]
         except (KeyError, TypeError, ValueError) as exc:
-            raise ServiceUnavailableError(
+            raise RetrieverUnavailableError(
                 f"retrieval server {self.url} answered malformed hits: {exc}"
             ) from exc
 
@@ -148,7 +148,7 @@ def _decode(data: bytes, url: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ServiceUnavailableError(f"retrieval server {url} answered non-JSON: {data[:200]!r}") from exc
+        raise RetrieverUnavailableError(f"retrieval server {url} answered non-JSON: {data[:200]!r}") from exc
 
 
 def _error_message(data: bytes) -> str:

@@ -42,7 +42,7 @@ from stepgym.envs.webshop.engine import ShopState, click_key, parse_shop_action
 from stepgym.envs.webshop.goals import Goal
 from stepgym.envs.webshop.pages_html import html_to_text
 from stepgym.envs.webshop.server import ShopSite, state_from_url
-from stepgym.errors import ServiceUnavailableError
+from stepgym.errors import SiteUnavailableError
 
 __all__ = ["CHROMIUM_FLAGS", "WebShopSiteEnv"]
 
@@ -313,7 +313,7 @@ class WebShopSiteEnv(TextEnv):
     def _start_browser(self, chromium: str, chromedriver: str, timeout: float) -> Any:
         for exe in (chromium, chromedriver):
             if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-                raise ServiceUnavailableError(
+                raise SiteUnavailableError(
                     f"{exe} not found. Fix: `apt-get install -y chromium chromium-driver`, or pass chromium=/chromedriver= "
                     f"paths to the env."
                 )
@@ -334,7 +334,7 @@ class WebShopSiteEnv(TextEnv):
             driver = self._webdriver.Chrome(service=service, options=opts)
         except WebDriverException as exc:
             parts.chromedriver = service.process
-            raise ServiceUnavailableError(
+            raise SiteUnavailableError(
                 f"could not start {chromium} through {chromedriver}: {exc.msg}"
             ) from exc
         parts.driver, parts.chromedriver = driver, service.process
@@ -346,9 +346,9 @@ class WebShopSiteEnv(TextEnv):
     def _browser_call(self, doing: str) -> Any:
         """Turn a failure of the browser, the driver or the server into a :class:`ServiceUnavailableError`."""
         if self._broken:
-            raise ServiceUnavailableError(self._broken)
+            raise SiteUnavailableError(self._broken)
         if self.driver is None:
-            raise ServiceUnavailableError("the WebShop site env is closed. Fix: make a new env.")
+            raise SiteUnavailableError("the WebShop site env is closed. Fix: make a new env.")
         from selenium.common.exceptions import WebDriverException
         from urllib3.exceptions import HTTPError
 
@@ -358,12 +358,12 @@ class WebShopSiteEnv(TextEnv):
             dead = self._parts.dead()
             detail = _first_line(exc)
             if not dead:
-                raise ServiceUnavailableError(
+                raise SiteUnavailableError(
                     f"the browser failed while {doing} ({detail}), with the server, chromedriver and Chromium "
                     f"alive (a page slower than page_timeout={self.page_timeout:g} s?). {_FIX}"
                 ) from exc
             self._broken = f"the WebShop site env cannot go on: {'; '.join(dead)} (noticed while {doing}: {detail}). {_FIX}"
-            raise ServiceUnavailableError(self._broken) from exc
+            raise SiteUnavailableError(self._broken) from exc
 
     def _load(self, act: Any) -> None:
         """Run ``act()`` (a click or submit that navigates) and wait until the new page has loaded."""

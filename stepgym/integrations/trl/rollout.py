@@ -10,8 +10,8 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.errors import ServiceUnavailableError, StepRecordError
-from stepgym.group import EnvFactory, GroupEnv, WrapperFn
-from stepgym.integrations.annotations import episode_annotations
+from stepgym.group import EnvFactory, GroupConfig, GroupEnv, WrapperFn
+from stepgym.integrations.annotations import ABORTED_STEP, episode_annotations
 from stepgym.integrations.tasks import task_id_of_prompt
 from stepgym.wrappers.text import text_wrappers
 
@@ -60,6 +60,10 @@ class GroupRollout:
             history).
         max_turn_tokens: the most tokens one reply may have.
         seed: seeds the groups' env seeds.
+        on_failure: ``"abort"`` (default): an env or service failure ends that rollout's episode as aborted
+            (``GroupConfig.on_failure``; docs/failures.md): its step records carry ``aborted`` and
+            :class:`StepGRPOTrainer` gives its row advantage 0 and masks it out of the loss. ``"raise"``: the error
+            stops the rollout.
 
     Called as ``rollout(prompts, trainer)``: the prompts come from
     :func:`stepgym.integrations.task_dataset` (they carry the task id), repeated G times in a row by TRL. Each
@@ -85,6 +89,7 @@ class GroupRollout:
         history_length: int | None = 0,
         max_turn_tokens: int = 128,
         seed: int = 0,
+        on_failure: str = "abort",
     ) -> None:
         if max_turn_tokens < 1:
             raise ValueError(f"max_turn_tokens must be >= 1, got {max_turn_tokens}")
@@ -93,6 +98,7 @@ class GroupRollout:
         self._wrappers: list[WrapperFn] = [*text_wrappers(name, history=history_length), *wrappers]
         self.fmt = name
         self.max_turn_tokens = int(max_turn_tokens)
+        self._group_config = GroupConfig(on_failure=on_failure)  # type: ignore[arg-type]
         self._rng = np.random.default_rng(seed)
         self._pool: dict[int, list[GroupEnv]] = {}
 
@@ -102,7 +108,9 @@ class GroupRollout:
         for size in sizes:
             pool = self._pool.setdefault(size, [])
             if used[size] == len(pool):
-                pool.append(GroupEnv(lambda: self._make(), size, wrappers=self._wrappers))
+                pool.append(
+                    GroupEnv(lambda: self._make(), size, wrappers=self._wrappers, config=self._group_config)
+                )
             out.append(pool[used[size]])
             used[size] += 1
         return out
@@ -320,6 +328,10 @@ class GroupRollout:
             ep = episode_annotations(traj)
             ep["group"] = r.group
             recs = ep.pop("steps")
+            if traj.aborted:  # the last reply was never answered: its span gets a stand-in record
+                recs = [*recs, *[dict(ABORTED_STEP) for _ in r.spans[len(recs) :]]]
+                for rec in recs:
+                    rec["aborted"] = True
             for rec, (s, e) in zip(recs, r.spans, strict=True):
                 rec.update(start=s, stop=e, group=r.group)
             episodes.append(ep)

@@ -36,7 +36,8 @@ def step_batch_from_rollouts(
     ``length`` its padded completion length. Group = the step records' ``group``; trajectory = the completion;
     reward = env reward × ``reward_scale``; valid = format-valid (``invalid_rule="format"``) or format-valid and
     admissible (default, as the bundled trainer); GiGPO's anchor = the state the action was taken in; ProAS labels
-    from ``ARGWrapper`` when every step has them.
+    from ``ARGWrapper`` when every step has them; a completion whose records say ``aborted`` (docs/failures.md)
+    is carried as ``StepBatch.aborted``.
     """
     groups = []
     for b, rows in enumerate(steps):
@@ -53,6 +54,7 @@ def step_batch_from_rollouts(
         records=[list(rows) for rows in steps],
         reward_scale=reward_scale,
         invalid_rule=invalid_rule,
+        aborted=[any(r.get("aborted") for r in rows) for rows in steps],
     )
 
 
@@ -126,6 +128,10 @@ class StepGRPOTrainer(GRPOTrainer):
             np.ascontiguousarray(mine), dtype=torch.float32, device=out["completion_ids"].device
         )
         out["advantages"] = adv
+        aborted = [any(r.get("aborted") for r in x["stepgym_steps"]) for x in inputs]
+        if any(aborted):  # an aborted episode's row leaves TRL's loss (docs/failures.md)
+            keep = torch.as_tensor([not a for a in aborted], device=out["completion_mask"].device)
+            out["completion_mask"] = out["completion_mask"] * keep[:, None].to(out["completion_mask"].dtype)
         trained = (out["completion_mask"] * out.get("tool_mask", 1)).bool()
         self._metrics[mode]["stepgym/token_advantage_abs_mean"].append(float(adv[trained].abs().mean()))
         self._metrics[mode]["stepgym/steps_per_episode"].append(float(len(batch.rewards)) / sum(rows))

@@ -13,8 +13,9 @@ batch of them into a ``DataProto`` and computes advantages with a registered est
   the env's turns 0. ``reward_score`` is the episode return; ``extra_fields`` carry ``stepgym_steps`` (each step's
   annotation record with its reply's token span ``start``/``stop`` in response coordinates) and
   ``stepgym_episode`` (task id, won, return, ARG labels).
-* Advantage estimators ``stepgym_grpo``, ``stepgym_drgrpo``, ``stepgym_gigpo``, ``stepgym_proas``
-  (:data:`ESTIMATORS`) run :func:`stepgym.shapers.shape_advantages` on verl's tensors. verl 0.9's
+* Advantage estimators ``stepgym_grpo``, ``stepgym_drgrpo``, ``stepgym_gigpo``, ``stepgym_proas``, the graph
+  bases' ``stepgym_graphgpo`` ... and one for every base registered in stepgym's shaper registry
+  (:data:`ESTIMATORS`, :func:`estimator_presets`) run :func:`stepgym.shapers.shape_advantages` on verl's tensors. verl 0.9's
   ``compute_advantage`` hands a custom estimator only ``token_level_rewards``, ``response_mask``, ``index`` (the
   group uid) and ``config``: that is enough for the GRPO-family bases (steps = the runs of 1s in
   ``response_mask``, each step's reward = the token-level rewards from its first token to the next step's). GiGPO
@@ -43,12 +44,15 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.episodes import EpisodeRecorder
-from stepgym.errors import StepRecordError
+from stepgym.errors import StepRecordError, abort_cause_of
 from stepgym.group import WrapperFn
-from stepgym.integrations.annotations import INVALID_RULES, episode_annotations
+from stepgym.integrations.annotations import ABORTED_STEP, INVALID_RULES, episode_annotations
 from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.integrations.tasks import task_rows
-from stepgym.shapers import GRAPH_BASES, ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers import SHAPER_PRESETS, ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers.registry import NEEDS
+from stepgym.shapers.registry import available as available_shapers
+from stepgym.shapers.registry import get as get_shaper
 from stepgym.wrappers.text import make_text_env
 
 _deps.require("verl", "verl", what="the verl integration")
@@ -66,6 +70,7 @@ __all__ = [
     "ESTIMATORS",
     "StepGymAgentLoop",
     "compute_step_advantage",
+    "estimator_presets",
     "step_batch_from_verl",
     "verl_rows",
 ]
@@ -227,7 +232,12 @@ class StepGymAgentLoop(AgentLoopBase):
             spans.append((len(mask) - merged.appended_token_count, len(mask)))
             reply = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             t0 = time.perf_counter()
-            obs, reward, term, trunc, self.info = await self._in_thread(lambda r=reply: env.step(r))
+            try:
+                obs, reward, term, trunc, self.info = await self._in_thread(lambda r=reply: env.step(r))
+            except Exception as exc:  # an infrastructure failure: the episode ends aborted (docs/failures.md)
+                assert recorder.trajectory is not None
+                recorder.trajectory.abort(abort_cause_of(exc))
+                break
             env_s += time.perf_counter() - t0
             recorder.add(reply, obs, reward, term, trunc, self.info)
             messages.append({"role": "assistant", "content": reply})
@@ -260,6 +270,10 @@ class StepGymAgentLoop(AgentLoopBase):
         prompt = tokens[: len(tokens) - len(mask)]
         episode = episode_annotations(traj)
         steps = episode.pop("steps")
+        if traj.aborted:  # the last reply was never answered: a stand-in record; every record says aborted
+            steps = [*steps, *[dict(ABORTED_STEP) for _ in spans[len(steps) :]]]
+            for rec in steps:
+                rec["aborted"] = True
         for rec, (s, e) in zip(steps, spans, strict=True):
             rec.update(start=min(s, n), stop=min(e, n))
         return AgentLoopOutput(
@@ -314,6 +328,8 @@ def step_batch_from_verl(
         raise StepRecordError(f"index has {len(index)} entries for {b} rows")
     if steps is not None and len(steps) != b:
         raise StepRecordError(f"steps has {len(steps)} rows for {b} rows")
+    # an aborted episode (docs/failures.md): its records say so; its rows get advantage 0, out of every statistic
+    cut = [bool(steps is not None and steps[i] and any(r.get("aborted") for r in steps[i])) for i in range(b)]
     spans, rewards, records = [], [], []
     for i in range(b):
         if steps is not None and steps[i] is None:
@@ -324,7 +340,7 @@ def step_batch_from_verl(
             keep = [t for t, (s, e) in enumerate(row_spans) if e > s]
             recs = [recs[t] for t in keep]
             row_spans = [row_spans[t] for t in keep]
-        if not row_spans:
+        if not row_spans and not cut[i]:
             raise StepRecordError(f"row {i} has no response token (no step to credit)")
         starts = [s for s, _ in row_spans] + [length]
         rewards.append(
@@ -342,6 +358,7 @@ def step_batch_from_verl(
         records=records if steps is not None else None,
         rewards=rewards,
         invalid_rule=invalid_rule,
+        aborted=cut,
     )
 
 
@@ -352,13 +369,9 @@ def _numpy(x: Any, dtype: Any) -> np.ndarray:
 
 
 def _needs_annotations(config: ShapeConfig) -> list[str]:
-    need = []
-    if config.base == "gigpo":
-        need.append("state keys (GiGPO anchors)")
-    if config.base in GRAPH_BASES:
-        need.append(f"state keys ({config.base}'s graph over the states a group visited)")
-    if config.proas:
-        need.append("ARG labels (ProAS)")
+    """What the configured methods read from the agent loop's step records, from what each registered (``needs``)."""
+    names = [config.base, *(["proas"] if config.proas else [])]
+    need = [f"{NEEDS[n]} ({name})" for name in names for n in sorted(get_shaper(name).needs)]
     if config.invalid_penalty:
         need.append("format-valid / admissible flags (the invalid-action penalty)")
     return need
@@ -446,10 +459,19 @@ def compute_step_advantage(
     )
     data.batch["advantages"] = adv
     data.batch["returns"] = ret
+    if steps is not None:  # an aborted episode's rows leave verl's loss (docs/failures.md)
+        cut = [bool(r) and any(x.get("aborted") for x in r) for r in steps]
+        if any(cut):
+            keep = torch.as_tensor([not c for c in cut], device=data.batch["response_mask"].device)
+            data.batch["response_mask"] = data.batch["response_mask"] * keep[:, None].to(
+                data.batch["response_mask"].dtype
+            )
     return data
 
 
 def _estimator(preset: str) -> Callable[..., tuple[Any, Any]]:
+    shape_config = ShapeConfig.from_preset(preset) if preset in SHAPER_PRESETS else ShapeConfig(base=preset)
+
     def estimator(
         token_level_rewards: Any,
         response_mask: Any,
@@ -460,7 +482,7 @@ def _estimator(preset: str) -> Callable[..., tuple[Any, Any]]:
     ) -> tuple[Any, Any]:
         steps = None if non_tensor_batch is None else non_tensor_batch.get("stepgym_steps")
         return _shape(
-            ShapeConfig.from_preset(preset),
+            shape_config,
             token_level_rewards,
             response_mask,
             index,
@@ -472,17 +494,20 @@ def _estimator(preset: str) -> Callable[..., tuple[Any, Any]]:
     return estimator
 
 
-#: verl estimator name → stepgym preset. Set ``algorithm.adv_estimator`` to the name.
-ESTIMATORS: dict[str, str] = {
-    "stepgym_grpo": "grpo",
-    "stepgym_drgrpo": "drgrpo",
-    "stepgym_gigpo": "gigpo-alfworld",
-    "stepgym_proas": "proas-gigpo",
-    "stepgym_graphgpo": "graphgpo-alfworld",
-    "stepgym_hgpo": "hgpo-alfworld",
-    "stepgym_rewardflow": "rewardflow-alfworld",
-    "stepgym_g2po": "g2po-alfworld",
-}
+def estimator_presets() -> dict[str, str]:
+    """verl estimator name → the stepgym preset it runs, derived from the shaper registry: every registered base
+    method, and ProAS, ``m`` becomes ``stepgym_m`` running the first preset of ``m``, ``m-alfworld``, ``m-gigpo``
+    that exists (a base of your own with no preset runs ``ShapeConfig(base=m)``). Token stages (AHEAD, StepOPSD)
+    need a teacher, which verl does not hand to estimators, and are not among them."""
+    out = {}
+    for name in [*available_shapers("base"), "proas"]:
+        preset = next((p for p in (name, f"{name}-alfworld", f"{name}-gigpo") if p in SHAPER_PRESETS), name)
+        out[f"stepgym_{name}"] = preset
+    return out
+
+
+#: verl estimator name → stepgym preset (:func:`estimator_presets`). Set ``algorithm.adv_estimator`` to the name.
+ESTIMATORS: dict[str, str] = estimator_presets()
 
 for _name, _preset in ESTIMATORS.items():
     register_adv_est(_name)(_estimator(_preset))

