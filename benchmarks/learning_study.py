@@ -111,6 +111,10 @@ ENVS: dict[str, EnvRow] = {
             no_expert=(("expert", False),),
         ),
         EnvRow("WebShop", "StepGym/WebShop-v0", "train", ("test",), 15, "webshop"),
+        # landed on main after the committed run: rows of the full sweep (smoke-run only, docs/learning_study.md)
+        EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "sokoban"),
+        EnvRow("TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft"),
+        EnvRow("BabyAI", "StepGym/BabyAI-v0", "train", ("test",), 30, "babyai"),
     )
 }
 DEFAULT_ENVS = ("ALFWorld",)
@@ -613,16 +617,22 @@ def summarise(results: list[dict]) -> list[dict]:
     return rows
 
 
-def fidelity_scores(path: Path, metric: str = "auroc") -> dict[tuple[str, str], float]:
-    """(env, method) → the credit-fidelity score on all steps of that env (benchmarks/credit_fidelity.py)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {
-        (r["env"], m): float(v[metric])
-        for r in data["results"]
-        if r["subset"] == "all"
-        for m, v in r["scores"].items()
-        if not math.isnan(float(v[metric]))
-    }
+def fidelity_scores(paths: tuple[Path, ...], metric: str = "auroc") -> dict[tuple[str, str], float]:
+    """(env, method) → the credit-fidelity score on all steps of that env (benchmarks/credit_fidelity.py's
+    committed results files; a later file's env replaces an earlier one's)."""
+    out = {}
+    for path in paths:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        out.update(
+            {
+                (r["env"], m): float(v[metric])
+                for r in data["results"]
+                if r["subset"] == "all"
+                for m, v in r["scores"].items()
+                if not math.isnan(float(v[metric]))
+            }
+        )
+    return out
 
 
 def fidelity_vs_learning(results: list[dict], fidelity: dict[tuple[str, str], float], n_boot: int = 2000):
@@ -708,14 +718,17 @@ def markdown(results: list[dict], fidelity: dict[tuple[str, str], float] | None 
                 + ("significant (interval above 0)." if sig else "**not significant at this budget**.")
             )
     if fidelity is not None:
-        fv = fidelity_vs_learning(results, fidelity)
         out.append("")
-        if fv is None:
-            out.append("Fidelity vs learning: too few (env, method) points with a fidelity score.")
-        else:
+        envs = list(dict.fromkeys(r["env"] for r in results))
+        scopes = [[e] for e in envs] + ([envs] if len(envs) > 1 else [])
+        for scope in scopes:
+            fv = fidelity_vs_learning([r for r in results if r["env"] in scope], fidelity)
+            if fv is None:
+                out.append(f"- {' + '.join(scope)}: too few (env, method) points with a fidelity score.")
+                continue
             out.append(
-                f"Does fidelity predict learning? Spearman ρ between credit-fidelity AUROC (all steps) and Δ AUC vs "
-                f"GRPO across {fv['points']} (env, method) points ({', '.join(fv['envs'])}): "
+                f"- Does fidelity predict learning? {' + '.join(fv['envs'])}: Spearman ρ between credit-fidelity "
+                f"AUROC (all steps) and Δ AUC vs GRPO across {fv['points']} (env, method) points: "
                 f"**{fv['rho']:+.2f}** [{fv['lo']:+.2f}, {fv['hi']:+.2f}] (95% bootstrap over seeds)."
             )
     return "\n".join(out)
@@ -751,7 +764,10 @@ def plot(results: list[dict], out: Path, prefix: str = "learning_study") -> list
     return paths
 
 
-FIDELITY = REPO / "benchmarks" / "results" / "credit_fidelity_2026-12-05.json"
+FIDELITY = tuple(
+    REPO / "benchmarks" / "results" / name
+    for name in ("credit_fidelity_2026-12-05.json", "credit_fidelity_sokoban_2026-12-06.json")
+)
 
 
 def report(out: Path, cells: Path, keys: set[str] | None) -> str:
