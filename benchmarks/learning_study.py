@@ -112,7 +112,8 @@ ENVS: dict[str, EnvRow] = {
         ),
         EnvRow("WebShop", "StepGym/WebShop-v0", "train", ("test",), 15, "webshop"),
         # landed on main after the committed run: rows of the full sweep (smoke-run only, docs/learning_study.md)
-        EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "sokoban"),
+        # ALFWorld's presets: the committed Sokoban cells were run before Sokoban had presets of its own
+        EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "alfworld"),
         EnvRow("TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft"),
         EnvRow("BabyAI", "StepGym/BabyAI-v0", "train", ("test",), 30, "babyai"),
     )
