@@ -316,3 +316,22 @@ def test_a_webshop_rollout_needs_no_split(data_dir: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "expert on StepGym/WebShop-v0 (test, a stratified sample of 2 tasks" in out.stdout
+
+
+def test_a_help_piped_into_head_ends_quietly(monkeypatch, capsys) -> None:
+    """``stepgym train --help | head -1``: writing into the closed pipe is no error (no 'Broken pipe' line)."""
+    from stepgym import cli
+
+    class ClosedPipe:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            raise ValueError("no file")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli.main(["train", "--help"]) == 0
+    assert "Broken pipe" not in capsys.readouterr().err

@@ -11,6 +11,7 @@ bug and keeps its traceback. Ctrl-C prints what the subcommand saved and how to 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -95,6 +96,12 @@ def _report(prog: str, exc: BaseException) -> None:
     )
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail again on the closed pipe."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv, debug = _pop_debug(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -113,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         func = getattr(importlib.import_module(module_name), func_name)
         result = func(rest)
+    except BrokenPipeError:  # `stepgym train --help | head`: the reader left; nothing to report
+        _silence_stdout()
+        return 0
     except EXPECTED_ERRORS as exc:
         if debug:
             traceback.print_exc()

@@ -233,6 +233,17 @@ _SHORT_HELP = {
 }
 
 
+def _presets_by_env(presets: Sequence[str]) -> list[str]:
+    """One line per env prefix (``alfworld: cpu, grpo, gigpo, ...``), so the short help stays short as presets
+    are added."""
+    by_env: dict[str, list[str]] = {}
+    for name in presets:
+        env, _, method = name.partition("-")
+        by_env.setdefault(env, []).append(method or env)
+    width = max(map(len, by_env))
+    return [f"  {env.ljust(width)}  {', '.join(methods)}" for env, methods in by_env.items()]
+
+
 def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
     """``stepgym train --help`` (or ``eval``): the presets, the common flags with the chosen preset's values, and
     the groups that ``--help-all`` lists field by field (every field is 400+ lines of help)."""
@@ -244,14 +255,13 @@ def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
     usage, what_it_does, options, common = _SHORT_HELP[prog]
     preset, _, _ = _split_preset(argv, prog)
     cfg = get_preset(preset) if preset else TrainConfig()
-    width = max(map(len, TRAINER_PRESETS))
     lines = [
         usage,
         "",
         what_it_does,
         "",
-        "presets (--preset NAME; --list-presets prints the same list):",
-        *(f"  {n.ljust(width)}  {d}" for n, (d, _) in TRAINER_PRESETS.items()),
+        "presets (--preset NAME, e.g. alfworld-gigpo; --list-presets describes each), by env:",
+        *_presets_by_env(TRAINER_PRESETS),
         "",
         f"common flags (values of {'preset ' + preset if preset else 'the defaults'}):",
     ]

@@ -282,6 +282,11 @@ def register_envs() -> None:
         splits=_TOY_SPLITS,
         value_oracle="stepgym.values.credit:CreditOracle",
     )
+    _register_solver_envs()
+
+
+def _register_solver_envs() -> None:
+    """The envs whose every step's true value an exact solver gives (ScienceWorld: the gold path instead)."""
     register(
         "StepGym/Sokoban-v0",
         "stepgym.envs.sokoban:SokobanEnv",

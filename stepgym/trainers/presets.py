@@ -80,6 +80,9 @@ _SOKOBAN_ENV = EnvConfig(
 )
 
 # BabyAI-Text's setup (Carta et al. 2023): GoToLocal, 64 steps, the last 3 observations (2 previous steps).
+_TEXTCRAFT_ENV = EnvConfig(
+    id="StepGym/TextCraft-v0", train_split="train", eval_splits=("test",), max_steps=50, history=2
+)
 _BABYAI_ENV = EnvConfig(
     id="StepGym/BabyAI-v0", train_split="train", eval_splits=("test",), max_steps=64, history=2
 )
@@ -243,32 +246,8 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
         "StepOPSD on Search-QA (Search-R1 protocol, group of 5, clean-step spans)",
         replace(sq, rollout=replace(sq.rollout, group_size=5)),
     )
-    p["scienceworld-grpo"] = (
-        "GRPO on ScienceWorld (the GiGPO recipe's settings; evaluation on upstream's test variations)",
-        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("grpo-alfworld"), "scienceworld-grpo"),
-    )
-    p["scienceworld-gigpo"] = (
-        "GiGPO on ScienceWorld (anchored on the approximate state key; see docs/scienceworld.md)",
-        _paper(_SCIENCEWORLD_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "scienceworld-gigpo"),
-    )
-    p["textcraft-gigpo"] = (
-        "GiGPO on TextCraft (BiPACE's evaluation env; exact step values: --env.value-labels)",
-        _paper(
-            EnvConfig(id="StepGym/TextCraft-v0", train_split="train", eval_splits=("test",), max_steps=50),
-            ShapeConfig.from_preset("gigpo-alfworld"),
-            "textcraft-gigpo",
-        ),
-    )
-    p["babyai-gigpo"] = (
-        "GiGPO on BabyAI GoToLocal (BabyAI-Text's level and view; exact step values for the ceiling)",
-        _paper(_BABYAI_ENV, ShapeConfig.from_preset("gigpo-alfworld"), "babyai-gigpo"),
-    )
     _graph_presets(p)
-    for k, preset in (("grpo", "grpo-alfworld"), ("gigpo", "gigpo-alfworld")):
-        p[f"sokoban-{k}"] = (
-            f"{k.upper() if k == 'grpo' else 'GiGPO'} on Sokoban 6x6, one box (exact state keys and step values)",
-            _paper(_SOKOBAN_ENV, ShapeConfig.from_preset(preset), f"sokoban-{k}"),
-        )
+    _solver_env_presets(p)
     credit = {
         "grpo": ShapeConfig.from_preset("grpo-alfworld"),
         "gigpo": ShapeConfig.from_preset("gigpo-alfworld"),
@@ -287,6 +266,35 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
         replace(oracle, env=replace(oracle.env, value_labels=True)),
     )
     return p
+
+
+#: The solver envs (and ScienceWorld): name → (env, what the description says about it).
+_SOLVER_ENVS = {
+    "sokoban": (_SOKOBAN_ENV, "Sokoban 6x6, one box (exact state keys and step values)"),
+    "textcraft": (
+        _TEXTCRAFT_ENV,
+        "TextCraft (BiPACE's evaluation env; exact step values: --env.value-labels)",
+    ),
+    "babyai": (
+        _BABYAI_ENV,
+        "BabyAI GoToLocal (BabyAI-Text's level and view; exact step values for the ceiling)",
+    ),
+    "scienceworld": (
+        _SCIENCEWORLD_ENV,
+        "ScienceWorld (upstream's test variations; GiGPO anchored on the approximate state key)",
+    ),
+}
+
+
+def _solver_env_presets(p: dict[str, tuple[str, TrainConfig]]) -> None:
+    """``<env>-grpo`` and ``<env>-gigpo`` for each solver env, with the GiGPO recipe's (ALFWorld's) settings."""
+    for env_name, (env, what) in _SOLVER_ENVS.items():
+        for method, preset, label in (
+            ("grpo", "grpo-alfworld", "GRPO"),
+            ("gigpo", "gigpo-alfworld", "GiGPO"),
+        ):
+            name = f"{env_name}-{method}"
+            p[name] = (f"{label} on {what}", _paper(env, ShapeConfig.from_preset(preset), name))
 
 
 #: The graph / history credit bases (docs/shapers.md §10–§13), each with its public code's settings per env.
