@@ -109,6 +109,18 @@ def credit_study_methods() -> str:
     return cs.markdown(rows)
 
 
+LEARNING_STUDY_CELLS = ROOT / "benchmarks" / "results" / "learning_study_2026-12-06_cells.jsonl.gz"
+
+
+def learning_study() -> str:
+    """docs/learning_study.md's tables (every method per real env: paired differences to GRPO and to the ceiling,
+    GRPO's gain over the starting policy, the fidelity correlation), rebuilt from the committed cells."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import learning_study as ls
+
+    return ls.markdown(ls.cs.load_cells(LEARNING_STUDY_CELLS), ls.fidelity_scores(ls.FIDELITY))
+
+
 FAULT_INJECTION = ROOT / "benchmarks" / "results" / "fault_injection_2026-12-06.json"
 
 
@@ -137,6 +149,7 @@ FIGURES = {
         Figure("credit-fidelity", credit_fidelity),
         Figure("credit-fidelity-methods", credit_fidelity_methods, ROOT / "docs" / "credit_fidelity.md"),
         Figure("credit-study-methods", credit_study_methods, ROOT / "docs" / "credit_study.md"),
+        Figure("learning-study", learning_study, ROOT / "docs" / "learning_study.md"),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
     )
 }

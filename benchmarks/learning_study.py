@@ -1,0 +1,872 @@
+"""Which step credit makes an agent learn faster on a real benchmark? Every shaper trains the same learner on the
+same tasks and seeds, beside the learning curve that perfect credit (the true step values) gives.
+
+The envs are rows of :data:`ENVS` (env id, training split, held-out splits, step limit, task counts): ALFWorld
+(native engine; trained on its ``train`` games, evaluated on ``valid_seen`` and ``valid_unseen``, which are never
+trained on) and WebShop text. A new env is one more row.
+
+**The learner** (docs/learning_study.md says why): a softmax policy over the env's admissible actions
+(``schema.ADMISSIBLE_ACTIONS``), logit(a) = Σ w[f] over sparse indicator features f of (goal, observation,
+action) text and two facts an agent's history holds (the object it carries, whether it took this action before),
+zero-initialised (uniform), NumPy/Python only, trained by the policy gradient with the per-step advantages,
+token-mean aggregation (one "token" per step). The same learner, learning rate and budget for every method.
+
+**The advantages** come from stepgym's own :func:`stepgym.shapers.shape_advantages` on the batch the bundled
+trainer builds (:func:`stepgym.trainers.advantages.build_step_batch` over :class:`~stepgym.trainers.samples.StepRow`
+rows, one token per step, the preset's reward scale and invalid rule), with the env's trainer-preset shaper
+configs where they exist and ALFWorld's otherwise, as ``benchmarks/credit_fidelity.py`` picks them; Dr.GRPO is
+the GRPO preset with ``base="drgrpo"``. The method list is ``credit_study.METHODS`` plus ``drgrpo``.
+AHEAD's and StepOPSD's teachers are *modelled* as ``benchmarks/credit_study.py`` models them: the teacher's
+logits are the policy's (AHEAD: θ_old; StepOPSD: a stale copy refreshed every 10 updates) plus
+``--hint-strength`` on the action the privileged text names (AHEAD: the env's expert action, on the steps of
+failed trajectories that left it; StepOPSD: the action the group's first successful peer took in the same
+state). ProAS labels come from an ``AgenticReferenceGraph`` seeded with the env's expert on the training tasks and
+grown with the policy's wins. The ceiling ``oracle`` reads ``VALUE_GAIN`` of :class:`stepgym.wrappers.ValueWrapper`.
+
+**Per cell** (env × method × seed) it records the held-out success (sampled policy, fixed evaluation seed, the
+same tasks for every method) at iteration 0 (untrained) and every ``--eval-every`` iterations, the training
+success per iteration, and the wall time. One finished cell is one JSON line appended to ``<out>/cells.jsonl``; a
+rerun skips finished cells (a torn last line is dropped). The report (tables, curves, the fidelity correlation)
+is rebuilt from that file: paired differences to GRPO and to the ceiling with 95% bootstrap intervals
+(``credit_study.bootstrap_ci``).
+
+    python benchmarks/learning_study.py --out runs/learning                   # default run (≤ 60 min, 2 cores)
+    python benchmarks/learning_study.py --full --out runs/learning_full       # the full sweep (resumable)
+    python benchmarks/learning_study.py --report-only --out /tmp/ls \
+        --cells benchmarks/results/learning_study_2026-12-06_cells.jsonl.gz   # the committed figures
+    python benchmarks/learning_study.py --learner llm --iterations 1 ...      # the bundled trainer's LLM policy
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import multiprocessing as mp
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+for _p in (str(REPO), str(REPO / "benchmarks")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import credit_study as cs  # noqa: E402
+import gymnasium as gym  # noqa: E402
+
+import stepgym  # noqa: E402, F401  (registers the envs)
+from stepgym import schema  # noqa: E402
+from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
+from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages  # noqa: E402
+from stepgym.trainers.advantages import build_step_batch  # noqa: E402
+from stepgym.trainers.presets import TRAINER_PRESETS, get_preset  # noqa: E402
+from stepgym.trainers.samples import StepRow  # noqa: E402
+from stepgym.wrappers import ValueWrapper  # noqa: E402
+from stepgym.wrappers.hints import same_action  # noqa: E402
+
+CEILING = "oracle"
+#: credit_study's methods (GRPO, GiGPO, ProAS, AHEAD, StepOPSD, the graph bases with both keyings, the ceiling)
+#: with Dr.GRPO after GRPO
+METHODS = ("grpo", "drgrpo", *cs.METHODS[1:])
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    """One env of the study: a new env is one more entry in :data:`ENVS`."""
+
+    name: str
+    env_id: str
+    train_split: str
+    held_out: tuple[str, ...]  #: splits evaluated, never trained on
+    max_steps: int  #: the step limit of an episode (training and evaluation)
+    preset: str  #: the trainer-preset family of the shaper configs (``alfworld``, ``webshop``, ...)
+    kwargs: tuple[tuple[str, Any], ...] = ()  #: extra ``gym.make`` kwargs
+    #: kwargs that skip the expert where no method reads it (speed)
+    no_expert: tuple[tuple[str, Any], ...] = ()
+    train_tasks: int = 0  #: tasks drawn from the training split (0: all)
+    eval_tasks: int = 20  #: tasks per held-out split (the first of a fixed shuffle)
+
+
+ENVS: dict[str, EnvRow] = {
+    e.name: e
+    for e in (
+        EnvRow(
+            "ALFWorld",
+            "StepGym/ALFWorld-v0",
+            "train",
+            ("valid_seen", "valid_unseen"),
+            30,
+            "alfworld",
+            kwargs=(("game_cache_size", 400),),
+            no_expert=(("expert", False),),
+        ),
+        EnvRow("WebShop", "StepGym/WebShop-v0", "train", ("test",), 15, "webshop"),
+        # landed on main after the committed run: rows of the full sweep (smoke-run only, docs/learning_study.md)
+        # ALFWorld's presets: the committed Sokoban cells were run before Sokoban had presets of its own
+        EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "alfworld"),
+        EnvRow("TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft"),
+        EnvRow("BabyAI", "StepGym/BabyAI-v0", "train", ("test",), 30, "babyai"),
+    )
+}
+DEFAULT_ENVS = ("ALFWorld",)
+#: the default run's methods: all but the ``-obs`` keyings of GraphGPO, HGPO and RewardFlow (G2PO keeps both); the
+#: full sweep (``--full``) runs every method of :data:`METHODS`
+DEFAULT_METHODS = tuple(m for m in METHODS if m not in ("graphgpo-obs", "hgpo-obs", "rewardflow-obs"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The learner: a softmax over admissible actions with indicator features of (goal, observation, action, memory)
+# --------------------------------------------------------------------------------------------------------------
+STOP = frozenset(
+    "a an the to in on from with of at and then some your task is you it its this that put".split()  # noqa: SIM905
+)  # "put" is a verb in actions but a filler in goals ("put a clean apple in fridge")
+
+
+def words(text: str) -> list[str]:
+    """Lower-case letter runs without stop words (numbers dropped, so ``drawer 3`` and ``drawer 4`` share)."""
+    return [w for w in re.findall(r"[a-z]+", text.lower()) if w not in STOP]
+
+
+def parse_action(action: str) -> tuple[str, tuple[str, ...]]:
+    """(verb, argument words): ``take apple 1 from countertop 2`` → ("take", ("apple", "countertop"));
+    ``click[buy now]`` → ("click", ("buy", "now"))."""
+    toks = re.findall(r"[a-z]+", action.lower())
+    if not toks:
+        return "", ()
+    return toks[0], tuple(w for w in toks[1:] if w not in STOP)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the policy sees besides the action: goal and task type, the observation, and the agent's memory."""
+
+    goal: frozenset[str]
+    task_type: str
+    obs_head: str  #: the first three words of the observation (its kind: "you arrive at", "you pick up", ...)
+    obs_goal: bool  #: a goal word is in the observation
+    held: str  #: the object the agent carries ("" none), tracked from its own take/put actions
+    taken: frozenset[str]  #: actions taken earlier in this episode
+
+
+@lru_cache(maxsize=1 << 16)
+def parse_cached(action: str) -> tuple[str, tuple[str, ...]]:
+    return parse_action(action)
+
+
+def features(ctx: Context, action: str) -> list[tuple]:
+    """The indicator features of (ctx, action) except the history one (``rep``: :meth:`Policy.ids` adds it)."""
+    verb, args = parse_cached(action)
+    held_goal = bool(ctx.held) and ctx.held in ctx.goal
+    f: list[tuple] = [
+        ("v", verb),
+        ("vt", verb, ctx.task_type),
+        ("vo", verb, ctx.obs_head),
+        ("vog", verb, ctx.obs_goal),
+        ("vh", verb, bool(ctx.held), held_goal),
+    ]
+    for i, w in enumerate(args[:3]):
+        m = w in ctx.goal
+        f.append(("vm", verb, i, m))
+        f.append(("vmh", verb, i, m, held_goal))
+        f.append(("vmt", verb, i, m, ctx.task_type))
+        f += [("va", verb, i, w, g) for g in ctx.goal]  # e.g. where a goal object is found
+    return f
+
+
+#: feature → column of the weight vector, shared by every policy of the process (weights start at zero, so the
+#: order in which features are first seen changes nothing)
+_IDS: dict[tuple, int] = {}
+_FEATS: dict[tuple, tuple[list[int], tuple[int, int]]] = {}
+
+
+def _intern(f: tuple) -> int:
+    i = _IDS.get(f)
+    if i is None:
+        i = _IDS[f] = len(_IDS)
+    return i
+
+
+class Policy:
+    """logit(a | ctx) = Σ_f w[f] over :func:`features` plus the history feature ("took this action before");
+    zero-initialised, i.e. uniform over admissible actions. Weights are one NumPy vector indexed by interned
+    feature ids."""
+
+    def __init__(self) -> None:
+        self.w = np.zeros(1024)
+
+    def copy(self) -> Policy:
+        p = Policy()
+        p.w = self.w.copy()
+        return p
+
+    def ids(self, ctx: Context, actions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The feature ids of every action (concatenated) and each action's start offset."""
+        base = (ctx.goal, ctx.task_type, ctx.obs_head, ctx.obs_goal, ctx.held)
+        ids: list[int] = []
+        starts: list[int] = []
+        for a in actions:
+            key = (base, a)
+            f = _FEATS.get(key)
+            if f is None:
+                if len(_FEATS) > 300_000:
+                    _FEATS.clear()
+                verb = parse_cached(a)[0]
+                f = _FEATS[key] = (
+                    [_intern(x) for x in features(ctx, a)],
+                    (_intern(("rep", verb, False)), _intern(("rep", verb, True))),
+                )
+            starts.append(len(ids))
+            ids += f[0]
+            ids.append(f[1][a in ctx.taken])
+        if len(_IDS) > len(self.w):
+            self.w = np.concatenate([self.w, np.zeros(max(len(_IDS), 2 * len(self.w)) - len(self.w))])
+        return np.array(ids, dtype=np.int64), np.array(starts, dtype=np.int64)
+
+    def logits(self, ctx: Context, actions: list[str]) -> np.ndarray:
+        ids, starts = self.ids(ctx, actions)
+        return np.add.reduceat(self.w[ids], starts)
+
+    def update(self, ctx: Context, actions: list[str], probs: np.ndarray, chosen: int, coef: float) -> None:
+        """Gradient ascent step coef·∇ log π(chosen | ctx), ``probs`` = π(· | ctx) at the rollout weights."""
+        g = -probs
+        g[chosen] += 1.0
+        ids, starts = self.ids(ctx, actions)
+        counts = np.diff(np.append(starts, len(ids)))
+        np.add.at(self.w, ids, coef * np.repeat(g, counts))
+
+
+def context(info: dict, obs: str, held: str, taken: frozenset[str]) -> Context:
+    goal = frozenset(words(str(info.get(schema.GOAL) or "")))
+    head = " ".join(re.findall(r"[a-z]+", obs.lower())[:3])
+    return Context(
+        goal, str(info.get(schema.TASK_TYPE) or ""), head, any(g in obs.lower() for g in goal), held, taken
+    )
+
+
+def carried(held: str, action: str, obs: str) -> str:
+    """The carried object after ``action`` (the take/put verbs of ALFWorld; other envs never carry)."""
+    verb, args = parse_action(action)
+    low = obs.lower()
+    if verb == "take" and args and low.startswith("you pick up"):
+        return args[0]
+    if verb == "put" and (low.startswith("you put") or low.startswith("you move")):
+        return ""
+    return held
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Rollouts
+# --------------------------------------------------------------------------------------------------------------
+def admissible(info: dict) -> list[str]:
+    """The env's admissible actions; a free-text placeholder (WebShop's ``search[<your query>]``) gets the goal
+    text as its query (the learner writes no text)."""
+    goal = str(info.get(schema.GOAL) or "")
+    return [a.replace("<your query>", goal) for a in info[schema.ADMISSIBLE_ACTIONS]]
+
+
+@dataclass
+class Step(cs.Step):
+    ctx: Context | None = None
+
+
+def play(env: gym.Env, policy: Policy, task_id: str, rng: np.random.Generator, max_steps: int) -> cs.Episode:
+    obs, info = env.reset(options={"task_id": task_id})
+    steps: list[Step] = []
+    held, taken = "", frozenset()
+    for _ in range(max_steps):
+        actions = admissible(info)
+        ctx = context(info, obs, held, taken)
+        z = policy.logits(ctx, actions)
+        k = min(int(np.searchsorted(cs.softmax(z).cumsum(), rng.random())), len(z) - 1)
+        step = Step(obs, actions, k, z, info, ctx=ctx)
+        obs, reward, terminated, truncated, info = env.step(actions[k])
+        step.reward, step.next_info, step.next_obs, step.done = float(reward), info, obs, bool(terminated)
+        steps.append(step)
+        held, taken = carried(held, actions[k], obs), taken | {actions[k]}
+        if terminated or truncated:
+            break
+    return cs.Episode(task_id, -1, steps, bool(steps[-1].next_info.get(schema.WON, False)))
+
+
+def warm_start(env: EnvRow, train: list[str], n_tasks: int, epochs: int, lr: float, steps: int) -> Policy:
+    """The starting policy of every method: behaviour cloning on the env's expert (``schema.EXPERT_ACTION``) on
+    the first ``n_tasks`` training tasks, ``epochs`` passes of SGD on log π(expert | ctx) with step ``lr``. An
+    untrained (uniform) policy almost never finishes an ALFWorld task, so no outcome-based method would see a
+    reward; an LLM starts from a pretrained prior, this learner from a small warm start (docs/learning_study.md)."""
+    policy = Policy()
+    if n_tasks <= 0 or epochs <= 0:
+        return policy
+    demo: list[tuple[Context, list[str], int]] = []
+    e = make_env(env, env.train_split)
+    for task in train[:: max(1, len(train) // n_tasks)][:n_tasks]:  # spread over the task types
+        obs, info = e.reset(options={"task_id": task})
+        held, taken = "", frozenset()
+        for _ in range(steps):
+            expert = info.get(schema.EXPERT_ACTION)
+            actions = admissible(info)
+            k = next((i for i, a in enumerate(actions) if expert and same_action(a, expert)), None)
+            if k is None:
+                break
+            demo.append((context(info, obs, held, taken), actions, k))
+            obs, _, terminated, truncated, info = e.step(actions[k])
+            held, taken = carried(held, actions[k], obs), taken | {actions[k]}
+            if terminated or truncated:
+                break
+    for _ in range(epochs):
+        for ctx, actions, k in demo:
+            policy.update(ctx, actions, cs.softmax(policy.logits(ctx, actions)), k, lr)
+    return policy
+
+
+def teacher_gaps(method: str, eps: list[cs.Episode], stale: Policy, strength: float) -> np.ndarray:
+    """δ = log π_teacher(a) − log π_old(a) per step row: ``credit_study.teacher_gaps``'s modelled teachers, on
+    this policy's contexts."""
+    out: list[float] = []
+    peers: dict[int, dict[str, str]] = {}
+    if method == "stepopsd":
+        for e in eps:
+            if e.won and e.group not in peers:
+                peers[e.group] = {s.info[schema.STATE_KEY]: s.actions[s.chosen] for s in e.steps}
+    for e in eps:
+        for s in e.steps:
+            a = s.actions[s.chosen]
+            p_old = cs.softmax(s.logits)[s.chosen]
+            if method == "ahead":
+                expert = s.info.get(schema.EXPERT_ACTION)
+                error = (not e.won) and expert is not None and not same_action(a, expert)
+                p_t = cs.softmax(s.logits, expert, s.actions, strength)[s.chosen] if error else p_old
+            else:
+                hint = peers.get(e.group, {}).get(s.info[schema.STATE_KEY])
+                p_t = cs.softmax(stale.logits(s.ctx, s.actions), hint, s.actions, strength)[s.chosen]
+            out.append(math.log(p_t) - math.log(p_old))
+    return np.array(out)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The shaper of each method, and the trainer's batch
+# --------------------------------------------------------------------------------------------------------------
+def shaper_config(env: EnvRow, method: str) -> tuple[ShapeConfig, float, str]:
+    """(shaper config, reward scale, invalid rule): the env's trainer preset when there is one, else ALFWorld's
+    (``credit_fidelity.shaper_config``'s rule); ``drgrpo`` is the GRPO preset with the Dr.GRPO base; the ceiling
+    is the ``oracle`` shaper preset with ALFWorld's reward scale."""
+    base = method.removesuffix("-obs")
+    name = f"{env.preset}-{'grpo' if base in ('drgrpo', CEILING) else base}"
+    preset = get_preset(name if name in TRAINER_PRESETS else f"alfworld-{name.split('-', 1)[1]}")
+    cfg = preset.shaper
+    if base == "drgrpo":
+        cfg = replace(cfg, base="drgrpo")
+    elif base == CEILING:
+        cfg = ShapeConfig.from_preset(CEILING)
+    return cfg, preset.env.reward_scale, preset.env.invalid_rule
+
+
+def step_rows(eps: list[cs.Episode], obs_keyed: bool) -> list[StepRow]:
+    """The trainer's rows (one per step, one response token each): anchors are ``STATE_KEY`` (the trainer's
+    default) or, for the ``-obs`` methods, the observation text."""
+    rows = []
+    for traj, e in enumerate(eps):
+        for t, s in enumerate(e.steps):
+            a = s.actions[s.chosen]
+            rows.append(
+                StepRow(
+                    group=e.group,
+                    rollout=traj,
+                    traj=traj,
+                    t=t,
+                    task_id=e.task_id,
+                    prompt="",
+                    prompt_ids=[],
+                    response_ids=[0],
+                    response_text=a,
+                    observation=s.obs,
+                    reward=s.reward,
+                    format_valid=True,
+                    admissible=bool(s.next_info.get(schema.ADMISSIBLE, True)),
+                    action=a,
+                    info=s.next_info,
+                    anchor=s.obs if obs_keyed else s.info[schema.STATE_KEY],
+                    next_anchor=s.next_obs if obs_keyed else s.next_info[schema.STATE_KEY],
+                    terminated=s.done,
+                )
+            )
+    return rows
+
+
+def advantages(
+    method: str,
+    env: EnvRow,
+    eps: list[cs.Episode],
+    *,
+    it: int,
+    graph: AgenticReferenceGraph | None,
+    stale: Policy,
+    strength: float,
+) -> tuple[np.ndarray, StepBatch]:
+    """Per-step advantages of ``method`` for the episodes ``eps`` (rows in (trajectory, step) order)."""
+    cfg, scale, rule = shaper_config(env, method)
+    labels = cs.proas_labels(graph, eps) if method == "proas" else (None, None)
+    delta = teacher_gaps(method, eps, stale, strength)[:, None] if cfg.token_reweight is not None else None
+    batch, _ = build_step_batch(
+        step_rows(eps, method.endswith("-obs")),
+        reward_scale=scale,
+        invalid_rule=rule,
+        pad_id=-1,
+        reasonable=labels[0],
+        progress=labels[1],
+        delta=delta,
+    )
+    if cfg.step_norm is not None:
+        batch.target = batch.layout
+    return shape_advantages(batch, cfg, update_index=it).token_advantages[:, 0], batch
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One cell
+# --------------------------------------------------------------------------------------------------------------
+def make_env(env: EnvRow, split: str, values: bool = False, expert: bool = True) -> gym.Env:
+    kw = {**dict(env.kwargs), **({} if expert else dict(env.no_expert))}
+    e = gym.make(env.env_id, split=split, **kw).unwrapped
+    return ValueWrapper(e) if values else e
+
+
+def task_lists(env: EnvRow, args: dict) -> tuple[list[str], dict[str, list[str]]]:
+    """The training tasks and the held-out tasks per split (a fixed shuffle, the same for every cell)."""
+    pick = np.random.default_rng(20261206)
+    train = list(make_env(env, env.train_split).task_ids)
+    n_train = args.get("train_tasks") or env.train_tasks or len(train)
+    train = [train[i] for i in sorted(pick.permutation(len(train))[:n_train])]
+    held = {}
+    for sp in env.held_out:
+        ids = list(make_env(env, sp).task_ids)
+        n = args.get("eval_tasks") or env.eval_tasks
+        held[sp] = [ids[i] for i in sorted(pick.permutation(len(ids))[:n])]
+    return train, held
+
+
+def evaluate(envs: dict[str, gym.Env], held: dict[str, list[str]], policy: Policy, seed: int, steps: int):
+    """Held-out success per split: one sampled episode per task, the same random stream for every method."""
+    rng = np.random.default_rng([seed, 999])
+    return {
+        sp: float(np.mean([play(envs[sp], policy, t, rng, steps).won for t in ids]))
+        for sp, ids in held.items()
+    }
+
+
+def run_cell(cell: dict) -> dict:
+    """Train one (env, method, seed) cell and return its record (a JSON-able dict)."""
+    t0 = time.perf_counter()
+    method, seed, a = cell["method"], cell["seed"], cell["args"]
+    env = ENVS[cell["env"]]
+    steps = a.get("max_steps") or env.max_steps
+    train, held = task_lists(env, a)
+    overlap = set(train) & {t for ids in held.values() for t in ids}
+    if overlap:
+        raise RuntimeError(f"held-out tasks in the training list: {sorted(overlap)[:3]}")
+    # the expert's action is read by AHEAD's modelled teacher only (and the warm start / ProAS seeding below)
+    tenv = make_env(env, env.train_split, values=method == CEILING, expert=method == "ahead")
+    eenvs = {sp: make_env(env, sp, expert=False) for sp in held}
+    rng = np.random.default_rng(seed)  # identical across methods: same task order and initial policy
+    policy = warm_start(env, train, a["warm_tasks"], a["warm_epochs"], a["warm_lr"], steps)
+    stale = policy.copy()
+    graph = AgenticReferenceGraph() if method == "proas" else None
+    if graph is not None:
+        seed_graph_from_expert(graph, make_env(env, env.train_split), train)
+    eval_its, held_curve, train_curve, trained_on = (
+        [0],
+        [evaluate(eenvs, held, policy, seed, steps)],
+        [],
+        set(),
+    )
+    for it in range(a["iterations"]):
+        if method == "stepopsd" and it % 10 == 0:
+            stale = policy.copy()
+        tasks = [train[i] for i in rng.choice(len(train), size=a["n_tasks"], replace=False)]
+        trained_on.update(tasks)
+        eps = []
+        for g, task in enumerate(tasks):
+            for _ in range(a["group_size"]):
+                e = play(tenv, policy, task, rng, steps)
+                e.group = g
+                eps.append(e)
+        adv, _ = advantages(method, env, eps, it=it, graph=graph, stale=stale, strength=a["hint_strength"])
+        if method == "proas":
+            cs.grow(graph, eps)
+        train_curve.append(float(np.mean([e.won for e in eps])))
+        rows = [s for e in eps for s in e.steps]
+        coef = a["lr"] / len(rows)  # token-mean loss, one token per step
+        for s, av in zip(rows, adv, strict=True):
+            if av != 0.0:
+                policy.update(s.ctx, s.actions, cs.softmax(s.logits), s.chosen, coef * float(av))
+        if (it + 1) % a["eval_every"] == 0 or it + 1 == a["iterations"]:
+            eval_its.append(it + 1)
+            held_curve.append(evaluate(eenvs, held, policy, seed, steps))
+    return {
+        "key": cell_key(cell),
+        "env": env.name,
+        "method": method,
+        "seed": seed,
+        "eval_its": eval_its,
+        "held": held_curve,  # per eval point: split -> success
+        "train_curve": train_curve,
+        "trained_tasks": sorted(trained_on),
+        "held_tasks": held,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+TRAIN_ARGS = (
+    "iterations",
+    "n_tasks",
+    "group_size",
+    "lr",
+    "hint_strength",
+    "eval_every",
+    "train_tasks",
+    "eval_tasks",
+    "max_steps",
+    "warm_tasks",
+    "warm_epochs",
+    "warm_lr",
+)
+
+
+def cell_key(cell: dict) -> str:
+    """env/method/seed plus a fingerprint of everything that shapes the result (an old cell of other settings is
+    never mistaken for one of this sweep)."""
+    what = {"env": ENVS[cell["env"]].__dict__, **{k: cell["args"].get(k) for k in TRAIN_ARGS}}
+    fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
+
+
+def plan(args: argparse.Namespace) -> list[dict]:
+    return [
+        {"env": env, "method": m, "seed": seed, "args": vars(args)}
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
+        for env in args.envs
+        for m in args.methods
+    ]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Statistics: per-cell metrics, paired differences with bootstrap intervals, the fidelity correlation
+# --------------------------------------------------------------------------------------------------------------
+def held_curve(r: dict) -> np.ndarray:
+    """Held-out success per eval point, the mean over the held-out splits."""
+    return np.array([float(np.mean(list(h.values()))) for h in r["held"]])
+
+
+def metrics(r: dict, grpo_final: float | None) -> dict[str, float]:
+    """AUC (trapezoid mean of held-out success over iterations 0..T), final, gain over the starting policy, and
+    the iterations to reach ``grpo_final`` (censored at T + eval_every when never reached)."""
+    y, x = held_curve(r), np.array(r["eval_its"], dtype=float)
+    auc = float(np.trapezoid(y, x) / x[-1]) if x[-1] > 0 else float(y[0])
+    reach = float("nan")
+    if grpo_final is not None:
+        hit = [int(i) for i, v in zip(x, y, strict=True) if v >= grpo_final - 1e-12]
+        step = x[1] - x[0] if len(x) > 1 else 1.0
+        reach = float(hit[0]) if hit else float(x[-1] + step)
+    return {"auc": auc, "final": float(y[-1]), "gain": float(y[-1] - y[0]), "reach": reach}
+
+
+STAT_KEYS = ("auc", "final", "reach")
+
+
+def per_seed(results: list[dict]) -> dict[tuple[str, str], dict[int, dict[str, float]]]:
+    grpo_final = {(r["env"], r["seed"]): float(held_curve(r)[-1]) for r in results if r["method"] == "grpo"}
+    by: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
+    for r in results:
+        by[(r["env"], r["method"])][r["seed"]] = metrics(r, grpo_final.get((r["env"], r["seed"])))
+    return by
+
+
+def summarise(results: list[dict]) -> list[dict]:
+    """One row per (env, method): means over seeds, the gain over the starting policy, and paired differences vs
+    GRPO (``d_*``) and vs the ceiling (``c_*``), each with its 95% bootstrap interval (``credit_study``'s)."""
+    by = per_seed(results)
+    rng = np.random.default_rng(12345)
+    rows = []
+    for (env, method), ps in by.items():
+        seeds = sorted(ps)
+        row: dict[str, Any] = {"env": env, "method": method, "seeds": len(seeds)}
+        for k in (*STAT_KEYS, "gain"):
+            row[k] = float(np.mean([ps[s][k] for s in seeds]))
+        gain = np.array([ps[s]["gain"] for s in seeds])
+        row["gain_lo"], row["gain_hi"] = cs.bootstrap_ci(gain, rng)
+        row["start"] = float(np.mean([ps[s]["final"] - ps[s]["gain"] for s in seeds]))
+        for prefix, ref_name in (("d", "grpo"), ("c", CEILING)):
+            ref = by.get((env, ref_name), {})
+            for k in STAT_KEYS:
+                d = np.array([ps[s][k] - ref[s][k] for s in seeds if s in ref])
+                own = method == ref_name or not len(d)
+                row[f"{prefix}_{k}"] = float("nan") if own else float(d.mean())
+                lo, hi = (float("nan"),) * 2 if own else cs.bootstrap_ci(d, rng)
+                row[f"{prefix}_{k}_lo"], row[f"{prefix}_{k}_hi"] = lo, hi
+        rows.append(row)
+    order = {m: i for i, m in enumerate(METHODS)}
+    envs = list(ENVS)
+    rows.sort(key=lambda r: (envs.index(r["env"]) if r["env"] in envs else 99, order.get(r["method"], 99)))
+    return rows
+
+
+def fidelity_scores(paths: tuple[Path, ...], metric: str = "auroc") -> dict[tuple[str, str], float]:
+    """(env, method) → the credit-fidelity score on all steps of that env (benchmarks/credit_fidelity.py's
+    committed results files; a later file's env replaces an earlier one's)."""
+    out = {}
+    for path in paths:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        out.update(
+            {
+                (r["env"], m): float(v[metric])
+                for r in data["results"]
+                if r["subset"] == "all"
+                for m, v in r["scores"].items()
+                if not math.isnan(float(v[metric]))
+            }
+        )
+    return out
+
+
+def fidelity_vs_learning(results: list[dict], fidelity: dict[tuple[str, str], float], n_boot: int = 2000):
+    """Spearman ρ across (env, method) between the fidelity score and the learning gain (paired Δ AUC vs GRPO),
+    with a 95% bootstrap interval over seeds (resampled per env, the same draw for every method of the env)."""
+    from credit_fidelity import spearman
+
+    by = per_seed(results)
+    pts = [(env, m) for (env, m) in by if (env, m) in fidelity and (env, "grpo") in by]
+    if len(pts) < 3:
+        return None
+    seeds = {env: sorted(set.intersection(*(set(by[(e, m)]) for e, m in pts if e == env))) for env, _ in pts}
+    fid = np.array([fidelity[p] for p in pts])
+
+    def gains(draw: dict[str, list[int]]) -> np.ndarray:
+        return np.array(
+            [np.mean([by[(e, m)][s]["auc"] - by[(e, "grpo")][s]["auc"] for s in draw[e]]) for e, m in pts]
+        )
+
+    rho = spearman(fid, gains(seeds))
+    rng = np.random.default_rng(777)
+    boot = []
+    for _ in range(n_boot):
+        draw = {e: list(rng.choice(s, size=len(s))) for e, s in seeds.items()}
+        boot.append(spearman(fid, gains(draw)))
+    boot = np.array([b for b in boot if not math.isnan(b)])
+    lo, hi = (np.quantile(boot, 0.025), np.quantile(boot, 0.975)) if len(boot) else (math.nan, math.nan)
+    return {"rho": float(rho), "lo": float(lo), "hi": float(hi), "points": len(pts), "envs": sorted(seeds)}
+
+
+def _ci(row: dict, key: str, fmt: str) -> str:
+    if math.isnan(row[key]):
+        return "—"
+    return f"{row[key]:{fmt}} [{row[key + '_lo']:{fmt}}, {row[key + '_hi']:{fmt}}]"
+
+
+def run_facts(results: list[dict]) -> str:
+    """What the cells were: seeds per method, iterations, batch, tasks, time (from the cells themselves)."""
+    lines = []
+    for env in dict.fromkeys(r["env"] for r in results):
+        rs = [r for r in results if r["env"] == env]
+        a = rs[0]["args"]
+        held = rs[0]["held_tasks"]
+        seeds = {m: sorted({r["seed"] for r in rs if r["method"] == m}) for m in METHODS}
+        counts = ", ".join(f"{m} {len(s)}" for m, s in seeds.items() if s)
+        lines.append(
+            f"- **{env}**: seeds per method: {counts}; {a['iterations']} iterations of "
+            f"{a['n_tasks']} training tasks × group {a['group_size']}, lr {a['lr']:g}, step limit "
+            f"{a['max_steps'] or ENVS[env].max_steps}; held-out success every {a['eval_every']} iterations on "
+            + ", ".join(f"{len(v)} `{k}`" for k, v in held.items())
+            + f" tasks; warm start on {a['warm_tasks']} expert demos; "
+            f"{len(rs)} cells, {sum(r['seconds'] for r in rs) / 60:.0f} min of cell wall time summed."
+        )
+    return "\n".join(lines)
+
+
+def markdown(results: list[dict], fidelity: dict[tuple[str, str], float] | None = None) -> str:
+    """The docs tables (scripts/doc_figures.py): per env and method, the paired differences to GRPO and to the
+    ceiling, the gain over the starting policy; then the fidelity correlation."""
+    rows = summarise(results)
+    out = [
+        run_facts(results),
+        "",
+        "| env | method | seeds | start → final held-out success | gain over start [95% CI] | AUC "
+        "| Δ AUC vs GRPO [95% CI] | Δ final vs GRPO [95% CI] | Δ iterations to GRPO's final [95% CI] "
+        "| Δ AUC vs ceiling [95% CI] | Δ final vs ceiling [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['env']} | {r['method']} | {r['seeds']} | {r['start']:.3f} → {r['final']:.3f} | "
+            f"{r['gain']:+.3f} [{r['gain_lo']:+.3f}, {r['gain_hi']:+.3f}] | {r['auc']:.3f} | "
+            f"{_ci(r, 'd_auc', '+.3f')} | {_ci(r, 'd_final', '+.3f')} | {_ci(r, 'd_reach', '+.1f')} | "
+            f"{_ci(r, 'c_auc', '+.3f')} | {_ci(r, 'c_final', '+.3f')} |"
+        )
+    out.append("")
+    for r in rows:
+        if r["method"] == "grpo":
+            sig = r["gain_lo"] > 0
+            out.append(
+                f"- {r['env']}: GRPO's held-out gain over the starting policy is {r['gain']:+.3f} "
+                f"[{r['gain_lo']:+.3f}, {r['gain_hi']:+.3f}]: "
+                + ("significant (interval above 0)." if sig else "**not significant at this budget**.")
+            )
+    if fidelity is not None:
+        out.append("")
+        envs = list(dict.fromkeys(r["env"] for r in results))
+        scopes = [[e] for e in envs] + ([envs] if len(envs) > 1 else [])
+        for scope in scopes:
+            fv = fidelity_vs_learning([r for r in results if r["env"] in scope], fidelity)
+            if fv is None:
+                out.append(f"- {' + '.join(scope)}: too few (env, method) points with a fidelity score.")
+                continue
+            out.append(
+                f"- Does fidelity predict learning? {' + '.join(fv['envs'])}: Spearman ρ between credit-fidelity "
+                f"AUROC (all steps) and Δ AUC vs GRPO across {fv['points']} (env, method) points: "
+                f"**{fv['rho']:+.2f}** [{fv['lo']:+.2f}, {fv['hi']:+.2f}] (95% bootstrap over seeds)."
+            )
+    return "\n".join(out)
+
+
+def plot(results: list[dict], out: Path, prefix: str = "learning_study") -> list[Path]:
+    """One small PNG per env: mean held-out success over iterations per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for env in dict.fromkeys(r["env"] for r in results):
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        methods = [m for m in METHODS if any(r["env"] == env and r["method"] == m for r in results)]
+        cmap = plt.get_cmap("tab20")
+        for i, m in enumerate(methods):
+            rs = [r for r in results if r["env"] == env and r["method"] == m]
+            y = np.mean([held_curve(r) for r in rs], axis=0)
+            style = {"lw": 2.2, "color": "black"} if m in ("grpo", CEILING) else {"lw": 1.0, "color": cmap(i)}
+            ax.plot(rs[0]["eval_its"], y, label=m, ls="--" if m == CEILING else "-", **style)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.set_ylabel("held-out success (mean over seeds)", fontsize=8)
+        ax.set_title(env, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=5.5, ncol=2)
+        fig.tight_layout()
+        path = out / f"{prefix}_curves_{env}.png"
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+FIDELITY = tuple(
+    REPO / "benchmarks" / "results" / name
+    for name in ("credit_fidelity_2026-12-05.json", "credit_fidelity_sokoban_2026-12-06.json")
+)
+
+
+def report(out: Path, cells: Path, keys: set[str] | None) -> str:
+    results = [r for r in cs.load_cells(cells) if keys is None or r["key"] in keys]
+    if not results:
+        raise SystemExit(f"no finished cells of this sweep in {cells}")
+    table = markdown(results, fidelity_scores(FIDELITY))
+    (out / "summary.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    for p in plot(results, out):
+        print(f"wrote {p}")
+    return table
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------------------------------------------
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="runs/learning_study", help="folder for cells.jsonl, summary.md, plots")
+    p.add_argument(
+        "--full", action="store_true", help="the full sweep: every env, 30 iterations, 40 eval tasks"
+    )
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 2 iterations, 4 eval tasks")
+    p.add_argument("--envs", nargs="+", default=None, choices=list(ENVS), help=f"default {DEFAULT_ENVS}")
+    p.add_argument(
+        "--methods", nargs="+", default=None, choices=list(METHODS), help="default: DEFAULT_METHODS"
+    )
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--iterations", type=int, default=12)
+    p.add_argument("--n-tasks", type=int, default=4, help="training tasks (groups) per iteration")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=20.0, help="SGD step on the token-mean loss (every method)")
+    p.add_argument("--hint-strength", type=float, default=2.0, help="modelled teachers' logit bonus")
+    p.add_argument("--eval-every", type=int, default=4)
+    p.add_argument("--eval-tasks", type=int, default=20, help="tasks per held-out split")
+    p.add_argument(
+        "--train-tasks", type=int, default=0, help="training tasks drawn from (0: the whole split)"
+    )
+    p.add_argument("--max-steps", type=int, default=0, help="step limit (0: the env row's)")
+    p.add_argument("--warm-tasks", type=int, default=10, help="expert demos of the warm start")
+    p.add_argument("--warm-epochs", type=int, default=1)
+    p.add_argument("--warm-lr", type=float, default=0.5)
+    p.add_argument("--workers", type=int, default=1, help="cells run in this many processes")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the tables and plots")
+    p.add_argument("--cells", default=None, help="report from this results file (.jsonl or .jsonl.gz)")
+    p.add_argument("--learner", choices=("linear", "llm"), default="linear", help="llm: the bundled trainer")
+    p.add_argument("--model", default="tiny", help="--learner llm: model name or folder ('tiny': in-process)")
+    args = p.parse_args(argv)
+    if args.full:
+        args.envs = args.envs or list(ENVS)
+        args.iterations, args.eval_tasks = max(args.iterations, 30), max(args.eval_tasks, 40)
+    if args.quick:
+        args.seeds, args.iterations, args.eval_every, args.eval_tasks = min(args.seeds, 2), 2, 1, 4
+        args.n_tasks, args.group_size = 2, 4
+    args.envs = args.envs or list(DEFAULT_ENVS)
+    args.methods = args.methods or list(METHODS if args.full else DEFAULT_METHODS)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.learner == "llm":
+        from _learning_study_llm import run_llm
+
+        records = run_llm(args)
+        for r in records:
+            cs.append_cell(out / "llm_cells.jsonl", r)
+        print(json.dumps(records, indent=1))
+        return 0
+    cells_path = out / "cells.jsonl"
+    keys = {cell_key(c) for c in plan(args)}
+    if not args.report_only:
+        done = {r["key"] for r in cs.load_cells(cells_path)}
+        todo = [c for c in plan(args) if cell_key(c) not in done]
+        print(
+            f"# learning study: {len(done)} cells done, {len(todo)} to run, {args.workers} workers",
+            flush=True,
+        )
+        t0 = time.perf_counter()
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(args.workers) if args.workers > 1 else cs._Serial() as pool:
+            for r in pool.imap_unordered(run_cell, todo):
+                r["args"] = {k: vars(args)[k] for k in TRAIN_ARGS}
+                cs.append_cell(cells_path, r)
+                y = held_curve(r)
+                print(
+                    f"{r['env']:9s} {r['method']:15s} seed {r['seed']:2d}: held-out {y[0]:.2f} → {y[-1]:.2f} "
+                    f"({r['seconds']:.1f}s)",
+                    flush=True,
+                )
+        print(f"# sweep wall time: {time.perf_counter() - t0:.0f} s", flush=True)
+    report(out, Path(args.cells) if args.cells else cells_path, None if args.cells else keys)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""benchmarks/learning_study.py on a tiny budget: its advantages are stepgym's shape_advantages on the trainer's
+batch, held-out tasks are never trained on, finished cells are skipped on resume, the report is built from the
+cells, and ``--learner llm`` runs the bundled trainer for one iteration with the tiny in-process model."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import learning_study as ls  # noqa: E402
+
+from stepgym import schema  # noqa: E402
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
+
+ALF = ls.ENVS["ALFWorld"]
+TINY = [
+    "--seeds", "1", "--iterations", "2", "--eval-every", "1", "--n-tasks", "2", "--group-size", "2",
+    "--eval-tasks", "2", "--max-steps", "6", "--warm-tasks", "2",
+]  # fmt: skip
+
+
+def _episodes(values: bool) -> tuple[list, ls.Policy]:
+    """Two groups of three sampled ALFWorld episodes from the warm-started policy."""
+    train, _ = ls.task_lists(ALF, {"eval_tasks": 2})
+    policy = ls.warm_start(ALF, train, 4, 1, 0.5, 10)
+    env = ls.make_env(ALF, ALF.train_split, values=values)
+    rng = np.random.default_rng(3)
+    eps = []
+    for g, task in enumerate(train[:2]):
+        for _ in range(3):
+            e = ls.play(env, policy, task, rng, 10)
+            e.group = g
+            eps.append(e)
+    return eps, policy
+
+
+def test_advantages_are_shape_advantages_on_the_same_batch(data_dir: Path) -> None:
+    """The ceiling and GRPO advantages equal shape_advantages on a StepBatch built here from the episodes (the
+    true gains of ValueWrapper, the preset's reward scale), so the study trains on stepgym's own credit."""
+    eps, policy = _episodes(values=True)
+    steps = [s for e in eps for s in e.steps]
+    n = len(steps)
+    gains = [float(s.next_info[schema.VALUE_GAIN]) for s in steps]
+    assert any(g != 0.0 for g in gains)
+    mine = StepBatch(
+        group_ids=[e.group for e in eps for _ in e.steps],
+        traj_ids=[i for i, e in enumerate(eps) for _ in e.steps],
+        rewards=[10.0 * s.reward for s in steps],
+        valid=[True] * n,
+        anchor_obs=[s.info[schema.STATE_KEY] for s in steps],
+        next_obs=[s.next_info[schema.STATE_KEY] for s in steps],
+        dones=[s.done for s in steps],
+        step_index=[t for e in eps for t in range(len(e.steps))],
+        true_gain=gains,
+        layout=TokenLayout.from_step_rows(np.ones((n, 1))),
+    )
+    for method, cfg in (
+        ("oracle", ShapeConfig.from_preset("oracle")),
+        ("grpo", ls.shaper_config(ALF, "grpo")[0]),
+    ):
+        got, batch = ls.advantages(method, ALF, eps, it=0, graph=None, stale=policy, strength=2.0)
+        want = shape_advantages(mine, cfg, update_index=0).token_advantages[:, 0]
+        assert got.shape == (n,)
+        np.testing.assert_allclose(got, want, atol=1e-12)
+        np.testing.assert_allclose(batch.rewards, mine.rewards)
+    oracle, _ = ls.advantages("oracle", ALF, eps, it=0, graph=None, stale=policy, strength=2.0)
+    grpo, _ = ls.advantages("grpo", ALF, eps, it=0, graph=None, stale=policy, strength=2.0)
+    assert not np.allclose(oracle, grpo)  # the ceiling is step credit, not the episode's
+    # the -obs keying anchors on the observation text, the default on STATE_KEY
+    _, b_obs = ls.advantages("g2po-obs", ALF, eps, it=0, graph=None, stale=policy, strength=2.0)
+    assert list(b_obs.anchor_obs) == [s.obs for s in steps]
+    # Dr.GRPO is GRPO without the std division: same sign, other scale
+    dr, _ = ls.advantages("drgrpo", ALF, eps, it=0, graph=None, stale=policy, strength=2.0)
+    assert np.array_equal(np.sign(dr), np.sign(grpo))
+
+
+def test_policy_gradient_raises_the_chosen_action(data_dir: Path) -> None:
+    eps, _ = _episodes(values=False)
+    s = eps[0].steps[0]
+    p = ls.Policy()
+    before = ls.cs.softmax(p.logits(s.ctx, s.actions))[s.chosen]
+    p.update(s.ctx, s.actions, ls.cs.softmax(p.logits(s.ctx, s.actions)), s.chosen, 1.0)
+    assert ls.cs.softmax(p.logits(s.ctx, s.actions))[s.chosen] > before
+    assert ls.parse_action("take apple 1 from countertop 2") == ("take", ("apple", "countertop"))
+
+
+def test_cells_train_on_train_games_only_and_resume(tmp_path: Path, data_dir: Path, capsys) -> None:
+    out = tmp_path / "ls"
+    argv = ["--out", str(out), *TINY, "--methods", "grpo", "oracle"]
+    assert ls.main(argv) == 0
+    cells = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
+    assert {c["method"] for c in cells} == {"grpo", "oracle"}
+    train_ids = set(ls.make_env(ALF, "train", expert=False).task_ids)
+    for c in cells:
+        held = {t for ids in c["held_tasks"].values() for t in ids}
+        assert set(c["held_tasks"]) == {"valid_seen", "valid_unseen"}
+        assert c["trained_tasks"] and set(c["trained_tasks"]) <= train_ids
+        assert not held & set(c["trained_tasks"]) and not held & train_ids
+        assert c["eval_its"] == [0, 1, 2] and len(c["held"]) == 3 and len(c["train_curve"]) == 2
+        assert all(0.0 <= v <= 1.0 for h in c["held"] for v in h.values())
+    # both methods start from the same warm-started policy and evaluation stream
+    assert cells[0]["held"][0] == cells[1]["held"][0]
+    capsys.readouterr()
+    assert ls.main(argv) == 0  # resume: nothing to run
+    assert "2 cells done, 0 to run" in capsys.readouterr().out
+    assert len((out / "cells.jsonl").read_text().splitlines()) == 2
+    # a torn last line (a killed run) is dropped and that cell rerun
+    data = (out / "cells.jsonl").read_bytes()
+    (out / "cells.jsonl").write_bytes(data[: data.rfind(b"\n", 0, len(data) - 1) + 1] + b'{"key": "tor')
+    assert ls.main(argv) == 0
+    assert "1 cells done, 1 to run" in capsys.readouterr().out
+    assert len((out / "cells.jsonl").read_text().splitlines()) == 2
+    assert (out / "learning_study_curves_ALFWorld.png").stat().st_size > 1000
+
+
+def _cell(method: str, seed: int, curve: list[float]) -> dict:
+    return {
+        "env": "ALFWorld", "method": method, "seed": seed, "eval_its": [0, 5, 10],
+        "held": [{"valid_seen": v, "valid_unseen": v} for v in curve], "held_tasks": {"valid_seen": ["x"]},
+        "args": {"iterations": 10, "n_tasks": 4, "group_size": 8, "lr": 20.0, "max_steps": 0,
+                 "eval_every": 5, "warm_tasks": 10},
+        "seconds": 1.0,
+    }  # fmt: skip
+
+
+def test_report_statistics_on_known_cells() -> None:
+    """Paired differences, the reach metric and the fidelity correlation on hand-made cells."""
+    cells = []
+    for s in range(10):
+        cells.append(_cell("grpo", s, [0.1, 0.2, 0.3]))
+        cells.append(_cell("oracle", s, [0.1, 0.3, 0.5]))
+        cells.append(_cell("gigpo", s, [0.1, 0.1, 0.1 + 0.01 * s]))
+    rows = {r["method"]: r for r in ls.summarise(cells)}
+    assert rows["grpo"]["gain"] == pytest.approx(0.2) and rows["grpo"]["gain_lo"] == pytest.approx(0.2)
+    assert rows["oracle"]["d_final"] == pytest.approx(0.2)
+    assert rows["oracle"]["d_reach"] == pytest.approx(-5.0)  # 0.3 reached at 5 instead of 10
+    assert rows["gigpo"]["d_reach"] == pytest.approx(5.0)  # never: censored at 15
+    assert rows["gigpo"]["c_auc"] < 0 and rows["gigpo"]["c_auc_hi"] < 0
+    assert math.isnan(rows["grpo"]["d_auc"])
+    fid = {("ALFWorld", "grpo"): 0.5, ("ALFWorld", "gigpo"): 0.4, ("ALFWorld", "oracle"): 1.0}
+    fv = ls.fidelity_vs_learning(cells, fid, n_boot=200)
+    assert fv["rho"] == pytest.approx(1.0) and fv["points"] == 3
+    md = ls.markdown(cells, fid)
+    assert "| ALFWorld | oracle | 10 |" in md and "significant (interval above 0)" in md
+
+
+@pytest.mark.slow
+def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data_dir: Path, capsys) -> None:
+    pytest.importorskip("torch")
+    from _learning_study_llm import run_llm
+
+    args = ls.parse(
+        ["--learner", "llm", "--model", "tiny", "--out", str(tmp_path), *TINY, "--iterations", "1"]
+    )
+    args.methods = ["gigpo"]
+    (rec,) = run_llm(args)
+    assert rec["method"] == "gigpo" and rec["eval_its"] == [0, 1]
+    assert set(rec["held"][0]) == set(rec["held"][1]) == {"valid_seen", "valid_unseen"}
+    assert rec["last_step"]["rollout/rows"] > 0 and math.isfinite(rec["last_step"]["actor/pg_loss"])
