@@ -84,7 +84,7 @@ def credit_fidelity() -> str:
     return cf.report_tables(json.loads(CREDIT_FIDELITY.read_text(encoding="utf-8"))["results"])
 
 
-CREDIT_FIDELITY_ALL = ROOT / "benchmarks" / "results" / "credit_fidelity_2026-12-05.json"
+CREDIT_FIDELITY_ALL = ROOT / "benchmarks" / "results" / "credit_fidelity_2026-12-06.json"
 CREDIT_STUDY_CELLS = ROOT / "benchmarks" / "results" / "credit_study_2026-12-05_cells.jsonl.gz"
 
 
@@ -97,6 +97,17 @@ def credit_fidelity_methods() -> str:
     import credit_fidelity as cf
 
     return cf.docs_tables(json.loads(CREDIT_FIDELITY_ALL.read_text(encoding="utf-8"))["results"])
+
+
+def credit_fidelity_grouping() -> str:
+    """docs/credit_fidelity.md's grouping diagnostics (singleton step groups, purity against the exact state, per env
+    and keying), rebuilt from the committed results file."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import json
+
+    import credit_fidelity as cf
+
+    return cf.grouping_table(json.loads(CREDIT_FIDELITY_ALL.read_text(encoding="utf-8"))["grouping"])
 
 
 def credit_study_methods() -> str:
@@ -148,6 +159,7 @@ FIGURES = {
         Figure("arg-stats", arg_stats),
         Figure("credit-fidelity", credit_fidelity),
         Figure("credit-fidelity-methods", credit_fidelity_methods, ROOT / "docs" / "credit_fidelity.md"),
+        Figure("credit-fidelity-grouping", credit_fidelity_grouping, ROOT / "docs" / "credit_fidelity.md"),
         Figure("credit-study-methods", credit_study_methods, ROOT / "docs" / "credit_study.md"),
         Figure("learning-study", learning_study, ROOT / "docs" / "learning_study.md"),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
