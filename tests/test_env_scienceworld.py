@@ -68,7 +68,7 @@ def test_split_table_is_upstreams(upstream):
 def test_registration_and_task_ids():
     entry = env_entry(ENV_ID)
     assert entry is not None and entry.value_oracle is None and "too large" in entry.no_values
-    assert entry.task_types == tuple(VARIATION_COUNTS) and len(entry.task_types) == 30
+    assert entry.types() == tuple(VARIATION_COUNTS) and len(entry.types()) == 30
     assert entry.splits.evaluation == "test"
     ids = split_task_ids("test")
     assert len(ids) == sum(c[2] for c in VARIATION_COUNTS.values()) and ids[0] == "boil/21"

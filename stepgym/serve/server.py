@@ -61,6 +61,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _cwd_on_path() -> None:
+    """The current folder on the import path, as with ``python -m``: the operator's modules are found from there."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def import_object(spec: str) -> Any:
     """``package.module:attribute`` (the operator's command line, never a client's text).
 
@@ -70,9 +77,7 @@ def import_object(spec: str) -> Any:
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
         raise StepGymError(f"{spec!r} is not of the form package.module:name")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
+    _cwd_on_path()
     try:
         obj: Any = importlib.import_module(module)
     except ImportError as exc:  # ModuleNotFoundError included: the module or one of its own imports
@@ -94,6 +99,7 @@ def recipe_of(config: ServeConfig) -> EnvRecipe:
     if ":" in env and env not in gym.registry:
         from stepgym.envs import resolve_env_id
 
+        _cwd_on_path()  # both forms name a module of the operator's (Gymnasium's module:Env-v0, a factory)
         if resolve_env_id(env) not in gym.registry:  # (importing the module registered nothing by that name)
             env = import_object(env)  # package.module:factory (a name it lacks: one line, import_object's)
     elif env not in gym.registry:
