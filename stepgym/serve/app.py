@@ -183,7 +183,7 @@ class _Handlers:
             try:
                 msg = await asyncio.wait_for(ws.receive(), idle)
             except TimeoutError:
-                await self._refuse(ws, f"session closed: no message for {idle:.0f} s", ErrorCode.TIMEOUT)
+                await self._refuse(ws, f"session closed: no message for {idle:g} s", ErrorCode.TIMEOUT)
                 return True
             if msg["type"] == "websocket.disconnect":
                 return False

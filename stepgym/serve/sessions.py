@@ -294,7 +294,7 @@ class SessionManager:
             if expired or idle:
                 if s.attached and s.on_reap is not None:
                     with contextlib.suppress(Exception):
-                        s.on_reap(f"idle for more than {self.limits.idle_timeout_s:.0f} s")
+                        s.on_reap(f"idle for more than {self.limits.idle_timeout_s:g} s")
                 self.close(s)
                 ended += 1
         self.counters["reaped"] += ended
