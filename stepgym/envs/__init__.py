@@ -347,7 +347,7 @@ def register_envs() -> None:
         max_steps=10,
         text_format="credit",
         splits=_TOY_SPLITS,
-        value_oracle="stepgym.values.credit:CreditOracle",
+        value_oracle="stepgym.values.base:StepsToWinOracle",
     )
     register(
         "StepGym/CreditFamily-v0",
@@ -355,7 +355,7 @@ def register_envs() -> None:
         max_steps=20,
         text_format="credit",
         splits=_TOY_SPLITS,
-        value_oracle="stepgym.values.credit:CreditOracle",
+        value_oracle="stepgym.values.base:StepsToWinOracle",
     )
     _register_solver_envs()
 
@@ -398,7 +398,7 @@ def _register_solver_envs() -> None:
         max_steps=50,
         text_format="stepgym.envs.textcraft.prompt:FORMAT",
         splits=EnvSplits(("train", "test", "all"), "test"),
-        value_oracle="stepgym.values.textcraft:TextCraftOracle",
+        value_oracle="stepgym.values.base:StepsToWinOracle",
         task_types=("depth-2", "depth-3", "depth-4"),
     )
 

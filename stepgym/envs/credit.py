@@ -156,7 +156,7 @@ class CreditToyEnv(TextEnv):
     def steps_to_win(self) -> int | None:
         """The optimum by construction: the fewest actions from the current state to the open door (0 when won),
         or None when no action sequence can win (a wrong object held, or the key walked past). Read by
-        :mod:`stepgym.values.credit`."""
+        :class:`~stepgym.values.base.StepsToWinOracle`."""
         if self._door_open:
             return 0
         last = self.n_rooms - 1

@@ -206,7 +206,7 @@ class CreditFamilyEnv(TextEnv):
 
     def steps_to_win(self) -> int | None:
         """The optimum by construction: every station still to pass takes one action (0 when won), or None in a
-        doomed state. Read by :mod:`stepgym.values.credit`."""
+        doomed state. Read by :class:`~stepgym.values.base.StepsToWinOracle`."""
         if self._won:
             return 0
         if self._doomed:

@@ -9,9 +9,9 @@ labels as harmful (-1), neutral (0) or helpful (+1). The oracles, one module per
   else the expert's completion as an upper bound);
 * :mod:`~stepgym.values.webshop` — the shortest click path to buying a best-reward product on the real engine;
 * :mod:`~stepgym.values.searchqa` — whether a gold answer has been gathered, and whether the answer scored EM;
-* :mod:`~stepgym.values.credit` — CreditToy / CreditFamily, exact by construction;
+* :class:`~stepgym.values.base.StepsToWinOracle` — an env that knows its own optimum (``steps_to_win()``):
+  CreditToy / CreditFamily by construction, TextCraft from its exact solver;
 * :mod:`~stepgym.values.sokoban` — Sokoban's solver: breadth-first search with deadlock pruning, exact everywhere;
-* :mod:`~stepgym.values.textcraft` — TextCraft's exact fewest commands to the goal, from the inventory.
 * :mod:`~stepgym.values.babyai` — BabyAI: A* over the level's full state (exact within the env's search budget,
   else the shorter of the best success found and the BabyAI bot's completion, as an upper bound).
 

@@ -16,7 +16,16 @@ from typing import Any, Protocol
 from stepgym import schema
 from stepgym.errors import StepGymError
 
-__all__ = ["Remember", "TaskMemo", "Value", "ValueCache", "ValueOracle", "step_gain", "step_value_class"]
+__all__ = [
+    "Remember",
+    "StepsToWinOracle",
+    "TaskMemo",
+    "Value",
+    "ValueCache",
+    "ValueOracle",
+    "step_gain",
+    "step_value_class",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,23 @@ class ValueOracle(Protocol):
     unit_gain: bool
 
     def value(self, info: dict[str, Any], remember: Remember) -> Value: ...
+
+
+class StepsToWinOracle:
+    """The oracle of an env that knows its own optimum: exact values from the env's ``steps_to_win()`` (the fewest
+    actions to win from the current state, ``None`` when no action can win any more). The credit toys know it by
+    construction, TextCraft from its exact solver; ``budget`` is not needed and ignored."""
+
+    unit_gain = False
+
+    def __init__(self, env: Any, budget: int = 0):
+        self.env = env
+
+    def value(self, info: dict[str, Any], remember: Remember) -> Value:
+        steps = self.env.steps_to_win()
+        if steps is None:
+            return Value.unreachable()
+        return Value(float(steps), True, True, 1.0)
 
 
 def step_gain(before: Value, after: Value, unit: bool = False) -> float:
