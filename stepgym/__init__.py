@@ -4,7 +4,8 @@
 ``StepGym/WebShopSite-v0``, ``StepGym/SearchQA-v0``, ``StepGym/CreditToy-v0``, ``StepGym/CreditFamily-v0``,
 ``StepGym/Sokoban-v0``, ``StepGym/TextCraft-v0``, ``StepGym/ScienceWorld-v0``, ``StepGym/BabyAI-v0``) and nothing
 heavier: torch, TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them, and the
-names below that need more (``GroupEnv`` needs PettingZoo) load on first use.
+names below that need more (``GroupEnv`` needs PettingZoo) load on first use. ``step_batch_from_trajectories``
+(:mod:`stepgym.steps`) turns a loop of one's own's recorded episodes into the shapers' ``StepBatch``.
 
 >>> import gymnasium as gym
 >>> import stepgym
@@ -21,7 +22,16 @@ from stepgym.envs import ENV_IDS, register_envs
 from stepgym.lazy import lazy_exports
 
 __version__ = "0.1.0"
-__all__ = ["ENV_IDS", "GroupEnv", "__version__", "peer_hindsight", "register_envs", "schema", "wrappers"]
+__all__ = [
+    "ENV_IDS",
+    "GroupEnv",
+    "__version__",
+    "peer_hindsight",
+    "register_envs",
+    "schema",
+    "step_batch_from_trajectories",
+    "wrappers",
+]
 
 register_envs()
 
@@ -34,6 +44,7 @@ __getattr__, __dir__ = lazy_exports(
         "ARG": "stepgym.reference_graph",
         "GroupEnv": "stepgym.group",
         "peer_hindsight": "stepgym.group",
+        "step_batch_from_trajectories": "stepgym.steps",
         "wrappers": "stepgym.wrappers:",
     },
 )

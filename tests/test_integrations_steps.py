@@ -1,4 +1,4 @@
-"""The one StepBatch builder and mask-run helper every one-row-per-episode adapter uses (integrations.steps)."""
+"""The one StepBatch builder (stepgym.steps) every adapter and the bundled trainer use, and the mask-run helper."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from _oracles import oracle_step_batch, spans_of_mask
 
 from stepgym.errors import StepRecordError
-from stepgym.integrations import steps as st
+from stepgym import steps as st
 from stepgym.shapers import ShapeConfig, shape_advantages
 
 

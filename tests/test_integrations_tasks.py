@@ -75,7 +75,7 @@ def test_a_missing_trainer_names_the_pip_command(
 
 
 def test_credit_fields_one_validity_anchor_and_label_rule_for_every_adapter() -> None:
-    from stepgym.integrations.annotations import credit_fields
+    from stepgym.step_record import credit_fields
 
     def rec(fv, adm, key, rea=None, prog=None):
         return {

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "stepgym.llm_client",
     ),
     ("stepgym.envs",),
-    ("stepgym.shapers",),
+    ("stepgym.shapers", "stepgym.steps"),
     (
         "stepgym.schema",
         "stepgym.episodes",
@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "stepgym._deps",
         "stepgym.hindsight",
         "stepgym.labels",
+        "stepgym.step_record",
         "stepgym",
     ),
 )

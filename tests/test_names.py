@@ -23,6 +23,8 @@ OLD_MODULES = (
     "stepgym.envs.webshop.cli",
     "stepgym.recording.trainer",
     "stepgym.wrappers._recording",
+    "stepgym.integrations.steps",  # stepgym.steps: the one StepBatch builder, below the trainers
+    "stepgym.integrations.annotations",  # stepgym.step_record: the step record
 )
 
 
@@ -46,6 +48,10 @@ def test_old_names_are_gone_not_deprecated() -> None:
     for name in ("policy_loss", "agg_loss", "clipped_surrogate"):  # the NumPy twins keep only their _np names
         assert not hasattr(stepgym.shapers, name), name
     assert not (Path(stepgym.__file__).parent / "_moved.py").exists()
+    import stepgym.trainers.advantages
+
+    for name in ("build_step_batch", "step_valid"):  # the trainer builds through stepgym.steps.build_step_batch
+        assert not hasattr(stepgym.trainers.advantages, name), name
 
 
 def test_every_subcommand_lives_in_the_cli_package() -> None:

@@ -337,7 +337,7 @@ def test_trainer_presets_for_each_env_and_method() -> None:
 
 def test_bundled_trainer_fills_the_graph_fields() -> None:
     from stepgym import schema
-    from stepgym.trainers.advantages import build_step_batch
+    from stepgym.trainers.advantages import rows_step_batch
     from stepgym.trainers.samples import StepRow
 
     def row(traj: int, t: int, a: str, n: str, r: float, won: bool) -> StepRow:
@@ -367,7 +367,7 @@ def test_bundled_trainer_fills_the_graph_fields() -> None:
         row(1, 0, "s0", "s2", 0, False),
         row(1, 1, "s2", "s2", 0, False),
     ]
-    batch, _ = build_step_batch(rows, reward_scale=10.0, invalid_rule="admissible", pad_id=0)
+    batch, _ = rows_step_batch(rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=0)
     assert batch.next_obs == ["s1", "s3", "s2", "s2"]
     np.testing.assert_array_equal(batch.success, [False, True, False, False])
     np.testing.assert_array_equal(batch.step_index, [0, 1, 0, 1])

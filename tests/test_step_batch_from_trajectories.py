@@ -1,7 +1,8 @@
 """``step_batch_from_trajectories``: a StepBatch from recorded episodes, for a training loop of one's own.
 
 The same episodes shaped two ways must give the same advantages for every base (the graph methods included): the
-bundled trainer's path (the collector's step rows → ``trainers.advantages.build_step_batch``) and a user's path
+bundled trainer's path (the collector's step rows → ``trainers.advantages.rows_step_batch`` → ``stepgym.steps``'s
+``build_step_batch``) and a user's path
 (the collector's recorded ``Trajectory`` objects, which ``GroupEnv`` records → ``step_batch_from_trajectories``).
 A plain ``GroupEnv`` loop on the env itself (no text interface) then gets a batch whose states chain.
 """
@@ -67,11 +68,11 @@ def test_the_graph_bases_are_all_covered() -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_from_trajectories_shapes_as_the_bundled_trainer_does(rollouts, preset: str) -> None:
-    from stepgym.trainers.advantages import build_step_batch
+    from stepgym.trainers.advantages import rows_step_batch
 
     ro, pad_id = rollouts
     assert len({t.success for t in ro.trajectories}) == 2  # mixed outcomes: non-trivial advantages
-    trainer, _ = build_step_batch(
+    trainer, _ = rows_step_batch(
         ro.rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=pad_id
     )
     mine = step_batch_from_trajectories(ro.trajectories, ro.traj_group, reward_scale=10.0)

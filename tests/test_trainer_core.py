@@ -164,7 +164,7 @@ def test_batched_logprobs_equal_unpadded_ones(batch_trainer: GRPOTrainer) -> Non
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("preset", ["ahead", "stepopsd-alfworld"])
 def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset: str) -> None:
-    from stepgym.trainers.advantages import build_step_batch, shape_rows
+    from stepgym.trainers.advantages import rows_step_batch, shape_rows
 
     cfg = scripted(tiny_config(tmp_path / preset, ShapeConfig.from_preset(preset)), "noisy-expert:0.5")
     tr = GRPOTrainer(cfg)
@@ -175,15 +175,10 @@ def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset
     teacher = tr.rescore(ro, old)
     assert teacher["metrics"]["teacher/items"] > 0
     assert teacher["metrics"]["teacher/delta_std"] > 0  # real, non-trivial gaps
-    batch, mask = build_step_batch(
-        rows,
-        reward_scale=10.0,
-        invalid_rule="format_or_inadmissible",
-        pad_id=tr.pad_id,
-        delta=teacher["delta"],
-        delta_mask=teacher.get("delta_mask"),
-        target=teacher.get("target"),
+    batch, mask = rows_step_batch(
+        rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=tr.pad_id
     )
+    batch = replace(batch, delta=teacher["delta"], delta_mask=teacher.get("delta_mask"), target=teacher.get("target"))
     res = shape_rows(batch, cfg.shaper, update_index=1, mask=mask)
     base = broadcast_to_tokens(res.shaped.step_advantages, res.layout)
     shaped = res.token_advantages
@@ -197,21 +192,17 @@ def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset
 def test_proas_keeps_or_zeroes_the_sign_on_real_batches(tmp_path: Path) -> None:
     """ProAS only rescales (MUI: × Rea ∈ {0, 1}; APR: × D_t/D̄ ≥ 0): a shaped step never flips its base sign, and
     APR preserves each failed trajectory's mean penalty when its base advantage is constant."""
-    from stepgym.trainers.advantages import build_step_batch, shape_rows
+    from stepgym.trainers.advantages import rows_step_batch, shape_rows
 
     cfg = scripted(tiny_config(tmp_path / "proas", ShapeConfig.from_preset("proas-grpo")), "noisy-expert:0.5")
     tr = GRPOTrainer(cfg)
     ro = tr.collect()
     rea, pa = tr.arg.label(ro)
     assert rea.any() and not rea.all()  # expert-seeded graph: some steps reasonable, some not
-    batch, mask = build_step_batch(
-        ro.rows,
-        reward_scale=10.0,
-        invalid_rule="format_or_inadmissible",
-        pad_id=tr.pad_id,
-        reasonable=rea,
-        progress=pa,
+    batch, mask = rows_step_batch(
+        ro.rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=tr.pad_id
     )
+    batch = replace(batch, reasonable=rea, progress=pa)
     res = shape_rows(batch, cfg.shaper, update_index=0, mask=mask)
     base, shaped = res.shaped.base_advantages, res.shaped.step_advantages
     assert np.any(base != 0)

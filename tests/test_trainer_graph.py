@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from test_trainer_core import scripted, tiny_config
 
 from stepgym.shapers import ShapeConfig
-from stepgym.trainers.advantages import build_step_batch
+from stepgym.trainers.advantages import rows_step_batch
 from stepgym.trainers.grpo import GRPOTrainer
 
 
@@ -28,11 +28,13 @@ def test_scripted_iteration_with_each_graph_base(tmp_path: Path, preset: str) ->
     tr = GRPOTrainer(cfg)
     try:
         ro = tr.collect()
-        batch, _ = build_step_batch(ro.rows, reward_scale=10.0, invalid_rule="admissible", pad_id=tr.pad_id)
+        batch, _ = rows_step_batch(
+            ro.rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=tr.pad_id
+        )
         # the state after row t is the state row t + 1 starts in (exact state keys)
-        for a, b in zip(ro.rows, ro.rows[1:], strict=False):
+        for i, (a, b) in enumerate(zip(ro.rows, ro.rows[1:], strict=False)):
             if a.traj == b.traj:
-                assert a.next_anchor == b.anchor
+                assert batch.next_obs[i] == batch.anchor_obs[i + 1] == b.record["state_key"] is not None
         assert batch.next_obs is not None and batch.step_index is not None
         tr.train()
     finally:
@@ -49,7 +51,9 @@ def test_oracle_runs_with_value_labels_and_is_refused_without(tmp_path: Path) ->
     tr = GRPOTrainer(cfg)
     try:
         ro = tr.collect()
-        batch, _ = build_step_batch(ro.rows, reward_scale=10.0, invalid_rule="admissible", pad_id=tr.pad_id)
+        batch, _ = rows_step_batch(
+            ro.rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=tr.pad_id
+        )
         assert batch.true_gain is not None and (batch.true_gain <= 1.0).all()  # +1 = an optimal step
         tr.train()
     finally:

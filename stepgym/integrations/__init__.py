@@ -30,13 +30,14 @@ Trainer-neutral pieces live here and import no trainer:
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
   so every trainer trains and evaluates on the same tasks;
-* :mod:`stepgym.integrations.annotations` flattens stepgym's step annotations (``stepgym.schema``) into plain
-  values a trainer's reward or metadata hook can carry.
-* :mod:`stepgym.integrations.steps` builds the shapers' ``StepBatch`` from per-step records and token spans (one
-  rule for TRL, verl, SkyRL and OpenRLHF; ``step_batch_from_trajectories`` for a loop of one's own over
-  ``GroupEnv``), and finds the reply spans in a loss mask;
 * :mod:`stepgym.integrations.teacher` builds the AHEAD / StepOPSD teacher contexts for one-row-per-episode layouts
   (TRL and verl).
+
+Below every trainer, shared with the bundled one: :mod:`stepgym.step_record` (the step record, read once per step
+from its info into plain values a trainer's reward or metadata hook can carry: ``step_annotations``,
+``episode_annotations``, ``STEP_FIELDS``) and :mod:`stepgym.steps` (the one ``StepBatch`` builder, for the bundled
+trainer and every adapter; ``step_batch_from_trajectories`` for a loop of one's own over ``GroupEnv``; the reply
+spans in a loss mask), re-exported here.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ _EXPORTS = {
     "task_rows": "stepgym.integrations.tasks",
     "task_dataset": "stepgym.integrations.tasks",
     "task_id_of_prompt": "stepgym.integrations.tasks",
-    "step_annotations": "stepgym.integrations.annotations",
-    "episode_annotations": "stepgym.integrations.annotations",
-    "STEP_FIELDS": "stepgym.integrations.annotations",
-    "step_batch_from_trajectories": "stepgym.integrations.steps",
+    "step_annotations": "stepgym.step_record",
+    "episode_annotations": "stepgym.step_record",
+    "STEP_FIELDS": "stepgym.step_record",
+    "StepRecord": "stepgym.step_record",
+    "step_batch_from_trajectories": "stepgym.steps",
 }
 
 __all__ = sorted(_EXPORTS)

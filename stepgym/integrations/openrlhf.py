@@ -38,8 +38,8 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.errors import abort_cause_of
-from stepgym.integrations.annotations import episode_annotations, step_annotations
 from stepgym.integrations.tasks import reset_args
+from stepgym.step_record import episode_annotations, step_annotations
 from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env, resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")

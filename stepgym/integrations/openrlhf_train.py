@@ -31,8 +31,8 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.errors import StepRecordError
-from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages
+from stepgym.steps import build_step_batch, mask_runs
 
 torch = _deps.require("torch", "openrlhf")
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF trainer integration")

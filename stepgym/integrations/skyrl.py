@@ -31,9 +31,9 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.errors import StepRecordError, abort_cause_of
-from stepgym.integrations.annotations import episode_annotations, step_annotations
-from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.integrations.tasks import reset_args
+from stepgym.step_record import episode_annotations, step_annotations
+from stepgym.steps import build_step_batch, mask_runs
 from stepgym.wrappers.text import make_text_env
 
 skyrl_gym = _deps.require("skyrl_gym", "skyrl", what="the SkyRL-gym integration")

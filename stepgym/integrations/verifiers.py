@@ -32,8 +32,8 @@ import threading
 from typing import Any
 
 from stepgym import _deps, schema
-from stepgym.integrations.annotations import episode_annotations
 from stepgym.integrations.tasks import task_ids
+from stepgym.step_record import episode_annotations
 from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env
 
 vf = _deps.require("verifiers.v1", "verifiers", what="the verifiers integration")

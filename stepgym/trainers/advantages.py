@@ -1,9 +1,9 @@
 """From collected rows to shaped token advantages — by calling the shapers, never by doing their maths.
 
-This module only *arranges arrays*: it turns the rows of a batch into the shapers' :class:`StepBatch` (per-step
-arrays in row order, a one-row-per-step :class:`TokenLayout` over the (B, R) response grid, the teacher gaps) and
-calls :func:`stepgym.shapers.shape_advantages`, the §0 pipeline. It also runs plain GRPO on the same batch
-for comparison (metrics and the report's credit picture) and summarises both.
+This module only *arranges arrays*: it hands the rows' step records to the one :class:`StepBatch` builder
+(:func:`stepgym.steps.build_step_batch`: per-step arrays in row order, a one-row-per-step :class:`TokenLayout` over
+the (B, R) response grid) and calls :func:`stepgym.shapers.shape_advantages`, the §0 pipeline. It also runs plain
+GRPO on the same batch for comparison (metrics and the report's credit picture) and summarises both.
 
 Reward scale: env rewards are multiplied by ``EnvConfig.reward_scale`` (10: verl-agent's 10·won) so the
 invalid-action penalty of the recipes (0.1, set by the ALFWorld/WebShop presets) has the papers' relative size.
@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 import numpy as np
 
-from stepgym import schema
+from stepgym import schema, steps
 from stepgym.shapers import ShapeConfig, ShapedAdvantages, StepBatch, TokenLayout, shape_advantages
+from stepgym.step_record import StepRecord, step_annotations
 from stepgym.trainers.samples import StepRow, response_matrix
 
-__all__ = ["ShapingResult", "advantage_stats", "build_step_batch", "shape_rows", "step_means"]
+__all__ = ["ShapingResult", "advantage_stats", "rows_step_batch", "shape_rows", "step_means"]
 
 
 @dataclass
@@ -44,67 +45,60 @@ class ShapingResult:
         return self.token_advantages[b, :n]
 
 
-def step_valid(rows: Sequence[StepRow], rule: str) -> np.ndarray:
-    """The validity flag the invalid-action penalty reads, per row (see ``EnvConfig.invalid_rule``)."""
-    if rule == "format":
-        return np.array([r.format_valid for r in rows], dtype=bool)
-    return np.array([r.format_valid and r.admissible for r in rows], dtype=bool)
-
-
-def build_step_batch(
+def rows_step_batch(
     rows: Sequence[StepRow],
     *,
     reward_scale: float,
     invalid_rule: str,
     pad_id: int,
-    reasonable: Any = None,
-    progress: Any = None,
-    delta: Any = None,
-    delta_mask: Any = None,
-    target: TokenLayout | None = None,
+    anchor: Literal["state_key", "observation"] = "state_key",
 ) -> tuple[StepBatch, np.ndarray]:
     """The shapers' input for ``rows`` (one row per step, in (trajectory, step) order) and the (B, R) mask.
 
-    Graph credit fields (docs/shapers.md §14.2): ``anchor_obs`` / ``next_obs`` are the states before / after each
-    step keyed by ``EnvConfig.anchor`` ("state_key": ``schema.STATE_KEY``, exact; "observation": the text, the
-    methods' own keying); ``success`` is ``schema.WON``, ``true_gain`` ``schema.VALUE_GAIN`` (ValueWrapper), each
-    None unless every row's info has it; ``dones`` is the step's ``terminated`` (a cut at the step limit is not done).
+    The rows' step records (``StepRow.record``, read once from the step's info by the collector) go through the
+    one builder every adapter uses, :func:`stepgym.steps.build_step_batch`, with the bundled trainer's options:
+    one token row per step (``layout="step_rows"``), ``success`` from ``schema.WON`` (``success="won"``), states
+    keyed by ``EnvConfig.anchor`` (``anchor``: ``"state_key"``, ``schema.STATE_KEY`` exact, the observation text
+    for a step without one; ``"observation"``: the text, the methods' own keying). ``true_gain`` is
+    ``schema.VALUE_GAIN`` (ValueWrapper) and ``dones`` the step's ``terminated`` (a cut at the step limit is not
+    done), as for every caller of the builder. The ARG labels and the teacher gaps are the caller's to add
+    (``dataclasses.replace``).
+
+    A row made by hand (no ``record``) is read from its own fields: its ``anchor`` / ``next_anchor`` are the keys
+    of the states before and after it.
     """
     _, mask = response_matrix([r.response_ids for r in rows], pad_id)
-    batch = StepBatch(
-        group_ids=np.array([r.group for r in rows], dtype=np.int64),
-        traj_ids=np.array([r.traj for r in rows], dtype=np.int64),
-        rewards=np.array([r.reward * reward_scale for r in rows], dtype=np.float64),
-        valid=step_valid(rows, invalid_rule),
-        anchor_obs=[r.anchor for r in rows],
-        next_obs=_column(rows, "next_anchor"),
-        success=_info_column(rows, schema.WON, bool),
-        step_index=np.array([r.t for r in rows], dtype=np.int64),
-        dones=np.array([r.terminated for r in rows], dtype=bool),
-        true_gain=_info_column(rows, schema.VALUE_GAIN, float),
-        actions=[r.action for r in rows],
-        aborted=np.array([r.aborted for r in rows], dtype=bool),
-        reasonable=reasonable,
-        progress=progress,
-        layout=TokenLayout.from_step_rows(mask),
-        delta=delta,
-        delta_mask=delta_mask,
-        target=target,
+    trajs: list[list[StepRow]] = []
+    for r in rows:
+        if trajs and trajs[-1][-1].traj == r.traj:
+            trajs[-1].append(r)
+        else:
+            trajs.append([r])
+    batch = steps.build_step_batch(
+        [[(0, len(r.response_ids)) for r in tr] for tr in trajs],
+        [tr[0].group for tr in trajs],
+        mask.shape[1],
+        records=[[_record(r) for r in tr] for tr in trajs],
+        aborted=[tr[0].aborted for tr in trajs],
+        observations=[[*(r.observation for r in tr), tr[-1].next_observation] for tr in trajs],
+        options=steps.StepBatchOptions(reward_scale, invalid_rule, anchor, success="won", layout="step_rows"),
     )
     return batch, mask
 
 
-def _column(rows: Sequence[StepRow], attr: str) -> list[Any] | None:
-    """``[getattr(r, attr)]``, or None when any row lacks it (rows built without it)."""
-    col = [getattr(r, attr) for r in rows]
-    return None if any(v is None for v in col) else col
-
-
-def _info_column(rows: Sequence[StepRow], key: str, kind: type) -> np.ndarray | None:
-    """An env-info value per row (e.g. ``schema.VALUE_GAIN`` from ValueWrapper), or None unless every row has it."""
-    if not rows or any(r.info.get(key) is None for r in rows):
-        return None
-    return np.array([kind(r.info[key]) for r in rows])
+def _record(row: StepRow) -> StepRecord:
+    """The row's step record: the collector's, or (a row made by hand) its fields through the same rule."""
+    if row.record is not None:
+        return row.record
+    before = {schema.STATE_KEY: row.anchor}
+    after = {
+        **row.info,
+        schema.FORMAT_VALID: row.format_valid,
+        schema.ADMISSIBLE: row.admissible,
+        schema.PARSED_ACTION: row.action,
+        schema.STATE_KEY: row.next_anchor,
+    }
+    return step_annotations(before, row.action, row.reward, after, terminated=row.terminated)
 
 
 def shape_rows(

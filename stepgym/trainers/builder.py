@@ -85,7 +85,6 @@ def make_collector(
         encoder=encoder,
         backend=backend,
         options=CollectorOptions(
-            anchor=cfg.env.anchor,
             executor=ExecutorSpec(ex["executor"], ex["num_workers"], ex["executor_kwargs"]),
             overlap=ex["overlap"],
             value_labels=cfg.env.value_labels,

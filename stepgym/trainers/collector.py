@@ -27,6 +27,7 @@ import numpy as np
 
 from stepgym import schema
 from stepgym.group import GroupConfig, GroupEnv
+from stepgym.step_record import step_annotations
 from stepgym.trainers.backends import GenerationRequest, RolloutBackend
 from stepgym.trainers.samples import PromptEncoder, StepRow
 from stepgym.workers import EnvRecipe, Executor, ExecutorSpec, make_executor
@@ -118,10 +119,8 @@ def draw_tasks(ids: Sequence[str] | None, n: int, rng: np.random.Generator) -> l
 
 @dataclass(frozen=True)
 class CollectorOptions:
-    """How a :class:`Collector` plays: where its env copies run, how it keys states and pipelines turns."""
+    """How a :class:`Collector` plays: where its env copies run and how it pipelines turns."""
 
-    anchor: str = "state_key"
-    """``"state_key"`` or ``"observation"`` (GiGPO's anchor state of each row)."""
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     """Where the env copies run (:class:`~stepgym.workers.ExecutorSpec`): ``"inprocess"`` (each group in this
     process, the default), ``"process"`` or ``"ray"`` (all groups' copies sharded over ``num_workers`` workers of
@@ -155,7 +154,7 @@ class Collector:
         group_size: G.
         encoder: turns prompt text into token ids (chat template, truncation).
         backend: the rollout backend.
-        options: :class:`CollectorOptions` (anchor, executor, overlap, value labels, what a
+        options: :class:`CollectorOptions` (executor, overlap, value labels, what a
             failure does, fault injection).
     """
 
@@ -179,7 +178,6 @@ class Collector:
         self.encoder = encoder
         self.backend = backend
         self.options = options
-        self.anchor = options.anchor
         self.executor = options.executor.kind
         self.num_workers = int(options.executor.num_workers)
         self.executor_kwargs = dict(options.executor.options)
@@ -253,11 +251,6 @@ class Collector:
             self._shared.close()
             self._shared = None
         self._pool = []
-
-    def _anchor(self, info: dict[str, Any], obs: Any) -> Any:
-        if self.anchor == "state_key" and info.get(schema.STATE_KEY) is not None:
-            return info[schema.STATE_KEY]
-        return obs
 
     @property
     def overlaps(self) -> bool:
@@ -418,6 +411,10 @@ class _Collection:
                 traj = g.trajectories[r_idx]
                 step = traj.steps[-1]
                 prompt, ids, cut = f.prompts[k]
+                # the step's record, read once from its infos (stepgym.step_record): the batch builder keys it
+                rec = step_annotations(
+                    self.last_info[gi][a], step.action, float(rew[a]), info, terminated=bool(step.terminated)
+                )
                 self.rows.append(
                     StepRow(
                         group=gi,
@@ -432,14 +429,14 @@ class _Collection:
                         prompt_truncated=cut,
                         finished=f.gens[k].finished,
                         observation=step.observation,
-                        reward=float(rew[a]),
-                        format_valid=bool(info.get(schema.FORMAT_VALID, False)),
-                        admissible=bool(info.get(schema.ADMISSIBLE, True)),
-                        action=info.get(schema.PARSED_ACTION),
+                        next_observation=step.next_observation,
+                        reward=rec["reward"],
+                        format_valid=bool(rec["format_valid"]),
+                        admissible=rec["admissible"] is not False,
+                        action=rec["action"],
                         info=info,
-                        anchor=self.col._anchor(self.last_info[gi][a], self.last_obs[gi][a]),
-                        next_anchor=self.col._anchor(info, step.next_observation),
-                        terminated=bool(step.terminated),
+                        terminated=rec["terminated"],
+                        record=rec,
                     )
                 )
                 self.last_info[gi][a] = info

@@ -29,6 +29,7 @@ the rollouts are gathered for the metrics and the ARG, and only rank 0 evaluates
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -40,7 +41,7 @@ from stepgym.envs import env_has_splits
 from stepgym.errors import AbortRateError
 from stepgym.shapers import dynamic_sampling_keep
 from stepgym.trainers.actor import UpdateRow
-from stepgym.trainers.advantages import ShapingResult, build_step_batch, shape_rows
+from stepgym.trainers.advantages import ShapingResult, rows_step_batch, shape_rows
 from stepgym.trainers.backends import backend_from_config
 from stepgym.trainers.builder import (
     build_actor,
@@ -229,11 +230,15 @@ class GRPOTrainer:
         t["old_logp"] = time.perf_counter()
         teacher = self.rescore(ro, old)
         labels = self.arg.label(ro) if self.arg is not None else (None, None)
-        batch, mask = build_step_batch(
+        batch, mask = rows_step_batch(
             rows,
             reward_scale=cfg.env.reward_scale,
             invalid_rule=cfg.env.invalid_rule,
             pad_id=self.pad_id,
+            anchor=cfg.env.anchor,
+        )
+        batch = dataclasses.replace(  # what the records do not hold: the ARG's labels, the teacher's gaps
+            batch,
             reasonable=labels[0],
             progress=labels[1],
             delta=teacher.get("delta"),

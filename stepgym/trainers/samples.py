@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from stepgym.step_record import StepRecord
+
 __all__ = [
     "PackedBatch",
     "PromptEncoder",
@@ -105,17 +107,23 @@ class StepRow:
     prompt_truncated: bool = False
     finished: bool = True  #: the response ended with EOS (False: cut at max_response_tokens)
     observation: str = ""  #: the raw observation the action was taken in (GiGPO's anchor fallback)
+    next_observation: str = ""  #: the raw observation the step led to
     reward: float = 0.0
     format_valid: bool = False
     admissible: bool = False
     action: str | None = None
     info: Mapping[str, Any] = field(default_factory=dict)  #: the env info returned for this step
-    anchor: Any = None  #: GiGPO anchor state (state key, or the observation)
-    next_anchor: Any = None  #: the same keying of the state after the step (graph credit bases' next state)
+    #: A row made by hand (no ``record``): the state it was taken in and the one it led to, as the batch keys them.
+    #: The collector leaves both ``None``: the batch builder keys its records (``EnvConfig.anchor``).
+    anchor: Any = None
+    next_anchor: Any = None
     terminated: bool = False  #: the env ended the episode at this step (not a cut at the step limit)
     aborted: bool = (
         False  #: the episode was cut off by an infrastructure failure (docs/failures.md): no credit, no loss
     )
+    #: The step's record (:func:`stepgym.step_record.step_annotations`), read once from its infos by the collector;
+    #: the trainer's ``StepBatch`` is built from it (:func:`stepgym.trainers.advantages.rows_step_batch`).
+    record: StepRecord | None = None
 
     @property
     def valid(self) -> bool:

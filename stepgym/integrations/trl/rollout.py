@@ -11,8 +11,8 @@ import numpy as np
 from stepgym import _deps
 from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupConfig, GroupEnv, WrapperFn
-from stepgym.integrations.annotations import ABORTED_STEP, episode_annotations
 from stepgym.integrations.tasks import reset_args, task_id_of_prompt
+from stepgym.step_record import ABORTED_STEP, episode_annotations
 from stepgym.wrappers.text import text_wrappers
 
 _deps.require("trl", "trl", what="the TRL integration")

@@ -10,8 +10,8 @@ import gymnasium as gym
 
 from stepgym import _deps, schema
 from stepgym.group import EnvFactory, WrapperFn
-from stepgym.integrations.annotations import episode_annotations
 from stepgym.integrations.tasks import reset_args
+from stepgym.step_record import episode_annotations
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
 _deps.require("trl", "trl", what="the TRL integration")

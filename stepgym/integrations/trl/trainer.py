@@ -10,8 +10,8 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.errors import StepRecordError
-from stepgym.integrations.steps import build_step_batch
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.steps import build_step_batch
 
 _deps.require("trl", "trl", what="the TRL integration")
 torch = _deps.require("torch", "trl")

@@ -46,13 +46,13 @@ from stepgym import _deps, schema
 from stepgym.episodes import EpisodeRecorder
 from stepgym.errors import StepRecordError, abort_cause_of
 from stepgym.group import WrapperFn
-from stepgym.integrations.annotations import ABORTED_STEP, INVALID_RULES, episode_annotations
-from stepgym.integrations.steps import build_step_batch, mask_runs
 from stepgym.integrations.tasks import reset_args, task_rows
 from stepgym.shapers import SHAPER_PRESETS, ShapeConfig, StepBatch, TokenLayout, shape_advantages
 from stepgym.shapers.registry import NEEDS
 from stepgym.shapers.registry import available as available_shapers
 from stepgym.shapers.registry import get as get_shaper
+from stepgym.step_record import ABORTED_STEP, INVALID_RULES, episode_annotations
+from stepgym.steps import build_step_batch, mask_runs
 from stepgym.wrappers.text import make_text_env
 
 _deps.require("verl", "verl", what="the verl integration")

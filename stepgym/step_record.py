@@ -1,16 +1,19 @@
-"""stepgym's step annotations as plain values for another trainer's reward and metadata hooks.
+"""The step record: one typed record per step, built once from the step's ``info``, read by every trainer.
 
-A trainer outside stepgym sees one completion and one scalar; the info dicts that say *why* a step was good or bad
-(format-valid / admissible / effective, the true state key, ARG labels, won) would be lost on the way. These two
-functions flatten them, keyed by short stable names (:data:`STEP_FIELDS`), so every adapter passes the same record
-and a user's reward function reads ``steps[t]["admissible"]`` whatever the trainer. A value the env or its wrappers
-did not annotate is ``None`` (never guessed).
+The info dicts that say *why* a step was good or bad (format-valid / admissible / effective, the true state key,
+ARG labels, won) are flattened once per step by :func:`step_annotations` into a :class:`StepRecord`, keyed by short
+stable names (:data:`STEP_FIELDS`). The bundled trainer (its collector keeps one per step), every adapter (TRL,
+verl, SkyRL, OpenRLHF, verifiers: a user's reward function reads ``steps[t]["admissible"]`` whatever the trainer)
+and :func:`stepgym.steps.build_step_batch` read the same record, and validity is read from it by one rule
+(:func:`valid_flags`). A value the env or its wrappers did not annotate is ``None`` (never guessed).
+
+Low in the layers (it reads only :mod:`stepgym.schema`), so the trainer and the adapters above it share it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -21,6 +24,7 @@ __all__ = [
     "INVALID_RULES",
     "STEP_FIELDS",
     "CreditFields",
+    "StepRecord",
     "arg_labels",
     "credit_fields",
     "episode_annotations",
@@ -29,21 +33,27 @@ __all__ = [
     "valid_flags",
 ]
 
+
+class StepRecord(TypedDict):
+    """One step, as :func:`step_annotations` reads it from the step's info (a plain ``dict`` at run time, so it
+    travels through any trainer's metadata and JSON). ``None``: the env or its wrappers did not say."""
+
+    reward: float  #: the env reward (unscaled)
+    action: str | None  #: the parsed env command (``None``: the text interface found none)
+    format_valid: bool | None  #: ``schema.FORMAT_VALID``
+    admissible: bool | None  #: ``schema.ADMISSIBLE``
+    effective: bool | None  #: ``schema.EFFECTIVE``
+    state_key: str | None  #: ``schema.STATE_KEY`` of the state the action was taken in
+    next_state_key: str | None  #: ``schema.STATE_KEY`` of the state it led to
+    won: bool | None  #: ``schema.WON`` after the step
+    terminated: bool  #: the step ended the episode before its step limit
+    value_gain: float | None  #: ``schema.VALUE_GAIN`` (``ValueWrapper``)
+    arg_reasonable: bool | None  #: ``schema.ARG_REASONABLE``
+    arg_progress: bool | None  #: ``schema.ARG_PROGRESS``
+
+
 #: The fields of a per-step record, in order.
-STEP_FIELDS: tuple[str, ...] = (
-    "reward",
-    "action",
-    "format_valid",
-    "admissible",
-    "effective",
-    "state_key",
-    "next_state_key",
-    "won",
-    "terminated",
-    "value_gain",
-    "arg_reasonable",
-    "arg_progress",
-)
+STEP_FIELDS: tuple[str, ...] = tuple(StepRecord.__annotations__)
 
 _FLAGS = {
     "format_valid": schema.FORMAT_VALID,
@@ -69,8 +79,9 @@ def step_annotations(
     after: Mapping[str, Any],
     *,
     terminated: bool = False,
-) -> dict[str, Any]:
-    """The record of one step: ``before`` is the info the action was chosen from, ``after`` the step's info.
+) -> StepRecord:
+    """The record of one step (the one place a step's info becomes its record): ``before`` is the info the action
+    was chosen from, ``after`` the step's info.
 
     ``action`` is the parsed env command when a text interface recorded one (``None`` for an unparsable reply),
     else the action as sent; ``state_key`` is the state the action was taken in, ``next_state_key`` the one it led
@@ -84,12 +95,12 @@ def step_annotations(
         "action": None if parsed is None else str(parsed),
         "state_key": _key(before.get(schema.STATE_KEY)),
         "next_state_key": _key(after.get(schema.STATE_KEY)),
-        "won": bool(after.get(schema.WON, False)),
+        "won": _flag(after.get(schema.WON)),
         "terminated": bool(terminated),
         "value_gain": None if after.get(schema.VALUE_GAIN) is None else float(after[schema.VALUE_GAIN]),
     }
     rec.update({name: _flag(after.get(key)) for name, key in _FLAGS.items()})
-    return {name: rec[name] for name in STEP_FIELDS}
+    return StepRecord(**{name: rec[name] for name in STEP_FIELDS})  # type: ignore[typeddict-item]
 
 
 def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
@@ -116,7 +127,7 @@ def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
 
 #: The record that stands in for a step of an aborted episode that has no record (the reply the env never
 #: answered): its values are never read, since the shapers leave an aborted episode's rows out.
-ABORTED_STEP: dict[str, Any] = {name: None for name in STEP_FIELDS} | {
+ABORTED_STEP: StepRecord = {name: None for name in STEP_FIELDS} | {  # type: ignore[assignment]
     "reward": 0.0, "won": False, "terminated": False,
 }  # fmt: skip
 
