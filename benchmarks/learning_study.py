@@ -68,7 +68,7 @@ from stepgym import schema  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
 from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages  # noqa: E402
-from stepgym.trainers.advantages import build_step_batch  # noqa: E402
+from stepgym.trainers.advantages import rows_step_batch  # noqa: E402
 from stepgym.trainers.presets import TRAINER_PRESETS, get_preset  # noqa: E402
 from stepgym.trainers.samples import StepRow  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
@@ -416,15 +416,10 @@ def advantages(
     cfg, scale, rule = shaper_config(env, method)
     labels = cs.proas_labels(graph, eps) if method == "proas" else (None, None)
     delta = teacher_gaps(method, eps, stale, strength)[:, None] if cfg.token_reweight is not None else None
-    batch, _ = build_step_batch(
-        step_rows(eps, method.endswith("-obs")),
-        reward_scale=scale,
-        invalid_rule=rule,
-        pad_id=-1,
-        reasonable=labels[0],
-        progress=labels[1],
-        delta=delta,
+    batch, _ = rows_step_batch(
+        step_rows(eps, method.endswith("-obs")), reward_scale=scale, invalid_rule=rule, pad_id=-1
     )
+    batch = replace(batch, reasonable=labels[0], progress=labels[1], delta=delta)
     if cfg.step_norm is not None:
         batch.target = batch.layout
     return shape_advantages(batch, cfg, update_index=it).token_advantages[:, 0], batch

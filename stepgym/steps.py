@@ -197,7 +197,8 @@ def _state_keys(
         raise StepRecordError(f"observations has {len(observations)} rows for {len(n)} rows of spans")
     before, after = [], []
     for b, (k, obs) in enumerate(zip(n, observations, strict=True)):
-        texts = [*obs, *[f"{b}:{t}" for t in range(len(obs), k + 1)]]  # an aborted row's steps beyond its texts
+        # an aborted row's steps beyond its texts get keys no other step shares
+        texts = [*obs, *[f"{b}:{t}" for t in range(len(obs), k + 1)]]
         before += texts[:k]
         after += texts[1 : k + 1]
     return before, after
@@ -214,7 +215,9 @@ def _layout(spans: Sequence[Sequence[tuple[int, int]]], width: int, kind: str) -
         if not 0 <= s <= e <= width:
             raise ValueError(f"step {i}: span [{s}, {e}) is outside [0, {width}) or reversed")
         token_step[i, s:e] = i
-    return TokenLayout(token_step=token_step, n_steps=len(flat), step_row=np.arange(len(flat), dtype=np.int64))
+    return TokenLayout(
+        token_step=token_step, n_steps=len(flat), step_row=np.arange(len(flat), dtype=np.int64)
+    )
 
 
 def build_step_batch(

@@ -50,7 +50,10 @@ def test_old_names_are_gone_not_deprecated() -> None:
     assert not (Path(stepgym.__file__).parent / "_moved.py").exists()
     import stepgym.trainers.advantages
 
-    for name in ("build_step_batch", "step_valid"):  # the trainer builds through stepgym.steps.build_step_batch
+    for name in (
+        "build_step_batch",
+        "step_valid",
+    ):  # the trainer builds through stepgym.steps.build_step_batch
         assert not hasattr(stepgym.trainers.advantages, name), name
 
 

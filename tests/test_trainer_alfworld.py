@@ -75,7 +75,9 @@ def test_scripted_iteration_on_alfworld(tmp_path: Path, data_dir: Path, preset: 
     assert all(r.response_text.startswith("<think>") for r in rows)
     assert sum(r.format_valid for r in rows) == len(rows)
     # A row's state (its record's, the batch's anchor) is the env's symbolic state, not the observation text.
-    assert all(isinstance(r.record["state_key"], str) and r.record["state_key"] != r.observation for r in rows)
+    assert all(
+        isinstance(r.record["state_key"], str) and r.record["state_key"] != r.observation for r in rows
+    )
     rec = json.loads((tmp_path / preset / "metrics.jsonl").read_text().splitlines()[-1])
     if preset == "proas-gigpo":
         assert rec["arg/vertices"] > 0 and rec["arg/tasks"] >= 2  # seeded from the walkthroughs of the batch

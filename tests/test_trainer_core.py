@@ -178,7 +178,9 @@ def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset
     batch, mask = rows_step_batch(
         rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=tr.pad_id
     )
-    batch = replace(batch, delta=teacher["delta"], delta_mask=teacher.get("delta_mask"), target=teacher.get("target"))
+    batch = replace(
+        batch, delta=teacher["delta"], delta_mask=teacher.get("delta_mask"), target=teacher.get("target")
+    )
     res = shape_rows(batch, cfg.shaper, update_index=1, mask=mask)
     base = broadcast_to_tokens(res.shaped.step_advantages, res.layout)
     shaped = res.token_advantages
