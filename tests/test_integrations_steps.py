@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from _oracles import oracle_step_batch, spans_of_mask
 
-from stepgym.errors import StepRecordError
 from stepgym import steps as st
+from stepgym.errors import StepRecordError
 from stepgym.shapers import ShapeConfig, shape_advantages
 
 
@@ -100,3 +100,34 @@ def test_records_that_do_not_match_the_spans_are_refused() -> None:
         st.build_step_batch([[(0, 1)]], [0, 1], 4, rewards=[[1.0]])
     with pytest.raises(ValueError, match="needs the step records or the per-step rewards"):
         st.build_step_batch([[(0, 1)]], [0], 4)
+
+
+def test_the_step_row_layout_is_the_trainers_one_row_per_step() -> None:
+    """``layout="step_rows"`` (the bundled trainer): step i's span lies in token row i, as
+    ``TokenLayout.from_step_rows`` of a left-aligned reply mask."""
+    from stepgym.shapers import TokenLayout
+
+    records = [[_rec(0.0, "a"), _rec(1.0, "b")], [_rec(0.0, "a")]]
+    lengths = [[3, 1], [2]]
+    spans = [[(0, k) for k in row] for row in lengths]
+    batch = st.build_step_batch(spans, [0, 0], 3, records=records, layout="step_rows", success="won")
+    mask = np.zeros((3, 3), dtype=bool)
+    for i, k in enumerate([3, 1, 2]):
+        mask[i, :k] = True
+    want = TokenLayout.from_step_rows(mask)
+    np.testing.assert_array_equal(batch.layout.token_step, want.token_step)
+    np.testing.assert_array_equal(batch.layout.step_row, want.step_row)
+    assert batch.success is None  # no record says won: each method's own rule
+    won = [[{**r, "won": i == 1} for i, r in enumerate(row)] for row in records]
+    batch = st.build_step_batch(spans, [0, 0], 3, records=won, layout="step_rows", success="won")
+    assert batch.success.tolist() == [False, True, False]
+
+
+def test_a_record_says_none_for_what_the_env_did_not_annotate() -> None:
+    from stepgym import schema
+    from stepgym.step_record import STEP_FIELDS, StepRecord, step_annotations
+
+    rec = step_annotations({}, "look", 0.0, {})
+    assert tuple(rec) == STEP_FIELDS == tuple(StepRecord.__annotations__)
+    assert rec["won"] is None and rec["format_valid"] is None and rec["state_key"] is None
+    assert step_annotations({}, "look", 1.0, {schema.WON: True})["won"] is True

@@ -123,3 +123,39 @@ def test_a_groupenv_loop_of_ones_own() -> None:
     assert np.isfinite(shaped.step_advantages).all()
     with pytest.raises(StepRecordError, match="2 group ids for 6 trajectories"):
         step_batch_from_trajectories(trajectories, groups[:2])
+
+
+@pytest.mark.parametrize("preset", ["gigpo-alfworld", "g2po-alfworld"])
+def test_observation_keying_is_the_same_option_on_both_paths(rollouts, preset: str) -> None:
+    """``--env.anchor observation``: the trainer's rows and a user's trajectories key states by the text alike."""
+    from stepgym.trainers.advantages import rows_step_batch
+
+    ro, pad_id = rollouts
+    trainer, _ = rows_step_batch(
+        ro.rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=pad_id, anchor="observation"
+    )
+    mine = step_batch_from_trajectories(
+        ro.trajectories, ro.traj_group, reward_scale=10.0, anchor="observation"
+    )
+    assert list(trainer.anchor_obs) == [r.observation for r in ro.rows] == list(mine.anchor_obs)
+    assert list(mine.next_obs) == [r.next_observation for r in ro.rows] == list(trainer.next_obs)
+    keyed = step_batch_from_trajectories(ro.trajectories, ro.traj_group, reward_scale=10.0)
+    assert list(keyed.anchor_obs) != list(mine.anchor_obs)  # the state keys are not the texts
+    cfg = ShapeConfig.from_preset(preset)
+    np.testing.assert_array_equal(
+        shape_advantages(mine, cfg).step_advantages, shape_advantages(trainer, cfg).step_advantages
+    )
+
+
+def test_the_facade_exports_the_one_builder() -> None:
+    import stepgym
+    from stepgym import steps
+
+    assert stepgym.step_batch_from_trajectories is steps.step_batch_from_trajectories
+    assert step_batch_from_trajectories is steps.step_batch_from_trajectories
+    with pytest.raises(ValueError, match="anchor must be one of"):
+        steps.StepBatchOptions(anchor="text")
+    with pytest.raises(ValueError, match="invalid_rule must be one of"):
+        steps.build_step_batch([[(0, 1)]], [0], 1, rewards=[[1.0]], invalid_rule="admissible")
+    with pytest.raises(ValueError, match="needs the observation texts"):
+        steps.build_step_batch([[(0, 1)]], [0], 1, records=[[{"reward": 1.0}]], anchor="observation")

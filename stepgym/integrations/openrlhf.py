@@ -233,7 +233,7 @@ class _StepGymAgent(AgentInstanceBase):
 
     @property
     def annotations(self) -> dict[str, Any]:
-        """The episode so far as :func:`~stepgym.integrations.annotations.episode_annotations` writes it (with
+        """The episode so far as :func:`~stepgym.step_record.episode_annotations` writes it (with
         the strings ``extra_logs`` cannot carry: task id, state keys, parsed actions)."""
         if self.env is None:
             raise RuntimeError("no episode yet: reset() first")

@@ -5,7 +5,7 @@ extras=row)``, then ``init(prompt)`` and ``step(model_text)`` until ``done``, ta
 per-turn reward. :class:`StepGymTextEnv` plays a stepgym env through the same text interface the bundled trainer
 uses (:class:`~stepgym.wrappers.text.TextInterfaceWrapper`: prompt rendering, strict action parsing, an unparsable
 reply is an invalid step), starts the row's ``task_id``, and returns per step the env's reward and, in
-``metadata``, the step record of :func:`stepgym.integrations.annotations.step_annotations` (the whole episode
+``metadata``, the step record of :func:`stepgym.step_record.step_annotations` (the whole episode
 record on the last step). :func:`register` registers a stepgym env id under a SkyRL id.
 
 Step-level credit: :class:`StepAdvantageMixin`, mixed in before SkyRL's trainer class (``RayPPOTrainer`` of

@@ -13,7 +13,7 @@ What the trace carries (verifiers keeps one scalar per named reward, floats as m
 
 * reward ``env_return``: the episode return (sum of the env's step rewards);
 * metrics ``won``, ``n_steps``, ``format_valid_rate``, ``admissible_rate``, ``effective_rate``;
-* ``trace.info["stepgym"]``: the record of :func:`stepgym.integrations.annotations.episode_annotations` (task id,
+* ``trace.info["stepgym"]``: the record of :func:`stepgym.step_record.episode_annotations` (task id,
   won, return, ARG labels, and per step: reward, parsed action, format-valid / admissible / effective,
   ``state_key``...), the same record every stepgym adapter hands its trainer.
 

@@ -92,7 +92,7 @@ class StepGymToolEnv:
 
     @property
     def annotations(self) -> dict[str, Any] | None:
-        """The current episode's :func:`~stepgym.integrations.annotations.episode_annotations` record."""
+        """The current episode's :func:`~stepgym.step_record.episode_annotations` record."""
         return None if self._trajectory is None else episode_annotations(self._trajectory)
 
     @property
