@@ -51,7 +51,6 @@ from stepgym.step_record import (
     INVALID_RULES,
     arg_labels,
     episode_annotations,
-    state_anchors,
     valid_flags,
 )
 
@@ -115,6 +114,8 @@ class RecordContext(NamedTuple):
 
 
 def _states(recs: list[Mapping[str, Any]], ctx: RecordContext, field: str, keys: list[Any]) -> list[Any]:
+    """Each record's state ``field`` (``"state_key"`` / ``"next_state_key"``) keyed as the options say: the state
+    key, else ``keys[i]``; or (``anchor="observation"``) ``keys[i]``, the observation text."""
     if ctx.options.anchor == "observation":
         return list(keys)
     return [r.get(field) if r.get(field) is not None else k for r, k in zip(recs, keys, strict=True)]
@@ -124,9 +125,7 @@ def _states(recs: list[Mapping[str, Any]], ctx: RecordContext, field: str, keys:
 #: field is one entry here (its reader returns an (N,) array, a list, or ``None`` when the records lack it).
 RECORD_FIELDS: dict[str, Callable[[list[Mapping[str, Any]], RecordContext], Any]] = {
     "valid": lambda recs, ctx: valid_flags(recs, ctx.options.invalid_rule),
-    "anchor_obs": lambda recs, ctx: (
-        state_anchors(recs, ctx.before) if ctx.options.anchor == "state_key" else list(ctx.before)
-    ),
+    "anchor_obs": lambda recs, ctx: _states(recs, ctx, "state_key", ctx.before),
     "reasonable": lambda recs, ctx: arg_labels(recs, "arg_reasonable"),
     "progress": lambda recs, ctx: arg_labels(recs, "arg_progress"),
     "next_obs": lambda recs, ctx: _states(recs, ctx, "next_state_key", ctx.after),
