@@ -19,7 +19,7 @@ Departure: a uid with a single step row would give NaN upstream (std of one valu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,9 +37,6 @@ from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
 from stepgym.shapers.shared import SharedOptions
-
-if TYPE_CHECKING:
-    from stepgym.shapers.compose import StepBatch
 
 __all__ = [
     "G2POOptions",
@@ -77,7 +74,7 @@ def _norm(x: np.ndarray, g: Groups, std: bool, eps: float) -> np.ndarray:
 
 
 def g2po_terms(
-    batch: StepBatch, *, options: G2POOptions | None = None, shared: SharedOptions | None = None
+    batch: Any, *, options: G2POOptions | None = None, shared: SharedOptions | None = None
 ) -> GiGPOTerms:
     """G2PO's episode term and step term (term 1 + term 2) per row; ``returns`` holds V(next).
 

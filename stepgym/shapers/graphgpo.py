@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -49,9 +49,6 @@ from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
 from stepgym.shapers.shared import SharedOptions
-
-if TYPE_CHECKING:
-    from stepgym.shapers.compose import StepBatch
 
 __all__ = [
     "GraphGPOOptions",
@@ -97,7 +94,7 @@ def graph_distances(
 
 
 def graphgpo_terms(
-    batch: StepBatch, *, options: GraphGPOOptions | None = None, shared: SharedOptions | None = None
+    batch: Any, *, options: GraphGPOOptions | None = None, shared: SharedOptions | None = None
 ) -> GiGPOTerms:
     """GraphGPO's terms per step row (docs/shapers.md §10). ``episode`` is already multiplied by
     ``options.episode_weight`` (0 skips it), so ``terms.combined(shared.step_weight)`` is the advantage.

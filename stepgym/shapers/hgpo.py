@@ -14,7 +14,7 @@ Departures: anchors are compared exactly after the same hashable conversion as G
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -31,9 +31,6 @@ from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
 from stepgym.shapers.shared import SharedOptions
-
-if TYPE_CHECKING:
-    from stepgym.shapers.compose import StepBatch
 
 __all__ = [
     "HGPOOptions",
@@ -60,7 +57,7 @@ def _pair_codes(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 
 def hgpo_advantage(
-    batch: StepBatch, *, options: HGPOOptions | None = None, shared: SharedOptions | None = None
+    batch: Any, *, options: HGPOOptions | None = None, shared: SharedOptions | None = None
 ) -> np.ndarray:
     """HGPO advantage per step row (docs/shapers.md §11).
 

@@ -19,7 +19,7 @@ the uids only for a batch ordered by group).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -44,9 +44,6 @@ from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
 from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
 from stepgym.shapers.shared import SharedOptions
-
-if TYPE_CHECKING:
-    from stepgym.shapers.compose import StepBatch
 
 __all__ = [
     "RewardFlowOptions",
@@ -125,7 +122,7 @@ def first_seen_values(
 
 
 def rewardflow_terms(
-    batch: StepBatch, *, options: RewardFlowOptions | None = None, shared: SharedOptions | None = None
+    batch: Any, *, options: RewardFlowOptions | None = None, shared: SharedOptions | None = None
 ) -> GiGPOTerms:
     """RewardFlow's episode and step terms per row (docs/shapers.md §12); ``returns`` holds the penalised r̃.
 
