@@ -21,13 +21,18 @@ Megatron).
 
 from __future__ import annotations
 
-from stepgym.integrations.verl.advantage import (
+from stepgym import _deps
+
+# here too, not only in the modules: a re-import of the package finds them already imported
+_deps.require("verl", "verl", what="the verl integration")
+
+from stepgym.integrations.verl.advantage import (  # noqa: E402
     ESTIMATORS,
     compute_step_advantage,
     estimator_presets,
     step_batch_from_verl,
 )
-from stepgym.integrations.verl.agent_loop import StepGymAgentLoop, verl_rows
+from stepgym.integrations.verl.agent_loop import StepGymAgentLoop, verl_rows  # noqa: E402
 
 __all__ = [
     "ESTIMATORS",
