@@ -219,7 +219,6 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
     return [s for s in specs if not only or s.name.lower() in only]
 
 
-
 def no_value_envs() -> dict[str, str]:
     """Registered envs that declare no exact step values (``register(..., no_values=...)``), with their reason.
 
@@ -229,6 +228,7 @@ def no_value_envs() -> dict[str, str]:
     from stepgym.envs import registered_envs
 
     return {env_id: e.no_values for env_id, e in registered_envs().items() if e.no_values}
+
 
 def pick_tasks(env: gym.Env, spec: EnvSpec) -> list[str]:
     """Evenly spread task ids (ALFWorld: round-robin over the task types, so each type gets games)."""
@@ -250,10 +250,11 @@ def pick_tasks(env: gym.Env, spec: EnvSpec) -> list[str]:
 
 class SearchQANoise:
     """The noisy expert on Search-QA, which lists no admissible actions: an error is a search for three random
-    words of the question or a one-word guess (stated in docs/credit_fidelity.md)."""
+    words of the question or (when ``answers``) a one-word guess (stated in docs/credit_fidelity.md).
+    ``benchmarks/fault_injection.py`` uses it with ``answers=False``, so its errors never end an episode."""
 
-    def __init__(self, error_rate: float, seed: int):
-        self.error_rate, self.rng = error_rate, np.random.default_rng(seed)
+    def __init__(self, error_rate: float, seed: int, *, answers: bool = True):
+        self.error_rate, self.rng, self.answers = error_rate, np.random.default_rng(seed), answers
 
     def reset(self) -> None:
         return None
@@ -264,9 +265,9 @@ class SearchQANoise:
             return expert
         words = str(info.get(schema.GOAL) or observation).split() or ["nothing"]
         pick = [words[int(i)] for i in self.rng.integers(len(words), size=3)]
-        return (
-            f"<search>{' '.join(pick)}</search>" if self.rng.random() < 0.5 else f"<answer>{pick[0]}</answer>"
-        )
+        if self.answers and self.rng.random() >= 0.5:
+            return f"<answer>{pick[0]}</answer>"
+        return f"<search>{' '.join(pick)}</search>"
 
 
 def make_agents(kind: str, spec: EnvSpec, n: int, seed: int, llm: Any = None) -> list[Any]:

@@ -47,8 +47,11 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _p in (str(REPO), str(REPO / "benchmarks")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from credit_fidelity import SearchQANoise  # noqa: E402  (errors search only: answers=False)
 
 import stepgym  # noqa: E402, F401  (registers the envs)
 from stepgym import schema  # noqa: E402
@@ -72,24 +75,6 @@ def per_step(q: float, steps: int) -> float:
 
 
 METHODS = {"GRPO": "grpo", "GiGPO": "gigpo", "GraphGPO": "graphgpo"}
-
-
-class SearchQANoise:
-    """The noisy expert on Search-QA (which lists no admissible actions): an error searches three random words of
-    the question (as benchmarks/credit_fidelity.py's)."""
-
-    def __init__(self, error_rate: float, seed: int):
-        self.error_rate, self.rng = error_rate, np.random.default_rng(seed)
-
-    def reset(self) -> None:
-        return None
-
-    def act(self, observation: str, info: dict[str, Any]) -> str:
-        expert = info.get(schema.EXPERT_ACTION) or "<answer>unknown</answer>"
-        if self.rng.random() >= self.error_rate:
-            return expert
-        words = str(info.get(schema.GOAL) or observation).split() or ["nothing"]
-        return f"<search>{' '.join(words[int(i)] for i in self.rng.integers(len(words), size=3))}</search>"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -166,7 +151,7 @@ def play(env: str, fault: str, n_groups: int, g: int, seed: int, retriever: Retr
             agents = (
                 [NoisyExpertAgent(0.3, seed + 100 * k + i) for i in range(g)]
                 if env == "ALFWorld"
-                else [SearchQANoise(0.3, seed + 100 * k + i) for i in range(g)]
+                else [SearchQANoise(0.3, seed + 100 * k + i, answers=False) for i in range(g)]
             )
             task = tasks[(k * 7919 + seed) % len(tasks)] if tasks else None
             obs, infos = group.reset(seed=seed + k, options={"task_id": task} if task else None)

@@ -261,7 +261,12 @@ def main(argv: list[str] | None = None) -> None:
     # correctness of the baselines against the shapers before timing anything
     np.testing.assert_allclose(loop_grpo(scores, b["group"]), S.grpo_advantage(scores, b["group"]), atol=1e-9)
     gig = lambda: S.gigpo_advantage(  # noqa: E731
-        b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"], invalid_penalty=0.1
+        b["rewards"],
+        b["group"],
+        b["traj"],
+        b["anchors"],
+        b["valid"],
+        shared=S.SharedOptions(invalid_penalty=0.1),
     )
     np.testing.assert_allclose(
         loop_gigpo(b["rewards"], b["group"], b["traj"], b["anchors"], b["valid"]), gig(), atol=1e-9

@@ -1,5 +1,8 @@
 """The env in-process, played with its own expert: the reference a served env is compared against.
 
+``served_episode`` plays the same actions against ``stepgym serve`` over OpenEnv's websocket messages and returns
+the same records, so a test compares the two lists.
+
 ``local_episode`` runs where stepgym's env stack is installed. Tests whose own interpreter lacks it (the NeMo Gym
 tests run on Python 3.13) run this file with the main interpreter instead:
 ``python tests/_serve_reference.py ENV_ID KWARGS_JSON SEED MAX_STEPS [EXTRA_ACTION_JSON]`` prints the episode as
@@ -40,6 +43,31 @@ def local_episode(
         if term or trunc:
             break
     env.close()
+    return out
+
+
+def served_episode(
+    env_id: str, kwargs: dict[str, Any], seed: int, actions: list[str], *, timeout: float = 60
+) -> list[dict[str, Any]]:
+    """:func:`local_episode`'s records for ``actions`` played through a ``stepgym serve`` server on 127.0.0.1."""
+    from websockets.sync.client import connect
+
+    from stepgym.serve.protocol import ServeLimits
+    from stepgym.serve.server import ServeConfig, ServerThread
+
+    def ask(ws: Any, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        ws.send(json.dumps({"type": kind, "data": data}))
+        return json.loads(ws.recv(timeout=timeout))["data"]
+
+    srv = ServerThread(ServeConfig(env_id, kwargs, port=0, limits=ServeLimits(max_sessions=1)))
+    with srv, connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
+        o = ask(ws, "reset", {"seed": seed})["observation"]
+        out = [_record(None, o["text"], None, False, False, o["info"])]
+        for a in actions:
+            d = ask(ws, "step", {"action": a})
+            o = d["observation"]
+            out.append(_record(a, o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
+        ws.send(json.dumps({"type": "close"}))
     return out
 
 

@@ -401,40 +401,12 @@ def test_prompt_is_babyai_texts():
 
 
 def test_served_over_openenv_protocol_equals_in_process():
-    import json
-
-    from websockets.sync.client import connect
-
-    from stepgym.serve.protocol import ServeLimits, to_json
-    from stepgym.serve.server import ServeConfig, ServerThread
+    from _serve_reference import local_episode, served_episode
 
     kwargs = {"split": "test", "n_tasks": 4, "search_budget": 300}
-    env = gym.make(ENV_ID, **kwargs)
-    obs, info = env.reset(seed=7)
-    local = [(obs, to_json(info))]
-    actions = []
-    while True:
-        actions.append(info[schema.EXPERT_ACTION])
-        obs, reward, terminated, truncated, info = env.step(actions[-1])
-        local.append((obs, float(reward), terminated, truncated, to_json(info)))
-        if terminated or truncated:
-            break
-    env.close()
-
-    def ask(ws, kind, data=None):
-        ws.send(json.dumps({"type": kind} if data is None else {"type": kind, "data": data}))
-        return json.loads(ws.recv(timeout=60))["data"]
-
-    srv = ServerThread(ServeConfig(ENV_ID, kwargs, port=0, limits=ServeLimits(max_sessions=2)))
-    with srv, connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
-        r = ask(ws, "reset", {"seed": 7})["observation"]
-        served = [(r["text"], r["info"])]
-        for a in actions:
-            d = ask(ws, "step", {"action": a})
-            o = d["observation"]
-            served.append((o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
-        ws.send(json.dumps({"type": "close"}))
-    assert served == local and local[-1][-1][schema.WON]
+    local = local_episode(ENV_ID, kwargs, 7, 500)
+    assert local[-1]["info"][schema.WON]
+    assert served_episode(ENV_ID, kwargs, 7, [s["action"] for s in local[1:]]) == local
 
 
 def test_docstring_examples_run():

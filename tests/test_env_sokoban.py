@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
 import random
 import warnings
 from collections import deque
@@ -380,35 +379,11 @@ def test_arg_hints_and_feedback_wrappers() -> None:
 @pytest.mark.network
 def test_served_env_equals_in_process() -> None:
     """``stepgym serve`` over OpenEnv's websocket messages answers what the env answers in-process."""
-    from websockets.sync.client import connect
+    from _serve_reference import local_episode, served_episode
 
-    from stepgym.serve.protocol import ServeLimits, to_json
-    from stepgym.serve.server import ServeConfig, ServerThread
-
-    env = gym.make(ENV_ID, split="test")
-    obs, info = env.reset(seed=5)
-    local = [(obs, to_json(info))]
-    while True:
-        action = info[schema.EXPERT_ACTION]
-        obs, reward, terminated, truncated, info = env.step(action)
-        local.append((action, obs, float(reward), terminated, truncated, to_json(info)))
-        if terminated or truncated:
-            break
-    srv = ServerThread(ServeConfig(ENV_ID, {"split": "test"}, port=0, limits=ServeLimits(max_sessions=1)))
-    with srv, connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
-
-        def ask(kind: str, data: dict) -> dict:
-            ws.send(json.dumps({"type": kind, "data": data}))
-            return json.loads(ws.recv(timeout=60))["data"]
-
-        r = ask("reset", {"seed": 5})
-        served = [(r["observation"]["text"], r["observation"]["info"])]
-        for step in local[1:]:
-            d = ask("step", {"action": step[0]})
-            o = d["observation"]
-            served.append((step[0], o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
-        ws.send(json.dumps({"type": "close"}))
-    assert served == local and local[-1][3]
+    local = local_episode(ENV_ID, {"split": "test"}, 5, 200)
+    assert local[-1]["terminated"]
+    assert served_episode(ENV_ID, {"split": "test"}, 5, [s["action"] for s in local[1:]]) == local
 
 
 def test_a_search_past_its_budget_is_exact_or_unknown_never_a_guess() -> None:

@@ -377,37 +377,11 @@ def test_pickle_and_deepcopy_keep_the_state_and_share_the_book():
 
 def test_stepgym_serve_plays_the_same_episode():
     """``stepgym serve``'s server answers what the env in-process answers (observations, rewards, every info key)."""
-    import json
+    from _serve_reference import local_episode, served_episode
 
-    from websockets.sync.client import connect
-
-    from stepgym.serve.protocol import ServeLimits, to_json
-    from stepgym.serve.server import ServeConfig, ServerThread
-
-    env = gym.make(ENV_ID)
-    obs, info = env.reset(seed=5)
-    local = [(obs, to_json(info))]
-    while True:
-        action = info[schema.EXPERT_ACTION]
-        obs, reward, term, trunc, info = env.step(action)
-        local.append((action, obs, float(reward), term, trunc, to_json(info)))
-        if term or trunc:
-            break
-    srv = ServerThread(ServeConfig(ENV_ID, {}, port=0, limits=ServeLimits(max_sessions=1)))
-    with srv, connect(srv.url.replace("http://", "ws://") + "/ws") as ws:
-
-        def ask(kind: str, data: dict) -> dict:
-            ws.send(json.dumps({"type": kind, "data": data}))
-            return json.loads(ws.recv())["data"]
-
-        answer = ask("reset", {"seed": 5})
-        served = [(answer["observation"]["text"], answer["observation"]["info"])]
-        for step in local[1:]:
-            d = ask("step", {"action": step[0]})
-            o = d["observation"]
-            served.append((step[0], o["text"], d["reward"], o["terminated"], o["truncated"], o["info"]))
-        ws.send(json.dumps({"type": "close"}))
-    assert served == local and local[-1][3]
+    local = local_episode(ENV_ID, {}, 5, 200)
+    assert local[-1]["terminated"]
+    assert served_episode(ENV_ID, {}, 5, [s["action"] for s in local[1:]]) == local
 
 
 def test_arg_hints_and_feedback_wrappers():

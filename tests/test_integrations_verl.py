@@ -196,7 +196,8 @@ def test_agent_loop_from_a_yaml_config_as_verls_worker_builds_it(tok, tmp_path) 
     )
     for entry in OmegaConf.load(yaml):  # what AgentLoopWorker does with agent_loop_config_path
         _agent_loop_registry[entry.name] = entry
-    assert _agent_loop_registry["stepgym"] == {"_target_": "stepgym.integrations.verl.StepGymAgentLoop"}
+    registered = {"_target_": "stepgym.integrations.verl.agent_loop.StepGymAgentLoop"}  # the class's module
+    assert _agent_loop_registry["stepgym"] == registered
     full = verl_rows(TOY, TOY_KW)[2]
     row = {**full, "extra_info": {"task_id": full["extra_info"]["task_id"]}}  # the env comes from the YAML
     server = ScriptedServerManager(tok, np.random.default_rng(0), malformed=())

@@ -217,9 +217,9 @@ def test_the_text_interface_page_says_how_to_choose_a_format() -> None:
 def test_the_search_qa_docs_state_the_envs_own_default() -> None:
     """The env's default is Search-R1's rule (``strict_format=False``, upstream's default); no page calls the
     strict rule the env's default."""
-    from stepgym.envs.searchqa.env import SearchQAEnv
+    from stepgym.envs.searchqa.env import SearchQAConfig
 
-    assert inspect.signature(SearchQAEnv).parameters["strict_format"].default is False
+    assert inspect.signature(SearchQAConfig).parameters["strict_format"].default is False
     for page in DOCS.glob("*.md"):
         text = " ".join(page.read_text(encoding="utf-8").split())
         assert "strict by default (one action tag per turn, the Search-QA env's rule)" not in text, page.name

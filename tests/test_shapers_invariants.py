@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -119,7 +120,8 @@ def _cols(rows):
 @given(episodes(), st.sampled_from(["mean_norm", "mean_std_norm"]), st.floats(0.5, 1.0))
 def test_gigpo_group_sums(rows, mode, gamma) -> None:
     c = _cols(rows)
-    t = S.gigpo_terms(c["r"], c["g"], c["traj"], c["obs"], c["v"], gamma=gamma, mode=mode)
+    opts, shared = S.GiGPOOptions(mode=mode), S.SharedOptions(gamma=gamma)
+    t = S.gigpo_terms(c["r"], c["g"], c["traj"], c["obs"], c["v"], options=opts, shared=shared)
     g = np.array(c["g"])
     for gid in np.unique(g):
         sel = g == gid
@@ -133,7 +135,7 @@ def test_gigpo_group_sums(rows, mode, gamma) -> None:
             assert t.step[sel][0] == 0.0
     np.testing.assert_allclose(
         S.gigpo_advantage(
-            c["r"], c["g"], c["traj"], c["obs"], c["v"], gamma=gamma, mode=mode, step_weight=0.7
+            c["r"], c["g"], c["traj"], c["obs"], c["v"], options=opts, shared=replace(shared, step_weight=0.7)
         ),
         t.episode + 0.7 * t.step,
     )
@@ -421,16 +423,20 @@ def test_one_invalid_action_penalty_default_for_every_entry_point() -> None:
     piped = S.shape_advantages(S.StepBatch(g, traj, r, v, obs), S.ShapeConfig(base="gigpo")).step_advantages
     np.testing.assert_array_equal(direct, piped)
     assert S.ShapeConfig().invalid_penalty == S.DEFAULT_INVALID_PENALTY
-    for fn in (S.gigpo_advantage, S.gigpo_terms, S.apply_invalid_action_penalty):
-        params = inspect.signature(fn).parameters
-        default = (params.get("invalid_penalty") or params["coef"]).default
-        assert default == S.DEFAULT_INVALID_PENALTY, fn.__name__
+    assert S.SharedOptions().invalid_penalty == S.DEFAULT_INVALID_PENALTY
+    for fn in (S.gigpo_advantage, S.gigpo_terms):  # no shared options: SharedOptions()'s defaults
+        assert inspect.signature(fn).parameters["shared"].default is None, fn.__name__
+    assert (
+        inspect.signature(S.apply_invalid_action_penalty).parameters["coef"].default
+        == S.DEFAULT_INVALID_PENALTY
+    )
     # with the recipe's penalty the two agree too, and the pipeline's row scores are the penalty function's
     cfg = S.ShapeConfig.from_preset("gigpo-webshop")
     assert cfg.invalid_penalty == S.RECIPE_INVALID_PENALTY == 0.1
     out = S.shape_advantages(S.StepBatch(g, traj, r, v, obs), cfg)
     np.testing.assert_array_equal(
-        out.step_advantages, S.gigpo_advantage(r, g, traj, obs, v, invalid_penalty=0.1)
+        out.step_advantages,
+        S.gigpo_advantage(r, g, traj, obs, v, shared=S.SharedOptions(invalid_penalty=0.1)),
     )
     np.testing.assert_array_equal(
         out.scores, S.apply_invalid_action_penalty(S.episode_scores(r, traj), v, 0.1)
@@ -478,6 +484,7 @@ def test_registry() -> None:
         "invalid_action_penalty",
         "broadcast",
     } <= set(S.available())
+
     # stepgym's own entries (other tests in the same process register shapers of their own)
     def builtin(stage: str) -> list[str]:
         return [n for n in S.available(stage) if S.get(n).fn.__module__.startswith("stepgym.shapers.")]

@@ -70,10 +70,12 @@ GI = dict(
     anchor_obs=["s0", "s1", "s2", "s0", "s1b"],
     valid=[True, True, True, True, False],
 )
+GI_NORM = S.GiGPOOptions(mode="mean_norm")
+GI_SHARED = S.SharedOptions(gamma=0.95, invalid_penalty=0.1)
 
 
 def test_gigpo_worked_case_mean_norm() -> None:
-    t = S.gigpo_terms(**GI, gamma=0.95, invalid_penalty=0.1, mode="mean_norm")
+    t = S.gigpo_terms(**GI, options=GI_NORM, shared=GI_SHARED)
     close(t.scores, [10, 10, 10, 0, -0.1])
     mu = (10 + 10 + 10 + 0 - 0.1) / 5
     close(mu, 5.98)
@@ -86,13 +88,13 @@ def test_gigpo_worked_case_mean_norm() -> None:
     close(t.step, [half, 0, 0, -half, 0])
     close(half, 4.5125)
     close(
-        S.gigpo_advantage(**GI, gamma=0.95, invalid_penalty=0.1, mode="mean_norm"),
+        S.gigpo_advantage(**GI, options=GI_NORM, shared=GI_SHARED),
         [8.5325, 4.02, 4.02, -10.4925, -6.08],
     )
 
 
 def test_gigpo_worked_case_mean_std_norm() -> None:
-    t = S.gigpo_terms(**GI, gamma=0.95, invalid_penalty=0.1, mode="mean_std_norm")
+    t = S.gigpo_terms(**GI, options=S.GiGPOOptions(mode="mean_std_norm"), shared=GI_SHARED)
     s = [10, 10, 10, 0, -0.1]
     mu = sum(s) / 5
     sd = math.sqrt(sum((x - mu) ** 2 for x in s) / 4)
@@ -110,9 +112,8 @@ def test_gigpo_all_success_different_lengths() -> None:
         [0] * 5,
         list("XXXZZ"),
         ["s0", "s1", "s2", "s0", "s3"],
-        gamma=0.95,
-        invalid_penalty=0.1,
-        mode="mean_norm",
+        options=GI_NORM,
+        shared=GI_SHARED,
     )
     close(t.episode, [0] * 5)
     close(t.step, [-0.2375, 0, 0, 0.2375, 0])
@@ -125,9 +126,8 @@ def test_gigpo_all_fail_only_penalties() -> None:
         list("XXYY"),
         ["a", "b", "a", "b"],
         [1, 0, 1, 1],
-        gamma=0.95,
-        invalid_penalty=0.1,
-        mode="mean_norm",
+        options=GI_NORM,
+        shared=GI_SHARED,
     )
     close(t.returns, [0, -0.1, 0, 0])
     close(t.step, [0, -0.05, 0, 0.05])
@@ -135,8 +135,11 @@ def test_gigpo_all_fail_only_penalties() -> None:
 
 def test_gigpo_singletons() -> None:
     # episode group of one row: raw score (mean_norm) or s/(1+ε); singleton step group: A^S = 0
-    close(S.gigpo_terms([7.0], [0], ["X"], ["s"], mode="mean_norm").episode, [7.0])
-    close(S.gigpo_terms([7.0], [0], ["X"], ["s"], mode="mean_std_norm").episode, [7 / (1 + EPS)])
+    close(S.gigpo_terms([7.0], [0], ["X"], ["s"], options=GI_NORM).episode, [7.0])
+    close(
+        S.gigpo_terms([7.0], [0], ["X"], ["s"], options=S.GiGPOOptions(mode="mean_std_norm")).episode,
+        [7 / (1 + EPS)],
+    )
     close(S.gigpo_terms([7.0], [0], ["X"], ["s"]).step, [0.0])
 
 
@@ -175,7 +178,7 @@ def test_proas_mui_and_zero() -> None:
 
 
 def test_proas_on_gigpo_targets() -> None:
-    t = S.gigpo_terms(**GI, gamma=0.95, invalid_penalty=0.1, mode="mean_norm")
+    t = S.gigpo_terms(**GI, options=GI_NORM, shared=GI_SHARED)
     rea = [1, 0, 1, 0, 0]
     pa = [1, 0, 1, 0, 0]
     ep = S.proas_on_gigpo(t, rea, pa, GI["traj_ids"], target="episode")

@@ -7,6 +7,7 @@ never new id strings.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -251,9 +252,25 @@ def _constructor_params(env_id: str) -> Mapping[str, inspect.Parameter] | None:
             if isinstance(spec.entry_point, str)
             else spec.entry_point
         )
-        return inspect.signature(target).parameters
+        return _with_options_class(target, inspect.signature(target).parameters)
     except (ImportError, AttributeError, ValueError, TypeError):
         return None
+
+
+def _with_options_class(
+    target: Any, params: Mapping[str, inspect.Parameter]
+) -> Mapping[str, inspect.Parameter]:
+    """An env whose constructor takes ``**options`` for the fields of its ``options_class`` dataclass
+    (:mod:`stepgym.envs.options`) takes exactly those names besides its own keywords."""
+    cls = getattr(target, "options_class", None)
+    var = [n for n, p in params.items() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    if not var or not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        return params
+    out = {n: p for n, p in params.items() if n not in var}
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
+        out.setdefault(f.name, inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    return out
 
 
 def _takes(params: Mapping[str, inspect.Parameter] | None, name: str) -> bool:

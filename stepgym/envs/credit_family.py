@@ -40,6 +40,7 @@ every process.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -47,9 +48,10 @@ import numpy as np
 
 from stepgym import schema
 from stepgym.envs.base import TextEnv
+from stepgym.envs.options import env_config
 from stepgym.errors import InvalidArgumentError
 
-__all__ = ["DECISIVE", "CreditFamilyEnv"]
+__all__ = ["DECISIVE", "CreditFamilyConfig", "CreditFamilyEnv"]
 
 OBJECTS = ("stone", "leaf", "cup", "coin", "shell", "feather", "apple", "spoon")
 THINGS = ("wall", "floor", "ceiling", "window", "lamp", "rug", "shelf", "crate")
@@ -70,6 +72,19 @@ def _task(index: int, horizon: int, n_decisive: int, n_choices: int) -> dict[int
         shown = tuple(OBJECTS[(start + j) % len(OBJECTS)] for j in range(n_choices))
         stations[p] = (shown, shown[int(rng.integers(n_choices))])
     return stations
+
+
+@dataclass(frozen=True)
+class CreditFamilyConfig:
+    """:class:`CreditFamilyEnv`'s finer settings (its docstring describes each); any of them may also be passed to
+    the env by name."""
+
+    n_choices: int = 3
+    irreversible: bool = True
+    n_distractors: int = 1
+    reward: str = "sparse"
+    alias: bool = False
+    slack: int | None = None
 
 
 class CreditFamilyEnv(TextEnv):
@@ -96,18 +111,25 @@ class CreditFamilyEnv(TextEnv):
         n_tasks: tasks in the split.
         horizon: stations (decisions) on the optimal path, >= 1.
         n_decisive: decisive stations, 0..horizon.
+        max_steps: the step limit (default ``horizon + slack``); pass it or ``slack``; both must agree
+            (``max_steps == horizon + slack``).
+        config: a :class:`CreditFamilyConfig` with the settings below (default: its defaults); each of its fields
+            may also be passed by name (``gym.make("StepGym/CreditFamily-v0", horizon=6, alias=True)``); a keyword
+            wins over ``config``, an unknown name is one ``InvalidArgumentError``.
+
+    :class:`CreditFamilyConfig` fields:
         n_choices: objects shown at a decisive station (one is right), 2..len(OBJECTS).
         irreversible: a wrong object dooms the episode (True) or only costs a step (False).
         n_distractors: useless ``inspect`` actions offered at every station, 0..len(THINGS).
         reward: ``"sparse"`` or ``"dense"``.
         alias: drop the station number and the carried object from the observation text.
         slack: steps allowed beyond ``horizon`` before truncation (default: ``horizon``).
-        max_steps: the step limit (default ``horizon + slack``); pass it or ``slack``; both must agree
-            (``max_steps == horizon + slack``).
     """
 
     optimal_success = 1.0
     """Success rate of the optimal policy (the expert) in every setting."""
+
+    options_class = CreditFamilyConfig
 
     def __init__(
         self,
@@ -115,16 +137,16 @@ class CreditFamilyEnv(TextEnv):
         n_tasks: int = 24,
         horizon: int = 10,
         n_decisive: int = 1,
-        n_choices: int = 3,
-        irreversible: bool = True,
-        n_distractors: int = 1,
-        reward: str = "sparse",
-        alias: bool = False,
-        slack: int | None = None,
-        render_mode: str | None = None,
         *,
+        render_mode: str | None = None,
         max_steps: int | None = None,
+        config: CreditFamilyConfig | None = None,
+        **options: Any,
     ) -> None:
+        cfg = env_config(CreditFamilyConfig, config, options, type(self))
+        self.config = cfg
+        n_choices, irreversible, n_distractors = cfg.n_choices, cfg.irreversible, cfg.n_distractors
+        reward, alias, slack = cfg.reward, cfg.alias, cfg.slack
         if max_steps is not None and slack is not None and int(max_steps) != int(horizon) + int(slack):
             raise InvalidArgumentError(
                 f"max_steps={max_steps} contradicts horizon={horizon} + slack={slack}: max_steps is the whole "

@@ -26,7 +26,15 @@ Each trainer has its own module, imported only when asked for, behind its own ex
 * :mod:`stepgym.integrations.nemo_gym` (``pip install 'stepgym[nemo-gym]'``, Python >= 3.13.14): a NeMo Gym 0.7
   resources server whose episodes are ``stepgym serve`` sessions (every step's info holds the episode so far).
 
-Trainer-neutral pieces live here and import no trainer:
+Trainer-neutral pieces live here and import no trainer; each adapter above is a thin module over the first two
+(the adapter skeleton):
+
+* :mod:`stepgym.integrations.episode`: ``Episode``, one episode as every adapter plays it (the text stack, a task
+  reset, each reply stepped and recorded with its step record, an env failure ending it aborted), and
+  ``span_records`` (the step records with their replies' token spans);
+* :mod:`stepgym.integrations.advantages`: ``shape_rows``, a trainer's token rows (reply spans, groups, step
+  records) to stepgym's token advantages, after ``refuse_missing``'s one-line check that the trainer hands the
+  method what it reads;
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
   so every trainer trains and evaluates on the same tasks;

@@ -37,10 +37,8 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.errors import abort_cause_of
-from stepgym.integrations.tasks import reset_args
-from stepgym.step_record import episode_annotations, step_annotations
-from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env, resolve_format
+from stepgym.integrations.episode import Episode
+from stepgym.wrappers.text import TextInterfaceWrapper, resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
 torch = _deps.require("torch", "openrlhf")
@@ -148,39 +146,46 @@ class _StepGymAgent(AgentInstanceBase):
     spec: _Spec
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.env: TextInterfaceWrapper | None = None
-        self.first: tuple[str, dict[str, Any]] = ("", {})
-        self.info: dict[str, Any] = {}
-        self.steps: list[dict[str, Any]] = []
+        self.episode: Episode | None = None
+        self.steps: list[dict[str, Any]] = []  #: the step records, each with its ``task_id``
         self.episode_return = 0.0
-        self.abort_cause: str | None = None  #: set when an infrastructure failure aborted the episode
+
+    @property
+    def env(self) -> TextInterfaceWrapper | None:
+        """The text env of the episode (``None`` before :meth:`reset`)."""
+        return None if self.episode is None else self.episode.env  # type: ignore[return-value]
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The info of the episode's current state."""
+        return {} if self.episode is None else self.episode.info
+
+    @property
+    def abort_cause(self) -> str | None:
+        """Set when an infrastructure failure aborted the episode (docs/failures.md)."""
+        return None if self.episode is None else self.episode.abort_cause
 
     async def reset(self, states: dict, **kwargs: Any) -> dict[str, Any]:
         call = _CALL.get()
         call.agent = self
         spec = self.spec
         task = spec.task_of(states.get("label"), states.get("observation"))
-        self.env = make_text_env(spec.make(), fmt=spec.fmt, history=spec.history_length)
+        self.episode = episode = Episode.make(spec.make(), fmt=spec.fmt, history=spec.history_length)
         seed = int(spec.rng.integers(2**31 - 1))
-        seed, options = reset_args(task, seed)  # "seed:N": a task drawn by seed (tasks.SEED_TASK_PREFIX)
-        obs, self.info = await asyncio.to_thread(self.env.reset, seed=seed, options=options)
-        self.first = (str(obs), self.info)
+        prompt = await asyncio.to_thread(episode.reset, task, seed)  # "seed:N": a task drawn by seed
         messages = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
-        messages.append({"role": "user", "content": self.env.prompt})
+        messages.append({"role": "user", "content": prompt})
         return {"observation": _render(call.tokenizer, messages, True)}
 
     async def step(self, states: dict, **kwargs: Any) -> dict[str, Any]:
-        if self.env is None:
+        if self.episode is None:
             raise RuntimeError("step() before reset(): OpenRLHF's executor always resets first")
         call = _CALL.get()
-        action = str(states["action_text"])
-        before = self.info
-        try:
-            _, reward, term, trunc, info = await asyncio.to_thread(self.env.step, action)
-        except Exception as exc:  # an infrastructure failure: the episode ends aborted (docs/failures.md)
-            self.abort_cause = abort_cause_of(exc)
-            with contextlib.suppress(Exception):
-                self.env.close()
+        episode = self.episode
+        turn = await asyncio.to_thread(episode.step, str(states["action_text"]))
+        if turn is None:  # an infrastructure failure: the episode ended aborted (docs/failures.md)
+            with contextlib.suppress(Exception):  # a failing env may fail to close too
+                episode.close()
             return {
                 "rewards": torch.tensor(0.0),
                 "scores": torch.tensor(self.episode_return),
@@ -188,23 +193,20 @@ class _StepGymAgent(AgentInstanceBase):
                 "done": True,
                 "extra_logs": {"stepgym/aborted": 1.0},
             }
-        self.info = info
-        done = bool(term or trunc)
-        rec = step_annotations(before, action, float(reward), info, terminated=bool(term))
-        rec["task_id"] = info.get(schema.TASK_ID)
+        rec = {**turn.record, "task_id": turn.info.get(schema.TASK_ID)}
         self.steps.append(rec)
-        self.episode_return += float(reward)
+        self.episode_return += turn.reward
         feedback = ""
-        if not done:
+        if not turn.done:
             close, before_user, after_user = chat_turn_texts(call.tokenizer)
-            feedback = ("" if call.closed else close) + before_user + self.env.prompt + after_user
+            feedback = ("" if call.closed else close) + before_user + episode.prompt + after_user
         else:
-            self.env.close()
+            episode.close()
         return {
-            "rewards": torch.tensor(float(reward)),
+            "rewards": torch.tensor(turn.reward),
             "scores": torch.tensor(self.episode_return),
             "environment_feedback": feedback,
-            "done": done,
+            "done": turn.done,
             "extra_logs": self._logs(rec),
         }
 
@@ -235,11 +237,9 @@ class _StepGymAgent(AgentInstanceBase):
     def annotations(self) -> dict[str, Any]:
         """The episode so far as :func:`~stepgym.step_record.episode_annotations` writes it (with
         the strings ``extra_logs`` cannot carry: task id, state keys, parsed actions)."""
-        if self.env is None:
+        if self.episode is None:
             raise RuntimeError("no episode yet: reset() first")
-        obs, info = self.first
-        traj = schema.Trajectory(str(info.get(schema.TASK_ID)), obs, info, list(self.env.history))
-        return episode_annotations(traj)
+        return self.episode.annotations()
 
 
 class _StepGymExecutor(MultiTurnAgentExecutor):

@@ -23,7 +23,6 @@ import json
 import os
 import runpy
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,8 +30,16 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.errors import StepRecordError
-from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages
-from stepgym.steps import build_step_batch, mask_runs
+from stepgym.integrations.advantages import (
+    Rows,
+    RowSettings,
+    check_group_sizes,
+    mask_spans,
+    refuse_missing,
+    shape_rows,
+)
+from stepgym.shapers import ShapeConfig, StepBatch
+from stepgym.steps import build_step_batch
 
 torch = _deps.require("torch", "openrlhf")
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF trainer integration")
@@ -73,17 +80,17 @@ def decode_abort(text: Any) -> bool:
     return isinstance(value, dict) and bool(value.get("stepgym_abort_cause"))
 
 
-def _settings() -> tuple[ShapeConfig, float, str]:
-    cfg = ShapeConfig.from_preset(os.environ.get(ENV["preset"], "gigpo-alfworld"))
-    if cfg.token_reweight is not None:
-        raise StepRecordError(
-            f"preset {os.environ.get(ENV['preset'])!r} reweights tokens with a teacher ({cfg.token_reweight}); "
-            "the OpenRLHF integration runs the GRPO-family bases, GiGPO and ProAS only"
-        )
-    return (
+def _settings() -> RowSettings:
+    preset = os.environ.get(ENV["preset"], "gigpo-alfworld")
+    cfg = ShapeConfig.from_preset(preset)
+    refuse_missing(
         cfg,
-        float(os.environ.get(ENV["reward_scale"], "10")),
-        os.environ.get(ENV["invalid_rule"], "format_or_inadmissible"),
+        teacher=f"preset {preset!r}: the OpenRLHF integration runs the GRPO-family bases, GiGPO and ProAS only",
+    )
+    return RowSettings(
+        cfg,
+        reward_scale=float(os.environ.get(ENV["reward_scale"], "10")),
+        invalid_rule=os.environ.get(ENV["invalid_rule"], "format_or_inadmissible"),
     )
 
 
@@ -101,20 +108,7 @@ def step_batch(
     the context length cut off entirely have no run and take no part; more runs than records is an error, except
     in an ``aborted`` row, whose values are never read: docs/failures.md)."""
     cut = [False] * len(masks) if aborted is None else [bool(a) for a in aborted]
-    spans, recs = [], []
-    for b, (mask, row) in enumerate(zip(masks, records, strict=True)):
-        runs = mask_runs(mask)
-        if cut[b]:
-            spans.append(runs)
-            recs.append(list(row))
-            continue
-        if len(runs) > len(row) or not runs:
-            raise StepRecordError(
-                f"sample {b}: {len(runs)} action spans but {len(row)} step records; the token row and the "
-                "agent's steps are out of line"
-            )
-        spans.append(runs)
-        recs.append(list(row[: len(runs)]))
+    spans, recs = mask_spans(masks, records, cut, what="sample")
     return build_step_batch(
         spans, groups, width, records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule, aborted=cut
     )
@@ -131,24 +125,17 @@ class StepExperienceMaker(RemoteExperienceMaker):
                 "a KL penalty in the reward (algo.kl.use_loss off) would be dropped: stepgym's advantages come "
                 "from the env's step rewards; pass --algo.kl.use_loss (the papers' KL loss)"
             )
-        cfg, scale, rule = _settings()
+        settings = _settings()
         n = int(args.rollout.n_samples_per_prompt)
         where = [(e, r, int(i)) for e, exp in enumerate(experiences) for r, i in enumerate(exp.index)]
         groups = [i // n for _, _, i in where]
-        bad = {g: c for g, c in Counter(groups).items() if c != n}
-        if bad:
-            raise StepRecordError(
-                f"prompt groups {sorted(bad)[:5]} do not have n_samples_per_prompt={n} samples: a group was split "
-                "or lost samples before the advantage step"
-            )
+        check_group_sizes(groups, n, "n_samples_per_prompt")
         masks = [experiences[e].action_mask[r].cpu().numpy() for e, r, _ in where]
         records = [decode_label(experiences[e].labels[r]) for e, r, _ in where]
         aborted = [decode_abort(experiences[e].labels[r]) for e, r, _ in where]
+        spans, recs = mask_spans(masks, records, aborted, what="sample")
         width = max(len(m) for m in masks)
-        batch = step_batch(
-            masks, records, groups, reward_scale=scale, invalid_rule=rule, width=width, aborted=aborted
-        )
-        adv = shape_advantages(batch, cfg).token_advantages
+        batch, adv = shape_rows(Rows(spans, groups, width, records=recs, aborted=aborted), settings)
         ep_return = np.bincount(batch.traj_ids, weights=batch.rewards, minlength=len(where))
         for e, exp in enumerate(experiences):
             rows = [k for k, (ee, _, _) in enumerate(where) if ee == e]

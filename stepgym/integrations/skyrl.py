@@ -23,18 +23,22 @@ SGLang generation, FSDP); the mixin's advantage step is tested on a stand-in for
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.errors import StepRecordError, abort_cause_of
-from stepgym.integrations.tasks import reset_args
-from stepgym.step_record import episode_annotations, step_annotations
-from stepgym.steps import build_step_batch, mask_runs
-from stepgym.wrappers.text import make_text_env
+from stepgym.errors import StepRecordError
+from stepgym.integrations.advantages import (
+    Rows,
+    RowSettings,
+    check_group_sizes,
+    mask_spans,
+    refuse_missing,
+    shape_rows,
+)
+from stepgym.integrations.episode import Episode
 
 skyrl_gym = _deps.require("skyrl_gym", "skyrl", what="the SkyRL-gym integration")
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
@@ -83,55 +87,50 @@ class StepGymTextEnv(BaseTextEnv):
             raise ValueError("no stepgym env id: register() the env or set env_config.stepgym_env")
         kwargs = {**dict(env_kwargs or {}), **dict(cfg.get("env_kwargs") or {})}
         # the given format, else the env's declared one, else a clear error (the inner env closed)
-        self._env = make_text_env(
-            env_id, kwargs, fmt=cfg.get("fmt", fmt) or None, history=cfg.get("history_length", history_length)
+        self._episode = Episode.make(
+            env_id, kwargs, fmt=cfg.get("fmt", fmt), history=cfg.get("history_length", history_length)
         )
-        inner = self._env.unwrapped
+        self._env = self._episode.env
         row = dict(extras or {})
         self.task_id = row.get("task_id")
         self.seed = row.get("seed")
-        self.max_turns = int(getattr(inner.unwrapped, "max_steps", 50))
-        self._info: dict[str, Any] = {}
-        self._first: tuple[str, dict[str, Any]] = ("", {})
-        self.abort_cause: str | None = None  #: set when an infrastructure failure aborted the episode
+        self.max_turns = int(getattr(self._env.unwrapped, "max_steps", 50))
+
+    @property
+    def abort_cause(self) -> str | None:
+        """Set when an infrastructure failure aborted the episode (docs/failures.md)."""
+        return self._episode.abort_cause
 
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
         """Reset on the row's task; the first prompt keeps the row's system messages and adds the rendered turn."""
-        seed, options = reset_args(self.task_id, self.seed)  # "seed:N": a task drawn by seed
-        obs, self._info = self._env.reset(seed=seed, options=options)
-        self._first = (str(obs), self._info)
+        text = self._episode.reset(self.task_id, self.seed)  # "seed:N": a task drawn by seed
         self.turns = 0
         system = [
             {"role": "system", "content": m["content"]} for m in prompt or [] if m.get("role") == "system"
         ]
-        meta = {"task_id": self._info.get(schema.TASK_ID), "state_key": self._info.get(schema.STATE_KEY)}
-        return [*system, {"role": "user", "content": self._env.prompt}], meta
+        info = self._episode.info
+        meta = {"task_id": info.get(schema.TASK_ID), "state_key": info.get(schema.STATE_KEY)}
+        return [*system, {"role": "user", "content": text}], meta
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One model turn: parse it, step the env, return the env's reward and the step record as metadata."""
-        before = self._info
-        try:
-            _, reward, terminated, truncated, info = self._env.step(action)
-        except Exception as exc:  # an infrastructure failure: the episode ends aborted (docs/failures.md)
-            self.abort_cause = abort_cause_of(exc)
-            meta = {**schema.abort_info(self.abort_cause, f"{type(exc).__name__}: {exc}"), "task_id": None}
+        ep = self._episode
+        turn = ep.step(action)
+        if turn is None:  # an infrastructure failure: the episode ends aborted (docs/failures.md)
+            assert ep.abort_cause is not None
+            meta = {**schema.abort_info(ep.abort_cause, ep.abort_detail), "task_id": None}
             return BaseTextEnvStepOutput(
                 observations=[], reward=0.0, done=True, metadata=meta, postprocessed_action=None
             )
-        self._info = info
         self.turns += 1
-        done = bool(terminated or truncated)
-        meta = step_annotations(before, action, float(reward), info, terminated=bool(terminated))
-        meta["task_id"] = info.get(schema.TASK_ID)
-        if done:
-            first_obs, first_info = self._first
-            traj = schema.Trajectory(str(meta["task_id"]), first_obs, first_info, list(self._env.history))
-            meta["episode"] = episode_annotations(traj)
-        observations = [] if done else [{"role": "user", "content": self._env.prompt}]
+        meta = {**turn.record, "task_id": turn.info.get(schema.TASK_ID)}
+        if turn.done:
+            meta["episode"] = ep.annotations()
+        observations = [] if turn.done else [{"role": "user", "content": ep.prompt}]
         return BaseTextEnvStepOutput(
             observations=observations,
-            reward=float(reward),
-            done=done,
+            reward=turn.reward,
+            done=turn.done,
             metadata=meta,
             postprocessed_action=None,
         )
@@ -139,27 +138,25 @@ class StepGymTextEnv(BaseTextEnv):
     @property
     def info(self) -> dict[str, Any]:
         """The stepgym info dict of the current state (every ``stepgym.schema`` annotation, the expert action too)."""
-        return self._info
+        return self._episode.info
 
     def get_metrics(self) -> dict[str, Any]:
         """Episode metrics (numbers, which SkyRL averages) and the episode's step records (``stepgym_steps``, which
         SkyRL's aggregation drops and :class:`StepAdvantageMixin` reads)."""
-        steps = self._env.history
-        first_obs, first_info = self._first
-        traj = schema.Trajectory(str(first_info.get(schema.TASK_ID)), first_obs, first_info, list(steps))
+        records = self._episode.records
         return {
-            "stepgym_steps": episode_annotations(traj)["steps"],
+            "stepgym_steps": list(records),
             "stepgym_abort_cause": self.abort_cause,  # None unless aborted (StepAdvantageMixin reads it)
             "aborted": float(self.abort_cause is not None),
-            "won": float(bool(self._info.get(schema.WON, False))),
-            "steps": float(len(steps)),
+            "won": float(bool(self.info.get(schema.WON, False))),
+            "steps": float(len(records)),
             "format_valid_rate": (
-                sum(bool(s.info.get(schema.FORMAT_VALID)) for s in steps) / len(steps) if steps else 0.0
+                sum(bool(r["format_valid"]) for r in records) / len(records) if records else 0.0
             ),
         }
 
     def close(self) -> None:
-        self._env.close()
+        self._episode.close()
 
 
 def register(
@@ -205,46 +202,21 @@ def step_advantages(
     (SkyRL masks the env's turns out), matched in order with ``steps[b]`` (the env's step records); groups are the
     ``uids``, each of which must hold ``group_size`` rows. ``aborted[b]``: row b's episode was aborted
     (docs/failures.md): advantage 0 and out of every statistic (mask it out of the loss too)."""
-    from stepgym.shapers import ShapeConfig, shape_advantages
+    from stepgym.shapers import ShapeConfig
 
     cfg = ShapeConfig.from_preset(shape_config) if isinstance(shape_config, str) else shape_config
-    if cfg.token_reweight is not None:
-        raise StepRecordError(f"{cfg.token_reweight} needs a teacher; the SkyRL integration runs no teacher")
+    refuse_missing(cfg, teacher="the SkyRL integration runs no teacher")
     mask = np.asarray(loss_mask.detach().cpu() if hasattr(loss_mask, "detach") else loss_mask)
-    bad = {u: c for u, c in Counter(map(str, uids)).items() if c != group_size}
-    if bad:
-        raise StepRecordError(
-            f"groups {sorted(bad)[:5]} do not have n_samples_per_prompt={group_size} rows: a group was split or "
-            "lost rows before the advantage step"
-        )
+    check_group_sizes([str(u) for u in uids], group_size, "n_samples_per_prompt")
     cut = [False] * len(steps) if aborted is None else [bool(a) for a in aborted]
-    spans, recs = [], []
     for b, row in enumerate(steps):
         if row is None:
             raise StepRecordError(
                 f"row {b} has no stepgym_steps in its env metrics: was it played by StepGymTextEnv?"
             )
-        runs = mask_runs(mask[b])
-        if cut[b]:
-            spans.append(runs)
-            recs.append(list(row))
-            continue
-        if not runs or len(runs) > len(row):
-            raise StepRecordError(
-                f"row {b}: {len(runs)} model turns in loss_mask but {len(row)} step records"
-            )
-        spans.append(runs)
-        recs.append(list(row[: len(runs)]))
-    batch = build_step_batch(
-        spans,
-        uids,
-        mask.shape[1],
-        records=recs,
-        reward_scale=reward_scale,
-        invalid_rule=invalid_rule,
-        aborted=cut,
-    )
-    return shape_advantages(batch, cfg).token_advantages * (mask > 0)
+    spans, recs = mask_spans(mask, steps, cut)  # type: ignore[arg-type]
+    rows = Rows(spans, uids, mask.shape[1], records=recs, aborted=cut, mask=mask)
+    return shape_rows(rows, RowSettings(cfg, reward_scale, invalid_rule)).token_advantages
 
 
 class StepAdvantageMixin:

@@ -31,10 +31,9 @@ import asyncio
 import threading
 from typing import Any
 
-from stepgym import _deps, schema
+from stepgym import _deps
+from stepgym.integrations.episode import Episode
 from stepgym.integrations.tasks import task_ids
-from stepgym.step_record import episode_annotations
-from stepgym.wrappers.text import TextInterfaceWrapper, make_text_env
 
 vf = _deps.require("verifiers.v1", "verifiers", what="the verifiers integration")
 from pydantic import Field  # noqa: E402 - a verifiers dependency
@@ -145,32 +144,31 @@ class StepGymEnv(vf.Env[StepGymEnvConfig]):
     async def run(self, task: StepGymTask, agents: vf.Agents) -> None:
         data = task.data
         cfg = self.config
-        env = await self._env_call(
-            make_text_env, data.env_id, data.env_kwargs, fmt=cfg.fmt, history=cfg.history_length
+        # a failing env raises into verifiers, which records the error on the trace and does not score it
+        episode = await self._env_call(
+            Episode.make,
+            data.env_id,
+            data.env_kwargs,
+            fmt=cfg.fmt,
+            history=cfg.history_length,
+            on_failure="raise",
         )
         try:
-            obs, first_info = await self._env_call(
-                env.reset, seed=data.seed, options={"task_id": data.task_id}
-            )
-            first = (str(obs), first_info)
+            await self._env_call(episode.reset, data.task_id, data.seed)
             async with agents.player.interaction(task) as interaction:
-                done = False
-                while not done:
-                    segment = await interaction.turn(env.prompt)
+                while not episode.done:
+                    segment = await interaction.turn(episode.prompt)
                     if segment.terminated:  # verifiers ended the run (a turn or token limit, a @stop)
                         break
-                    _, _, terminated, truncated, _ = await self._env_call(env.step, segment.last_reply)
-                    done = bool(terminated or truncated)
-                self._record(interaction.trace, first, env)
+                    await self._env_call(episode.step, segment.last_reply)
+                self._record(interaction.trace, episode)
         finally:
-            await self._env_call(env.close)
+            await self._env_call(episode.close)
 
     @staticmethod
-    def _record(trace: Any, first: tuple[str, dict[str, Any]], env: TextInterfaceWrapper) -> None:
+    def _record(trace: Any, episode: Episode) -> None:
         """The episode's annotation record, reward and metrics on the verifiers trace."""
-        obs, first_info = first
-        traj = schema.Trajectory(str(first_info.get(schema.TASK_ID)), obs, first_info, list(env.history))
-        record = episode_annotations(traj)
+        record = episode.annotations()
         trace.info["stepgym"] = record  # also for a failed run: the steps it took
         if not trace.errors:  # a failed run (the model server down, say) is not scored, as verifiers does
             trace.record_reward("env_return", record["return"])

@@ -33,8 +33,9 @@ from stepgym.shapers.dapo import (
     overlong_penalty,
     policy_loss_np,
 )
-from stepgym.shapers.g2po import g2po_terms
+from stepgym.shapers.g2po import G2POOptions, g2po_terms
 from stepgym.shapers.gigpo import (
+    GiGPOOptions,
     GiGPOTerms,
     build_step_groups,
     gigpo_advantage,
@@ -42,9 +43,9 @@ from stepgym.shapers.gigpo import (
     step_discounted_returns,
     step_relative_advantage,
 )
-from stepgym.shapers.graphgpo import graph_distances, graphgpo_terms
+from stepgym.shapers.graphgpo import GraphGPOOptions, graph_distances, graphgpo_terms
 from stepgym.shapers.grpo import drgrpo_advantage, grpo_advantage
-from stepgym.shapers.hgpo import hgpo_advantage
+from stepgym.shapers.hgpo import HGPOOptions, hgpo_advantage
 from stepgym.shapers.oracle import oracle_terms
 from stepgym.shapers.proas import proas_multipliers, proas_on_gigpo, proas_shape, proas_trajectory
 from stepgym.shapers.registry import (
@@ -57,13 +58,14 @@ from stepgym.shapers.registry import (
     load_shaper_modules,
     register,
 )
-from stepgym.shapers.rewardflow import propagate_decay, rewardflow_terms
+from stepgym.shapers.rewardflow import RewardFlowOptions, propagate_decay, rewardflow_terms
 from stepgym.shapers.rewards import (
     DEFAULT_INVALID_PENALTY,
     RECIPE_INVALID_PENALTY,
     apply_invalid_action_penalty,
     episode_scores,
 )
+from stepgym.shapers.shared import SharedOptions
 from stepgym.shapers.stepopsd import (
     equal_step_mean_abs,
     opsd_span_gaps,
@@ -100,11 +102,17 @@ __all__ = [
     "STAGES",
     "AbortCounts",
     "BaseAdvantage",
+    "G2POOptions",
+    "GiGPOOptions",
     "GiGPOTerms",
+    "GraphGPOOptions",
+    "HGPOOptions",
     "ResponseStep",
+    "RewardFlowOptions",
     "ShapeConfig",
     "ShapedAdvantages",
     "ShaperEntry",
+    "SharedOptions",
     "StepBatch",
     "TargetSpan",
     "TokenLayout",

@@ -18,7 +18,6 @@ Departure: a uid with a single step row would give NaN upstream (std of one valu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,9 +33,10 @@ from stepgym.shapers._common import (
 )
 from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows, success_rows
 from stepgym.shapers.gigpo import GiGPOTerms, build_step_groups
-from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
-from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.shared import SharedOptions
 
 __all__ = [
     "G2POOptions",
@@ -74,23 +74,22 @@ def _norm(x: np.ndarray, g: Groups, std: bool, eps: float) -> np.ndarray:
 
 
 def g2po_terms(
-    rewards: Any,
-    group_ids: Any,
-    traj_ids: Any,
-    anchor_obs: Sequence[Any],
-    valid: Any = None,
-    success: Any = None,
-    *,
-    gamma: float = 0.95,
-    success_reward: float = 10.0,
-    step_penalty: float = 0.1,
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
-    mode: str = "mean_std_norm",
-    eps: float = 1e-6,
-    singleton: Singleton = "verl",
+    batch: Any, *, options: G2POOptions | None = None, shared: SharedOptions | None = None
 ) -> GiGPOTerms:
-    """G2PO's episode term and step term (term 1 + term 2) per row; ``returns`` holds V(next)."""
-    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    """G2PO's episode term and step term (term 1 + term 2) per row; ``returns`` holds V(next).
+
+    ``batch``: a :class:`~stepgym.shapers.StepBatch` with ``rewards``, ``group_ids``, ``traj_ids``, ``anchor_obs``
+    and optionally ``valid`` and ``success``. ``options``: :class:`G2POOptions` (``success_reward``,
+    ``step_penalty``, ``step_mode``); ``shared``: :class:`~stepgym.shapers.SharedOptions` (γ, c, ε, singleton);
+    None: their defaults.
+    """
+    opts = G2POOptions() if options is None else options
+    sh = SharedOptions() if shared is None else shared
+    if batch.anchor_obs is None:
+        raise ValueError("base='g2po' needs StepBatch.anchor_obs (the state before each step)")
+    group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
+    success_reward, mode, eps = opts.success_reward, opts.step_mode, sh.eps
+    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
     if mode not in ("mean_norm", "mean_std_norm"):
@@ -107,16 +106,18 @@ def g2po_terms(
             "(upstream gives NaN). Give each group several rows, or use step_mode='mean_norm'."
         )
     episode_r = episode_scores(r, tg)
-    succ = success_rows(success, tg, episode_r, "equal", success_reward)
+    succ = success_rows(batch.success, tg, episode_r, "equal", success_reward)
     sg = build_step_groups(eg.codes, anchor_obs)
     groups = Groups(codes=sg, n_groups=int(sg.max(initial=-1)) + 1)
-    v_cur, v_next = g2po_group_values(episode_r, tg, groups, succ, gamma=gamma, success_value=success_reward)
+    v_cur, v_next = g2po_group_values(
+        episode_r, tg, groups, succ, gamma=sh.gamma, success_value=success_reward
+    )
     invalid = 0.0 if valid is None else (~as_bool_array(valid, "valid")).astype(np.float64)
-    term1 = _norm(v_next - step_penalty * invalid, groups, std, eps)
+    term1 = _norm(v_next - opts.step_penalty * invalid, groups, std, eps)
     term1[groups.counts[groups.codes] == 1] = 0.0
     term2 = _norm(v_next - v_cur, eg, std, eps)
-    scores = apply_invalid_action_penalty(episode_r, valid, invalid_penalty)
-    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
+    scores = apply_invalid_action_penalty(episode_r, valid, sh.invalid_penalty)
+    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=sh.singleton)
     return GiGPOTerms(episode=episode, step=term1 + term2, scores=scores, returns=v_next, step_groups=sg)
 
 
@@ -146,19 +147,5 @@ def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     if batch.anchor_obs is None:
         raise ValueError("base='g2po' needs StepBatch.anchor_obs (the state before each step)")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
-    terms = g2po_terms(
-        batch.rewards,
-        batch.group_ids,
-        batch.traj_ids,
-        batch.anchor_obs,
-        batch.valid,
-        batch.success,
-        gamma=config.gamma,
-        success_reward=opts.success_reward,
-        step_penalty=opts.step_penalty,
-        invalid_penalty=config.invalid_penalty,
-        mode=opts.step_mode,
-        eps=config.eps,
-        singleton=config.singleton,
-    )
+    terms = g2po_terms(batch, options=opts, shared=SharedOptions.of(config))
     return BaseAdvantage(terms.combined(config.step_weight), terms)

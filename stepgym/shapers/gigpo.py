@@ -41,13 +41,10 @@ from stepgym.shapers._common import (
     check_traj_in_one_group,
     hashable,
 )
-from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
-from stepgym.shapers.rewards import (
-    DEFAULT_INVALID_PENALTY,
-    apply_invalid_action_penalty,
-    episode_scores,
-)
+from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.shared import SharedOptions
 
 __all__ = [
     "GiGPOOptions",
@@ -183,33 +180,33 @@ def gigpo_terms(
     anchor_obs: Sequence[Any],
     valid: Any = None,
     *,
-    gamma: float = 0.95,
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
-    mode: Mode = "mean_norm",
-    eps: float = 1e-6,
-    similarity: bool = False,
-    tau: float = 0.95,
-    singleton: Singleton = "verl",
+    options: GiGPOOptions | None = None,
+    shared: SharedOptions | None = None,
 ) -> GiGPOTerms:
-    """Both GiGPO terms per step row (docs/shapers.md §2.1–2.5). See :func:`gigpo_advantage` for the arguments."""
+    """Both GiGPO terms per step row (docs/shapers.md §2.1–2.5). See :func:`gigpo_advantage` for the arguments
+    (``shared.step_weight`` is not read: ``terms.combined(w)`` applies it)."""
+    opts = GiGPOOptions() if options is None else options
+    sh = SharedOptions() if shared is None else shared
+    mode = _check_mode(opts.mode)
     r = as_float_array(rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
-    _check_mode(mode)
     tg = Groups(traj_ids)
     eg = Groups(group_ids)
     check_traj_in_one_group(eg, tg, traj_ids)
     scores = apply_invalid_action_penalty(
-        episode_scores(r, tg), valid, invalid_penalty
+        episode_scores(r, tg), valid, sh.invalid_penalty
     )  # R_i − c(1 − v) (§2.1)
-    episode = group_normalize(scores, eg, norm_by_std=(mode == "mean_std_norm"), eps=eps, singleton=singleton)
+    episode = group_normalize(
+        scores, eg, norm_by_std=(mode == "mean_std_norm"), eps=sh.eps, singleton=sh.singleton
+    )
     # §2.3: the penalty is subtracted from the row's own return after discounting (never propagated)
     returns = apply_invalid_action_penalty(
-        step_discounted_returns(r, tg.codes, gamma), valid, invalid_penalty
+        step_discounted_returns(r, tg.codes, sh.gamma), valid, sh.invalid_penalty
     )
-    sgc = build_step_groups(eg.codes, anchor_obs, similarity=similarity, tau=tau)
+    sgc = build_step_groups(eg.codes, anchor_obs, similarity=opts.similarity, tau=opts.similarity_tau)
     step = step_relative_advantage(
-        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
+        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=sh.eps
     )
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
@@ -221,14 +218,8 @@ def gigpo_advantage(
     anchor_obs: Sequence[Any],
     valid: Any = None,
     *,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
-    mode: Mode = "mean_norm",
-    eps: float = 1e-6,
-    similarity: bool = False,
-    tau: float = 0.95,
-    singleton: Singleton = "verl",
+    options: GiGPOOptions | None = None,
+    shared: SharedOptions | None = None,
 ) -> np.ndarray:
     """GiGPO joint advantage per step row, ``A = A^E + w·A^S`` (Eq. 8; docs/shapers.md §2).
 
@@ -237,32 +228,21 @@ def gigpo_advantage(
         group_ids: (N,) episode group (task uid); traj_ids: (N,) trajectory; rows of a trajectory in time order.
         anchor_obs: (N,) the raw current observation of each row (no history), any hashable-convertible value.
         valid: (N,) bool action validity, or None (all valid).
-        gamma: discount of Eq. 5 (0.95 in the ALFWorld/WebShop scripts). step_weight: w of Eq. 8.
-        invalid_penalty: c, subtracted from an invalid row's score and its own step return (not discounted).
-            Default ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``); verl-agent's recipes use 0.1.
-        mode: "mean_norm" (WebShop scripts) or "mean_std_norm" (ALFWorld scripts), for *both* levels;
-            ``norm_adv_by_std_in_grpo`` plays no role.
-        eps: added to the std. similarity / tau: similarity anchor grouping (text only).
-        singleton: an episode group of one row: "verl" → μ = 0, σ = 1 (raw score, or s/(1+ε) in
-            mean_std_norm); "zero" → A^E = 0.
+        options: :class:`GiGPOOptions` (None: its defaults): ``mode`` "mean_norm" (WebShop scripts) or
+            "mean_std_norm" (ALFWorld scripts), for *both* levels (``norm_adv_by_std_in_grpo`` plays no role);
+            ``similarity`` / ``similarity_tau``: similarity anchor grouping (text only).
+        shared: :class:`~stepgym.shapers.SharedOptions` (None: its defaults): ``gamma``, the discount of Eq. 5
+            (0.95 in the ALFWorld/WebShop scripts); ``step_weight``, w of Eq. 8; ``invalid_penalty``, c, subtracted
+            from an invalid row's score and its own step return (not discounted), default
+            ``DEFAULT_INVALID_PENALTY`` (0, as ``ShapeConfig``; verl-agent's recipes use 0.1); ``eps``, added to
+            the std; ``singleton``, an episode group of one row: "verl" → μ = 0, σ = 1 (raw score, or s/(1+ε) in
+            mean_std_norm), "zero" → A^E = 0.
 
     Returns (N,) float64. Use :func:`gigpo_terms` for the separate terms (ProAS shapes A^E only).
     """
-    terms = gigpo_terms(
-        rewards,
-        group_ids,
-        traj_ids,
-        anchor_obs,
-        valid,
-        gamma=gamma,
-        invalid_penalty=invalid_penalty,
-        mode=mode,
-        eps=eps,
-        similarity=similarity,
-        tau=tau,
-        singleton=singleton,
-    )
-    return terms.combined(step_weight)
+    sh = SharedOptions() if shared is None else shared
+    terms = gigpo_terms(rewards, group_ids, traj_ids, anchor_obs, valid, options=options, shared=sh)
+    return terms.combined(sh.step_weight)
 
 
 @dataclass(frozen=True)
@@ -289,19 +269,13 @@ class GiGPOOptions:
 def _gigpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     if batch.anchor_obs is None:
         raise ValueError("base='gigpo' needs StepBatch.anchor_obs")
-    opts = config.options_for("gigpo")
     terms = gigpo_terms(
         batch.rewards,
         batch.group_ids,
         batch.traj_ids,
         batch.anchor_obs,
         batch.valid,
-        gamma=config.gamma,
-        invalid_penalty=config.invalid_penalty,
-        mode=opts.mode,
-        eps=config.eps,
-        similarity=opts.similarity,
-        tau=opts.similarity_tau,
-        singleton=config.singleton,
+        options=config.options_for("gigpo"),
+        shared=SharedOptions.of(config),
     )
     return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -45,9 +45,10 @@ from stepgym.shapers._graph import (
     success_rows,
 )
 from stepgym.shapers.gigpo import GiGPOTerms, build_step_groups, step_relative_advantage
-from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
-from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.shared import SharedOptions
 
 __all__ = [
     "GraphGPOOptions",
@@ -93,32 +94,23 @@ def graph_distances(
 
 
 def graphgpo_terms(
-    rewards: Any,
-    group_ids: Any,
-    traj_ids: Any,
-    anchor_obs: Sequence[Any],
-    next_obs: Sequence[Any],
-    valid: Any = None,
-    success: Any = None,
-    *,
-    gamma: float = 0.95,
-    scale: float = 10.0,
-    normalize_distance: bool = False,
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
-    mode: str = "mean_std_norm",
-    episode_weight: float = 1.0,
-    eps: float = 1e-6,
-    similarity: bool = False,
-    tau: float = 0.95,
-    singleton: Singleton = "verl",
+    batch: Any, *, options: GraphGPOOptions | None = None, shared: SharedOptions | None = None
 ) -> GiGPOTerms:
     """GraphGPO's terms per step row (docs/shapers.md §10). ``episode`` is already multiplied by
-    ``episode_weight`` (0 skips it), so ``terms.combined(step_weight)`` is the advantage.
+    ``options.episode_weight`` (0 skips it), so ``terms.combined(shared.step_weight)`` is the advantage.
 
-    ``success`` (N,) bool (True on the last row of a successful trajectory) or None: episode return > 0 on the
-    trajectory's last row (upstream). ``mode`` "mean_std_norm" (upstream default) or "mean_norm", both terms.
+    ``batch``: a :class:`~stepgym.shapers.StepBatch` with ``rewards``, ``group_ids``, ``traj_ids``, ``anchor_obs``,
+    ``next_obs`` and optionally ``valid`` and ``success`` ((N,) bool, True on the last row of a successful
+    trajectory; None: episode return > 0 on the trajectory's last row, upstream). ``options``:
+    :class:`GraphGPOOptions` (``step_mode`` "mean_std_norm", upstream default, or "mean_norm", both terms);
+    ``shared``: :class:`~stepgym.shapers.SharedOptions` (γ, c, ε, singleton); None: their defaults.
     """
-    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    opts = GraphGPOOptions() if options is None else options
+    sh = SharedOptions() if shared is None else shared
+    next_obs = require_next(batch, "graphgpo")
+    group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
+    gamma, scale, mode, eps = sh.gamma, opts.scale, opts.step_mode, sh.eps
+    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
     check_same_length(
         len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, next_obs=next_obs
     )
@@ -129,18 +121,20 @@ def graphgpo_terms(
     eg, tg = Groups(group_ids), Groups(traj_ids)
     check_traj_in_one_group(eg, tg, traj_ids)
     episode_r = episode_scores(r, tg)
-    succ = success_rows(success, tg, episode_r, "positive")
+    succ = success_rows(batch.success, tg, episode_r, "positive")
     d_cur, d_next = graph_distances(
-        eg.codes, tg.codes, anchor_obs, next_obs, succ, similarity=similarity, tau=tau
+        eg.codes, tg.codes, anchor_obs, next_obs, succ, similarity=opts.similarity, tau=opts.similarity_tau
     )
-    expo = d_next - d_cur + 1.0 if normalize_distance else d_next
-    returns = apply_invalid_action_penalty(scale * np.power(gamma, expo), valid, invalid_penalty)
-    scores = apply_invalid_action_penalty(episode_r, valid, invalid_penalty)
+    expo = d_next - d_cur + 1.0 if opts.normalize_distance else d_next
+    returns = apply_invalid_action_penalty(scale * np.power(gamma, expo), valid, sh.invalid_penalty)
+    scores = apply_invalid_action_penalty(episode_r, valid, sh.invalid_penalty)
     std = mode == "mean_std_norm"
-    if episode_weight == 0:
+    if opts.episode_weight == 0:
         episode = np.zeros(len(r))
     else:
-        episode = episode_weight * group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
+        episode = opts.episode_weight * group_normalize(
+            scores, eg, norm_by_std=std, eps=eps, singleton=sh.singleton
+        )
     sgc = build_step_groups(eg.codes, anchor_obs)
     step = step_relative_advantage(
         returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
@@ -176,26 +170,7 @@ class GraphGPOOptions:
     needs=("state_keys", "state_chain"),
 )
 def _graphgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
-    next_obs = require_next(batch, "graphgpo")
-    opts = config.options_for("graphgpo")
+    require_next(batch, "graphgpo")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
-    terms = graphgpo_terms(
-        batch.rewards,
-        batch.group_ids,
-        batch.traj_ids,
-        batch.anchor_obs,
-        next_obs,
-        batch.valid,
-        batch.success,
-        gamma=config.gamma,
-        scale=opts.scale,
-        normalize_distance=opts.normalize_distance,
-        invalid_penalty=config.invalid_penalty,
-        mode=opts.step_mode,
-        episode_weight=opts.episode_weight,
-        eps=config.eps,
-        similarity=opts.similarity,
-        tau=opts.similarity_tau,
-        singleton=config.singleton,
-    )
+    terms = graphgpo_terms(batch, options=config.options_for("graphgpo"), shared=SharedOptions.of(config))
     return BaseAdvantage(terms.combined(config.step_weight), terms)

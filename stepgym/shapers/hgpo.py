@@ -13,7 +13,6 @@ Departures: anchors are compared exactly after the same hashable conversion as G
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,9 +27,10 @@ from stepgym.shapers._common import (
 )
 from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows
 from stepgym.shapers.gigpo import build_step_groups, step_discounted_returns
-from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
-from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.shared import SharedOptions
 
 __all__ = [
     "HGPOOptions",
@@ -57,23 +57,22 @@ def _pair_codes(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 
 def hgpo_advantage(
-    rewards: Any,
-    group_ids: Any,
-    traj_ids: Any,
-    anchor_obs: Sequence[Any],
-    valid: Any = None,
-    *,
-    gamma: float = 0.95,
-    history: int = 2,
-    alpha: float = 1.0,
-    base_group: bool = False,
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
-    mode: str = "mean_std_norm",
-    eps: float = 1e-6,
-    singleton: Singleton = "verl",
+    batch: Any, *, options: HGPOOptions | None = None, shared: SharedOptions | None = None
 ) -> np.ndarray:
-    """HGPO advantage per step row (docs/shapers.md §11); arguments as ``ShapeConfig``'s ``hgpo_*`` fields."""
-    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    """HGPO advantage per step row (docs/shapers.md §11).
+
+    ``batch``: a :class:`~stepgym.shapers.StepBatch` with ``rewards``, ``group_ids``, ``traj_ids``, ``anchor_obs``
+    and optionally ``valid``. ``options``: :class:`HGPOOptions` (``history``, ``alpha``, ``base_group``,
+    ``step_mode``); ``shared``: :class:`~stepgym.shapers.SharedOptions` (γ, c, ε, singleton); None: their defaults.
+    """
+    opts = HGPOOptions() if options is None else options
+    sh = SharedOptions() if shared is None else shared
+    if batch.anchor_obs is None:
+        raise ValueError("base='hgpo' needs StepBatch.anchor_obs (the state before each step)")
+    group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
+    history, alpha, mode = opts.history, opts.alpha, opts.step_mode
+    eps, invalid_penalty = sh.eps, sh.invalid_penalty
+    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
     check_same_length(len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
     if mode not in ("mean_norm", "mean_std_norm"):
         raise ValueError(f"HGPO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
@@ -83,15 +82,15 @@ def hgpo_advantage(
     check_traj_in_one_group(eg, tg, traj_ids)
     std = mode == "mean_std_norm"
     returns = apply_invalid_action_penalty(
-        step_discounted_returns(r, tg.codes, gamma), valid, invalid_penalty
+        step_discounted_returns(r, tg.codes, sh.gamma), valid, invalid_penalty
     )
     anchor = build_step_groups(eg.codes, anchor_obs)
     prev, _ = prev_next_rows(tg)
     num = np.zeros(len(r))
     den = np.zeros(len(r))
-    if base_group:
+    if opts.base_group:
         scores = apply_invalid_action_penalty(episode_scores(r, tg), valid, invalid_penalty)
-        a0 = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
+        a0 = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=sh.singleton)
         keep = a0 != 0
         num += np.where(keep, a0, 0.0)
         den += keep
@@ -147,19 +146,4 @@ def _hgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     if batch.anchor_obs is None:
         raise ValueError("base='hgpo' needs StepBatch.anchor_obs (the state before each step)")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
-    values = hgpo_advantage(
-        batch.rewards,
-        batch.group_ids,
-        batch.traj_ids,
-        batch.anchor_obs,
-        batch.valid,
-        gamma=config.gamma,
-        history=opts.history,
-        alpha=opts.alpha,
-        base_group=opts.base_group,
-        invalid_penalty=config.invalid_penalty,
-        mode=opts.step_mode,
-        eps=config.eps,
-        singleton=config.singleton,
-    )
-    return BaseAdvantage(values)
+    return BaseAdvantage(hgpo_advantage(batch, options=opts, shared=SharedOptions.of(config)))

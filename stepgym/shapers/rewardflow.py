@@ -18,7 +18,6 @@ the uids only for a batch ordered by group).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,9 +40,10 @@ from stepgym.shapers._graph import (
     require_next,
 )
 from stepgym.shapers.gigpo import GiGPOTerms, step_relative_advantage
-from stepgym.shapers.grpo import Singleton, group_normalize
+from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
-from stepgym.shapers.rewards import DEFAULT_INVALID_PENALTY, apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
+from stepgym.shapers.shared import SharedOptions
 
 __all__ = [
     "RewardFlowOptions",
@@ -122,25 +122,22 @@ def first_seen_values(
 
 
 def rewardflow_terms(
-    rewards: Any,
-    group_ids: Any,
-    traj_ids: Any,
-    anchor_obs: Sequence[Any],
-    next_obs: Sequence[Any],
-    valid: Any = None,
-    dones: Any = None,
-    actions: Sequence[Any] | None = None,
-    *,
-    gamma: float = 0.9,
-    rounds: int = 1000,
-    clean: bool = False,
-    invalid_penalty: float = DEFAULT_INVALID_PENALTY,
-    mode: str = "mean_norm",
-    eps: float = 1e-6,
-    singleton: Singleton = "verl",
+    batch: Any, *, options: RewardFlowOptions | None = None, shared: SharedOptions | None = None
 ) -> GiGPOTerms:
-    """RewardFlow's episode and step terms per row (docs/shapers.md §12); ``returns`` holds the penalised r̃."""
-    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    """RewardFlow's episode and step terms per row (docs/shapers.md §12); ``returns`` holds the penalised r̃.
+
+    ``batch``: a :class:`~stepgym.shapers.StepBatch` with ``rewards``, ``group_ids``, ``traj_ids``, ``anchor_obs``,
+    ``next_obs`` and optionally ``valid``, ``dones`` and ``actions`` (read by ``options.alfworld_clean``).
+    ``options``: :class:`RewardFlowOptions` (None: its defaults); ``shared``: :class:`~stepgym.shapers.SharedOptions`
+    (γ, c, ε, singleton; None: its defaults with RewardFlow's upstream γ = 0.9).
+    """
+    opts = RewardFlowOptions() if options is None else options
+    sh = SharedOptions(gamma=0.9) if shared is None else shared
+    next_obs = require_next(batch, "rewardflow")
+    group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
+    gamma, rounds, mode = sh.gamma, opts.rounds, opts.step_mode
+    eps, invalid_penalty = sh.eps, sh.invalid_penalty
+    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
     n = len(r)
     check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, next_obs=next_obs)
     if mode not in ("mean_norm", "mean_std_norm"):
@@ -149,13 +146,14 @@ def rewardflow_terms(
         raise ValueError(f"RewardFlow needs a finite gamma and rounds >= 0, got {gamma}, {rounds}")
     eg, tg = Groups(group_ids), Groups(traj_ids)
     check_traj_in_one_group(eg, tg, traj_ids)
-    ended = np.ones(n, dtype=bool) if dones is None else as_bool_array(dones, "dones")
+    ended = np.ones(n, dtype=bool) if batch.dones is None else as_bool_array(batch.dones, "dones")
     check_same_length(n, dones=ended)
     a, b, node_group = code_states(eg, anchor_obs, next_obs)
     _, nxt = prev_next_rows(tg)
     check_chain(a, b, nxt)
     rows, src, dst, sr, dr, has_next = _edges(r, tg, a, b, ended)
-    if clean:
+    if opts.alfworld_clean:
+        actions = batch.actions
         if actions is None:
             raise ValueError(
                 "RewardFlow's alfworld_clean option needs StepBatch.actions (the action text of each step); fill it or "
@@ -172,7 +170,7 @@ def rewardflow_terms(
     returns = apply_invalid_action_penalty(step_r, valid, invalid_penalty)
     scores = apply_invalid_action_penalty(episode_scores(r, tg), valid, invalid_penalty)
     std = mode == "mean_std_norm"
-    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=singleton)
+    episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=sh.singleton)
     step = step_relative_advantage(returns, Groups(a), mode=mode, eps=eps)
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=a)
 
@@ -203,24 +201,8 @@ class RewardFlowOptions:
     needs=("state_keys", "state_chain"),
 )
 def _rewardflow_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
-    next_obs = require_next(batch, "rewardflow")
+    require_next(batch, "rewardflow")
     opts = config.options_for("rewardflow")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
-    terms = rewardflow_terms(
-        batch.rewards,
-        batch.group_ids,
-        batch.traj_ids,
-        batch.anchor_obs,
-        next_obs,
-        batch.valid,
-        batch.dones,
-        batch.actions,
-        gamma=config.gamma,
-        rounds=opts.rounds,
-        clean=opts.alfworld_clean,
-        invalid_penalty=config.invalid_penalty,
-        mode=opts.step_mode,
-        eps=config.eps,
-        singleton=config.singleton,
-    )
+    terms = rewardflow_terms(batch, options=opts, shared=SharedOptions.of(config))
     return BaseAdvantage(terms.combined(config.step_weight), terms)

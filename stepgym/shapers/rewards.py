@@ -28,7 +28,7 @@ __all__ = [
     "episode_scores",
 ]
 
-#: The one default of the invalid-action penalty c (ShapeConfig, gigpo_terms, gigpo_advantage and
+#: The one default of the invalid-action penalty c (ShapeConfig, SharedOptions and
 #: apply_invalid_action_penalty all read it). verl-agent's recipe value is 0.1 (see the module docstring).
 DEFAULT_INVALID_PENALTY = 0.0
 #: verl-agent's recipe value of c (``invalid_action_penalty_coef``), used by the ALFWorld / WebShop presets.

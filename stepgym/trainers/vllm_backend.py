@@ -23,12 +23,13 @@ import contextlib
 import os
 import random
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from stepgym import _deps
 from stepgym.trainers.generation import Generation, GenerationRequest
 
-__all__ = ["StepgymWorkerExtension", "VLLMBackend"]
+__all__ = ["StepgymWorkerExtension", "VLLMBackend", "VLLMSettings"]
 
 
 class StepgymWorkerExtension:
@@ -65,6 +66,25 @@ def _keep_global_rng() -> Iterator[None]:
         np.random.set_state(npy)
 
 
+@dataclass(frozen=True)
+class VLLMSettings:
+    """:class:`VLLMBackend`'s engine settings; any of them may also be passed to the backend by name."""
+
+    gpu_memory_utilization: float = 0.4
+    """vLLM's share of GPU memory (the trainer needs the rest)."""
+    model_path: str | None = None
+    """Folder vLLM loads the architecture and initial weights from (default: the model's ``name_or_path``; a
+    randomly initialised model is saved to a temporary folder first)."""
+    dtype: str | None = None
+    """vLLM's weight dtype (default: ``bfloat16`` on CUDA, else the policy's own dtype, so a CPU fp32 policy and
+    vLLM agree token for token under greedy decoding)."""
+    enforce_eager: bool = False
+    """Skip vLLM's compilation/graph capture (faster start, slower decode)."""
+
+
+_SETTINGS = tuple(f.name for f in fields(VLLMSettings))
+
+
 class VLLMBackend:
     """Rollouts with ``vllm.LLM`` (see the module docstring).
 
@@ -72,12 +92,9 @@ class VLLMBackend:
         model: the training policy (its config path or name is what vLLM loads first; weights are synced after).
         tokenizer: the policy's tokenizer (decoding and EOS).
         max_new_tokens, temperature, top_p: sampling knobs.
-        gpu_memory_utilization: vLLM's share of GPU memory (the trainer needs the rest).
-        model_path: folder vLLM loads the architecture and initial weights from (default: the model's
-            ``name_or_path``; a randomly initialised model is saved to a temporary folder first).
-        dtype: vLLM's weight dtype (default: ``bfloat16`` on CUDA, else the policy's own dtype, so a CPU
-            fp32 policy and vLLM agree token for token under greedy decoding).
-        enforce_eager: skip vLLM's compilation/graph capture (faster start, slower decode).
+        settings: a :class:`VLLMSettings` (the engine's memory share, weights folder, dtype, eager mode); each of
+            its fields may also be passed by name (``make_backend("vllm", ..., dtype="float32")``), a keyword
+            winning over ``settings``.
         llm_kwargs: passed to ``vllm.LLM`` (``max_model_len``, ``kv_cache_memory_bytes``, ...).
     """
 
@@ -89,19 +106,20 @@ class VLLMBackend:
         max_new_tokens: int = 512,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        gpu_memory_utilization: float = 0.4,
-        model_path: str | None = None,
-        dtype: str | None = None,
-        enforce_eager: bool = False,
+        settings: VLLMSettings | None = None,
         **llm_kwargs: Any,
     ) -> None:
+        own = {k: llm_kwargs.pop(k) for k in _SETTINGS if k in llm_kwargs}
+        st = replace(VLLMSettings() if settings is None else settings, **own)
+        self.settings = st
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.vllm = _deps.require("vllm", "gpu", what="the vLLM rollout backend")
         self.tokenizer = tokenizer
         self.max_new_tokens = int(max_new_tokens)
         self.temperature = float(temperature)
         self.top_p = float(top_p)
-        path = model_path or self._materialise(model, tokenizer)
+        path = st.model_path or self._materialise(model, tokenizer)
+        dtype = st.dtype
         if dtype is None:
             import torch
 
@@ -111,8 +129,8 @@ class VLLMBackend:
                 model=path,
                 tokenizer=path,
                 dtype=dtype,
-                gpu_memory_utilization=gpu_memory_utilization,
-                enforce_eager=enforce_eager,
+                gpu_memory_utilization=st.gpu_memory_utilization,
+                enforce_eager=st.enforce_eager,
                 worker_extension_cls=f"{__name__}.StepgymWorkerExtension",
                 **llm_kwargs,
             )

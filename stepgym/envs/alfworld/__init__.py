@@ -3,7 +3,7 @@
 Importing this package does not import TextWorld or ALFWorld; the engine loads when an env is built.
 """
 
-from stepgym.envs.alfworld.env import NOTHING_HAPPENS, ALFWorldEnv
+from stepgym.envs.alfworld.env import NOTHING_HAPPENS, ALFWorldConfig, ALFWorldEnv
 from stepgym.envs.alfworld.games import SHORT_NAMES, SPLITS, TASK_TYPES, GameRecord, list_games
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "SHORT_NAMES",
     "SPLITS",
     "TASK_TYPES",
+    "ALFWorldConfig",
     "ALFWorldEnv",
     "GameRecord",
     "list_games",

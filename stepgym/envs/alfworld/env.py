@@ -33,8 +33,9 @@ from stepgym.envs.alfworld.expert import RobustExpert
 from stepgym.envs.alfworld.games import GameRecord, list_games, resolve_root
 from stepgym.envs.alfworld.state import TaskTargets, world_facts
 from stepgym.envs.base import TextEnv, sanitize_action
+from stepgym.envs.options import env_config
 
-__all__ = ["NOTHING_HAPPENS", "ALFWorldEnv", "EnvSnapshot"]
+__all__ = ["NOTHING_HAPPENS", "ALFWorldConfig", "ALFWorldEnv", "EnvSnapshot"]
 
 NOTHING_HAPPENS = "Nothing happens."
 
@@ -50,6 +51,16 @@ class EnvSnapshot:
     rng: dict
 
 
+@dataclass(frozen=True)
+class ALFWorldConfig:
+    """:class:`ALFWorldEnv`'s less common settings (its docstring describes each); any of them may also be passed
+    to the env by name."""
+
+    game_cache_size: int = 16
+    lenient_commands: bool = False
+    engine: str = "native"
+
+
 class ALFWorldEnv(TextEnv):
     """ALFWorld as a Gymnasium env. See the module docstring for the observation/action/info contract.
 
@@ -59,6 +70,11 @@ class ALFWorldEnv(TextEnv):
         max_steps: actions before truncation.
         data_root: the ALFWorld data folder; default from ``$STEPGYM_DATA``/``$ALFWORLD_DATA``/the user cache.
         expert: compute ``stepgym/expert_action`` every step (the handcoded expert; costs ~1 ms a step).
+        config: an :class:`ALFWorldConfig` with the settings below (default: its defaults); each of its fields may
+            also be passed by name (``gym.make("StepGym/ALFWorld-v0", engine="textworld")``); a keyword wins over
+            ``config``, an unknown name is one ``InvalidArgumentError``.
+
+    :class:`ALFWorldConfig` fields:
         game_cache_size: how many translated games to keep for instant re-reset.
         lenient_commands: clean actions and match them case-insensitively (see the module docstring); the
             default reads them exactly as raw TextWorld does.
@@ -81,6 +97,8 @@ class ALFWorldEnv(TextEnv):
         'Nothing happens.'
     """
 
+    options_class = ALFWorldConfig
+
     def __init__(
         self,
         split: str = "train",
@@ -88,11 +106,13 @@ class ALFWorldEnv(TextEnv):
         max_steps: int = 50,
         data_root: str | os.PathLike[str] | None = None,
         expert: bool = True,
-        game_cache_size: int = 16,
+        *,
         render_mode: str | None = None,
-        lenient_commands: bool = False,
-        engine: str = "native",
+        config: ALFWorldConfig | None = None,
+        **options: Any,
     ):
+        cfg = env_config(ALFWorldConfig, config, options, type(self))
+        self.config = cfg
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         root = resolve_root(data_root)
         self.split = split
@@ -100,12 +120,12 @@ class ALFWorldEnv(TextEnv):
             split, tuple(task_types) if task_types else None, root
         )
         self._by_id = {g.task_id: g for g in self.games}
-        self._engine = _make_engine(engine, game_cache_size)
+        self._engine = _make_engine(cfg.engine, cfg.game_cache_size)
         # the handcoded expert is ALFWorld's: fail here, not with an ImportError at the first reset
         if expert:
             require("alfworld", "alfworld", what="the ALFWorld expert; expert=False plays without it")
         self._use_expert = expert
-        self.lenient_commands = bool(lenient_commands)
+        self.lenient_commands = bool(cfg.lenient_commands)
         self._expert: RobustExpert | None = None
         self._game: GameRecord | None = None
         self._targets: TaskTargets | None = None

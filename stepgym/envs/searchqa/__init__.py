@@ -13,7 +13,7 @@ from stepgym.envs.searchqa.datasets import (
     load_questions,
     load_split,
 )
-from stepgym.envs.searchqa.env import SearchQAEnv
+from stepgym.envs.searchqa.env import SearchQAConfig, SearchQAEnv
 from stepgym.envs.searchqa.factory import make_retriever
 from stepgym.envs.searchqa.protocol import exact_match, f1_score, make_prompt, normalize_answer, parse_turn
 from stepgym.envs.searchqa.retrievers import Hit, Retriever
@@ -26,6 +26,7 @@ __all__ = [
     "Hit",
     "QARecord",
     "Retriever",
+    "SearchQAConfig",
     "SearchQAEnv",
     "exact_match",
     "f1_score",

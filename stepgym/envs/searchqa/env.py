@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stepgym import schema
 from stepgym.envs.base import TextEnv, read_text_action
+from stepgym.envs.options import env_config
 from stepgym.envs.searchqa.corpus import Corpus
 from stepgym.envs.searchqa.datasets import QARecord, load_questions, load_questions_file
 from stepgym.envs.searchqa.factory import is_url, make_retriever, resolve_corpus
@@ -56,7 +58,7 @@ from stepgym.envs.searchqa.protocol import (
 from stepgym.envs.searchqa.retrievers import MAX_QUERY_CHARS, Hit, Retriever
 from stepgym.errors import DataNotFoundError, InvalidArgumentError
 
-__all__ = ["MAX_TURN_CHARS", "SearchQAEnv", "read_turn"]
+__all__ = ["MAX_TURN_CHARS", "SearchQAConfig", "SearchQAEnv", "read_turn"]
 
 #: A Search-R1 turn is at most 500 tokens (~2-3k characters); longer text is junk, not a turn.
 MAX_TURN_CHARS = 20_000
@@ -90,6 +92,23 @@ def step_budget(max_turns: int | None, max_steps: int | None) -> int:
     return turns
 
 
+@dataclass(frozen=True)
+class SearchQAConfig:
+    """:class:`SearchQAEnv`'s less common settings (its docstring describes each); any of them may also be passed to
+    the env by name."""
+
+    corpus: str | os.PathLike[str] | Corpus | None = None
+    data_root: str | os.PathLike[str] | None = None
+    encoder: str = "minilm"
+    index: str = "flat"
+    retriever_options: dict[str, Any] | None = None
+    timeout: float = 10.0
+    deadline: float = 30.0
+    questions: Sequence[QARecord] | str | os.PathLike[str] | None = None
+    strict_format: bool = False
+    expert: bool = True
+
+
 class SearchQAEnv(TextEnv):
     """Search-QA as a Gymnasium env. See the module docstring for the contract.
 
@@ -102,6 +121,11 @@ class SearchQAEnv(TextEnv):
         max_turns: turns that may search (Search-R1's ``max_turns``, default 4; one more turn may answer).
         max_steps: the step limit every stepgym env takes: all turns, the forced answer turn included, so
             ``max_steps = max_turns + 1`` (default 5). Pass either; both must agree.
+        config: a :class:`SearchQAConfig` with the settings below (default: its defaults). Each of its fields may
+            also be passed by name (``gym.make("StepGym/SearchQA-v0", corpus=..., expert=False)``, as presets and
+            the command line do); a keyword wins over ``config``, an unknown name is one ``InvalidArgumentError``.
+
+    :class:`SearchQAConfig` fields:
         corpus: the passage jsonl (default: the searchqa data root's ``wiki18_subset/corpus.jsonl``).
         data_root: the searchqa data folder (default: ``$STEPGYM_DATA/searchqa`` or the user cache).
         encoder, index, retriever_options: for ``retriever="dense"`` etc., see :func:`make_retriever`.
@@ -129,6 +153,8 @@ class SearchQAEnv(TextEnv):
         (1.0, True)
     """
 
+    options_class = SearchQAConfig
+
     def __init__(
         self,
         dataset: str | Sequence[str] = "nq",
@@ -138,18 +164,13 @@ class SearchQAEnv(TextEnv):
         max_turns: int | None = None,
         *,
         max_steps: int | None = None,
-        corpus: str | os.PathLike[str] | Corpus | None = None,
-        data_root: str | os.PathLike[str] | None = None,
-        encoder: str = "minilm",
-        index: str = "flat",
-        retriever_options: dict[str, Any] | None = None,
-        timeout: float = 10.0,
-        deadline: float = 30.0,
-        questions: Sequence[QARecord] | str | os.PathLike[str] | None = None,
-        strict_format: bool = False,
-        expert: bool = True,
         render_mode: str | None = None,
+        config: SearchQAConfig | None = None,
+        **options: Any,
     ):
+        cfg = env_config(SearchQAConfig, config, options, type(self))
+        self.config = cfg
+        corpus, data_root, questions = cfg.corpus, cfg.data_root, cfg.questions
         max_turns = step_budget(max_turns, max_steps)
         if not 1 <= int(topk) <= 100:
             raise ValueError(f"topk must be between 1 and 100, got {topk}")
@@ -166,7 +187,7 @@ class SearchQAEnv(TextEnv):
         self._by_id = {t.task_id: t for t in self.tasks}
         self.dataset, self.split = dataset, split
         self.topk = int(topk)
-        self.strict_format, self.use_expert = bool(strict_format), bool(expert)
+        self.strict_format, self.use_expert = bool(cfg.strict_format), bool(cfg.expert)
         self.corpus: Corpus | None
         try:
             self.corpus = resolve_corpus(corpus, data_root)
@@ -177,11 +198,11 @@ class SearchQAEnv(TextEnv):
         self.retriever = make_retriever(
             retriever,
             corpus=self.corpus,
-            encoder=encoder,
-            index=index,
-            timeout=timeout,
-            deadline=deadline,
-            **(retriever_options or {}),
+            encoder=cfg.encoder,
+            index=cfg.index,
+            timeout=cfg.timeout,
+            deadline=cfg.deadline,
+            **(cfg.retriever_options or {}),
         )
         self._owns_retriever = is_url(retriever)
         self._task: QARecord | None = None

@@ -42,6 +42,7 @@ import numpy as np
 from stepgym._deps import require
 from stepgym.atomic import atomic_path
 from stepgym.data import index_dir
+from stepgym.envs.options import env_config
 from stepgym.envs.searchqa.corpus import Corpus
 from stepgym.envs.searchqa.encoders import Encoder, get_encoder
 from stepgym.errors import CorruptDataError, DependencyNotInstalled
@@ -51,6 +52,7 @@ __all__ = [
     "MAX_QUERIES",
     "MAX_TOPK",
     "BM25Retriever",
+    "DenseIndexConfig",
     "DenseRetriever",
     "Hit",
     "LocalRetriever",
@@ -328,6 +330,20 @@ class LuceneRetriever(LocalRetriever):
 # ---------------------------------------------------------------------------------------------------------------
 # Dense (FAISS)
 # ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DenseIndexConfig:
+    """:class:`DenseRetriever`'s index settings; any of them may also be passed to the retriever by name."""
+
+    nlist: int | None = None
+    """IVF lists (default: sqrt(N), at most N/39)."""
+    nprobe: int = 16
+    """IVF lists probed per query."""
+    hnsw_m: int = 32
+    """HNSW links per node."""
+    ef_search: int = 128
+    """HNSW search breadth."""
+
+
 class DenseRetriever(LocalRetriever):
     """Inner-product FAISS search over L2-normalised embeddings (cosine), Search-R1's dense retriever.
 
@@ -336,6 +352,9 @@ class DenseRetriever(LocalRetriever):
         index: ``"flat"`` (exact, Search-R1's), ``"ivf"`` (``nlist`` lists, ``nprobe`` probed) or ``"hnsw"``
             (``hnsw_m`` links, ``ef_search``).
         use_gpu: move the index to FAISS GPUs; default: when the FAISS build has GPUs (flat/IVF only).
+        cache: the folder of the embeddings and index (default: the user cache); progress: show a progress bar.
+        config: a :class:`DenseIndexConfig` (``nlist``, ``nprobe``, ``hnsw_m``, ``ef_search``; default: its
+            defaults); each of its fields may also be passed by name (``nprobe=32``, as ``make_retriever`` does).
     """
 
     backend = "dense"
@@ -346,14 +365,14 @@ class DenseRetriever(LocalRetriever):
         encoder: str | Encoder = "minilm",
         *,
         index: str = "flat",
-        nlist: int | None = None,
-        nprobe: int = 16,
-        hnsw_m: int = 32,
-        ef_search: int = 128,
         use_gpu: bool | None = None,
         cache: str | os.PathLike[str] | None = None,
         progress: bool = False,
+        config: DenseIndexConfig | None = None,
+        **options: Any,
     ):
+        cfg = env_config(DenseIndexConfig, config, options, type(self))
+        nlist, nprobe, hnsw_m, ef_search = cfg.nlist, cfg.nprobe, cfg.hnsw_m, cfg.ef_search
         super().__init__(corpus)
         if index not in INDEX_TYPES:
             raise ValueError(f"index must be one of {INDEX_TYPES}, got {index!r}")

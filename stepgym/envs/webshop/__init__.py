@@ -6,7 +6,7 @@ made, ``selenium`` when a site env is made. See docs/webshop.md.
 
 from __future__ import annotations
 
-from stepgym.envs.webshop.site_env import WebShopSiteEnv
-from stepgym.envs.webshop.text_env import WebShopEnv
+from stepgym.envs.webshop.site_env import WebShopSiteConfig, WebShopSiteEnv
+from stepgym.envs.webshop.text_env import WebShopConfig, WebShopEnv
 
-__all__ = ["WebShopEnv", "WebShopSiteEnv"]
+__all__ = ["WebShopConfig", "WebShopEnv", "WebShopSiteConfig", "WebShopSiteEnv"]

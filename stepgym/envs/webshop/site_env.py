@@ -32,11 +32,13 @@ import tempfile
 import time
 import urllib.request
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from stepgym import schema
 from stepgym._deps import require
 from stepgym.envs.base import TextEnv
+from stepgym.envs.options import env_config
 from stepgym.envs.webshop.core import SEARCH_PLACEHOLDER, WebShopCore, shared_core
 from stepgym.envs.webshop.engine import ShopState, click_key, parse_shop_action
 from stepgym.envs.webshop.goals import Goal
@@ -44,7 +46,7 @@ from stepgym.envs.webshop.pages_html import html_to_text
 from stepgym.envs.webshop.server import ShopSite, state_from_url
 from stepgym.errors import SiteUnavailableError
 
-__all__ = ["CHROMIUM_FLAGS", "WebShopSiteEnv"]
+__all__ = ["CHROMIUM_FLAGS", "WebShopSiteConfig", "WebShopSiteEnv"]
 
 _FIX = (
     "Fix: call env.close() (it ends whatever is left of the browser and the server) and make a new env; if "
@@ -246,8 +248,31 @@ def _exit_words(code: int | None) -> str:
     return f"exit status {code}"
 
 
+@dataclass(frozen=True)
+class WebShopSiteConfig:
+    """:class:`WebShopSiteEnv`'s less common settings; any of them may also be passed to the env by name. The first
+    four are :class:`~stepgym.envs.webshop.WebShopConfig`'s."""
+
+    catalogue_file: str | os.PathLike[str] | None = None
+    title_nouns: str = "heuristic"
+    option_match: str = "upstream"
+    invalid_feedback: bool = True
+    chromium: str = "/usr/bin/chromium"
+    """The Chromium executable."""
+    chromedriver: str = "/usr/bin/chromedriver"
+    """The chromedriver executable."""
+    start_timeout: float = 30.0
+    """Seconds to wait for the site server and the browser to start."""
+    page_timeout: float = 30.0
+    """Seconds to wait for a page."""
+
+
 class WebShopSiteEnv(TextEnv):
     """The WebShop site in a real browser; same observations, annotations and reward as :class:`WebShopEnv`.
+
+    Takes :class:`~stepgym.envs.webshop.WebShopEnv`'s keywords (no ``search_anywhere``); ``config`` is a
+    :class:`WebShopSiteConfig` (also settable field by name through ``gym.make``), which adds the browser's paths
+    and timeouts.
 
     Example (needs the WebShop data and Chromium with chromedriver)::
 
@@ -262,6 +287,8 @@ class WebShopSiteEnv(TextEnv):
         >>> env.close()  # ends the browser
     """
 
+    options_class = WebShopSiteConfig
+
     def __init__(
         self,
         split: str = "train",
@@ -269,27 +296,23 @@ class WebShopSiteEnv(TextEnv):
         search: str = "bm25s",
         *,
         data_root: str | os.PathLike[str] | None = None,
-        catalogue_file: str | os.PathLike[str] | None = None,
         max_steps: int = 15,
-        title_nouns: str = "heuristic",
-        option_match: str = "upstream",
-        invalid_feedback: bool = True,
-        chromium: str = "/usr/bin/chromium",
-        chromedriver: str = "/usr/bin/chromedriver",
-        start_timeout: float = 30.0,
-        page_timeout: float = 30.0,
         render_mode: str | None = None,
+        config: WebShopSiteConfig | None = None,
+        **options: Any,
     ) -> None:
+        cfg = env_config(WebShopSiteConfig, config, options, type(self))
+        self.config = cfg
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self._webdriver = require("selenium.webdriver", "webshop", what="the WebShop site env (selenium)")
         self.core: WebShopCore = shared_core(
-            data_root, goals, search, title_nouns, option_match, False, catalogue_file
+            data_root, goals, search, cfg.title_nouns, cfg.option_match, False, cfg.catalogue_file
         )
         self.split_goals = self.core.split(split)
         if not self.split_goals:
             raise ValueError(f"the {goals} goals of this catalogue have no '{split}' split")
-        self.invalid_feedback = invalid_feedback
-        self.page_timeout = page_timeout
+        self.invalid_feedback = cfg.invalid_feedback
+        self.page_timeout = cfg.page_timeout
         self.goal: Goal | None = None
         self.state = ShopState()
         self.driver: Any = None
@@ -299,8 +322,8 @@ class WebShopSiteEnv(TextEnv):
         self._parts = _Parts(self.site)
         self._finalizer = weakref.finalize(self, self._parts.close)
         try:
-            self.site.start(timeout=start_timeout)
-            self.driver = self._start_browser(chromium, chromedriver, start_timeout)
+            self.site.start(timeout=cfg.start_timeout)
+            self.driver = self._start_browser(cfg.chromium, cfg.chromedriver, cfg.start_timeout)
         except BaseException:
             self.close()
             raise

@@ -16,19 +16,45 @@ no-op: the page alone).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from stepgym import schema
 from stepgym.envs.base import TextEnv
+from stepgym.envs.options import env_config
 from stepgym.envs.webshop.core import WebShopCore, shared_core
 from stepgym.envs.webshop.engine import ShopState
 from stepgym.envs.webshop.goals import Goal
 
-__all__ = ["WebShopEnv"]
+__all__ = ["WebShopConfig", "WebShopEnv"]
+
+
+@dataclass(frozen=True)
+class WebShopConfig:
+    """:class:`WebShopEnv`'s less common settings; any of them may also be passed to the env by name."""
+
+    catalogue_file: str | os.PathLike[str] | None = None
+    """The product catalogue (default: the one found in the data folder)."""
+    title_nouns: str = "heuristic"
+    """``"heuristic"`` or ``"spacy"``: how nouns are read from product titles."""
+    option_match: str = "upstream"
+    """``"upstream"`` or ``"values"``: how goal options are matched."""
+    search_anywhere: bool = False
+    """Allow ``search[...]`` on every page, not only where the page has a search bar."""
+    invalid_feedback: bool = True
+    """Prefix an invalid action's observation with ``Invalid action: <reason> [SEP]`` (False: the page alone)."""
 
 
 class WebShopEnv(TextEnv):
     """WebShop in text mode, with step annotations (see :mod:`stepgym.envs.webshop.core`).
+
+    Args:
+        split, goals, search: the goal split, the goal kind (``"synthetic"`` or ``"human"``) and the search engine.
+        data_root: the WebShop data folder (default: ``$STEPGYM_DATA/webshop`` or the user cache).
+        max_steps: actions before truncation.
+        config: a :class:`WebShopConfig` with the less common settings (default: its defaults); each of its fields
+            may also be passed by name (``gym.make("StepGym/WebShop-v0", invalid_feedback=False)``); a keyword wins
+            over ``config``, an unknown name is one ``InvalidArgumentError``.
 
     Example (needs the WebShop data, ``stepgym download webshop``)::
 
@@ -44,6 +70,8 @@ class WebShopEnv(TextEnv):
         (True, 0.0)
     """
 
+    options_class = WebShopConfig
+
     def __init__(
         self,
         split: str = "train",
@@ -51,17 +79,22 @@ class WebShopEnv(TextEnv):
         search: str = "bm25s",
         *,
         data_root: str | os.PathLike[str] | None = None,
-        catalogue_file: str | os.PathLike[str] | None = None,
         max_steps: int = 15,
-        title_nouns: str = "heuristic",
-        option_match: str = "upstream",
-        search_anywhere: bool = False,
-        invalid_feedback: bool = True,
         render_mode: str | None = None,
+        config: WebShopConfig | None = None,
+        **options: Any,
     ) -> None:
+        cfg = env_config(WebShopConfig, config, options, type(self))
+        self.config = cfg
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.core: WebShopCore = shared_core(
-            data_root, goals, search, title_nouns, option_match, search_anywhere, catalogue_file
+            data_root,
+            goals,
+            search,
+            cfg.title_nouns,
+            cfg.option_match,
+            cfg.search_anywhere,
+            cfg.catalogue_file,
         )
         self.split = split
         self.split_goals = self.core.split(split)
@@ -70,7 +103,7 @@ class WebShopEnv(TextEnv):
                 f"the {goals} goals of this catalogue have no '{split}' split "
                 f"({len(self.core.goals)} goals; see docs/webshop.md on human goals and the 1k catalogue)"
             )
-        self.invalid_feedback = invalid_feedback
+        self.invalid_feedback = cfg.invalid_feedback
         self.goal: Goal | None = None
         self.state = ShopState()
 

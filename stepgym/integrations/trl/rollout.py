@@ -11,8 +11,8 @@ import numpy as np
 from stepgym import _deps
 from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupConfig, GroupEnv, WrapperFn
+from stepgym.integrations.episode import span_records
 from stepgym.integrations.tasks import reset_args, task_id_of_prompt
-from stepgym.step_record import ABORTED_STEP, episode_annotations
 from stepgym.wrappers.text import text_wrappers
 
 _deps.require("trl", "trl", what="the TRL integration")
@@ -325,15 +325,10 @@ class GroupRollout:
         for r in rollouts:
             group = groups[r.block]
             traj = group.trajectories[group.possible_agents.index(r.agent)]
-            ep = episode_annotations(traj)
+            ep, recs = span_records(traj, r.spans)  # an aborted episode's unanswered reply: a stand-in record
             ep["group"] = r.group
-            recs = ep.pop("steps")
-            if traj.aborted:  # the last reply was never answered: its span gets a stand-in record
-                recs = [*recs, *[dict(ABORTED_STEP) for _ in r.spans[len(recs) :]]]
-                for rec in recs:
-                    rec["aborted"] = True
-            for rec, (s, e) in zip(recs, r.spans, strict=True):
-                rec.update(start=s, stop=e, group=r.group)
+            for rec in recs:
+                rec["group"] = r.group
             episodes.append(ep)
             steps.append(recs)
         return {

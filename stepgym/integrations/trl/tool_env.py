@@ -10,8 +10,7 @@ import gymnasium as gym
 
 from stepgym import _deps, schema
 from stepgym.group import EnvFactory, WrapperFn
-from stepgym.integrations.tasks import reset_args
-from stepgym.step_record import episode_annotations
+from stepgym.integrations.episode import Episode
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
 _deps.require("trl", "trl", what="the TRL integration")
@@ -43,62 +42,49 @@ class StepGymToolEnv:
     _make: Callable[[], gym.Env]
 
     def __init__(self) -> None:
-        self._env = self._make()
-        self._trajectory: schema.Trajectory | None = None
-        self._info: dict[str, Any] = {}
-        self._done = True
+        # TRL's tool loop handles a tool's exception itself (it shows the error to the model): no abort here
+        self._episode = Episode(self._make(), on_failure="raise")
+        self._started = False
 
     def reset(self, task_id: str | None = None, seed: int | None = None, **row: Any) -> str:
         """Start the episode of the dataset row's task; returns the first observation (TRL appends it to the
         prompt). ``row`` holds the row's other columns (TRL passes them all)."""
-        seed, options = reset_args(task_id, seed)
-        obs, info = self._env.reset(seed=seed, options=options)
-        self._trajectory = schema.Trajectory(str(info.get(schema.TASK_ID, task_id or "")), str(obs), info)
-        self._info = info
-        self._done = False
-        return _observation_text(obs, info, goal=True)
+        self._episode.reset(task_id, seed)
+        self._started = True
+        return _observation_text(self._episode.trajectory.initial_observation, self._episode.info, goal=True)
 
     def _act(self, action: str) -> str:
-        if self._trajectory is None:
+        if not self._started:
             raise RuntimeError("reset() must be called before the first action")
-        if self._done:
+        if self._episode.done:
             return "The episode is over; no further actions are taken."
-        obs, reward, terminated, truncated, info = self._env.step(action)
-        prev = (
-            self._trajectory.steps[-1].next_observation
-            if self._trajectory.steps
-            else self._trajectory.initial_observation
-        )
-        self._trajectory.steps.append(
-            schema.Step(prev, action, float(reward), str(obs), bool(terminated), bool(truncated), info)
-        )
-        self._info = info
-        self._done = bool(terminated or truncated)
-        text = _observation_text(obs, info, goal=False)
-        if self._done:
+        turn = self._episode.step(action)
+        assert turn is not None  # on_failure="raise"
+        text = _observation_text(turn.observation, turn.info, goal=False)
+        if turn.done:
             text += "\nThe episode is over: " + (
-                "you won." if info.get(schema.WON) else "the task was not solved."
+                "you won." if turn.info.get(schema.WON) else "the task was not solved."
             )
         return text
 
     def get_reward(self) -> float:
         """The episode return so far (the sum of the env's rewards)."""
-        return 0.0 if self._trajectory is None else self._trajectory.total_reward
+        return self._episode.trajectory.total_reward if self._started else 0.0
 
     @property
     def trajectory(self) -> schema.Trajectory | None:
         """The current episode as a :class:`stepgym.schema.Trajectory` (``None`` before the first reset)."""
-        return self._trajectory
+        return self._episode.trajectory if self._started else None
 
     @property
     def annotations(self) -> dict[str, Any] | None:
         """The current episode's :func:`~stepgym.step_record.episode_annotations` record."""
-        return None if self._trajectory is None else episode_annotations(self._trajectory)
+        return self._episode.annotations() if self._started else None
 
     @property
     def env(self) -> gym.Env:
         """The wrapped stepgym env."""
-        return self._env
+        return self._episode.env
 
 
 _DEFAULT_ACTION_DOC = (

@@ -1,0 +1,154 @@
+"""The adapter skeleton, trainer side: a trainer's token rows (one per episode) to stepgym's token advantages.
+
+verl's estimators and trainer, SkyRL's ``StepAdvantageMixin`` and OpenRLHF's ``StepExperienceMaker`` all end the
+same way: the replies' token spans, each row's group and step records become a
+:class:`~stepgym.shapers.StepBatch` (:func:`stepgym.steps.build_step_batch`), which
+:func:`~stepgym.shapers.shape_advantages` shapes; the token advantages go back, zero outside the trained tokens.
+:func:`shape_rows` does it once, after :func:`refuse_missing` has checked, in one line, that the adapter hands the
+configured methods what they read (step records for GiGPO / ProAS / the graph methods and the invalid-action
+penalty; a teacher's log-prob gaps for AHEAD / StepOPSD). :func:`mask_spans` lines the runs of a loss mask up with
+the step records, for the trainers that keep no spans of their own (SkyRL, OpenRLHF).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from stepgym.errors import StepRecordError
+from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers.registry import NEEDS
+from stepgym.shapers.registry import get as get_shaper
+from stepgym.steps import build_step_batch, mask_runs
+
+__all__ = [
+    "RowSettings",
+    "Rows",
+    "Shaped",
+    "TokenGaps",
+    "check_group_sizes",
+    "mask_spans",
+    "needs_records",
+    "refuse_missing",
+    "shape_rows",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSettings:
+    """How an adapter's rows are credited (its trainer's settings, the same for every batch)."""
+
+    config: ShapeConfig  #: the shapers' configuration (a preset: ``ShapeConfig.from_preset``)
+    reward_scale: float = 1.0  #: multiplies the records' env rewards (not ``Rows.rewards``)
+    invalid_rule: str = "format_or_inadmissible"  #: ``annotations.INVALID_RULES``
+    update_index: int = 0  #: completed policy updates (schedules such as AHEAD's)
+
+
+class TokenGaps(NamedTuple):
+    """A teacher's log-prob gaps for AHEAD / StepOPSD: ``delta`` (B, L), the tokens that have one
+    (``delta_mask``, default: every finite one) and StepOPSD's target spans (default: every reply token)."""
+
+    delta: Any
+    delta_mask: Any = None
+    target: TokenLayout | None = None
+
+
+@dataclasses.dataclass
+class Rows:
+    """A batch of token rows, one per episode, as an adapter hands it over (see ``build_step_batch``)."""
+
+    spans: Sequence[Sequence[tuple[int, int]]]  #: per row, each step's reply tokens ``(start, stop)``
+    groups: Sequence[Any]  #: per row, its GRPO group
+    width: int  #: the rows' padded length L
+    records: Sequence[Sequence[Mapping[str, Any]]] | None = None  #: per row, one step record per span
+    rewards: Sequence[Sequence[float]] | None = None  #: per row, one reward per span (else the records')
+    aborted: Sequence[bool] | None = None  #: per row, an episode a failure cut off (docs/failures.md)
+    mask: Any = None  #: (B, L): the trained tokens (advantages are zero elsewhere); ``None``: no zeroing
+
+
+class Shaped(NamedTuple):
+    """:func:`shape_rows`' result: the batch shaped and its (B, L) token advantages (0 outside ``Rows.mask``)."""
+
+    batch: StepBatch
+    token_advantages: np.ndarray
+
+
+def needs_records(config: ShapeConfig) -> list[str]:
+    """What the configured methods read from step records, as each registered it (``needs``); ``[]``: the token
+    rewards and groups suffice (the GRPO family)."""
+    names = [config.base, *(["proas"] if config.proas else [])]
+    need = [f"{NEEDS[n]} ({name})" for name in names for n in sorted(get_shaper(name).needs)]
+    if config.invalid_penalty:
+        need.append("format-valid / admissible flags (the invalid-action penalty)")
+    return need
+
+
+def refuse_missing(config: ShapeConfig, *, records: str | None = None, teacher: str | None = None) -> None:
+    """One line (``StepRecordError``) when the adapter lacks what ``config`` needs. ``records`` / ``teacher``:
+    ``None`` when the adapter has the step records / a teacher's gaps, else why it has none and what to do."""
+    if records is not None and needs_records(config):
+        raise StepRecordError(f"this method needs {', '.join(needs_records(config))}; {records}")
+    if teacher is not None and config.token_reweight is not None:
+        raise StepRecordError(
+            f"token_reweight={config.token_reweight!r} needs teacher log-prob gaps; {teacher}"
+        )
+
+
+def check_group_sizes(groups: Sequence[Any], size: int, setting: str) -> None:
+    """Every group holds ``size`` rows (``setting`` names the trainer's option), else one line: a group was split
+    or lost rows before the advantage step."""
+    bad = {g: c for g, c in Counter(groups).items() if c != size}
+    if bad:
+        raise StepRecordError(
+            f"groups {sorted(bad)[:5]} do not have {setting}={size} rows: a group was split or lost rows "
+            "before the advantage step"
+        )
+
+
+def mask_spans(
+    masks: Sequence[Any],
+    records: Sequence[Sequence[Mapping[str, Any]]],
+    aborted: Sequence[bool],
+    what: str = "row",
+) -> tuple[list[list[tuple[int, int]]], list[list[Mapping[str, Any]]]]:
+    """Each row's steps as the runs of its mask, matched in order with its records: steps the context length cut
+    off entirely have no run and take no part; more runs than records (or none) is an error, except in an aborted
+    row, whose values are never read."""
+    spans, recs = [], []
+    for b, (mask, row) in enumerate(zip(masks, records, strict=True)):
+        runs = mask_runs(mask)
+        if not aborted[b] and (not runs or len(runs) > len(row)):
+            raise StepRecordError(
+                f"{what} {b}: {len(runs)} reply spans in the mask but {len(row)} step records; the token row and "
+                "the episode's steps are out of line"
+            )
+        spans.append(runs)
+        recs.append(list(row) if aborted[b] else list(row[: len(runs)]))
+    return spans, recs
+
+
+def shape_rows(rows: Rows, settings: RowSettings, gaps: TokenGaps | None = None) -> Shaped:
+    """stepgym's token advantages for the rows: ``build_step_batch`` → (the teacher's gaps) →
+    ``shape_advantages`` → the (B, L) token advantages, zero outside ``rows.mask`` when given."""
+    batch = build_step_batch(
+        rows.spans,
+        rows.groups,
+        rows.width,
+        records=rows.records,
+        rewards=rows.rewards,
+        reward_scale=settings.reward_scale,
+        invalid_rule=settings.invalid_rule,
+        aborted=rows.aborted,
+    )
+    if gaps is not None:
+        batch.delta = np.asarray(gaps.delta, dtype=np.float64)
+        batch.delta_mask = None if gaps.delta_mask is None else np.asarray(gaps.delta_mask, dtype=bool)
+    if settings.config.token_reweight == "stepopsd":
+        batch.target = gaps.target if gaps is not None and gaps.target is not None else batch.layout
+    shaped = shape_advantages(batch, settings.config, update_index=settings.update_index)
+    adv = shaped.token_advantages
+    return Shaped(batch, adv if rows.mask is None else adv * (np.asarray(rows.mask) > 0))
