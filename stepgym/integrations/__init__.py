@@ -45,7 +45,8 @@ Below every trainer, shared with the bundled one: :mod:`stepgym.step_record` (th
 from its info into plain values a trainer's reward or metadata hook can carry: ``step_annotations``,
 ``episode_annotations``, ``STEP_FIELDS``) and :mod:`stepgym.steps` (the one ``StepBatch`` builder, for the bundled
 trainer and every adapter; ``step_batch_from_trajectories`` for a loop of one's own over ``GroupEnv``; the reply
-spans in a loss mask), re-exported here.
+spans in a loss mask); their names for users (the record's functions, ``StepRecord``,
+``step_batch_from_trajectories``) are re-exported here.
 """
 
 from __future__ import annotations
