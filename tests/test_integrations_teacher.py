@@ -1,5 +1,6 @@
-"""The AHEAD / StepOPSD teacher contexts TRL and verl share (stepgym.integrations.teacher): the three rules where
-the two adapters' copies used to differ, and that both adapters call this one module."""
+"""What the AHEAD / StepOPSD teachers read (stepgym.teacher_context): the three rules where the two adapters' copies
+used to differ, that the bundled trainer's step rows and the adapters' episode rows build the same privileged text
+and the same target span for the same step, and that the trainer and both adapters call this one module."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 
 from stepgym import schema
+from stepgym import teacher_context as tc
 from stepgym.errors import StepRecordError
-from stepgym.integrations import teacher as tc
-from stepgym.trainers.teacher import TeacherStats
+from stepgym.teacher_context import TeacherStats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,8 +72,7 @@ def _ctx(tok: CharChat, stop: int = 40, max_context: int = 500) -> tc.TeacherCon
         trajectories=[_episode()],
         groups=[0],
         old_log_probs=np.full((1, width), -1.0),
-        max_context_tokens=max_context,
-        min_pi_tokens=4,
+        budget=tc.ContextBudget(max_context, 4),
     )
 
 
@@ -144,16 +144,100 @@ def _imported_names(path: Path) -> set[str]:
     }
 
 
-def test_trl_and_verl_build_teacher_contexts_with_this_one_module() -> None:
-    """Both adapters' teacher paths go through stepgym.integrations.teacher (verl's tests run in its own venv;
-    TRL's trainer tests exercise TeacherGaps end to end), and neither keeps a copy of its rules."""
+def test_trl_verl_and_the_trainer_build_teacher_contexts_with_this_one_module() -> None:
+    """The adapters' teacher paths and the bundled trainer's go through stepgym.teacher_context (verl's tests run
+    in its own venv; TRL's trainer tests exercise TeacherGaps end to end), and none keeps a copy of its rules."""
     trl_names = set().union(*(_imported_names(p) for p in (ROOT / "stepgym/integrations/trl").glob("*.py")))
-    assert {"stepgym.integrations.teacher.ahead_gaps", "stepgym.integrations.teacher.opsd_gaps"} <= trl_names
-    assert "stepgym.integrations.teacher" in _imported_names(ROOT / "stepgym/integrations/verl/train.py")
+    assert {"stepgym.teacher_context.ahead_gaps", "stepgym.teacher_context.opsd_gaps"} <= trl_names
+    verl_names = _imported_names(ROOT / "stepgym/integrations/verl/train.py")
+    assert {"stepgym.teacher_context.ahead_gaps", "stepgym.teacher_context.opsd_gaps"} <= verl_names
+    assert "stepgym.teacher_context" in _imported_names(ROOT / "stepgym/trainers/teacher.py")
+    assert not (ROOT / "stepgym/integrations/teacher.py").exists()
     for path in [
         *(ROOT / "stepgym/integrations/trl").glob("*.py"),
         *(ROOT / "stepgym/integrations/verl").glob("*.py"),
+        ROOT / "stepgym/trainers/teacher.py",
     ]:
         src = path.read_text()
         assert "def user_turn_tail" not in src and "def _user_turn_tail" not in src, path
-        assert "fit_privileged(" not in src, path
+        for rule in (
+            "fit_privileged(",
+            "structural_target_span(",
+            "prefix_token_counter(",
+            "ahead_privileged_text(",
+        ):
+            assert rule not in src, (path, rule)
+        assert "peer_hindsight(" not in src, path
+
+
+class CharEncoder:
+    """The bundled trainer's PromptEncoder on :class:`CharChat`: the prompt (plus AHEAD's privileged text) inside
+    one user turn, the assistant header after it."""
+
+    def __init__(self, tok: CharChat) -> None:
+        self.tokenizer = tok
+
+    def encode(self, prompt: str, extra: str = "", *, limit: int | None = None) -> tuple[list[int], bool]:
+        return self.tokenizer(f"<u>{prompt}{extra}</u><a>")["input_ids"], False
+
+
+def _step_rows(tok: CharChat, ctx: tc.TeacherContexts):
+    """The same episode as the bundled trainer's step rows: step t's prompt is the env's text it answers."""
+    from stepgym.trainers.samples import StepRow
+
+    traj = ctx.trajectories[0]
+    rows = []
+    for t, rec in enumerate(ctx.steps[0][:2]):
+        prompt = "start" if t == 0 else traj.steps[t - 1].next_observation
+        reply = ctx.responses[0][rec["start"] : rec["stop"]]
+        pids = tok(f"<u>{prompt}</u><a>")["input_ids"]
+        rows.append(StepRow(0, 0, 0, t, "t0", prompt, pids, reply, tok.decode(reply)))
+    return rows
+
+
+def test_step_rows_and_episode_rows_build_the_same_privileged_text_and_target_span() -> None:
+    """One rule for both layouts: for the same step, the trainer's step row and the adapters' episode row get the
+    same privileged tokens (AHEAD: inside the user turn, before its tail; StepOPSD: the peer's hindsight block right
+    before the span) and the same target span of the reply."""
+    tok = CharChat()
+    ctx = _ctx(tok, stop=len(tok.decode(_ctx(tok).responses[0])))
+    rows = _step_rows(tok, ctx)
+    tail = tc.user_turn_tail(tok)
+    texts = tc.AheadTexts(ctx.trajectories)
+    budget = ctx.budget
+
+    episode_ctx: list[list[int]] = []
+    tc.ahead_gaps(ctx, tok, lambda c, t: (episode_ctx.extend(c), _score_ok(c, t))[1], TeacherStats())
+    step_items = tc.ahead_items(
+        rows, [texts.text(0, r.t) for r in rows], CharEncoder(tok), budget, TeacherStats()
+    )
+    assert len(episode_ctx) == len(step_items) == 2
+    for t, (row, item) in enumerate(zip(rows, step_items, strict=True)):
+        pi = tc.ahead_pi_ids(tok, texts.text(0, t))
+        assert pi and ("a wall" in tok.decode(pi) or t == 1)  # step 0's feedback: the wall it led to
+        # step row: prompt ⊕ privileged inside the user turn; episode row: the same tokens before the turn's tail
+        assert item.context == row.prompt_ids[: -len(tail)] + pi + tail
+        assert episode_ctx[t][-len(tail) - len(pi) :] == pi + tail
+        assert item.target == ctx.responses[0][ctx.steps[0][t]["start"] : ctx.steps[0][t]["stop"]]
+
+    block = "\n<hindsight>the winning peer went right</hindsight>\n"
+    block_ids = tok(block)["input_ids"]
+    ep_contexts: list[list[int]] = []
+    ep_targets: list[list[int]] = []
+
+    def score(contexts, targets):
+        ep_contexts.extend(contexts)
+        ep_targets.extend(targets)
+        return _score_ok(contexts, targets)
+
+    _, _, layout = tc.opsd_gaps(ctx, tok, score, TeacherStats(), span_mode="action_only", blocks=[block])
+    items, spans = tc.opsd_items(rows, [block, block], tok, budget, TeacherStats(), span_mode="action_only")
+    assert len(items) == len(ep_targets) == 2
+    for t, (row, item) in enumerate(zip(rows, items, strict=True)):
+        s0 = ctx.steps[0][t]["start"]
+        (span,) = spans[t]
+        assert span == tc.target_span(tok, row.response_ids, "action_only")
+        assert tok.decode(item.target) == "<action>" + ("go left" if t == 0 else "go right") + "</action>"
+        assert ep_targets[t] == item.target  # the same span of the same reply
+        assert layout.token_step[0, s0 + span[0] : s0 + span[1]].min() >= 0
+        assert item.context[-len(block_ids) :] == block_ids == ep_contexts[t][-len(block_ids) :]

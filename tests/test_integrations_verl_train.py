@@ -30,14 +30,15 @@ from omegaconf import OmegaConf  # noqa: E402
 from test_integrations_verl import CHATML, TOY, TOY_KW, ScriptedServerManager, _play  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
+from stepgym import teacher_context as vt  # noqa: E402
 from stepgym.errors import StepRecordError  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
-from stepgym.integrations import teacher as vt  # noqa: E402
 from stepgym.integrations.verl import train as vtrain  # noqa: E402
 from stepgym.integrations.verl import verl_rows  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
 from stepgym.shapers import ShapeConfig, shape_advantages  # noqa: E402
-from stepgym.trainers.teacher import Scorer, TeacherStats  # noqa: E402
+from stepgym.teacher_context import TeacherStats  # noqa: E402
+from stepgym.trainers.teacher import Scorer  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 
 G = 4
@@ -266,7 +267,7 @@ def test_the_step_through_transferqueue_with_aheads_teacher(outs, tok) -> None:
             trajectories=[o.extra_fields["stepgym_trajectory"] for _, o in outs],
             groups=[u for u, _ in outs],
             old_log_probs=old_pad,
-            max_context_tokens=8192,
+            budget=vt.ContextBudget(8192),
         )
         delta = vt.ahead_gaps(
             ctx, tok, lambda c, t: Scorer(tok.pad_token_id).score(model, c, t), TeacherStats()
@@ -395,7 +396,7 @@ def test_stepopsd_scores_the_action_spans_after_the_peers_hindsight(outs, tok) -
         trajectories=[o.extra_fields["stepgym_trajectory"] for _, o in outs],
         groups=[u for u, _ in outs],
         old_log_probs=old,
-        max_context_tokens=8192,
+        budget=vt.ContextBudget(8192),
     )
     delta, dmask, target = vt.opsd_gaps(ctx, tok, lambda c, t: scorer.score(model, c, t), TeacherStats())
     want = _expected(outs, width, "stepopsd-alfworld", delta=delta, delta_mask=dmask, target=target)

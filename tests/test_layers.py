@@ -19,7 +19,7 @@ from test_import_graph import PACKAGE, _modules, _resolve, import_statements
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("stepgym.cli",),
     ("stepgym.integrations", "stepgym.llm_eval", "stepgym.serve", "stepgym.viewer"),
-    ("stepgym.trainers",),
+    ("stepgym.trainers", "stepgym.teacher_context"),
     (
         "stepgym.group",
         "stepgym.workers",

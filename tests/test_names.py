@@ -25,6 +25,7 @@ OLD_MODULES = (
     "stepgym.wrappers._recording",
     "stepgym.integrations.steps",  # stepgym.steps: the one StepBatch builder, below the trainers
     "stepgym.integrations.annotations",  # stepgym.step_record: the step record
+    "stepgym.integrations.teacher",  # stepgym.teacher_context: what the teachers read, both layouts
 )
 
 
@@ -55,6 +56,18 @@ def test_old_names_are_gone_not_deprecated() -> None:
         "step_valid",
     ):  # the trainer builds through stepgym.steps.build_step_batch
         assert not hasattr(stepgym.trainers.advantages, name), name
+    import stepgym.trainers.teacher
+
+    for name in (
+        "ScoreItem",
+        "TeacherStats",
+        "ahead_items",
+        "fit_privileged",
+        "opsd_items",
+        "prefix_token_counter",
+        "span_mode_for",
+    ):  # the teacher's contexts: stepgym.teacher_context (the trainer keeps the forward passes)
+        assert not hasattr(stepgym.trainers.teacher, name), name
 
 
 def test_every_subcommand_lives_in_the_cli_package() -> None:

@@ -153,8 +153,8 @@ def test_every_formats_scripted_reply_parses(name: str) -> None:
 
 def test_stepopsd_spans_cover_the_whole_reply_when_the_format_has_no_action_tag() -> None:
     from stepgym.shapers.stepopsd_text import structural_target_span
+    from stepgym.teacher_context import span_mode_for
     from stepgym.trainers.formats import reply_renderer
-    from stepgym.trainers.teacher import span_mode_for
     from stepgym.wrappers.text import FORMATS
 
     count = len  # one token per character

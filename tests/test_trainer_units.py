@@ -132,7 +132,7 @@ def tokenizer():
 
 def test_action_span_maps_to_the_real_tokens(tokenizer) -> None:
     from stepgym.shapers import structural_target_span
-    from stepgym.trainers.teacher import prefix_token_counter
+    from stepgym.teacher_context import prefix_token_counter
 
     text = "<think>the key is here</think>\n<action>take key</action>"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -143,8 +143,8 @@ def test_action_span_maps_to_the_real_tokens(tokenizer) -> None:
 
 
 def test_privileged_text_is_cut_then_dropped_when_the_context_is_full(tokenizer) -> None:
+    from stepgym.teacher_context import ContextBudget, TeacherStats, ahead_items, opsd_items
     from stepgym.trainers.samples import PromptEncoder, StepRow
-    from stepgym.trainers.teacher import TeacherStats, ahead_items, opsd_items
 
     enc = PromptEncoder(tokenizer, max_prompt_tokens=512)
     prompt = "room door " * 10
@@ -158,20 +158,14 @@ def test_privileged_text_is_cut_then_dropped_when_the_context_is_full(tokenizer)
     assert n_pi > 40
     for room, expect in ((n_pi + 8, "whole"), (30, "cut"), (5, "dropped")):
         st = TeacherStats()
-        (item,) = ahead_items([row], [pi], enc, max_context_tokens=budget + room, min_pi_tokens=16, stats=st)
+        (item,) = ahead_items([row], [pi], enc, ContextBudget(budget + room, 16), st)
         assert item.target == rids  # the scored tokens are never touched
         assert len(item.context) + len(item.target) <= budget + room + 2
         assert (st.pi_truncated, st.pi_dropped) == {"whole": (0, 0), "cut": (1, 0), "dropped": (0, 1)}[expect]
     st = TeacherStats()
     block = "\n<hindsight>\n" + "peer step " * 200 + "\n</hindsight>\n"
     items, spans = opsd_items(
-        [row],
-        [block],
-        tokenizer,
-        span_mode="action_only",
-        max_context_tokens=budget + 40,
-        min_pi_tokens=16,
-        stats=st,
+        [row], [block], tokenizer, ContextBudget(budget + 40, 16), st, span_mode="action_only"
     )
     (item,) = items
     s, e = spans[0][0]

@@ -37,16 +37,16 @@ Trainer-neutral pieces live here and import no trainer; each adapter above is a 
   method what it reads;
 
 * :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
-  so every trainer trains and evaluates on the same tasks;
-* :mod:`stepgym.integrations.teacher` builds the AHEAD / StepOPSD teacher contexts for one-row-per-episode layouts
-  (TRL and verl).
+  so every trainer trains and evaluates on the same tasks.
 
 Below every trainer, shared with the bundled one: :mod:`stepgym.step_record` (the step record, read once per step
 from its info into plain values a trainer's reward or metadata hook can carry: ``step_annotations``,
 ``episode_annotations``, ``STEP_FIELDS``) and :mod:`stepgym.steps` (the one ``StepBatch`` builder, for the bundled
 trainer and every adapter; ``step_batch_from_trajectories`` for a loop of one's own over ``GroupEnv``; the reply
 spans in a loss mask); their names for users (the record's functions, ``StepRecord``,
-``step_batch_from_trajectories``) are re-exported here.
+``step_batch_from_trajectories``) are re-exported here. Shared with the bundled trainer too:
+:mod:`stepgym.teacher_context`, what the AHEAD / StepOPSD teachers read, on TRL's and verl's one-row-per-episode
+layout as on the trainer's one row per step.
 """
 
 from __future__ import annotations

@@ -1,106 +1,40 @@
 """Teacher rescoring: the sampled response tokens scored again under a privileged context (AHEAD, StepOPSD).
 
-Only *scoring* happens here — building the privileged contexts, batching the forward passes, keeping the stale
-snapshot. The gaps become advantages in the shapers (``stepgym.shapers``), never here.
+Only *scoring* happens here: batching the forward passes (:class:`Scorer`), keeping StepOPSD's stale snapshot
+(:class:`StaleTeacher`), and running one batch (:class:`TeacherRescorer`, what ``GRPOTrainer.rescore`` calls). What
+the teacher reads (the privileged text of a step, its fitting into ``max_context_tokens``, StepOPSD's target span,
+the context of a step row) is :mod:`stepgym.teacher_context`, the one module the TRL and verl adapters use too. The
+gaps become advantages in the shapers (:func:`stepgym.shapers.ahead_delta`, :func:`stepgym.shapers.opsd_span_gaps`),
+never here.
 
-**AHEAD** (docs/shapers.md §4): teacher = θ_old (the rollout policy itself, before the update), context = the
-step's prompt with privileged information appended *inside* the user turn (docs/shapers.md §8.18): the env's feedback to the
-action on every step, plus the corrective hint on the error steps of failed trajectories
-(``stepgym.wrappers.hints.ahead_privileged_text``; hints from the oracle analyzer, failure-only). All generated
-tokens of the step are scored; δ = teacher − student log-prob, student = θ_old on the normal prompt.
+**AHEAD** (docs/shapers.md §4): teacher = θ_old (the rollout policy itself, before the update); all generated tokens
+of the step are scored with the privileged text inside the user turn; δ = teacher − student log-prob, student =
+θ_old on the normal prompt.
 
 **StepOPSD** (docs/shapers.md §5.2, §5.6, §5.7): teacher = the stale reference policy (a snapshot refreshed every
-``refresh_every`` updates; the initial weights for updates 1..10), target = the step's span (``action_only``: the
-``<action>…</action>`` tag with its tags, ALFWorld; ``clean_step_no_observation``: the whole turn, QA), context =
-``prompt ⊕ response tokens before the span ⊕ hindsight block ⊕ span`` — the first successful peer's trajectory
-(``GroupEnv``'s peer hindsight) inserted right before the step's tokens. Rows without a block are scored too
-(c^T = c^S): with a stale teacher their Δ is staleness drift, which the paper's code keeps (docs/shapers.md §8.26).
-
-**Truncation policy** (privileged prompt longer than ``max_context_tokens``, default prompt + response budget):
-the student context and the target are never cut (they are exactly what generated the tokens); the privileged
-text is cut to the room left, keeping its first quarter and its last three quarters (a peer trajectory's start
-and its winning end, with its closing tags; the feedback sentence and the hint); when less than ``min_pi_tokens``
-remain, the privileged text is dropped and the row is scored with the student context. Both events are counted
-(``teacher/pi_truncated``, ``teacher/pi_dropped``).
-
-:class:`TeacherRescorer` runs all of it for one batch (what ``GRPOTrainer.rescore`` calls); the gaps δ / Δ are
-formed by :func:`stepgym.shapers.ahead_delta` and :func:`stepgym.shapers.opsd_span_gaps`.
-
-Span token positions use the row's *actual* token ids: the token count of a text prefix is the fewest leading
-tokens whose decoding covers it (binary search over ``decode(ids[:k])``), instead of re-tokenising the prefix as
-the Search-R1 code does (exact where that is approximate; the spans are otherwise those of docs/shapers.md §5.1).
+``refresh_every`` updates; the initial weights for updates 1..10), or the live policy (``opsd_teacher="live"``);
+the step's target span is scored after its trajectory's hindsight block (``GroupEnv``'s peer hindsight). Rows
+without a block are scored too (c^T = c^S): with a stale teacher their Δ is staleness drift, which the paper's code
+keeps (docs/shapers.md §8.26).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from stepgym import teacher_context as tcx  # what the teacher reads: one module for every layout
 from stepgym.shapers.ahead import ahead_delta
 from stepgym.shapers.stepopsd import opsd_span_gaps
-from stepgym.shapers.stepopsd_text import structural_target_span
 from stepgym.shapers.tokens import TokenLayout
 from stepgym.text_format import TextFormat
-from stepgym.trainers.samples import (
-    PromptEncoder,
-    StepRow,
-    pack,
-    response_logprobs,
-    token_budget_batches,
-    truncate_middle,
-)
+from stepgym.trainers.samples import PromptEncoder, pack, response_logprobs, token_budget_batches
 
-__all__ = [
-    "ScoreItem",
-    "Scorer",
-    "StaleTeacher",
-    "TeacherRescorer",
-    "TeacherStats",
-    "ahead_items",
-    "fit_privileged",
-    "opsd_items",
-    "prefix_token_counter",
-    "span_mode_for",
-]
-
-
-@dataclass
-class ScoreItem:
-    """Score ``target`` tokens after ``context``; the result lands on ``row``'s response columns ``start…``."""
-
-    row: int
-    context: list[int]
-    target: list[int]
-    start: int = 0
-    privileged: bool = False
-
-
-@dataclass
-class TeacherStats:
-    items: int = 0
-    privileged: int = 0
-    pi_truncated: int = 0
-    pi_dropped: int = 0
-    tokens: int = 0
-    seconds: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
-
-    def as_metrics(self) -> dict[str, float]:
-        out = {
-            "teacher/items": float(self.items),
-            "teacher/privileged_rows": float(self.privileged),
-            "teacher/pi_truncated": float(self.pi_truncated),
-            "teacher/pi_dropped": float(self.pi_dropped),
-            "teacher/tokens": float(self.tokens),
-            "time/teacher_s": self.seconds,
-        }
-        out.update(self.extra)
-        return out
+__all__ = ["Scorer", "StaleTeacher", "TeacherRescorer"]
 
 
 class Scorer:
@@ -149,143 +83,6 @@ class Scorer:
         finally:
             model.train(was_training)
         return result  # type: ignore[return-value]
-
-
-def prefix_token_counter(tokenizer: Any, ids: Sequence[int]) -> Callable[[str], int]:
-    """``count(prefix)`` = the fewest leading tokens of ``ids`` whose decoded text covers ``prefix``: the smallest
-    k with ``len(decode(ids[:k])) >= len(prefix)`` (binary search; ``len(ids)`` if none does).
-
-    Used to map a character span of the decoded response onto the row's real tokens: a token straddling the span
-    start is left out of the span, one straddling its end is kept, and zero-width tokens after the end (EOS) are
-    not part of it.
-    """
-    ids = list(ids)
-    cache: dict[int, int] = {}
-
-    def dec_len(k: int) -> int:
-        if k not in cache:
-            cache[k] = len(tokenizer.decode(ids[:k], skip_special_tokens=True))
-        return cache[k]
-
-    def count(prefix: str) -> int:
-        n = len(prefix)
-        lo, hi = 0, len(ids)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if dec_len(mid) >= n:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    return count
-
-
-def span_mode_for(fmt: str | TextFormat | None) -> str:
-    """StepOPSD's span mode for a text format (``span_mode="auto"``): ``action_only`` (the ``<action>`` tag, the
-    paper's ALFWorld choice) for a format whose replies carry an ``<action>`` tag; else the whole reply
-    (``clean_step_no_observation``, the paper's Search-QA choice). So the Search-QA formats (``qa``, ``qa-lenient``,
-    ``qa-stepgym``) and an env's own format without the tag get the whole reply as their target, not no target at
-    all (an ``action_only`` span finds nothing in a reply without ``<action>``)."""
-    from stepgym.trainers.formats import has_action_tag
-    from stepgym.wrappers.text import get_format
-
-    if fmt is None:
-        return "action_only"
-    return (
-        "action_only" if has_action_tag(get_format(fmt)) else "clean_step_no_observation"
-    )  # (unknown: raises)
-
-
-def fit_privileged(pi_ids: list[int], room: int, min_tokens: int, stats: TeacherStats) -> list[int]:
-    """``pi_ids`` fitted into ``room`` tokens: unchanged when they fit, cut in the middle when at least
-    ``min_tokens`` fit, else dropped (``stats`` counts truncations and drops)."""
-    if len(pi_ids) <= room:
-        return pi_ids
-    if room < min_tokens:
-        stats.pi_dropped += 1
-        return []
-    stats.pi_truncated += 1
-    cut, _ = truncate_middle(pi_ids, room)
-    return cut
-
-
-def ahead_items(
-    rows: Sequence[StepRow],
-    privileged: Sequence[str],
-    encoder: PromptEncoder,
-    *,
-    max_context_tokens: int,
-    min_pi_tokens: int,
-    stats: TeacherStats,
-) -> list[ScoreItem]:
-    """AHEAD teacher inputs: the row's prompt with ``privileged[i]`` appended inside the user turn.
-
-    The prompt is re-rendered with the privileged text and tokenised; if it no longer fits, the privileged text is
-    shortened (token-level, middle cut) or dropped as the module docstring describes.
-    """
-    tok = encoder.tokenizer
-    items = []
-    for i, (row, pi) in enumerate(zip(rows, privileged, strict=True)):
-        text = "\n\n" + pi if pi else ""
-        room = max_context_tokens - len(row.prompt_ids) - len(row.response_ids)
-        pi_ids = list(tok(text, add_special_tokens=False)["input_ids"]) if text else []
-        fitted = fit_privileged(pi_ids, room, min_pi_tokens, stats)
-        if fitted and fitted != pi_ids:
-            text = tok.decode(fitted, skip_special_tokens=True)
-        elif not fitted:
-            text = ""
-        if text:
-            # Re-rendered so the text sits inside the user turn; a prompt already cut for the student is cut the
-            # same way (middle first), so the privileged text at the end survives.
-            ctx, cut = encoder.encode(
-                row.prompt, text, limit=max(1, max_context_tokens - len(row.response_ids))
-            )
-            if cut and not row.prompt_truncated:
-                stats.pi_truncated += 1
-        else:
-            ctx = list(row.prompt_ids)
-        items.append(ScoreItem(i, ctx, list(row.response_ids), 0, bool(text)))
-        stats.privileged += int(bool(text))
-    return items
-
-
-def opsd_items(
-    rows: Sequence[StepRow],
-    blocks: Sequence[str | None],
-    tokenizer: Any,
-    *,
-    span_mode: str,
-    max_context_tokens: int,
-    min_pi_tokens: int,
-    stats: TeacherStats,
-    score_plain: bool = True,
-) -> tuple[list[ScoreItem], list[list[tuple[int, int]]]]:
-    """StepOPSD teacher inputs and each row's target span (``[]`` for a row without a parsable action).
-
-    ``blocks[i]`` is row i's hindsight block (its trajectory's peer hindsight) or None. ``score_plain=False`` skips
-    rows without a block (a live teacher gives them Δ = 0 exactly).
-    """
-    items: list[ScoreItem] = []
-    spans: list[list[tuple[int, int]]] = []
-    for i, (row, block) in enumerate(zip(rows, blocks, strict=True)):
-        n = len(row.response_ids)
-        count = prefix_token_counter(tokenizer, row.response_ids)
-        span = structural_target_span(row.response_text, count, n, mode=span_mode)  # type: ignore[arg-type]
-        if span is None:
-            spans.append([])
-            continue
-        s, e = span
-        spans.append([span])
-        if not block and not score_plain:
-            continue
-        room = max_context_tokens - len(row.prompt_ids) - e
-        block_ids = list(tokenizer(block, add_special_tokens=False)["input_ids"]) if block else []
-        block_ids = fit_privileged(block_ids, room, min_pi_tokens, stats)
-        ctx = list(row.prompt_ids) + list(row.response_ids[:s]) + block_ids
-        items.append(ScoreItem(i, ctx, list(row.response_ids[s:e]), s, bool(block_ids)))
-        stats.privileged += int(bool(block_ids))
-    return items, spans
 
 
 class StaleTeacher:
@@ -342,7 +139,7 @@ class StaleTeacher:
         self.version = int(version)
 
 
-def timed(stats: TeacherStats) -> Any:
+def timed(stats: tcx.TeacherStats) -> Any:
     """Context manager adding the elapsed wall time to ``stats.seconds``."""
 
     class _T:
@@ -362,7 +159,7 @@ class TeacherRescorer:
         cfg: the :class:`~stepgym.trainers.config.TrainConfig` (its ``shaper``, ``teacher`` and ``rollout``).
         scorer: the batched :class:`Scorer`. encoder: the trainer's :class:`PromptEncoder` (AHEAD re-renders
             prompts with the privileged text). fmt_name: the text format, by name or as the object (picks StepOPSD's
-            span mode, :func:`span_mode_for`).
+            span mode, :func:`stepgym.teacher_context.span_mode_for`).
         analyzer: AHEAD's hint analyzer (``stepgym.wrappers.hints``). stale: StepOPSD's :class:`StaleTeacher`.
     """
 
@@ -383,9 +180,11 @@ class TeacherRescorer:
         self.analyzer = analyzer
         self.stale = stale
 
-    def context_budget(self) -> int:
+    def budget(self) -> tcx.ContextBudget:
+        """``teacher.max_context_tokens`` (default: the prompt + response budget) and ``teacher.min_pi_tokens``."""
         tc, rc = self.cfg.teacher, self.cfg.rollout
-        return tc.max_context_tokens or (rc.max_prompt_tokens + rc.max_response_tokens)
+        most = tc.max_context_tokens or (rc.max_prompt_tokens + rc.max_response_tokens)
+        return tcx.ContextBudget(most, tc.min_pi_tokens)
 
     def rescore(self, ro: Any, old: list[np.ndarray], model: Any, update_index: int) -> dict[str, Any]:
         """Teacher gaps for AHEAD / StepOPSD (``{}`` when the token stage is neither: a token stage of your own
@@ -394,7 +193,7 @@ class TeacherRescorer:
         if tr not in ("ahead", "stepopsd"):
             return {}
         lam = self.cfg.shaper.mixing_lambda(update_index)
-        stats = TeacherStats()
+        stats = tcx.TeacherStats()
         with timed(stats):
             if tr == "ahead":
                 if lam <= 0 and not self.cfg.teacher.score_after_decay:
@@ -409,50 +208,35 @@ class TeacherRescorer:
         return out
 
     def ahead_gaps(
-        self, ro: Any, old: list[np.ndarray], model: Any, stats: TeacherStats
+        self, ro: Any, old: list[np.ndarray], model: Any, stats: tcx.TeacherStats
     ) -> tuple[np.ndarray, dict[str, float]]:
         """AHEAD: θ_old rescored with the privileged text (feedback everywhere, hints on failed error steps)."""
         from stepgym.trainers.diagnostics import gap_stats
-        from stepgym.wrappers.hints import ahead_privileged_text, analyze_many
 
-        analyses = analyze_many(ro.trajectories, self.analyzer, failure_only=True)
+        texts = tcx.AheadTexts(ro.trajectories, self.analyzer)
         rows = ro.rows
-        pis = [ahead_privileged_text(ro.trajectories[r.traj], r.t, analyses[r.traj].hints) for r in rows]
-        items = ahead_items(
-            rows,
-            pis,
-            self.encoder,
-            max_context_tokens=self.context_budget(),
-            min_pi_tokens=self.cfg.teacher.min_pi_tokens,
-            stats=stats,
-        )
+        pis = [texts.text(r.traj, r.t) for r in rows]
+        items = tcx.ahead_items(rows, pis, self.encoder, self.budget(), stats)
         t_lp = self.scorer.score(model, [it.context for it in items], [it.target for it in items])
         stats.items, stats.tokens = len(items), sum(len(it.target) for it in items)
         width = max(len(r.response_ids) for r in rows)
         delta = ahead_delta([it.row for it in items], t_lp, [old[it.row] for it in items], (len(rows), width))
-        hinted = np.array([r.t in analyses[r.traj].hints for r in rows], dtype=bool)
+        hinted = np.array([texts.hinted(r.traj, r.t) for r in rows], dtype=bool)
         return delta, gap_stats(delta, rows, hinted, "hinted")
 
     def opsd_gaps(
-        self, ro: Any, old: list[np.ndarray], model: Any, stats: TeacherStats, lam: float
+        self, ro: Any, old: list[np.ndarray], model: Any, stats: tcx.TeacherStats, lam: float
     ) -> tuple[Any, Any, TokenLayout, dict[str, float]]:
         """StepOPSD: each row's target span rescored after its trajectory's hindsight block (stale or live)."""
         from stepgym.trainers.diagnostics import gap_stats
 
         tc = self.cfg.teacher
         rows = ro.rows
-        mode = tc.span_mode if tc.span_mode != "auto" else span_mode_for(self.fmt_name)
+        mode = tc.span_mode if tc.span_mode != "auto" else tcx.span_mode_for(self.fmt_name)
         blocks = [ro.hindsight[r.traj] for r in rows]
         live = tc.opsd_teacher == "live"
-        items, spans = opsd_items(
-            rows,
-            blocks,
-            self.encoder.tokenizer,
-            span_mode=mode,
-            max_context_tokens=self.context_budget(),
-            min_pi_tokens=tc.min_pi_tokens,
-            stats=stats,
-            score_plain=not live,
+        items, spans = tcx.opsd_items(
+            rows, blocks, self.encoder.tokenizer, self.budget(), stats, span_mode=mode, score_plain=not live
         )
         width = max(len(r.response_ids) for r in rows)
         target = TokenLayout.from_spans([[tuple(s) for s in sp] for sp in spans], width)

@@ -1,5 +1,5 @@
 """``TeacherGaps``: the AHEAD / StepOPSD teacher rescoring for :class:`StepGRPOTrainer`, its contexts built by
-:mod:`stepgym.integrations.teacher` (the module verl's trainer uses too)."""
+:mod:`stepgym.teacher_context` (the module the bundled trainer and verl's trainer use too)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ from typing import Any
 import numpy as np
 
 from stepgym import _deps
-from stepgym.integrations.teacher import TeacherContexts, ahead_gaps, opsd_gaps
 from stepgym.shapers import StepBatch
+from stepgym.teacher_context import (
+    ContextBudget,
+    TeacherContexts,
+    TeacherStats,
+    ahead_gaps,
+    opsd_gaps,
+    peer_blocks,
+    span_mode_for,
+)
 
 _deps.require("trl", "trl", what="the TRL integration")
 
@@ -23,7 +31,7 @@ TokenGapFn = Callable[[Any, list[dict[str, Any]], dict[str, Any], StepBatch], Ma
 class TeacherGaps:
     """The teacher rescoring AHEAD and StepOPSD need, for :class:`StepGRPOTrainer` (its default ``token_gaps``).
 
-    The same teachers and contexts as the bundled trainer (:mod:`stepgym.trainers.teacher`), on TRL's layout of
+    The same teachers and contexts as the bundled trainer (:mod:`stepgym.teacher_context`), on TRL's layout of
     one token row per episode (prompt, then the model's replies between the env's turns):
 
     * AHEAD: teacher = the policy before the update (θ_old, the trainer's model when the batch is scored); each
@@ -59,7 +67,7 @@ class TeacherGaps:
     def __call__(
         self, trainer: Any, inputs: list[dict[str, Any]], outputs: dict[str, Any], batch: StepBatch
     ) -> dict[str, Any]:
-        from stepgym.trainers.teacher import Scorer, StaleTeacher, TeacherStats, span_mode_for
+        from stepgym.trainers.teacher import Scorer, StaleTeacher
 
         kind = trainer.shape_config.token_reweight
         if kind not in ("ahead", "stepopsd"):
@@ -88,8 +96,7 @@ class TeacherGaps:
             trajectories=list(trajs),
             groups=[int(r[0]["group"]) for r in steps],
             old_log_probs=_student_grid(student, len(rows), width),
-            max_context_tokens=budget,
-            min_pi_tokens=self.min_pi_tokens,
+            budget=ContextBudget(budget, self.min_pi_tokens),
         )
         if kind == "ahead":
             delta = ahead_gaps(ctx, tok, lambda c, t: scorer.score(model, c, t), stats, self.analyzer)
@@ -119,18 +126,11 @@ class TeacherGaps:
     def _hindsight_blocks(trainer: Any, trajs: list[Any], groups: list[int]) -> list[str | None]:
         """Each local row's hindsight block from its group's first successful peer; peers on other processes
         count (every process's trajectories are gathered, in global row order)."""
-        from stepgym.hindsight import peer_hindsight
-
         parts = gather_all(trainer, (trajs, groups))
         all_trajs = [t for p in parts for t in p[0]]
         all_groups = [g for p in parts for g in p[1]]
         offset = int(trainer.accelerator.process_index) * len(trajs)
-        blocks: list[str | None] = [None] * len(all_trajs)
-        for g in sorted(set(all_groups)):
-            members = [b for b, k in enumerate(all_groups) if k == g]
-            for b, block in zip(members, peer_hindsight([all_trajs[b] for b in members]), strict=True):
-                blocks[b] = block
-        return blocks[offset : offset + len(trajs)]
+        return peer_blocks(all_trajs, all_groups)[offset : offset + len(trajs)]
 
 
 def _student_grid(student: list[np.ndarray] | None, n_rows: int, width: int) -> np.ndarray:

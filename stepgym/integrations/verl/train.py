@@ -7,7 +7,7 @@ estimators see only token rewards and the group uid; this step reads the agent l
 (``stepgym_steps``, ``stepgym_trajectory``) from TransferQueue and writes
 :func:`~stepgym.shapers.shape_advantages`' per-token advantages back, the way verl's own step writes
 its advantages. For AHEAD and StepOPSD the teacher log-probs come from verl's own workers on the rebuilt contexts
-(:mod:`stepgym.integrations.teacher`): AHEAD's teacher is θ_old, the actor before this step's update
+(:mod:`stepgym.teacher_context`): AHEAD's teacher is θ_old, the actor before this step's update
 (``actor_rollout_wg.compute_log_prob``); StepOPSD's stale teacher is verl's reference policy
 (``compute_ref_log_prob``, the initial weights, which verl never refreshes: the paper refreshes its snapshot every
 10 updates, so from update 11 on this teacher is staler than the paper's; ``stepgym.teacher.opsd_teacher=actor``
@@ -29,13 +29,19 @@ from uuid import uuid4
 
 import numpy as np
 
-from stepgym import _deps
+from stepgym import _deps, schema
 from stepgym.atomic import atomic_path, atomic_write_text
 from stepgym.errors import StepRecordError
-from stepgym.integrations import teacher as _teacher
 from stepgym.integrations import verl as _verl
 from stepgym.shapers import ShapeConfig
-from stepgym.trainers.teacher import span_mode_for
+from stepgym.teacher_context import (
+    ContextBudget,
+    TeacherContexts,
+    TeacherStats,
+    ahead_gaps,
+    opsd_gaps,
+    span_mode_for,
+)
 
 torch = _deps.require("torch", "verl")
 tq = _deps.require("transfer_queue", "verl", what="verl's v1 trainer (TransferQueue)")
@@ -160,8 +166,6 @@ class StepGymTrainerMixin:
     def _teacher_gaps(
         self, cfg: ShapeConfig, data: DataProto, steps: list, uids: list[str], metrics: dict
     ) -> dict[str, Any]:
-        from stepgym.trainers.teacher import TeacherStats
-
         lam = cfg.mixing_lambda(max(0, self.global_steps - 1))
         width = int(data.batch["response_mask"].shape[1])
         if cfg.token_reweight == "ahead" and lam <= 0:
@@ -170,13 +174,13 @@ class StepGymTrainerMixin:
         stats = TeacherStats()
         tok = self.tokenizer  # type: ignore[attr-defined]
         if cfg.token_reweight == "ahead":
-            delta = _teacher.ahead_gaps(ctx, tok, lambda c, t: self.stepgym_score(c, t, "actor"), stats)
+            delta = ahead_gaps(ctx, tok, lambda c, t: self.stepgym_score(c, t, "actor"), stats)
             out: dict[str, Any] = {"delta": delta}
         elif cfg.token_reweight == "stepopsd":
             role = str((self._stepgym("teacher") or {}).get("opsd_teacher", "ref"))
             mode = span_mode_for(self._stepgym("fmt"))
             score = (lambda c, t: self.stepgym_score(c, t, role)) if lam > 0 else None
-            delta, dmask, target = _teacher.opsd_gaps(ctx, tok, score, stats, span_mode=mode)
+            delta, dmask, target = opsd_gaps(ctx, tok, score, stats, span_mode=mode)
             out = {"delta": np.zeros((len(data), width)) if delta is None else delta, "target": target}
             if dmask is not None:
                 out["delta_mask"] = dmask
@@ -185,7 +189,7 @@ class StepGymTrainerMixin:
         metrics.update({**stats.as_metrics(), "teacher/lambda": lam})
         return out
 
-    def _teacher_contexts(self, data: DataProto, steps: list, uids: list[str]) -> _teacher.TeacherContexts:
+    def _teacher_contexts(self, data: DataProto, steps: list, uids: list[str]) -> TeacherContexts:
         prompts = [_unpad(p, m) for p, m in _prompt_rows(data)]
         mask = data.batch["response_mask"]
         responses = [data.batch["responses"][i][: _resp_len(mask[i])].tolist() for i in range(len(data))]
@@ -193,15 +197,14 @@ class StepGymTrainerMixin:
         budget = teacher_cfg.get("max_context_tokens") or (
             int(self.config.data.max_prompt_length) + int(self.config.data.max_response_length)
         )
-        return _teacher.TeacherContexts(
+        return TeacherContexts(
             prompts=prompts,
             responses=responses,
             steps=steps,
-            trajectories=[_teacher.as_trajectory(t) for t in _field(data, "stepgym_trajectory")],
+            trajectories=[_as_trajectory(t) for t in _field(data, "stepgym_trajectory")],
             groups=uids,
             old_log_probs=data.batch["old_log_probs"].double().cpu().numpy(),
-            max_context_tokens=int(budget),
-            min_pi_tokens=int(teacher_cfg.get("min_pi_tokens", 32)),
+            budget=ContextBudget(int(budget), int(teacher_cfg.get("min_pi_tokens", 32))),
         )
 
     def stepgym_score(
@@ -418,3 +421,18 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _as_trajectory(value: Any) -> schema.Trajectory:
+    """A recorded episode back from verl's row: ``AgentLoopOutput.as_dict`` (pydantic's ``model_dump``) turns the
+    agent loop's :class:`~stepgym.schema.Trajectory` into nested dicts on its way to TransferQueue."""
+    if isinstance(value, schema.Trajectory) or value is None:
+        return value
+    if not isinstance(value, dict) or "steps" not in value:
+        raise StepRecordError(
+            f"stepgym_trajectory is neither a Trajectory nor its dict form: {type(value).__name__}"
+        )
+    steps = [s if isinstance(s, schema.Step) else schema.Step(**s) for s in value["steps"]]
+    return schema.Trajectory(
+        str(value["task_id"]), value["initial_observation"], dict(value["initial_info"]), steps
+    )
