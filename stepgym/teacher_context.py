@@ -55,6 +55,7 @@ __all__ = [
     "TeacherStats",
     "ahead_gaps",
     "ahead_items",
+    "ahead_pi_ids",
     "fit_privileged",
     "opsd_gaps",
     "opsd_items",
