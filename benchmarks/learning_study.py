@@ -121,10 +121,28 @@ ENVS: dict[str, EnvRow] = {
             no_expert=(("expert", False),),
         ),
         EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "sokoban", feats="sokoban", lr=5.0),
-        EnvRow("TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft", feats="textcraft"),
-        EnvRow("BabyAI", "StepGym/BabyAI-v0", "train", ("test",), 20, "babyai", feats="babyai", warm_tasks=4),
+        EnvRow("TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft", feats="textcraft"),  # lr 20 chosen
         EnvRow(
-            "WebShop", "StepGym/WebShop-v0", "train", ("test",), 15, "webshop", feats="webshop", warm_tasks=40
+            "BabyAI",
+            "StepGym/BabyAI-v0",
+            "train",
+            ("test",),
+            20,
+            "babyai",
+            feats="babyai",
+            lr=2.0,
+            warm_tasks=4,
+        ),
+        EnvRow(
+            "WebShop",
+            "StepGym/WebShop-v0",
+            "train",
+            ("test",),
+            15,
+            "webshop",
+            feats="webshop",
+            lr=5.0,
+            warm_tasks=40,
         ),
     )
 }

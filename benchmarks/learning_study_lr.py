@@ -55,21 +55,35 @@ def main(argv: list[str] | None = None) -> int:
         todo += ls.plan(args)
     if set(range(a.first_seed, a.first_seed + a.seeds)) & set(range(10)):
         raise SystemExit("selection seeds must not overlap the reported seeds 0..9")
-    done = {r["key"] for r in ls.cs.load_cells(cells_path)}
-    keys = {ls.cell_key(c) for c in todo}
-    todo = [c for c in todo if ls.cell_key(c) not in done]
+
+    # a cell is (env, lr, seed) of GRPO at the command line's other settings: the first one found counts (an env
+    # row's edited defaults, e.g. the chosen lr written into it, do not make a finished cell run again)
+    def ident(c: dict) -> tuple:
+        return (c["env"], float(c["args"]["lr"]), c["seed"])
+
+    def same(r: dict, c: dict) -> bool:
+        return all(r["args"].get(k) == c["args"].get(k) for k in ls.TRAIN_ARGS if k != "lr")
+
+    want = {ident(c): c for c in todo}
+    found: dict[tuple, dict] = {}
+    for r in ls.cs.load_cells(cells_path):
+        if r["method"] == "grpo" and ident(r) in want and same(r, want[ident(r)]):
+            found.setdefault(ident(r), r)
+    todo = [c for c in todo if ident(c) not in found]
     t0 = time.perf_counter()
     with mp.get_context("spawn").Pool(a.workers) if a.workers > 1 else ls.cs._Serial() as pool:
         for r in pool.imap_unordered(ls.run_cell, todo):
             ls.cs.append_cell(cells_path, r)
+            found.setdefault(ident(r), r)
             print(
                 f"{r['env']} lr {r['args']['lr']:g} seed {r['seed']}: {ls.held_curve(r)[[0, -1]]}", flush=True
             )
-    cells = [r for r in ls.cs.load_cells(cells_path) if r["key"] in keys]
+    cells = list(found.values())
     rng = np.random.default_rng(5)
     lines = [
         f"GRPO alone, selection seeds {a.first_seed}..{a.first_seed + a.seeds - 1} (never reported); "
-        f"{time.perf_counter() - t0:.0f} s.",
+        f"{len(cells)} cells, {sum(r['seconds'] for r in cells) / 60:.0f} min of cell wall time summed "
+        f"(this invocation: {time.perf_counter() - t0:.0f} s).",
         "",
         "| env | lr | seeds | start → final | gain over start [95% CI] | AUC | chosen |",
         "|---|---|---|---|---|---|---|",
