@@ -121,7 +121,9 @@ ENVS: dict[str, EnvRow] = {
             no_expert=(("expert", False),),
         ),
         EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "sokoban", feats="sokoban", lr=5.0),
-        EnvRow("TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft", feats="textcraft"),  # lr 20 chosen
+        EnvRow(
+            "TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft", feats="textcraft"
+        ),  # lr 20 chosen
         EnvRow(
             "BabyAI",
             "StepGym/BabyAI-v0",
