@@ -898,10 +898,15 @@ def fidelity_vs_learning(results: list[dict], fidelity: dict[tuple[str, str], fl
     from credit_fidelity import spearman
 
     by = per_seed(results)
-    pts = [(env, m) for (env, m) in by if (env, m) in fidelity and (env, "grpo") in by]
+    # the methods run on every seed GRPO was run on (a partly run env contributes its complete methods only)
+    pts = [
+        (env, m)
+        for (env, m) in by
+        if (env, m) in fidelity and (env, "grpo") in by and set(by[(env, "grpo")]) <= set(by[(env, m)])
+    ]
     if len(pts) < 3:
         return None
-    seeds = {env: sorted(set.intersection(*(set(by[(e, m)]) for e, m in pts if e == env))) for env, _ in pts}
+    seeds = {env: sorted(by[(env, "grpo")]) for env, _ in pts}
     fid = np.array([fidelity[p] for p in pts])
 
     def gains(draw: dict[str, list[int]]) -> np.ndarray:
@@ -923,6 +928,8 @@ def fidelity_vs_learning(results: list[dict], fidelity: dict[tuple[str, str], fl
 def _ci(row: dict, key: str, fmt: str) -> str:
     if math.isnan(row[key]):
         return "—"
+    if math.isnan(row[key + "_lo"]):  # one seed: no interval
+        return f"{row[key]:{fmt}}"
     return f"{row[key]:{fmt}} [{row[key + '_lo']:{fmt}}, {row[key + '_hi']:{fmt}}]"
 
 
@@ -961,7 +968,7 @@ def markdown(results: list[dict], fidelity: dict[tuple[str, str], float] | None 
     for r in rows:
         out.append(
             f"| {r['env']} | {r['method']} | {r['seeds']} | {r['start']:.3f} → {r['final']:.3f} | "
-            f"{r['gain']:+.3f} [{r['gain_lo']:+.3f}, {r['gain_hi']:+.3f}] | {r['auc']:.3f} | "
+            f"{_ci(r, 'gain', '+.3f')} | {r['auc']:.3f} | "
             f"{_ci(r, 'd_auc', '+.3f')} | {_ci(r, 'd_final', '+.3f')} | {_ci(r, 'd_reach', '+.1f')} | "
             f"{_ci(r, 'c_auc', '+.3f')} | {_ci(r, 'c_final', '+.3f')} |"
         )
@@ -1023,7 +1030,7 @@ def plot(results: list[dict], out: Path, prefix: str = "learning_study") -> list
 
 FIDELITY = tuple(
     REPO / "benchmarks" / "results" / name
-    for name in ("credit_fidelity_2026-12-05.json", "credit_fidelity_sokoban_2026-12-06.json")
+    for name in ("credit_fidelity_2026-12-06.json",)  # every env of ENVS, one run
 )
 
 

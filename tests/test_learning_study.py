@@ -131,7 +131,7 @@ def test_env_feature_sets_read_the_state(data_dir: Path) -> None:
 
 def test_cells_train_on_train_games_only_and_resume(tmp_path: Path, data_dir: Path, capsys) -> None:
     out = tmp_path / "ls"
-    argv = ["--out", str(out), *TINY, "--methods", "grpo", "oracle"]
+    argv = ["--out", str(out), *TINY, "--envs", "ALFWorld", "--methods", "grpo", "oracle"]
     assert ls.main(argv) == 0
     cells = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
     assert {c["method"] for c in cells} == {"grpo", "oracle"}
@@ -195,7 +195,19 @@ def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data
     from _learning_study_llm import run_llm
 
     args = ls.parse(
-        ["--learner", "llm", "--model", "tiny", "--out", str(tmp_path), *TINY, "--iterations", "1"]
+        [
+            "--learner",
+            "llm",
+            "--model",
+            "tiny",
+            "--out",
+            str(tmp_path),
+            *TINY,
+            "--iterations",
+            "1",
+            "--envs",
+            "ALFWorld",
+        ]
     )
     args.methods = ["gigpo"]
     (rec,) = run_llm(args)
