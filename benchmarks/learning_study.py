@@ -1,18 +1,23 @@
 """Which step credit makes an agent learn faster on a real benchmark? Every shaper trains the same learner on the
 same tasks and seeds, beside the learning curve that perfect credit (the true step values) gives.
 
-The envs are rows of :data:`ENVS` (env id, training split, held-out splits, step limit, task counts): ALFWorld
-(native engine; trained on its ``train`` games, evaluated on ``valid_seen`` and ``valid_unseen``, which are never
-trained on) and WebShop text. A new env is one more row.
+The envs are rows of :data:`ENVS` (env id, training split, held-out splits, step limit, feature set, learning
+rate, warm start): ALFWorld (native engine; trained on its ``train`` games, evaluated on ``valid_seen`` and
+``valid_unseen``, which are never trained on), Sokoban, TextCraft, BabyAI and WebShop text (trained on ``train``,
+evaluated on ``test``). A new env is one more row. The default run is ALFWorld and Sokoban; ``--full`` runs every
+row.
 
 **The learner** (docs/learning_study.md says why): a softmax policy over the env's admissible actions
 (``schema.ADMISSIBLE_ACTIONS``), logit(a) = Σ w[f] over sparse indicator features f of (goal, observation,
 action) text and two facts an agent's history holds (the object it carries, whether it took this action before),
-zero-initialised (uniform), NumPy/Python only, trained by the policy gradient with the per-step advantages,
-token-mean aggregation (one "token" per step). The same learner, learning rate and budget for every method.
+plus the env's own feature set (:data:`EXTRA_FEATURES`: Sokoban's grid, BabyAI's goal object, TextCraft's recipe
+tree, WebShop's result titles), zero-initialised (uniform), NumPy/Python only, trained by the policy gradient with
+the per-step advantages, token-mean aggregation (one "token" per step). The same learner, learning rate and budget
+for every method of an env; the learning rate of each env was chosen on GRPO alone on seeds that are not reported
+(``benchmarks/learning_study_lr.py``).
 
 **The advantages** come from stepgym's own :func:`stepgym.shapers.shape_advantages` on the batch the bundled
-trainer builds (:func:`stepgym.trainers.advantages.build_step_batch` over :class:`~stepgym.trainers.samples.StepRow`
+trainer builds (:func:`stepgym.trainers.advantages.rows_step_batch` over :class:`~stepgym.trainers.samples.StepRow`
 rows, one token per step, the preset's reward scale and invalid rule), with the env's trainer-preset shaper
 configs where they exist and ALFWorld's otherwise, as ``benchmarks/credit_fidelity.py`` picks them; Dr.GRPO is
 the GRPO preset with ``base="drgrpo"``. The method list is ``credit_study.METHODS`` plus ``drgrpo``.
@@ -33,7 +38,7 @@ is rebuilt from that file: paired differences to GRPO and to the ceiling with 95
     python benchmarks/learning_study.py --out runs/learning                   # default run (≤ 60 min, 2 cores)
     python benchmarks/learning_study.py --full --out runs/learning_full       # the full sweep (resumable)
     python benchmarks/learning_study.py --report-only --out /tmp/ls \
-        --cells benchmarks/results/learning_study_2026-12-06_cells.jsonl.gz   # the committed figures
+        --cells benchmarks/results/learning_study_2026-12-06b_cells.jsonl.gz  # the committed figures
     python benchmarks/learning_study.py --learner llm --iterations 1 ...      # the bundled trainer's LLM policy
 """
 
@@ -94,7 +99,12 @@ class EnvRow:
     #: kwargs that skip the expert where no method reads it (speed)
     no_expert: tuple[tuple[str, Any], ...] = ()
     train_tasks: int = 0  #: tasks drawn from the training split (0: all)
-    eval_tasks: int = 20  #: tasks per held-out split (the first of a fixed shuffle)
+    #: the env's feature set on top of the generic ones (:data:`EXTRA_FEATURES`; "" none)
+    feats: str = ""
+    #: the learning rate of every method on this env (``--lr`` overrides): chosen on GRPO alone, on seeds that are
+    #: not reported (``benchmarks/results/learning_study_lr_*``; docs/learning_study.md)
+    lr: float = 20.0
+    warm_tasks: int = 10  #: expert demos of the warm start (``--warm-tasks`` overrides)
 
 
 ENVS: dict[str, EnvRow] = {
@@ -110,17 +120,37 @@ ENVS: dict[str, EnvRow] = {
             kwargs=(("game_cache_size", 400),),
             no_expert=(("expert", False),),
         ),
-        EnvRow("WebShop", "StepGym/WebShop-v0", "train", ("test",), 15, "webshop"),
-        # landed on main after the committed run: rows of the full sweep (smoke-run only, docs/learning_study.md)
-        # ALFWorld's presets: the committed Sokoban cells were run before Sokoban had presets of its own
-        EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "alfworld"),
-        EnvRow("TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft"),
-        EnvRow("BabyAI", "StepGym/BabyAI-v0", "train", ("test",), 30, "babyai"),
+        EnvRow("Sokoban", "StepGym/Sokoban-v0", "train", ("test",), 30, "sokoban", feats="sokoban", lr=5.0),
+        EnvRow(
+            "TextCraft", "StepGym/TextCraft-v0", "train", ("test",), 30, "textcraft", feats="textcraft"
+        ),  # lr 20 chosen
+        EnvRow(
+            "BabyAI",
+            "StepGym/BabyAI-v0",
+            "train",
+            ("test",),
+            20,
+            "babyai",
+            feats="babyai",
+            lr=2.0,
+            warm_tasks=4,
+        ),
+        EnvRow(
+            "WebShop",
+            "StepGym/WebShop-v0",
+            "train",
+            ("test",),
+            15,
+            "webshop",
+            feats="webshop",
+            lr=5.0,
+            warm_tasks=40,
+        ),
     )
 }
-DEFAULT_ENVS = ("ALFWorld",)
-#: the default run's methods: all but the ``-obs`` keyings of GraphGPO, HGPO and RewardFlow (G2PO keeps both); the
-#: full sweep (``--full``) runs every method of :data:`METHODS`
+DEFAULT_ENVS = ("ALFWorld", "Sokoban")
+#: the study's methods: all but the ``-obs`` keyings of GraphGPO, HGPO and RewardFlow (G2PO keeps both; ``--methods``
+#: runs those too)
 DEFAULT_METHODS = tuple(m for m in METHODS if m not in ("graphgpo-obs", "hgpo-obs", "rewardflow-obs"))
 
 
@@ -156,6 +186,9 @@ class Context:
     obs_goal: bool  #: a goal word is in the observation
     held: str  #: the object the agent carries ("" none), tracked from its own take/put actions
     taken: frozenset[str]  #: actions taken earlier in this episode
+    #: the env's own facts of the state (:data:`EXTRA_FEATURES`: the grid, the goal object's place, the recipe
+    #: tree), ``("", ...)`` for an env without a feature set
+    facts: tuple = ("",)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -180,7 +213,205 @@ def features(ctx: Context, action: str) -> list[tuple]:
         f.append(("vmh", verb, i, m, held_goal))
         f.append(("vmt", verb, i, m, ctx.task_type))
         f += [("va", verb, i, w, g) for g in ctx.goal]  # e.g. where a goal object is found
+    if ctx.facts[0]:
+        f += EXTRA_FEATURES[ctx.facts[0]][1](ctx.facts, action)
     return f
+
+
+# The env feature sets: (facts of the state from (info, observation, actions taken), features of (facts, action)).
+# The generic features above read words; these read what a word-level reader cannot (where the box is, which
+# way the goal object lies, which items the recipe needs). An LLM agent reads the same text.
+_DIRS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+
+
+def _sign(x: int) -> int:
+    return (x > 0) - (x < 0)
+
+
+def sokoban_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
+    """The grid rows of the observation ('#' wall, '_' floor, 'O' target, 'X' box, '√' box on target, 'P'
+    player, 'S' player on target)."""
+    rows = tuple(line for line in obs.splitlines() if line and set(line) <= set("#_OX√PS"))
+    return ("sokoban", rows)
+
+
+def sokoban_features(facts: tuple, action: str) -> list[tuple]:
+    """What the move meets (wall, box, free) and, for a push, what lies behind the box, whether the push brings
+    the box nearer a target and whether it lands in a dead corner; where the nearest loose box lies from the
+    player and the nearest free target from that box; whether the move brings the player nearer a cell from
+    which the box can be pushed towards the target."""
+    rows = facts[1]
+    d = _DIRS.get(action)
+    if d is None or not rows:
+        return []
+    cell = {(r, c): ch for r, line in enumerate(rows) for c, ch in enumerate(line)}
+    at = lambda p: cell.get(p, "#")  # noqa: E731
+    kind = lambda ch: "wall" if ch == "#" else "box" if ch in "X√" else "free"  # noqa: E731
+    player = next((p for p, ch in cell.items() if ch in "PS"), None)
+    boxes = [p for p, ch in cell.items() if ch == "X"]
+    targets = [p for p, ch in cell.items() if ch in "OS"]
+    if player is None:
+        return []
+    dist = lambda a, b: abs(a[0] - b[0]) + abs(a[1] - b[1])  # noqa: E731
+    n1 = (player[0] + d[0], player[1] + d[1])
+    n2 = (n1[0] + d[0], n1[1] + d[1])
+    k1 = kind(at(n1))
+    f: list[tuple] = [("sk1", action, k1)]
+    if k1 == "box":
+        k2 = kind(at(n2))
+        f.append(("sk2", action, k2))
+        if k2 == "free" and targets:
+            near = min(dist(n2, t) for t in targets) - min(dist(n1, t) for t in targets)
+            walls = [at((n2[0] + a, n2[1] + b)) == "#" for a, b in _DIRS.values()]
+            corner = (walls[0] or walls[1]) and (walls[2] or walls[3]) and at(n2) not in "OS"
+            f += [("skpush", action, _sign(near)), ("skdead", action, corner)]
+    if boxes and targets:
+        box = min(boxes, key=lambda b: dist(b, player))
+        tgt = min(targets, key=lambda t: dist(t, box))
+        rel = (_sign(box[0] - player[0]), _sign(box[1] - player[1]))
+        want = (_sign(tgt[0] - box[0]), _sign(tgt[1] - box[1]))
+        f += [("skb", action, rel), ("skt", action, want), ("skbt", action, rel, want)]
+        spots = [(box[0] - a, box[1] - b) for a, b in ((want[0], 0), (0, want[1])) if (a, b) != (0, 0)]
+        spots = [p for p in spots if at(p) != "#"]
+        if spots and k1 != "wall":
+            f.append(
+                ("skap", action, _sign(min(dist(n1, p) for p in spots) - min(dist(player, p) for p in spots)))
+            )
+    return f
+
+
+_SEE = re.compile(
+    r"you see an? (?:(?:open|closed|locked) )?(\w+) (\w+) ((?:\d+ steps? (?:left|right|forward)(?: and )?)+)"
+)
+
+
+def babyai_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
+    """Where the goal object lies (left/ahead/right, steps forward), whether it is in view, and what stands one
+    step ahead (a wall, an object, nothing)."""
+    goal = set(words(str(info.get(schema.GOAL) or "")))
+    low = obs.lower()
+    best, ahead = None, "none"
+    for m in _SEE.finditer(low):
+        lat = fwd = 0
+        for n, side in re.findall(r"(\d+) steps? (left|right|forward)", m.group(3)):
+            if side == "forward":
+                fwd = int(n)
+            else:
+                lat = -int(n) if side == "left" else int(n)
+        if lat == 0 and fwd == 1:
+            ahead = "object"
+        if {m.group(1), m.group(2)} <= goal and (best is None or abs(lat) + fwd < abs(best[0]) + best[1]):
+            best = (lat, fwd)
+    if re.search(r"you see a wall 1 step forward", low):
+        ahead = "wall"
+    if best is None:
+        return ("babyai", False, 0, 0, ahead)
+    return ("babyai", True, _sign(best[0]), min(best[1], 3), ahead)
+
+
+def babyai_features(facts: tuple, action: str) -> list[tuple]:
+    _, seen, lat, fwd, ahead = facts
+    return [
+        ("bs", action, seen),
+        ("bl", action, seen, lat),
+        ("blf", action, seen, lat, fwd),
+        ("ba", action, ahead),
+    ]
+
+
+_RECIPE = re.compile(r"craft (\d+) ([a-z ]+?) using (.+)")
+
+
+def _item(text: str) -> str:
+    return re.sub(r"^\d+ ", "", text.strip())
+
+
+def textcraft_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
+    """The goal item, the recipe tree's items with their depth below the goal (the crafting commands of the
+    goal text), and the items the agent got or crafted (its own actions)."""
+    text = str(info.get(schema.GOAL) or "").lower()
+    m = re.search(r"goal: craft ([a-z ]+?)\.", text)
+    goal = m.group(1) if m else ""
+    recipes: dict[str, list[str]] = {}
+    for r in _RECIPE.finditer(text):
+        recipes.setdefault(r.group(2), []).extend(
+            _item(x) for x in r.group(3).split(",")
+        )  # every alternative
+    depth = {goal: 0}
+    frontier = [goal]
+    while frontier:
+        nxt = []
+        for it in frontier:
+            for ing in recipes.get(it, []):
+                if ing not in depth:
+                    depth[ing] = depth[it] + 1
+                    nxt.append(ing)
+        frontier = nxt
+    have = frozenset(textcraft_item(a) for a in taken)
+    return ("textcraft", tuple(sorted(depth.items())), frozenset(recipes), have)
+
+
+def textcraft_item(action: str) -> str:
+    """The item an action gets or crafts (``get 2 bamboo`` → bamboo; ``craft 1 stick using ...`` → stick)."""
+    a = action.lower()
+    m = re.match(r"(?:get|craft) \d+ ([a-z ]+?)(?: using .*)?$", a)
+    return m.group(1) if m else ""
+
+
+def textcraft_features(facts: tuple, action: str) -> list[tuple]:
+    """Whether the action's item is in the goal's recipe tree (and how deep), is craftable, is already held."""
+    _, depth, craftable, have = facts
+    verb = parse_cached(action)[0]
+    item = textcraft_item(action)
+    dep = dict(depth).get(item, -1)
+    return [
+        ("td", verb, min(dep, 3)),
+        ("tdh", verb, dep >= 0, item in have),
+        ("tc", verb, dep >= 0, item in craftable),
+    ]
+
+
+def webshop_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
+    """The products of a results page (id, how many goal words its title shares, in quarters, its rank, whether
+    its price is under the goal's limit) and how many options that name goal words were clicked so far."""
+    goal = set(words(str(info.get(schema.GOAL) or "")))
+    m = re.search(r"price lower than ([\d.]+)", str(info.get(schema.GOAL) or "").lower())
+    limit = float(m.group(1)) if m else math.inf
+    parts = [x.strip() for x in obs.split("[SEP]")]
+    products = []
+    for i, x in enumerate(parts[:-2]):
+        if re.fullmatch(r"[A-Z0-9]{10}", x):
+            title = set(words(parts[i + 1]))
+            price = re.findall(r"\$([\d.]+)", parts[i + 2])
+            share = round(4 * len(title & goal) / max(1, len(goal)))
+            cheap = bool(price) and float(price[0]) < limit
+            products.append((x.lower(), share, min(len(products), 3), cheap))
+    chosen = sum(
+        1
+        for a in taken
+        if a.startswith("click[")
+        and a not in ("click[buy now]",)
+        and set(words(a[6:-1])) <= goal
+        and words(a[6:-1])
+    )
+    return ("webshop", tuple(products), min(chosen, 3))
+
+
+def webshop_features(facts: tuple, action: str) -> list[tuple]:
+    _, products, chosen = facts
+    arg = action[6:-1] if action.startswith("click[") else ""
+    for pid, share, rank, cheap in products:
+        if pid == arg:
+            return [("wp", share), ("wpr", rank), ("wpc", cheap), ("wps", share, rank)]
+    return [("wb", action == "click[buy now]", chosen)]
+
+
+EXTRA_FEATURES = {
+    "webshop": (webshop_facts, webshop_features),
+    "sokoban": (sokoban_facts, sokoban_features),
+    "babyai": (babyai_facts, babyai_features),
+    "textcraft": (textcraft_facts, textcraft_features),
+}
 
 
 #: feature → column of the weight vector, shared by every policy of the process (weights start at zero, so the
@@ -211,7 +442,7 @@ class Policy:
 
     def ids(self, ctx: Context, actions: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The feature ids of every action (concatenated) and each action's start offset."""
-        base = (ctx.goal, ctx.task_type, ctx.obs_head, ctx.obs_goal, ctx.held)
+        base = (ctx.goal, ctx.task_type, ctx.obs_head, ctx.obs_goal, ctx.held, ctx.facts)
         ids: list[int] = []
         starts: list[int] = []
         for a in actions:
@@ -245,12 +476,25 @@ class Policy:
         np.add.at(self.w, ids, coef * np.repeat(g, counts))
 
 
-def context(info: dict, obs: str, held: str, taken: frozenset[str]) -> Context:
+def context(info: dict, obs: str, held: str, taken: frozenset[str], feats: str = "") -> Context:
     goal = frozenset(words(str(info.get(schema.GOAL) or "")))
     head = " ".join(re.findall(r"[a-z]+", obs.lower())[:3])
+    facts = EXTRA_FEATURES[feats][0](info, obs, taken) if feats else ("",)
     return Context(
-        goal, str(info.get(schema.TASK_TYPE) or ""), head, any(g in obs.lower() for g in goal), held, taken
+        goal,
+        str(info.get(schema.TASK_TYPE) or ""),
+        head,
+        any(g in obs.lower() for g in goal),
+        held,
+        taken,
+        facts,
     )
+
+
+def feature_set(env: gym.Env) -> str:
+    """The :data:`EXTRA_FEATURES` name of an env (its :data:`ENVS` row's ``feats``), "" if none."""
+    spec = getattr(env.unwrapped, "spec", None)
+    return next((e.feats for e in ENVS.values() if spec is not None and e.env_id == spec.id), "")
 
 
 def carried(held: str, action: str, obs: str) -> str:
@@ -283,9 +527,10 @@ def play(env: gym.Env, policy: Policy, task_id: str, rng: np.random.Generator, m
     obs, info = env.reset(options={"task_id": task_id})
     steps: list[Step] = []
     held, taken = "", frozenset()
+    feats = feature_set(env)
     for _ in range(max_steps):
         actions = admissible(info)
-        ctx = context(info, obs, held, taken)
+        ctx = context(info, obs, held, taken, feats)
         z = policy.logits(ctx, actions)
         k = min(int(np.searchsorted(cs.softmax(z).cumsum(), rng.random())), len(z) - 1)
         step = Step(obs, actions, k, z, info, ctx=ctx)
@@ -317,7 +562,7 @@ def warm_start(env: EnvRow, train: list[str], n_tasks: int, epochs: int, lr: flo
             k = next((i for i, a in enumerate(actions) if expert and same_action(a, expert)), None)
             if k is None:
                 break
-            demo.append((context(info, obs, held, taken), actions, k))
+            demo.append((context(info, obs, held, taken, env.feats), actions, k))
             obs, _, terminated, truncated, info = e.step(actions[k])
             held, taken = carried(held, actions[k], obs), taken | {actions[k]}
             if terminated or truncated:
@@ -443,7 +688,7 @@ def task_lists(env: EnvRow, args: dict) -> tuple[list[str], dict[str, list[str]]
     held = {}
     for sp in env.held_out:
         ids = list(make_env(env, sp).task_ids)
-        n = args.get("eval_tasks") or env.eval_tasks
+        n = args.get("eval_tasks") or 40
         held[sp] = [ids[i] for i in sorted(pick.permutation(len(ids))[:n])]
     return train, held
 
@@ -507,6 +752,7 @@ def run_cell(cell: dict) -> dict:
             held_curve.append(evaluate(eenvs, held, policy, seed, steps))
     return {
         "key": cell_key(cell),
+        "args": {k: a.get(k) for k in TRAIN_ARGS},
         "env": env.name,
         "method": method,
         "seed": seed,
@@ -543,9 +789,19 @@ def cell_key(cell: dict) -> str:
     return f"{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
 
 
+def env_args(args: argparse.Namespace, env: str) -> dict:
+    """The cell settings of ``env``: the command line's, with the env row's learning rate and warm start where
+    the command line leaves them unset."""
+    a = dict(vars(args))
+    row = ENVS[env]
+    a["lr"] = row.lr if a.get("lr") is None else a["lr"]
+    a["warm_tasks"] = row.warm_tasks if a.get("warm_tasks") is None else a["warm_tasks"]
+    return a
+
+
 def plan(args: argparse.Namespace) -> list[dict]:
     return [
-        {"env": env, "method": m, "seed": seed, "args": vars(args)}
+        {"env": env, "method": m, "seed": seed, "args": env_args(args, env)}
         for seed in range(args.first_seed, args.first_seed + args.seeds)
         for env in args.envs
         for m in args.methods
@@ -637,10 +893,15 @@ def fidelity_vs_learning(results: list[dict], fidelity: dict[tuple[str, str], fl
     from credit_fidelity import spearman
 
     by = per_seed(results)
-    pts = [(env, m) for (env, m) in by if (env, m) in fidelity and (env, "grpo") in by]
+    # the methods run on every seed GRPO was run on (a partly run env contributes its complete methods only)
+    pts = [
+        (env, m)
+        for (env, m) in by
+        if (env, m) in fidelity and (env, "grpo") in by and set(by[(env, "grpo")]) <= set(by[(env, m)])
+    ]
     if len(pts) < 3:
         return None
-    seeds = {env: sorted(set.intersection(*(set(by[(e, m)]) for e, m in pts if e == env))) for env, _ in pts}
+    seeds = {env: sorted(by[(env, "grpo")]) for env, _ in pts}
     fid = np.array([fidelity[p] for p in pts])
 
     def gains(draw: dict[str, list[int]]) -> np.ndarray:
@@ -662,6 +923,8 @@ def fidelity_vs_learning(results: list[dict], fidelity: dict[tuple[str, str], fl
 def _ci(row: dict, key: str, fmt: str) -> str:
     if math.isnan(row[key]):
         return "—"
+    if math.isnan(row[key + "_lo"]):  # one seed: no interval
+        return f"{row[key]:{fmt}}"
     return f"{row[key]:{fmt}} [{row[key + '_lo']:{fmt}}, {row[key + '_hi']:{fmt}}]"
 
 
@@ -700,7 +963,7 @@ def markdown(results: list[dict], fidelity: dict[tuple[str, str], float] | None 
     for r in rows:
         out.append(
             f"| {r['env']} | {r['method']} | {r['seeds']} | {r['start']:.3f} → {r['final']:.3f} | "
-            f"{r['gain']:+.3f} [{r['gain_lo']:+.3f}, {r['gain_hi']:+.3f}] | {r['auc']:.3f} | "
+            f"{_ci(r, 'gain', '+.3f')} | {r['auc']:.3f} | "
             f"{_ci(r, 'd_auc', '+.3f')} | {_ci(r, 'd_final', '+.3f')} | {_ci(r, 'd_reach', '+.1f')} | "
             f"{_ci(r, 'c_auc', '+.3f')} | {_ci(r, 'c_final', '+.3f')} |"
         )
@@ -762,7 +1025,7 @@ def plot(results: list[dict], out: Path, prefix: str = "learning_study") -> list
 
 FIDELITY = tuple(
     REPO / "benchmarks" / "results" / name
-    for name in ("credit_fidelity_2026-12-05.json", "credit_fidelity_sokoban_2026-12-06.json")
+    for name in ("credit_fidelity_2026-12-06.json",)  # every env of ENVS, one run
 )
 
 
@@ -785,7 +1048,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/learning_study", help="folder for cells.jsonl, summary.md, plots")
     p.add_argument(
-        "--full", action="store_true", help="the full sweep: every env, 30 iterations, 40 eval tasks"
+        "--full", action="store_true", help="the full sweep: every env of ENVS, the default settings"
     )
     p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 2 iterations, 4 eval tasks")
     p.add_argument("--envs", nargs="+", default=None, choices=list(ENVS), help=f"default {DEFAULT_ENVS}")
@@ -794,18 +1057,25 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--iterations", type=int, default=12)
+    p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--n-tasks", type=int, default=4, help="training tasks (groups) per iteration")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=20.0, help="SGD step on the token-mean loss (every method)")
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="SGD step on the token-mean loss, every method (default: the env row's)",
+    )
     p.add_argument("--hint-strength", type=float, default=2.0, help="modelled teachers' logit bonus")
-    p.add_argument("--eval-every", type=int, default=4)
-    p.add_argument("--eval-tasks", type=int, default=20, help="tasks per held-out split")
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--eval-tasks", type=int, default=40, help="tasks per held-out split")
     p.add_argument(
         "--train-tasks", type=int, default=0, help="training tasks drawn from (0: the whole split)"
     )
     p.add_argument("--max-steps", type=int, default=0, help="step limit (0: the env row's)")
-    p.add_argument("--warm-tasks", type=int, default=10, help="expert demos of the warm start")
+    p.add_argument(
+        "--warm-tasks", type=int, default=None, help="expert demos of the warm start (default: the env row's)"
+    )
     p.add_argument("--warm-epochs", type=int, default=1)
     p.add_argument("--warm-lr", type=float, default=0.5)
     p.add_argument("--workers", type=int, default=1, help="cells run in this many processes")
@@ -816,12 +1086,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.full:
         args.envs = args.envs or list(ENVS)
-        args.iterations, args.eval_tasks = max(args.iterations, 30), max(args.eval_tasks, 40)
     if args.quick:
         args.seeds, args.iterations, args.eval_every, args.eval_tasks = min(args.seeds, 2), 2, 1, 4
         args.n_tasks, args.group_size = 2, 4
     args.envs = args.envs or list(DEFAULT_ENVS)
-    args.methods = args.methods or list(METHODS if args.full else DEFAULT_METHODS)
+    args.methods = args.methods or list(DEFAULT_METHODS)
     return args
 
 
@@ -850,7 +1119,6 @@ def main(argv: list[str] | None = None) -> int:
         ctx = mp.get_context("spawn")
         with ctx.Pool(args.workers) if args.workers > 1 else cs._Serial() as pool:
             for r in pool.imap_unordered(run_cell, todo):
-                r["args"] = {k: vars(args)[k] for k in TRAIN_ARGS}
                 cs.append_cell(cells_path, r)
                 y = held_curve(r)
                 print(

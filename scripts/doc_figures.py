@@ -120,7 +120,7 @@ def credit_study_methods() -> str:
     return cs.markdown(rows)
 
 
-LEARNING_STUDY_CELLS = ROOT / "benchmarks" / "results" / "learning_study_2026-12-06_cells.jsonl.gz"
+LEARNING_STUDY_CELLS = ROOT / "benchmarks" / "results" / "learning_study_2026-12-06b_cells.jsonl.gz"
 
 
 def learning_study() -> str:

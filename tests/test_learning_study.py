@@ -92,9 +92,46 @@ def test_policy_gradient_raises_the_chosen_action(data_dir: Path) -> None:
     assert ls.parse_action("take apple 1 from countertop 2") == ("take", ("apple", "countertop"))
 
 
+def _first_state(name: str):
+    env = ls.make_env(ls.ENVS[name], "train")
+    obs, info = env.reset(options={"task_id": next(iter(env.task_ids))})
+    return env, obs, info
+
+
+def test_env_feature_sets_read_the_state(data_dir: Path) -> None:
+    """The env feature sets parse real observations: Sokoban's grid (player, box, the push's outcome), BabyAI's
+    goal object (in view, which side), TextCraft's recipe tree (the goal at depth 0, the expert's item in it)."""
+    env, obs, info = _first_state("Sokoban")
+    ctx = ls.context(info, obs, "", frozenset(), "sokoban")
+    assert ctx.facts[0] == "sokoban" and len(ctx.facts[1]) == len(obs.splitlines())
+    feats = {a: ls.features(ctx, a) for a in info[schema.ADMISSIBLE_ACTIONS]}
+    assert all(any(f[0] == "sk1" for f in fs) for fs in feats.values())
+    assert len({tuple(sorted(map(repr, fs))) for fs in feats.values()}) == 4  # the four moves differ
+    grid = ls.sokoban_facts({}, "######\n#PX_O#\n######", frozenset())
+    right, left = ls.sokoban_features(grid, "right"), ls.sokoban_features(grid, "left")
+    assert ("sk1", "right", "box") in right and ("skpush", "right", -1) in right  # the push nears the target
+    assert ("sk1", "left", "wall") in left and not any(f[0] == "skpush" for f in left)
+    env, obs, info = _first_state("BabyAI")
+    facts = ls.babyai_facts(info, obs, frozenset())
+    assert facts[0] == "babyai" and facts[1] is True  # "go to the green ball": the ball is in view
+    assert ls.babyai_facts({schema.GOAL: "go to the red box"}, "You see a red box 2 steps left", frozenset()) == (
+        "babyai", True, -1, 0, "none",
+    )  # fmt: skip
+    wall = ls.babyai_facts({schema.GOAL: "go to the red box"}, "You see a wall 1 step forward", frozenset())
+    assert wall[-1] == "wall"
+    env, obs, info = _first_state("TextCraft")
+    facts = ls.textcraft_facts(info, obs, frozenset({"get 2 bamboo"}))
+    depth = dict(facts[1])
+    assert depth[facts[1][0][0]] >= 0 and 0 in depth.values()
+    assert ls.textcraft_item(info[schema.EXPERT_ACTION]) in depth  # the expert gets what the recipe needs
+    assert "bamboo" in facts[3] and ls.textcraft_item("craft 1 stick using 2 bamboo") == "stick"
+    fs = ls.textcraft_features(facts, info[schema.EXPERT_ACTION])
+    assert ("tdh", "get", True, True) in fs  # in the tree, and got already
+
+
 def test_cells_train_on_train_games_only_and_resume(tmp_path: Path, data_dir: Path, capsys) -> None:
     out = tmp_path / "ls"
-    argv = ["--out", str(out), *TINY, "--methods", "grpo", "oracle"]
+    argv = ["--out", str(out), *TINY, "--envs", "ALFWorld", "--methods", "grpo", "oracle"]
     assert ls.main(argv) == 0
     cells = [json.loads(x) for x in (out / "cells.jsonl").read_text().splitlines()]
     assert {c["method"] for c in cells} == {"grpo", "oracle"}
@@ -158,7 +195,19 @@ def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data
     from _learning_study_llm import run_llm
 
     args = ls.parse(
-        ["--learner", "llm", "--model", "tiny", "--out", str(tmp_path), *TINY, "--iterations", "1"]
+        [
+            "--learner",
+            "llm",
+            "--model",
+            "tiny",
+            "--out",
+            str(tmp_path),
+            *TINY,
+            "--iterations",
+            "1",
+            "--envs",
+            "ALFWorld",
+        ]
     )
     args.methods = ["gigpo"]
     (rec,) = run_llm(args)
