@@ -948,6 +948,48 @@ def run_facts(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _verdict(row: dict, key: str) -> str:
+    """``+`` (interval above 0), ``−`` (below 0) or ``0`` (includes 0) for a statistic with its interval."""
+    if math.isnan(row[key]) or math.isnan(row[key + "_lo"]):
+        return "·"
+    return "+" if row[key + "_lo"] > 0 else "−" if row[key + "_hi"] < 0 else "0"
+
+
+def replication(first: list[dict], second: list[dict]) -> str:
+    """The reported run (``first``) beside the same run on new seeds (``second``): per env and method, the gain over
+    the start, Δ AUC and Δ final vs GRPO of each, and whether each conclusion (interval above 0, below 0, or
+    including 0) is the same on the new seeds. A markdown table and a count (scripts/doc_figures.py)."""
+    old = {(r["env"], r["method"]): r for r in summarise(first)}
+    new = {(r["env"], r["method"]): r for r in summarise(second)}
+    seeds = sorted({r["seed"] for r in second})
+    out = [
+        f"New seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}) beside the reported seeds; + / − / 0: the 95% interval "
+        "lies above 0, below 0, or includes 0; ✓ the same conclusion on both seed sets.",
+        "",
+        "| env | method | gain over start: reported → new | Δ AUC vs GRPO: reported → new | "
+        "Δ final vs GRPO: reported → new |",
+        "|---|---|---|---|---|",
+    ]
+    same = total = 0
+    for key, b in new.items():
+        a = old.get(key)
+        if a is None:
+            continue
+        cells = []
+        for stat, fmt in (("gain", "+.3f"), ("d_auc", "+.3f"), ("d_final", "+.3f")):
+            va, vb = _verdict(a, stat), _verdict(b, stat)
+            if va == "·":
+                cells.append("—")
+                continue
+            total += 1
+            same += va == vb
+            mark = "✓" if va == vb else "**differs**"
+            cells.append(f"{_ci(a, stat, fmt)} ({va}) → {_ci(b, stat, fmt)} ({vb}) {mark}")
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    out += ["", f"- The same conclusion on the new seeds for **{same} of {total}** statistics."]
+    return "\n".join(out)
+
+
 def markdown(results: list[dict], fidelity: dict[tuple[str, str], float] | None = None) -> str:
     """The docs tables (scripts/doc_figures.py): per env and method, the paired differences to GRPO and to the
     ceiling, the gain over the starting policy; then the fidelity correlation."""

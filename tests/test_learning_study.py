@@ -189,6 +189,21 @@ def test_report_statistics_on_known_cells() -> None:
     assert "| ALFWorld | oracle | 10 |" in md and "significant (interval above 0)" in md
 
 
+def test_replication_compares_conclusions_seed_set_by_seed_set() -> None:
+    """The replication table: the same cells agree with themselves; a method whose lead over GRPO vanishes on the
+    new seeds is marked as differing, and the count says so."""
+    first, second = [], []
+    for s in range(10):
+        first += [_cell("grpo", s, [0.1, 0.2, 0.3]), _cell("gigpo", s, [0.1, 0.3, 0.4 + 0.001 * s])]
+        second += [_cell("grpo", 20 + s, [0.1, 0.2, 0.3]), _cell("gigpo", 20 + s, [0.1, 0.2, 0.3])]
+    same = ls.replication(first, first)
+    assert "differs" not in same and "**4 of 4**" in same  # two gains, Δ AUC and Δ final of GiGPO
+    md = ls.replication(first, second)
+    row = next(line for line in md.splitlines() if line.startswith("| ALFWorld | gigpo |"))
+    assert row.count("**differs**") == 2  # Δ AUC and Δ final vs GRPO: above 0 → 0
+    assert "New seeds 20–29 (10)" in md and "**2 of 4**" in md
+
+
 @pytest.mark.slow
 def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data_dir: Path, capsys) -> None:
     pytest.importorskip("torch")
