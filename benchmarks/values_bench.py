@@ -162,8 +162,8 @@ def cold() -> None:
     starts with those empty, so every variant's first visit of a state costs what a first visit costs."""
     if "stepgym.envs.alfworld.native.engine" in sys.modules:
         sys.modules["stepgym.envs.alfworld.native.engine"].clear_shared_state_caches()
-    if "stepgym.values.alfworld" in sys.modules:
-        sys.modules["stepgym.values.alfworld"].clear_shared_work()
+    if "stepgym.envs.alfworld.values" in sys.modules:
+        sys.modules["stepgym.envs.alfworld.values"].clear_shared_work()
 
 
 # -- ALFWorld's first play in a fresh process -------------------------------------------------------------------

@@ -7,10 +7,10 @@ wanders) are played under ``ValueWrapper`` (the default budget, with its cache).
 
 * the transition: the true atoms after the engine's step equal :meth:`PlanView.apply` of the command's operator
   on the atoms before (the successor function the oracle searches with);
-* every exact label is compared with :func:`stepgym.values.alfworld.reference_cost`, a breadth-first search over
+* every exact label is compared with :func:`stepgym.envs.alfworld.values.reference_cost`, a breadth-first search over
   every admissible command (no pruning, no heuristic, no cache, states told apart by all their atoms) where that
   finishes within ``--limit`` generated states (states near a win; the rest are counted as not checked);
-* the search's heuristic, :class:`~stepgym.values.alfworld.LowerBound`, is at most every exact value.
+* the search's heuristic, :class:`~stepgym.envs.alfworld.values.LowerBound`, is at most every exact value.
 
 Any disagreement is printed and the script exits 1. Run:
 ``STEPGYM_DATA=../shared/data python scripts/alfworld_values_check.py`` (every valid_seen game, ~8
@@ -31,7 +31,7 @@ import numpy as np
 import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
 from stepgym.envs.alfworld.native.plan import PlanView
-from stepgym.values.alfworld import LowerBound, reference_cost
+from stepgym.envs.alfworld.values import LowerBound, reference_cost
 from stepgym.wrappers import ValueWrapper
 
 

@@ -1,9 +1,7 @@
 """stepgym: Gymnasium text envs with step-level annotations for training multi-turn LLM agents.
 
-``import stepgym`` registers the envs (``stepgym.ENV_IDS``: ``StepGym/ALFWorld-v0``, ``StepGym/WebShop-v0``,
-``StepGym/WebShopSite-v0``, ``StepGym/SearchQA-v0``, ``StepGym/CreditToy-v0``, ``StepGym/CreditFamily-v0``,
-``StepGym/Sokoban-v0``, ``StepGym/TextCraft-v0``, ``StepGym/ScienceWorld-v0``, ``StepGym/BabyAI-v0``) and nothing
-heavier: torch, TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them, and the
+``import stepgym`` registers the envs (their ids are ``stepgym.ENV_IDS``, read from the registry; docs/envs.md
+has the table) and nothing heavier: torch, TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them, and the
 names below that need more (``GroupEnv`` needs PettingZoo) load on first use. ``step_batch_from_trajectories``
 (:mod:`stepgym.steps`) turns a loop of one's own's recorded episodes into the shapers' ``StepBatch``.
 
@@ -32,8 +30,6 @@ __all__ = [
     "step_batch_from_trajectories",
     "wrappers",
 ]
-
-register_envs()
 
 
 # Lazy exports (PEP 562): ``stepgym.GroupEnv`` imports pettingzoo only when first used, keeping ``import stepgym`` fast.

@@ -21,7 +21,7 @@ from stepgym.errors import InvalidArgumentError, ValueOracleError
 
 MODULE = '''
 from stepgym.text_format import PromptTemplate, TextFormat, parse_react, react_feedback
-from stepgym.values.base import Value
+from stepgym.values import Value
 from stepgym.envs.credit import CreditToyEnv
 
 class CountdownEnv(CreditToyEnv):
@@ -153,9 +153,30 @@ def test_bad_splits_and_a_gymnasium_only_id_are_refused() -> None:
 
 
 def test_stepgyms_own_envs_are_registered_through_the_same_call() -> None:
-    path = Path(stepgym.envs.__file__)
-    assert path.read_text().count("    register(\n") >= len(stepgym.ENV_IDS)
+    """A built-in env is one folder (or module) of stepgym.envs plus one register call in it: the package itself
+    lists no env, and the oracle an env declares lives in its own folder."""
+    import ast
+
+    assert (
+        "StepGym/"
+        not in Path(stepgym.envs.__file__).read_text().split("class ExactStepLimit")[0].split('"""', 2)[2]
+    )
+    calls: dict[str, str] = {}
+    for path in sorted(Path(stepgym.envs.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "register" and node.args:
+                env_id = ast.literal_eval(node.args[0])
+                assert env_id not in calls, f"{env_id} is registered twice ({calls[env_id]}, {path})"
+                calls[env_id] = str(path.relative_to(Path(stepgym.envs.__file__).parent))
+    assert set(calls) == set(stepgym.ENV_IDS), set(calls) ^ set(stepgym.ENV_IDS)
     for env_id in stepgym.ENV_IDS:
         entry = env_entry(env_id)
         assert entry is not None and entry.text_format and entry.splits is not None, env_id
         assert (entry.value_oracle is None) != (entry.no_values is None), env_id
+        home = calls[env_id].removesuffix("/__init__.py").removesuffix(".py")
+        assert entry.entry_point.startswith(f"stepgym.envs.{home}:"), (env_id, entry.entry_point)
+        oracle = entry.value_oracle or ""
+        assert oracle.startswith((f"stepgym.envs.{home}.", "stepgym.envs.oracle:")) or not oracle, (
+            env_id,
+            oracle,
+        )

@@ -241,7 +241,7 @@ def test_the_text_free_successors_step_like_the_engine() -> None:
 def test_exact_labels_equal_an_unpruned_search_on_every_task_type(take_other: bool) -> None:
     """Exact labels against reference_cost (no pruning, no heuristic, no cache) wherever that finishes, and the
     search's lower bound never above an exact value; one game of each of the six task types."""
-    from stepgym.values.alfworld import LowerBound, reference_cost
+    from stepgym.envs.alfworld.values import LowerBound, reference_cost
 
     env = ValueWrapper(gym.make(ENV_ID, split="valid_seen").unwrapped)
     rng = np.random.default_rng(11)
@@ -336,7 +336,7 @@ def test_an_object_in_two_overlapping_receptacles() -> None:
     """Regression: ALFWorld's receptacles overlap (a pan on two burners), and taking an object from one leaves it
     "in" the other, which the goal accepts. The lower bound once assumed one receptacle per object and a put at the
     end, overestimated, and the search returned a longer way than the shortest."""
-    from stepgym.values.alfworld import LowerBound, reference_cost
+    from stepgym.envs.alfworld.values import LowerBound, reference_cost
 
     env = ValueWrapper(gym.make(ENV_ID, split="valid_seen").unwrapped)
     task = next(t for t in env.unwrapped.task_ids if "Pan-None-StoveBurner-23" in t)
@@ -401,7 +401,7 @@ def test_a_group_shares_what_it_proved_and_labels_as_one_wrapper_alone() -> None
     """The wrappers of a group (one per env, as GroupEnv wraps its copies) share the game's work and the exact
     values proved: a state one of them labelled costs the others no search, and every label equals the label a
     wrapper gets alone, with nothing shared (the shared work cleared before each env plays)."""
-    from stepgym.values.alfworld import clear_shared_work
+    from stepgym.envs.alfworld.values import clear_shared_work
 
     make = lambda: ValueWrapper(gym.make(ENV_ID, split="valid_seen").unwrapped)  # noqa: E731
     tasks = [make().unwrapped.task_ids[i] for i in (SMALL_GAME, 60, 100)]
@@ -428,7 +428,7 @@ def test_a_group_shares_what_it_proved_and_labels_as_one_wrapper_alone() -> None
 def test_no_cache_shares_nothing() -> None:
     """``cache_size=0`` (every step runs the oracle) neither reads nor writes the shared exact values: an exhausted
     budget stays an upper bound even after another wrapper proved the state."""
-    from stepgym.values.alfworld import clear_shared_work
+    from stepgym.envs.alfworld.values import clear_shared_work
 
     clear_shared_work()
     task = gym.make(ENV_ID, split="valid_seen").unwrapped.task_ids[60]

@@ -1,8 +1,11 @@
 """stepgym's Gymnasium envs, registered under the ``StepGym`` namespace.
 
-Entry points are strings, so registering imports none of the engines: TextWorld, the search indexes and the
-browser load only when an env is made. Variants are keyword arguments (``split=``, ``goals=``, ``retriever=``),
-never new id strings.
+A built-in env is one folder here (or one module, for the credit toys) whose ``__init__`` makes one :func:`register`
+call: its entry point, step limit, text format, splits, value oracle (``values.py`` in the same folder) and task
+types. Importing this package imports each folder (:func:`register_envs`), so every registered env is in
+:data:`ENV_IDS`. Entry points are strings and the folders export their classes lazily, so registering imports none of
+the engines: TextWorld, the search indexes and the browser load only when an env is made. Variants are keyword
+arguments (``split=``, ``goals=``, ``retriever=``), never new id strings.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import gymnasium
 from stepgym.errors import InvalidArgumentError
 
 __all__ = [
-    "ALFWORLD_TASK_TYPES",
     "ENV_IDS",
     "EnvEntry",
     "EnvSplits",
@@ -69,7 +71,7 @@ class EnvEntry:
     splits: EnvSplits | None = None
     """The ``split=`` values it takes and its evaluation split; ``None``: it takes no ``split=``."""
     value_oracle: str | None = None
-    """``"module:factory"``; ``factory(env, budget)`` returns its :class:`~stepgym.values.base.ValueOracle` (the
+    """``"module:factory"``; ``factory(env, budget)`` returns its :class:`~stepgym.envs.oracle.ValueOracle` (the
     exact step values of :class:`~stepgym.values.ValueWrapper`). ``None``: no oracle, unless the env class brings
     a ``value_oracle(budget)`` method."""
     no_values: str | None = None
@@ -106,7 +108,7 @@ def register(
     """Register a text env with Gymnasium and declare what stepgym needs to know about it (:class:`EnvEntry`).
 
     One call per env, the way ``gymnasium.register`` is called: stepgym's own envs are registered this way
-    (:func:`register_envs`) and so is a user's (docs/byo_env.md). The entry point is a string, so nothing heavy
+    (each in its own folder, :func:`register_envs`) and so is a user's (docs/byo_env.md). The entry point is a string, so nothing heavy
     is imported until the env is made. ``splits`` may be a sequence of names (the first is then the evaluation
     split). Registering the same id again with the same declaration does nothing; with another one it is an
     :class:`~stepgym.errors.InvalidArgumentError`.
@@ -319,130 +321,25 @@ def env_has_splits(env_id: str) -> bool:
     return (entry is not None and entry.splits is not None) or _takes(_constructor_params(env_id), "split")
 
 
-_WEBSHOP_SPLITS = EnvSplits(("train", "eval", "test", "all"), "test")
-_TOY_SPLITS = EnvSplits(("train", "valid"), "valid")
+def _own_modules() -> list[str]:
+    """This package's modules and folders, in name order: each env folder (or single-module env) registers its
+    env(s) when imported, with one :func:`register` call each."""
+    import pkgutil
+
+    return [m.name for m in pkgutil.iter_modules(__path__, f"{__name__}.")]
 
 
-def register_envs() -> None:
-    """Register stepgym's own envs (idempotent; ``import stepgym`` calls it). One :func:`register` call each."""
-    register(
-        "StepGym/ALFWorld-v0",
-        "stepgym.envs.alfworld:ALFWorldEnv",
-        max_steps=50,
-        text_format="alfworld",
-        splits=EnvSplits(("train", "valid_seen", "valid_unseen"), "valid_seen"),
-        value_oracle="stepgym.values.alfworld:ALFWorldOracle",
-        task_types=ALFWORLD_TASK_TYPES,
-    )
-    register(
-        "StepGym/WebShop-v0",
-        "stepgym.envs.webshop:WebShopEnv",
-        max_steps=15,
-        text_format="webshop",
-        splits=_WEBSHOP_SPLITS,
-        value_oracle="stepgym.values.webshop:WebShopOracle",
-    )
-    register(
-        "StepGym/WebShopSite-v0",
-        "stepgym.envs.webshop:WebShopSiteEnv",
-        max_steps=15,
-        text_format="webshop",
-        splits=_WEBSHOP_SPLITS,
-        no_values="the browser site env has no value oracle; use StepGym/WebShop-v0 (the same tasks as text)",
-    )
-    register(
-        "StepGym/SearchQA-v0",
-        "stepgym.envs.searchqa:SearchQAEnv",
-        max_steps=5,
-        text_format="qa",
-        splits=EnvSplits(("train", "test"), "test"),
-        value_oracle="stepgym.values.searchqa:SearchQAOracle",
-    )
-    register(
-        "StepGym/CreditToy-v0",
-        "stepgym.envs.credit:CreditToyEnv",
-        max_steps=10,
-        text_format="credit",
-        splits=_TOY_SPLITS,
-        value_oracle="stepgym.values.base:StepsToWinOracle",
-    )
-    register(
-        "StepGym/CreditFamily-v0",
-        "stepgym.envs.credit_family:CreditFamilyEnv",
-        max_steps=20,
-        text_format="credit",
-        splits=_TOY_SPLITS,
-        value_oracle="stepgym.values.base:StepsToWinOracle",
-    )
-    _register_solver_envs()
+def register_envs() -> tuple[str, ...]:
+    """Register stepgym's own envs and return their ids (:data:`ENV_IDS`). Idempotent; ``import stepgym`` runs it.
 
+    A built-in env is one folder (or module) of this package plus the :func:`register` call in it: importing the
+    folder registers the env, and this imports every one of them. Nothing else lists the envs: :data:`ENV_IDS`,
+    the docs' env table and the site's navigation are generated from the registry (scripts/doc_figures.py)."""
+    import importlib
 
-def _register_solver_envs() -> None:
-    """The envs whose every step's true value an exact solver gives (ScienceWorld: the gold path instead)."""
-    register(
-        "StepGym/Sokoban-v0",
-        "stepgym.envs.sokoban:SokobanEnv",
-        max_steps=100,
-        text_format="stepgym.envs.sokoban.prompt:FORMAT",
-        splits=EnvSplits(("train", "test"), "test"),
-        value_oracle="stepgym.values.sokoban:SokobanOracle",
-        task_types=("6x6-1box",),
-    )
-    register(
-        "StepGym/BabyAI-v0",
-        "stepgym.envs.babyai:BabyAIEnv",
-        max_steps=64,
-        text_format="stepgym.envs.babyai.prompt:FORMAT",
-        splits=EnvSplits(("train", "test"), "test"),
-        value_oracle="stepgym.values.babyai:BabyAIOracle",
-        task_types=("goto", "pickup", "open", "putnext", "sequence"),
-    )
-    register(
-        "StepGym/ScienceWorld-v0",
-        "stepgym.envs.scienceworld:ScienceWorldEnv",
-        max_steps=100,
-        text_format="stepgym.envs.scienceworld.prompt:FORMAT",
-        splits=EnvSplits(("train", "dev", "test"), "test"),
-        no_values=(
-            "ScienceWorld's state (every object, temperature and timer of a 10-room world) is too large to search "
-            "for exact values; its step truth is the gold path (EXPERT_ACTION) and the task score (SUBGOAL_KEY)"
-        ),
-        task_types="stepgym.envs.scienceworld.tasks:TASK_TYPES",
-    )
-    register(
-        "StepGym/TextCraft-v0",
-        "stepgym.envs.textcraft:TextCraftEnv",
-        max_steps=50,
-        text_format="stepgym.envs.textcraft.prompt:FORMAT",
-        splits=EnvSplits(("train", "test", "all"), "test"),
-        value_oracle="stepgym.values.base:StepsToWinOracle",
-        task_types=("depth-2", "depth-3", "depth-4"),
-    )
-
-
-#: ALFWorld's six task types (the prefix of its task ids' second part).
-ALFWORLD_TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
-
-#: stepgym's own env ids (a user's registered envs are in :func:`registered_envs`).
-ENV_IDS = (
-    "StepGym/ALFWorld-v0",
-    "StepGym/WebShop-v0",
-    "StepGym/WebShopSite-v0",
-    "StepGym/SearchQA-v0",
-    "StepGym/CreditToy-v0",
-    "StepGym/CreditFamily-v0",
-    "StepGym/Sokoban-v0",
-    "StepGym/ScienceWorld-v0",
-    "StepGym/TextCraft-v0",
-    "StepGym/BabyAI-v0",
-)
+    for name in _own_modules():
+        importlib.import_module(name)
+    return tuple(env_id for env_id, entry in _ENVS.items() if entry.entry_point.startswith(f"{__name__}."))
 
 
 class ExactStepLimit(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
@@ -492,3 +389,8 @@ def _time_limit(env: Any) -> Any:
             return env
         env = env.env
     return None
+
+
+#: stepgym's own env ids, in the order their folders register them (a user's registered envs are in
+#: :func:`registered_envs`). Read from the registry, never listed by hand.
+ENV_IDS: tuple[str, ...] = register_envs()

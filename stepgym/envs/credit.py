@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepgym import schema
+from stepgym.envs import EnvSplits, register
 from stepgym.envs.base import TextEnv
 
 __all__ = ["OBJECTS", "CreditToyEnv"]
@@ -156,7 +157,7 @@ class CreditToyEnv(TextEnv):
     def steps_to_win(self) -> int | None:
         """The optimum by construction: the fewest actions from the current state to the open door (0 when won),
         or None when no action sequence can win (a wrong object held, or the key walked past). Read by
-        :class:`~stepgym.values.base.StepsToWinOracle`."""
+        :class:`~stepgym.envs.oracle.StepsToWinOracle`."""
         if self._door_open:
             return 0
         last = self.n_rooms - 1
@@ -227,3 +228,13 @@ class CreditToyEnv(TextEnv):
         effective = self._state_key() != before
         reward = 1.0 if self._door_open else 0.0
         return feedback, reward, self._door_open, self._info(feedback, True, effective, "")
+
+
+register(
+    "StepGym/CreditToy-v0",
+    "stepgym.envs.credit:CreditToyEnv",
+    max_steps=10,
+    text_format="credit",
+    splits=EnvSplits(("train", "valid"), "valid"),
+    value_oracle="stepgym.envs.oracle:StepsToWinOracle",
+)

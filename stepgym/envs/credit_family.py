@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from stepgym import schema
+from stepgym.envs import EnvSplits, register
 from stepgym.envs.base import TextEnv
 from stepgym.envs.options import env_config
 from stepgym.errors import InvalidArgumentError
@@ -228,7 +229,7 @@ class CreditFamilyEnv(TextEnv):
 
     def steps_to_win(self) -> int | None:
         """The optimum by construction: every station still to pass takes one action (0 when won), or None in a
-        doomed state. Read by :class:`~stepgym.values.base.StepsToWinOracle`."""
+        doomed state. Read by :class:`~stepgym.envs.oracle.StepsToWinOracle`."""
         if self._won:
             return 0
         if self._doomed:
@@ -347,3 +348,13 @@ def _random_success(horizon: int, k: int, choices: int, d: int, irreversible: bo
         return memo[key]
 
     return win(budget, horizon, k)
+
+
+register(
+    "StepGym/CreditFamily-v0",
+    "stepgym.envs.credit_family:CreditFamilyEnv",
+    max_steps=20,
+    text_format="credit",
+    splits=EnvSplits(("train", "valid"), "valid"),
+    value_oracle="stepgym.envs.oracle:StepsToWinOracle",
+)

@@ -17,8 +17,9 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.envs import EnvEntry, registered_envs
+from stepgym.envs.oracle import Value, ValueOracle
 from stepgym.errors import ValueOracleError
-from stepgym.values.base import TaskMemo, Value, ValueCache, ValueOracle, step_gain
+from stepgym.values.base import TaskMemo, ValueCache, step_gain
 
 __all__ = ["DEFAULT_BUDGET", "ValueWrapper", "oracle_for"]
 
@@ -33,8 +34,8 @@ def _load(path: str) -> Any:
 
 def _declared(env: gym.Env) -> tuple[str, EnvEntry] | None:
     """The registration of ``env``: by its spec's id, else by the class of a registered entry point (an env built
-    directly, without ``gym.make``). Only entry-point modules already imported are looked at (an env of that class
-    must exist to be wrapped), so this imports nothing."""
+    directly, without ``gym.make``). Only the classes ``env``'s type derives from are looked up (their modules are
+    imported already, an env of that class exists), so this imports nothing."""
     base = env.unwrapped
     entries = registered_envs()
     spec = getattr(base, "spec", None) or getattr(env, "spec", None)
@@ -46,9 +47,12 @@ def _declared(env: gym.Env) -> tuple[str, EnvEntry] | None:
     )
     for env_id, entry in entries.items():
         module_name, _, name = entry.entry_point.partition(":")
-        cls = getattr(sys.modules.get(module_name), name, None)
-        if isinstance(cls, type) and cls in mro and (best is None or mro.index(cls) < best[0]):
-            best = (mro.index(cls), env_id, entry)
+        for depth, cls in enumerate(mro):
+            # an entry point may name its class through its package ("stepgym.envs.sokoban:SokobanEnv")
+            if cls.__name__ != name or not (cls.__module__ + ".").startswith(module_name + "."):
+                continue
+            if getattr(sys.modules.get(module_name), name, None) is cls and (best is None or depth < best[0]):
+                best = (depth, env_id, entry)
     return None if best is None else (best[1], best[2])
 
 

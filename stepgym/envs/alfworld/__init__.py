@@ -1,10 +1,13 @@
 """ALFWorld (Shridhar et al., ICLR 2021) as ``StepGym/ALFWorld-v0``; see :mod:`stepgym.envs.alfworld.env`.
 
-Importing this package does not import TextWorld or ALFWorld; the engine loads when an env is built.
+Importing this package registers the env and imports nothing else (no TextWorld, no ALFWorld): the engine loads
+when an env is built. Its value oracle is :mod:`stepgym.envs.alfworld.values`.
 """
 
-from stepgym.envs.alfworld.env import NOTHING_HAPPENS, ALFWorldConfig, ALFWorldEnv
-from stepgym.envs.alfworld.games import SHORT_NAMES, SPLITS, TASK_TYPES, GameRecord, list_games
+from __future__ import annotations
+
+from stepgym.envs import EnvSplits, register
+from stepgym.lazy import lazy_exports
 
 __all__ = [
     "NOTHING_HAPPENS",
@@ -16,3 +19,28 @@ __all__ = [
     "GameRecord",
     "list_games",
 ]
+
+register(
+    "StepGym/ALFWorld-v0",
+    "stepgym.envs.alfworld:ALFWorldEnv",
+    max_steps=50,
+    text_format="alfworld",
+    splits=EnvSplits(("train", "valid_seen", "valid_unseen"), "valid_seen"),
+    value_oracle="stepgym.envs.alfworld.values:ALFWorldOracle",
+    task_types="stepgym.envs.alfworld.games:TASK_TYPES",
+)
+
+# The names below load on first use (PEP 562), so registering the env imports none of its modules.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ALFWorldConfig": "stepgym.envs.alfworld.env",
+        "ALFWorldEnv": "stepgym.envs.alfworld.env",
+        "GameRecord": "stepgym.envs.alfworld.games",
+        "NOTHING_HAPPENS": "stepgym.envs.alfworld.env",
+        "SHORT_NAMES": "stepgym.envs.alfworld.games",
+        "SPLITS": "stepgym.envs.alfworld.games",
+        "TASK_TYPES": "stepgym.envs.alfworld.games",
+        "list_games": "stepgym.envs.alfworld.games",
+    },
+)

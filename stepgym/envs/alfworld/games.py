@@ -21,15 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepgym.data import data_root
-from stepgym.envs import ALFWORLD_TASK_TYPES
 from stepgym.errors import CorruptDataError, DataNotFoundError
 
 __all__ = ["SPLITS", "TASK_TYPES", "GameRecord", "list_games", "resolve_root"]
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
-# The six ALFWorld task types (declared once, where the env is registered); the papers call them Pick, Look,
-# Clean, Heat, Cool, Pick2.
-TASK_TYPES = ALFWORLD_TASK_TYPES
+#: The six ALFWorld task types (the prefix of its task ids' second part; the env's registration reads them here);
+#: the papers call them Pick, Look, Clean, Heat, Cool, Pick2.
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
 SHORT_NAMES = dict(zip(TASK_TYPES, ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2"), strict=True))
 _SPLIT_DIR = "json_2.1.1"
 

@@ -144,7 +144,7 @@ class BabyAIEnv(TextEnv):
     def solution(self) -> Solution:
         """The solver's answer for the current state: the exact value and an optimal action, or (beyond the
         search budget) an upper bound, the shorter of the best success the search found and the BabyAI bot's
-        completion, with the bot's action. Read by :mod:`stepgym.values.babyai`."""
+        completion, with the bot's action. Read by :mod:`stepgym.envs.babyai.values`."""
         sol = self._search()
         if sol.exact:
             return sol

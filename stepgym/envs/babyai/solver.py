@@ -8,7 +8,7 @@ so the values are the level's, and the env an agent plays is only read.
 * **Edges:** all six actions from every state; an action that changes nothing (a turn never does; a pick-up in
   front of a wall does) is dropped. A step the level ends with reward > 0 is a success, one it ends with 0 (a
   strict instruction failed) a dead end. The level's step limit is not part of the state (a value is the distance
-  to success, as every stepgym oracle defines it: ``stepgym.values.base``).
+  to success, as every stepgym oracle defines it: ``stepgym.envs.oracle``).
 * **Order:** A* with a lower bound that never overestimates (:func:`lower_bound`): for the object(s) an instruction
   names, the forward moves to a cell beside one (around the walls: :class:`WallDistances`) plus the turns needed to face every direction
   those moves and the final facing use, plus the pick-up / drop / toggle actions the instruction needs; the max of

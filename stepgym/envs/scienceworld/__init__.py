@@ -1,17 +1,13 @@
 """ScienceWorld (Wang et al., EMNLP 2022) as ``StepGym/ScienceWorld-v0``; see :mod:`stepgym.envs.scienceworld.env`.
 
-Importing this package does not import ``scienceworld`` or start a JVM; the engine starts when an env is built.
+Importing this package registers the env and imports nothing else (no ``scienceworld``, no JVM): the engine starts
+when an env is built. It has no value oracle (``no_values`` says why).
 """
 
-from stepgym.envs.scienceworld.engine import EngineCrashed
-from stepgym.envs.scienceworld.env import NO_MATCH, ScienceWorldEnv
-from stepgym.envs.scienceworld.tasks import (
-    SPLITS,
-    TASK_TYPES,
-    VARIATION_COUNTS,
-    parse_task_id,
-    split_task_ids,
-)
+from __future__ import annotations
+
+from stepgym.envs import EnvSplits, register
+from stepgym.lazy import lazy_exports
 
 __all__ = [
     "NO_MATCH",
@@ -23,3 +19,31 @@ __all__ = [
     "parse_task_id",
     "split_task_ids",
 ]
+
+register(
+    "StepGym/ScienceWorld-v0",
+    "stepgym.envs.scienceworld:ScienceWorldEnv",
+    max_steps=100,
+    text_format="stepgym.envs.scienceworld.prompt:FORMAT",
+    splits=EnvSplits(("train", "dev", "test"), "test"),
+    no_values=(
+        "ScienceWorld's state (every object, temperature and timer of a 10-room world) is too large to search "
+        "for exact values; its step truth is the gold path (EXPERT_ACTION) and the task score (SUBGOAL_KEY)"
+    ),
+    task_types="stepgym.envs.scienceworld.tasks:TASK_TYPES",
+)
+
+# The names below load on first use (PEP 562), so registering the env imports none of its modules.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "EngineCrashed": "stepgym.envs.scienceworld.engine",
+        "NO_MATCH": "stepgym.envs.scienceworld.env",
+        "SPLITS": "stepgym.envs.scienceworld.tasks",
+        "ScienceWorldEnv": "stepgym.envs.scienceworld.env",
+        "TASK_TYPES": "stepgym.envs.scienceworld.tasks",
+        "VARIATION_COUNTS": "stepgym.envs.scienceworld.tasks",
+        "parse_task_id": "stepgym.envs.scienceworld.tasks",
+        "split_task_ids": "stepgym.envs.scienceworld.tasks",
+    },
+)

@@ -5,7 +5,7 @@ drawn in upstream's order from local generators), the moves and rewards are gym-
 grid is rendered with RAGEN's and verl-agent's symbols, and the four action words are theirs (``up``, ``down``,
 ``left``, ``right``; a move into a box pushes it when the cell behind is free). The solver (:mod:`.solver`) gives
 every state its exact steps-to-go, so the expert action is optimal and ``ValueWrapper``'s labels are exact on
-every step (:mod:`stepgym.values.sokoban`).
+every step (:mod:`stepgym.envs.sokoban.values`).
 
 Tasks: the task of seed ``s`` is ``sokoban-<rows>x<cols>-<boxes>-<s>`` (``-d<depth>`` before the seed when the
 generation's search depth is not upstream's 300). The splits are disjoint seed ranges: ``train`` seeds
@@ -125,7 +125,7 @@ class SokobanEnv(TextEnv):
 
     def solution(self) -> Solution:
         """The solver's answer for the current state: exact steps-to-go (None when unsolvable) and an optimal
-        action. Read by :mod:`stepgym.values.sokoban`."""
+        action. Read by :mod:`stepgym.envs.sokoban.values`."""
         if self.level is None:
             raise RuntimeError("solution() before reset()")
         return solver_for(self.level, self.max_solver_states).solve(self.state)

@@ -128,7 +128,7 @@ class TextCraftEnv(TextEnv):
 
     def steps_to_win(self) -> int | None:
         """The fewest commands from the current state to crafting the goal (0 when won; None when impossible).
-        Read by :class:`~stepgym.values.base.StepsToWinOracle`."""
+        Read by :class:`~stepgym.envs.oracle.StepsToWinOracle`."""
         if self._won:
             return 0
         cost = self._plan().cost

@@ -1,4 +1,4 @@
-"""Text-free successors of a native-engine game, for planners (the value oracle, :mod:`stepgym.values.alfworld`).
+"""Text-free successors of a native-engine game, for planners (the value oracle, :mod:`stepgym.envs.alfworld.values`).
 
 A :class:`NativeEngine` step derives the feedback text, rebuilds TextWorld's fact list and lists the admissible
 commands: most of a step's cost, and nothing a search needs. :class:`PlanView` works on the *true atoms* alone (the

@@ -32,9 +32,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from stepgym.envs.oracle import Remember, Value
 from stepgym.envs.webshop.engine import PRODUCT_WINDOW, ShopState, click_key
 from stepgym.envs.webshop.reward import MATCH_THRESHOLD, normalize_color, token_set_ratio
-from stepgym.values.base import Remember, Value
 
 __all__ = ["MAX_CHOICES", "WebShopOracle"]
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from stepgym import schema
+from stepgym.envs.oracle import Remember, Value
 from stepgym.envs.searchqa.protocol import exact_match, has_answer
 from stepgym.errors import ValueOracleError
-from stepgym.values.base import Remember, Value
 
 __all__ = ["SearchQAOracle"]
 

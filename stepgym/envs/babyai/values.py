@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepgym import schema
-from stepgym.values.base import Remember, Value
+from stepgym.envs.oracle import Remember, Value
 
 __all__ = ["BabyAIOracle"]
 

@@ -56,8 +56,8 @@ from stepgym import schema
 from stepgym.envs.alfworld.native.ground import Op, Tables
 from stepgym.envs.alfworld.native.plan import Atoms, PlanView
 from stepgym.envs.alfworld.state import TaskTargets
+from stepgym.envs.oracle import Remember, Value
 from stepgym.errors import ValueOracleError
-from stepgym.values.base import Remember, Value
 
 __all__ = ["ALFWorldOracle", "LowerBound", "Relevance", "clear_shared_work", "reference_cost", "useful_moves"]
 
