@@ -1,8 +1,9 @@
 """Regenerate (or check) the figures the docs quote from a command's output, so they cannot go stale.
 
 Each figure is a region of a docs page (``Figure.page``; docs/benchmarks.md by default) between
-``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->``, rebuilt from the output of stepgym's own commands or from
-a committed results file. ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a diff when a page
+``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->`` (``# figure:NAME`` and ``# /figure:NAME`` in mkdocs.yml),
+rebuilt from the output of stepgym's own commands, from a committed results file or from the env registry (the
+env table of docs/envs.md and the env pages in the site's navigation: ``env-table``, ``env-pages``). ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a diff when a page
 differs from a fresh run; ``--write`` puts the fresh figures in.
 
     STEPGYM_DATA=../shared/data python scripts/doc_figures.py --check
@@ -162,11 +163,74 @@ def fault_injection() -> str:
     return fi.markdown(json.loads(FAULT_INJECTION.read_text(encoding="utf-8")))
 
 
+ENV_PAGES = ROOT / "docs"
+
+
+def _registry() -> tuple[str, ...]:
+    """stepgym's own env ids, from the registry of the checkout this script is in."""
+    sys.path.insert(0, str(ROOT))
+    import stepgym
+
+    return stepgym.ENV_IDS
+
+
+def env_pages() -> dict[str, dict]:
+    """Each env page's front matter (``title``, and ``envs``: per env id it documents, the ``what`` and ``speed``
+    cells of the env table and ``see_also`` pages), by page name, in the registry's order of their first env.
+
+    Every registered env has exactly one page and every page's env is registered (else a one-line error)."""
+    import yaml
+
+    pages: dict[str, dict] = {}
+    for path in sorted(ENV_PAGES.glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        if text.startswith("---\n"):
+            meta = yaml.safe_load(text[4 : text.index("\n---\n", 4)]) or {}
+            if "envs" in meta:
+                pages[path.name] = meta
+    owner: dict[str, str] = {}
+    for name, meta in pages.items():
+        for env_id in meta["envs"]:
+            if env_id in owner:
+                raise SystemExit(f"{env_id} is documented by two pages: {owner[env_id]} and {name}")
+            owner[env_id] = name
+    ids = _registry()
+    missing = [i for i in ids if i not in owner]
+    unknown = [i for i in owner if i not in ids]
+    if missing or unknown:
+        raise SystemExit(
+            f"env pages and the registry differ: no page declares {missing} in its front matter's envs:; "
+            f"pages declare envs that are not registered: {unknown}"
+        )
+    first = {name: min(ids.index(i) for i in meta["envs"]) for name, meta in pages.items()}
+    return {name: pages[name] for name in sorted(pages, key=first.__getitem__)}
+
+
+def env_table() -> str:
+    """docs/envs.md's env table: one row per registered env, in the registry's order, from its page's front matter."""
+    pages = env_pages()
+    rows = {i: (name, meta) for name, meta in pages.items() for i in meta["envs"]}
+    lines = ["| id | what | speed (this repo's benchmark scripts) | docs |", "|---|---|---|---|"]
+    for env_id in _registry():
+        name, meta = rows[env_id]
+        cells = meta["envs"][env_id]
+        links = [name, *cells.get("see_also", ())]
+        docs = ", ".join(f"[{link.removesuffix('.md').replace('_', ' ')}]({link})" for link in links)
+        lines.append(f"| `{env_id}` | {cells['what'].strip()} | {cells.get('speed', '').strip()} | {docs} |")
+    return "\n".join(lines)
+
+
+def env_nav() -> str:
+    """mkdocs.yml's env pages under "Environments", in the registry's order (titles from the pages' front matter)."""
+    return "\n".join(f"      - {meta['title']}: {name}" for name, meta in env_pages().items())
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str
     build: Callable[[], str]
     page: Path = BENCHMARKS  # the file holding the figure's region
+    comment: tuple[str, str] = ("<!-- ", " -->")  # how the page writes the region's markers
 
 
 FIGURES = {
@@ -180,13 +244,16 @@ FIGURES = {
         Figure("learning-study", learning_study, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-replication", learning_study_replication, ROOT / "docs" / "learning_study.md"),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
+        Figure("env-table", env_table, ROOT / "docs" / "envs.md"),
+        Figure("env-pages", env_nav, ROOT / "mkdocs.yml", ("# ", "")),
     )
 }
 
 
-def _region(name: str) -> re.Pattern[str]:
+def _region(name: str, comment: tuple[str, str] = ("<!-- ", " -->")) -> re.Pattern[str]:
+    open_, close = (re.escape(c) for c in comment)
     return re.compile(
-        rf"(<!-- figure:{re.escape(name)} -->\n)(.*?)(\n<!-- /figure:{re.escape(name)} -->)", re.S
+        rf"({open_}figure:{re.escape(name)}{close}\n)(.*?)(\n[ \t]*{open_}/figure:{re.escape(name)}{close})", re.S
     )
 
 
@@ -202,9 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only or sorted(FIGURES):
         page = FIGURES[name].page
         text = texts.setdefault(page, page.read_text(encoding="utf-8"))
-        match = _region(name).search(text)
+        open_, close = FIGURES[name].comment
+        match = _region(name, FIGURES[name].comment).search(text)
         if match is None:
-            raise SystemExit(f"{page.name} has no <!-- figure:{name} --> … <!-- /figure:{name} --> region")
+            raise SystemExit(
+                f"{page.name} has no {open_}figure:{name}{close} … {open_}/figure:{name}{close} region"
+            )
         fresh = FIGURES[name].build()
         if match.group(2) != fresh:
             stale.append(name)

@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from stepgym import schema
 from stepgym.cli import SUBCOMMANDS
 
@@ -36,6 +38,28 @@ def test_every_registered_env_has_a_row_and_a_page():
         assert row is not None, f"docs/envs.md has no row for {env_id}"
         pages = re.findall(r"\]\(([\w.]+\.md)\)", row)
         assert pages and all((DOCS / p).is_file() for p in pages), (env_id, pages)
+
+
+def test_the_env_table_and_the_env_nav_are_generated_from_the_registry(monkeypatch):
+    """docs/envs.md's env table and mkdocs.yml's env pages are scripts/doc_figures.py's output for today's registry
+    (rows and pages in ENV_IDS's order, from each env page's front matter): an env registered without a page, a
+    page for an env that is not registered, or a hand edit of either region fails here."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import doc_figures
+
+    assert doc_figures.main(["--check", "--only", "env-table", "--only", "env-pages"]) == 0, (
+        "run `python scripts/doc_figures.py --write --only env-table --only env-pages`"
+    )
+    import stepgym
+
+    table = doc_figures.env_table()
+    assert re.findall(r"^\| `(StepGym/[\w-]+)`", table, flags=re.M) == list(stepgym.ENV_IDS)
+    monkeypatch.setattr(doc_figures, "_registry", lambda: (*stepgym.ENV_IDS, "StepGym/Unpaged-v0"))
+    with pytest.raises(SystemExit, match=r"no page declares \['StepGym/Unpaged-v0'\]"):
+        doc_figures.env_table()
+    monkeypatch.setattr(doc_figures, "_registry", lambda: stepgym.ENV_IDS[1:])
+    with pytest.raises(SystemExit, match="pages declare envs that are not registered"):
+        doc_figures.env_nav()
 
 
 def test_every_stepgym_command_and_preset_in_the_guides_exists():
