@@ -253,7 +253,8 @@ FIGURES = {
 def _region(name: str, comment: tuple[str, str] = ("<!-- ", " -->")) -> re.Pattern[str]:
     open_, close = (re.escape(c) for c in comment)
     return re.compile(
-        rf"({open_}figure:{re.escape(name)}{close}\n)(.*?)(\n[ \t]*{open_}/figure:{re.escape(name)}{close})", re.S
+        rf"({open_}figure:{re.escape(name)}{close}\n)(.*?)(\n[ \t]*{open_}/figure:{re.escape(name)}{close})",
+        re.S,
     )
 
 

@@ -61,7 +61,9 @@ def test_every_registered_env_is_in_the_readme():
     for env_id in stepgym.ENV_IDS:
         assert f"`{env_id}`" in README, env_id
     named = set(re.findall(r"`(StepGym/[\w-]+)`", README))
-    assert named <= set(stepgym.ENV_IDS), f"the README names envs that are not registered: {named - set(stepgym.ENV_IDS)}"
+    assert named <= set(stepgym.ENV_IDS), (
+        f"the README names envs that are not registered: {named - set(stepgym.ENV_IDS)}"
+    )
 
 
 def test_the_first_example_runs_without_data_and_prints_what_its_comments_say(tmp_path):
