@@ -337,9 +337,15 @@ def register_envs() -> tuple[str, ...]:
     the docs' env table and the site's navigation are generated from the registry (scripts/doc_figures.py)."""
     import importlib
 
-    for name in _own_modules():
-        importlib.import_module(name)
-    return tuple(env_id for env_id, entry in _ENVS.items() if entry.entry_point.startswith(f"{__name__}."))
+    if not _OWN:  # the first call, at this package's import: every id registered now is stepgym's own
+        known = set(_ENVS)
+        for name in _own_modules():
+            importlib.import_module(name)
+        _OWN.extend(env_id for env_id in _ENVS if env_id not in known)
+    return tuple(_OWN)
+
+
+_OWN: list[str] = []
 
 
 class ExactStepLimit(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
