@@ -324,3 +324,18 @@ def test_every_comparison_of_the_committed_claims_is_consistent() -> None:
             assert d["p_holm"] < 0.05 and np.sign(r["confirmation"]["mean"]) == np.sign(d["mean"])
     combos = list(itertools.product(["ALFWorld", "Sokoban"], ["confirmed", "not confirmed"]))
     assert any(r["env"] == e and r["verdict"] == v for e, v in combos for r in rows)
+
+
+def test_the_docs_tables_and_readme_headline_are_the_claims_file() -> None:
+    """docs/learning_study.md's tables and the README's learning-study bullet are generated from the committed claims
+    and power files (scripts/doc_figures.py); an edited number, or a claims file changed without regenerating the
+    docs, fails here."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import doc_figures
+
+    names = ["learning-study", "learning-study-power", "learning-study-fidelity", "learning-study-headline"]
+    argv = ["--check"] + [x for n in names for x in ("--only", n)]
+    assert doc_figures.main(argv) == 0
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert doc_figures.learning_study_headline() in readme
+    assert "no method is confirmed to learn faster than GRPO" in readme
