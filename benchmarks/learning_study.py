@@ -1,5 +1,6 @@
 """Which step credit makes an agent learn faster on a real benchmark? Every shaper trains the same learner on the
-same tasks and seeds, beside the learning curve that perfect credit (the true step values) gives.
+same tasks and seeds, beside the learning curve of the ceiling (the outcome term plus each step's true drop in
+optimal steps-to-go).
 
 The envs are rows of :data:`ENVS` (env id, training split, held-out splits, step limit, feature set, learning
 rate, warm start): ALFWorld (native engine; trained on its ``train`` games, evaluated on ``valid_seen`` and

@@ -339,3 +339,18 @@ def test_the_docs_tables_and_readme_headline_are_the_claims_file() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert doc_figures.learning_study_headline() in readme
     assert "no method is confirmed to learn faster than GRPO" in readme
+
+
+def test_the_findings_quote_only_numbers_of_the_generated_tables() -> None:
+    """Every number the page's findings quote appears in its generated tables (the prose cannot keep a number the
+    claims file no longer has)."""
+    import re
+
+    page = (ROOT / "docs" / "learning_study.md").read_text(encoding="utf-8")
+    findings = page[page.index("What the committed cells **show**") : page.index("What it **cannot** show:")]
+    generated = "".join(
+        m.group(1) for m in re.finditer(r"<!-- figure:[\w-]+ -->\n(.*?)\n<!-- /figure", page, re.S)
+    ).replace("−", "-")
+    quoted = re.findall(r"[+−-]?\d\.\d{2,3}", findings)
+    assert len(quoted) > 20
+    assert not [q for q in quoted if q.replace("−", "-") not in generated]
