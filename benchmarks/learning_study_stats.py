@@ -730,6 +730,12 @@ def _p(x: float | None) -> str:
 
 def claims_markdown(c: dict) -> str:
     """The page's tables: one per family kind, a row per (env, method), discovery and confirmation side by side."""
+    if not c["comparisons"]:
+        return (
+            f"No comparison: no method has two paired seeds among the discovery seeds {DISCOVERY.start}–"
+            f"{DISCOVERY.stop - 1}. Cells of confirmation seeds are tested beside discovery cells: "
+            "`python benchmarks/learning_study_stats.py claims --cells DISCOVERY_CELLS CONFIRMATION_CELLS`."
+        )
     out = []
     for (metric, ref), title in FAMILY_TITLES.items():
         rows = [r for r in c["comparisons"] if r["metric"] == metric and r["reference"] == ref]

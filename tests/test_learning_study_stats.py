@@ -233,6 +233,8 @@ def test_claims_follow_the_discovery_confirmation_rule(tmp_path: Path) -> None:
     # the docs tables name every comparison and its verdict; the README headline names the confirmed one only
     md = st.claims_markdown(c)
     assert "| Toy | real | 10 |" in md and "**confirmed**" in md and "Toy 10 of 20 discovery" in md
+    only_conf = st.claims([b], fidelity_path=None, n_boot=200)
+    assert not only_conf["comparisons"] and "No comparison" in st.claims_markdown(only_conf)
     head = st.headline(c)
     assert "faster than GRPO by learning-curve AUC: Toy: real (+0.07" in head and "fluke" not in head
 
