@@ -1,5 +1,6 @@
 """Which step credit makes an agent learn faster on a real benchmark? Every shaper trains the same learner on the
-same tasks and seeds, beside the learning curve that perfect credit (the true step values) gives.
+same tasks and seeds, beside the learning curve of the ceiling (the outcome term plus each step's true drop in
+optimal steps-to-go).
 
 The envs are rows of :data:`ENVS` (env id, training split, held-out splits, step limit, feature set, learning
 rate, warm start): ALFWorld (native engine; trained on its ``train`` games, evaluated on ``valid_seen`` and
@@ -32,8 +33,9 @@ grown with the policy's wins. The ceiling ``oracle`` reads ``VALUE_GAIN`` of :cl
 same tasks for every method) at iteration 0 (untrained) and every ``--eval-every`` iterations, the training
 success per iteration, and the wall time. One finished cell is one JSON line appended to ``<out>/cells.jsonl``; a
 rerun skips finished cells (a torn last line is dropped). The report (tables, curves, the fidelity correlation)
-is rebuilt from that file: paired differences to GRPO and to the ceiling with 95% bootstrap intervals
-(``credit_study.bootstrap_ci``).
+is rebuilt from that file by ``benchmarks/learning_study_stats.py`` (paired differences to GRPO and to the ceiling,
+Student-t intervals, Holm per family, the discovery/confirmation rule), written as ``summary.md`` and
+``claims.json``.
 
     python benchmarks/learning_study.py --out runs/learning                   # default run (≤ 60 min, 2 cores)
     python benchmarks/learning_study.py --full --out runs/learning_full       # the full sweep (resumable)
@@ -52,7 +54,6 @@ import multiprocessing as mp
 import re
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -67,6 +68,7 @@ for _p in (str(REPO), str(REPO / "benchmarks")):
 
 import credit_study as cs  # noqa: E402
 import gymnasium as gym  # noqa: E402
+import learning_study_stats as st  # noqa: E402
 
 import stepgym  # noqa: E402, F401  (registers the envs)
 from stepgym import schema  # noqa: E402
@@ -809,7 +811,7 @@ def plan(args: argparse.Namespace) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Statistics: per-cell metrics, paired differences with bootstrap intervals, the fidelity correlation
+# Reporting: per-cell metrics (the statistics are learning_study_stats.py's), the tables, the plots
 # --------------------------------------------------------------------------------------------------------------
 def held_curve(r: dict) -> np.ndarray:
     """Held-out success per eval point, the mean over the held-out splits."""
@@ -829,103 +831,15 @@ def metrics(r: dict, grpo_final: float | None) -> dict[str, float]:
     return {"auc": auc, "final": float(y[-1]), "gain": float(y[-1] - y[0]), "reach": reach}
 
 
-STAT_KEYS = ("auc", "final", "reach")
-
-
-def per_seed(results: list[dict]) -> dict[tuple[str, str], dict[int, dict[str, float]]]:
-    grpo_final = {(r["env"], r["seed"]): float(held_curve(r)[-1]) for r in results if r["method"] == "grpo"}
-    by: dict[tuple[str, str], dict[int, dict[str, float]]] = defaultdict(dict)
-    for r in results:
-        by[(r["env"], r["method"])][r["seed"]] = metrics(r, grpo_final.get((r["env"], r["seed"])))
-    return by
-
-
-def summarise(results: list[dict]) -> list[dict]:
-    """One row per (env, method): means over seeds, the gain over the starting policy, and paired differences vs
-    GRPO (``d_*``) and vs the ceiling (``c_*``), each with its 95% bootstrap interval (``credit_study``'s)."""
-    by = per_seed(results)
-    rng = np.random.default_rng(12345)
-    rows = []
-    for (env, method), ps in by.items():
-        seeds = sorted(ps)
-        row: dict[str, Any] = {"env": env, "method": method, "seeds": len(seeds)}
-        for k in (*STAT_KEYS, "gain"):
-            row[k] = float(np.mean([ps[s][k] for s in seeds]))
-        gain = np.array([ps[s]["gain"] for s in seeds])
-        row["gain_lo"], row["gain_hi"] = cs.bootstrap_ci(gain, rng)
-        row["start"] = float(np.mean([ps[s]["final"] - ps[s]["gain"] for s in seeds]))
-        for prefix, ref_name in (("d", "grpo"), ("c", CEILING)):
-            ref = by.get((env, ref_name), {})
-            for k in STAT_KEYS:
-                d = np.array([ps[s][k] - ref[s][k] for s in seeds if s in ref])
-                own = method == ref_name or not len(d)
-                row[f"{prefix}_{k}"] = float("nan") if own else float(d.mean())
-                lo, hi = (float("nan"),) * 2 if own else cs.bootstrap_ci(d, rng)
-                row[f"{prefix}_{k}_lo"], row[f"{prefix}_{k}_hi"] = lo, hi
-        rows.append(row)
-    order = {m: i for i, m in enumerate(METHODS)}
-    envs = list(ENVS)
-    rows.sort(key=lambda r: (envs.index(r["env"]) if r["env"] in envs else 99, order.get(r["method"], 99)))
-    return rows
-
-
-def fidelity_scores(paths: tuple[Path, ...], metric: str = "auroc") -> dict[tuple[str, str], float]:
-    """(env, method) → the credit-fidelity score on all steps of that env (benchmarks/credit_fidelity.py's
-    committed results files; a later file's env replaces an earlier one's)."""
-    out = {}
-    for path in paths:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        out.update(
-            {
-                (r["env"], m): float(v[metric])
-                for r in data["results"]
-                if r["subset"] == "all"
-                for m, v in r["scores"].items()
-                if not math.isnan(float(v[metric]))
-            }
-        )
-    return out
-
-
-def fidelity_vs_learning(results: list[dict], fidelity: dict[tuple[str, str], float], n_boot: int = 2000):
-    """Spearman ρ across (env, method) between the fidelity score and the learning gain (paired Δ AUC vs GRPO),
-    with a 95% bootstrap interval over seeds (resampled per env, the same draw for every method of the env)."""
-    from credit_fidelity import spearman
-
-    by = per_seed(results)
-    # the methods run on every seed GRPO was run on (a partly run env contributes its complete methods only)
-    pts = [
-        (env, m)
-        for (env, m) in by
-        if (env, m) in fidelity and (env, "grpo") in by and set(by[(env, "grpo")]) <= set(by[(env, m)])
-    ]
-    if len(pts) < 3:
-        return None
-    seeds = {env: sorted(by[(env, "grpo")]) for env, _ in pts}
-    fid = np.array([fidelity[p] for p in pts])
-
-    def gains(draw: dict[str, list[int]]) -> np.ndarray:
-        return np.array(
-            [np.mean([by[(e, m)][s]["auc"] - by[(e, "grpo")][s]["auc"] for s in draw[e]]) for e, m in pts]
-        )
-
-    rho = spearman(fid, gains(seeds))
-    rng = np.random.default_rng(777)
-    boot = []
-    for _ in range(n_boot):
-        draw = {e: list(rng.choice(s, size=len(s))) for e, s in seeds.items()}
-        boot.append(spearman(fid, gains(draw)))
-    boot = np.array([b for b in boot if not math.isnan(b)])
-    lo, hi = (np.quantile(boot, 0.025), np.quantile(boot, 0.975)) if len(boot) else (math.nan, math.nan)
-    return {"rho": float(rho), "lo": float(lo), "hi": float(hi), "points": len(pts), "envs": sorted(seeds)}
-
-
-def _ci(row: dict, key: str, fmt: str) -> str:
-    if math.isnan(row[key]):
-        return "—"
-    if math.isnan(row[key + "_lo"]):  # one seed: no interval
-        return f"{row[key]:{fmt}}"
-    return f"{row[key]:{fmt}} [{row[key + '_lo']:{fmt}}, {row[key + '_hi']:{fmt}}]"
+def _ranges(seeds: list[int]) -> str:
+    """Sorted seeds as runs: ``0–9, 20–29``."""
+    runs: list[list[int]] = []
+    for x in seeds:
+        if runs and x == runs[-1][-1] + 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def run_facts(results: list[dict]) -> str:
@@ -936,9 +850,13 @@ def run_facts(results: list[dict]) -> str:
         a = rs[0]["args"]
         held = rs[0]["held_tasks"]
         seeds = {m: sorted({r["seed"] for r in rs if r["method"] == m}) for m in METHODS}
-        counts = ", ".join(f"{m} {len(s)}" for m, s in seeds.items() if s)
+        seeds = {m: s for m, s in seeds.items() if s}
+        if len({tuple(s) for s in seeds.values()}) == 1:
+            counts = f"{len(seeds)} methods, each on seeds {_ranges(next(iter(seeds.values())))}"
+        else:
+            counts = "seeds per method: " + ", ".join(f"{m} {_ranges(s)}" for m, s in seeds.items())
         lines.append(
-            f"- **{env}**: seeds per method: {counts}; {a['iterations']} iterations of "
+            f"- **{env}**: {counts}; {a['iterations']} iterations of "
             f"{a['n_tasks']} training tasks × group {a['group_size']}, lr {a['lr']:g}, step limit "
             f"{a['max_steps'] or ENVS[env].max_steps}; held-out success every {a['eval_every']} iterations on "
             + ", ".join(f"{len(v)} `{k}`" for k, v in held.items())
@@ -948,90 +866,14 @@ def run_facts(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _verdict(row: dict, key: str) -> str:
-    """``+`` (interval above 0), ``−`` (below 0) or ``0`` (includes 0) for a statistic with its interval."""
-    if math.isnan(row[key]) or math.isnan(row[key + "_lo"]):
-        return "·"
-    return "+" if row[key + "_lo"] > 0 else "−" if row[key + "_hi"] < 0 else "0"
-
-
-def replication(first: list[dict], second: list[dict]) -> str:
-    """The reported run (``first``) beside the same run on new seeds (``second``): per env and method, the gain over
-    the start, Δ AUC and Δ final vs GRPO of each, and whether each conclusion (interval above 0, below 0, or
-    including 0) is the same on the new seeds. A markdown table and a count (scripts/doc_figures.py)."""
-    old = {(r["env"], r["method"]): r for r in summarise(first)}
-    new = {(r["env"], r["method"]): r for r in summarise(second)}
-    seeds = sorted({r["seed"] for r in second})
-    out = [
-        f"New seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}) beside the reported seeds; + / − / 0: the 95% interval "
-        "lies above 0, below 0, or includes 0; ✓ the same conclusion on both seed sets.",
-        "",
-        "| env | method | gain over start: reported → new | Δ AUC vs GRPO: reported → new | "
-        "Δ final vs GRPO: reported → new |",
-        "|---|---|---|---|---|",
-    ]
-    same = total = 0
-    for key, b in new.items():
-        a = old.get(key)
-        if a is None:
-            continue
-        cells = []
-        for stat, fmt in (("gain", "+.3f"), ("d_auc", "+.3f"), ("d_final", "+.3f")):
-            va, vb = _verdict(a, stat), _verdict(b, stat)
-            if va == "·":
-                cells.append("—")
-                continue
-            total += 1
-            same += va == vb
-            mark = "✓" if va == vb else "**differs**"
-            cells.append(f"{_ci(a, stat, fmt)} ({va}) → {_ci(b, stat, fmt)} ({vb}) {mark}")
-        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
-    out += ["", f"- The same conclusion on the new seeds for **{same} of {total}** statistics."]
-    return "\n".join(out)
-
-
-def markdown(results: list[dict], fidelity: dict[tuple[str, str], float] | None = None) -> str:
-    """The docs tables (scripts/doc_figures.py): per env and method, the paired differences to GRPO and to the
-    ceiling, the gain over the starting policy; then the fidelity correlation."""
-    rows = summarise(results)
-    out = [
-        run_facts(results),
-        "",
-        "| env | method | seeds | start → final held-out success | gain over start [95% CI] | AUC "
-        "| Δ AUC vs GRPO [95% CI] | Δ final vs GRPO [95% CI] | Δ iterations to GRPO's final [95% CI] "
-        "| Δ AUC vs ceiling [95% CI] | Δ final vs ceiling [95% CI] |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        out.append(
-            f"| {r['env']} | {r['method']} | {r['seeds']} | {r['start']:.3f} → {r['final']:.3f} | "
-            f"{_ci(r, 'gain', '+.3f')} | {r['auc']:.3f} | "
-            f"{_ci(r, 'd_auc', '+.3f')} | {_ci(r, 'd_final', '+.3f')} | {_ci(r, 'd_reach', '+.1f')} | "
-            f"{_ci(r, 'c_auc', '+.3f')} | {_ci(r, 'c_final', '+.3f')} |"
-        )
-    out.append("")
-    for r in rows:
-        if r["method"] == "grpo":
-            sig = r["gain_lo"] > 0
-            out.append(
-                f"- {r['env']}: GRPO's held-out gain over the starting policy is {r['gain']:+.3f} "
-                f"[{r['gain_lo']:+.3f}, {r['gain_hi']:+.3f}]: "
-                + ("significant (interval above 0)." if sig else "**not significant at this budget**.")
-            )
-    if fidelity is not None:
-        out.append("")
-        envs = list(dict.fromkeys(r["env"] for r in results))
-        scopes = [[e] for e in envs] + ([envs] if len(envs) > 1 else [])
-        for scope in scopes:
-            fv = fidelity_vs_learning([r for r in results if r["env"] in scope], fidelity)
-            if fv is None:
-                out.append(f"- {' + '.join(scope)}: too few (env, method) points with a fidelity score.")
-                continue
-            out.append(
-                f"- Does fidelity predict learning? {' + '.join(fv['envs'])}: Spearman ρ between credit-fidelity "
-                f"AUROC (all steps) and Δ AUC vs GRPO across {fv['points']} (env, method) points: "
-                f"**{fv['rho']:+.2f}** [{fv['lo']:+.2f}, {fv['hi']:+.2f}] (95% bootstrap over seeds)."
-            )
+def markdown(results: list[dict], claims: dict | None = None) -> str:
+    """The tables of a run's cells (``summary.md``): what was run, then every comparison of ``claims``
+    (``learning_study_stats.analyse`` of the cells when not given: paired Student-t, Holm per family, the
+    discovery/confirmation verdicts) and the fidelity relation tested over methods."""
+    claims = st.analyse(results) if claims is None else claims
+    out = [run_facts(results), "", st.claims_markdown(claims)]
+    if claims["fidelity"]:
+        out += ["", st.fidelity_markdown(claims)]
     return "\n".join(out)
 
 
@@ -1065,18 +907,16 @@ def plot(results: list[dict], out: Path, prefix: str = "learning_study") -> list
     return paths
 
 
-FIDELITY = tuple(
-    REPO / "benchmarks" / "results" / name
-    for name in ("credit_fidelity_2026-12-06.json",)  # every env of ENVS, one run
-)
-
-
 def report(out: Path, cells: Path, keys: set[str] | None) -> str:
     results = [r for r in cs.load_cells(cells) if keys is None or r["key"] in keys]
     if not results:
         raise SystemExit(f"no finished cells of this sweep in {cells}")
-    table = markdown(results, fidelity_scores(FIDELITY))
+    claims = st.analyse(results)
+    table = markdown(results, claims)
     (out / "summary.md").write_text(table + "\n", encoding="utf-8")
+    (out / "claims.json").write_text(
+        json.dumps(claims, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     print(table)
     for p in plot(results, out):
         print(f"wrote {p}")

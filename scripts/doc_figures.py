@@ -121,32 +121,45 @@ def credit_study_methods() -> str:
     return cs.markdown(rows)
 
 
-LEARNING_STUDY_CELLS = ROOT / "benchmarks" / "results" / "learning_study_2026-12-06b_cells.jsonl.gz"
+def _learning_study_stats():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import learning_study_stats as st
+
+    return st
+
+
+def _json(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def learning_study() -> str:
-    """docs/learning_study.md's tables (every method per real env: paired differences to GRPO and to the ceiling,
-    GRPO's gain over the starting policy, the fidelity correlation), rebuilt from the committed cells."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    """docs/learning_study.md's tables: what the committed cells are (from the cells), then every comparison of the
+    committed claims file (``python benchmarks/learning_study_stats.py claims --out ...`` writes it from the cells;
+    tests/test_learning_study_stats.py checks it matches them)."""
+    st = _learning_study_stats()
     import learning_study as ls
 
-    return ls.markdown(ls.cs.load_cells(LEARNING_STUDY_CELLS), ls.fidelity_scores(ls.FIDELITY))
+    return ls.run_facts(st.merge(st.CELLS)[0]) + "\n\n" + st.claims_markdown(_json(st.CLAIMS))
 
 
-LEARNING_STUDY_REPLICATION = (
-    ROOT / "benchmarks" / "results" / "learning_study_2026-12-06_seeds20-29_cells.jsonl.gz"
-)
+def learning_study_fidelity() -> str:
+    """docs/learning_study.md's fidelity-learning relation, from the committed claims file."""
+    st = _learning_study_stats()
+    return st.fidelity_markdown(_json(st.CLAIMS))
 
 
-def learning_study_replication() -> str:
-    """docs/learning_study.md's replication: the default run (ALFWorld, Sokoban) on new seeds beside the reported
-    cells, conclusion by conclusion, rebuilt from both committed cells files."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import learning_study as ls
+def learning_study_power() -> str:
+    """docs/learning_study.md's power analysis, from the committed power file."""
+    st = _learning_study_stats()
+    return st.power_markdown(_json(st.POWER))
 
-    return ls.replication(
-        ls.cs.load_cells(LEARNING_STUDY_CELLS), ls.cs.load_cells(LEARNING_STUDY_REPLICATION)
-    )
+
+def learning_study_headline() -> str:
+    """The README's learning-study bullet: the confirmed claims of the committed claims file."""
+    st = _learning_study_stats()
+    return st.headline(_json(st.CLAIMS))
 
 
 FAULT_INJECTION = ROOT / "benchmarks" / "results" / "fault_injection_2026-12-06.json"
@@ -242,7 +255,9 @@ FIGURES = {
         Figure("credit-fidelity-grouping", credit_fidelity_grouping, ROOT / "docs" / "credit_fidelity.md"),
         Figure("credit-study-methods", credit_study_methods, ROOT / "docs" / "credit_study.md"),
         Figure("learning-study", learning_study, ROOT / "docs" / "learning_study.md"),
-        Figure("learning-study-replication", learning_study_replication, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-fidelity", learning_study_fidelity, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-power", learning_study_power, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-headline", learning_study_headline, README),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
         Figure("env-table", env_table, ROOT / "docs" / "envs.md"),
         Figure("env-pages", env_nav, ROOT / "mkdocs.yml", ("# ", "")),

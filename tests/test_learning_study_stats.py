@@ -1,0 +1,358 @@
+"""benchmarks/learning_study_stats.py: each procedure against scipy / statsmodels on known cases, the discovery /
+confirmation rule on hand-made cells, the merge of cells files, and the committed claims and power files against a
+fresh computation from the committed cells."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import learning_study_stats as st  # noqa: E402
+
+statsmodels = pytest.importorskip("statsmodels")
+from statsmodels.stats.multitest import multipletests  # noqa: E402
+from statsmodels.stats.power import TTestPower  # noqa: E402
+from statsmodels.stats.weightstats import DescrStatsW  # noqa: E402
+
+RNG = np.random.default_rng(2026)
+SAMPLES = [RNG.normal(0.03, 0.05, size=n) for n in (3, 5, 10, 20)] + [np.array([0.1, -0.2, 0.05, 0.0, 0.3])]
+
+
+@pytest.mark.parametrize("d", SAMPLES)
+def test_t_test_matches_scipy_and_statsmodels(d: np.ndarray) -> None:
+    t = st.t_test(d)
+    ref = sps.ttest_1samp(d, 0.0)
+    assert t.p == pytest.approx(ref.pvalue, rel=1e-9)
+    assert t.p_greater == pytest.approx(sps.ttest_1samp(d, 0.0, alternative="greater").pvalue, rel=1e-9)
+    assert t.p_less == pytest.approx(sps.ttest_1samp(d, 0.0, alternative="less").pvalue, rel=1e-9)
+    lo, hi = DescrStatsW(d).tconfint_mean(alpha=0.05)
+    assert (t.lo, t.hi) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+    # the paired test of two samples is the one-sample test of their differences
+    y = RNG.normal(size=len(d))
+    assert st.t_test((y + d) - y).p == pytest.approx(sps.ttest_rel(y + d, y).pvalue, rel=1e-6)
+    assert t.dz == pytest.approx(d.mean() / d.std(ddof=1)) == pytest.approx(st.cohens_dz(d))
+
+
+def test_t_test_degenerate_cases() -> None:
+    assert st.cohens_dz([1.0, 2.0, 3.0]) == pytest.approx(2.0)  # mean 2, sd 1
+    one = st.t_test([0.4])
+    assert one.n == 1 and one.mean == 0.4 and math.isnan(one.p) and math.isnan(one.lo)
+    const = st.t_test([0.1, 0.1, 0.1])
+    assert const.p == 0.0 and const.p_greater == 0.0 and const.lo == const.hi == pytest.approx(0.1)
+    zero = st.t_test([0.0, 0.0])
+    assert zero.p == 1.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_holm_matches_statsmodels(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0, 0.2, size=rng.integers(1, 15))
+    if seed % 2:
+        p[: len(p) // 2] = p[0]  # ties
+    want = multipletests(p, alpha=0.05, method="holm")[1]
+    np.testing.assert_allclose(st.holm(p), want, rtol=1e-12)
+    # NaN entries stay NaN and do not count in the family
+    got = st.holm([*p, math.nan])
+    assert math.isnan(got[-1])
+    np.testing.assert_allclose(got[:-1], want, rtol=1e-12)
+
+
+def test_holm_known_case() -> None:
+    # m = 3, sorted 0.01, 0.03, 0.04: 0.01 * 3 = 0.03, 0.03 * 2 = 0.06, max(0.06, 0.04 * 1) = 0.06 (monotone)
+    assert st.holm([0.04, 0.01, 0.03]) == pytest.approx([0.06, 0.03, 0.06])
+
+
+@pytest.mark.parametrize("n", [4, 5, 8, 10, 13, 20])
+def test_iqm_and_probability_of_improvement_match_scipy(n: int) -> None:
+    x = RNG.normal(size=n)
+    assert st.iqm(x) == pytest.approx(sps.trim_mean(x, 0.25))
+    y = np.round(RNG.normal(0.3, 1, size=n + 2), 1)
+    x = np.round(x, 1)  # ties count one half
+    u = sps.mannwhitneyu(x, y).statistic
+    assert st.prob_improvement(x, y) == pytest.approx(u / (len(x) * len(y)))
+    batch = np.stack([x, x[::-1]])
+    np.testing.assert_allclose(st.iqm(batch), [st.iqm(x)] * 2)
+
+
+def test_stratified_bootstrap_resamples_within_strata_and_pairs() -> None:
+    rng = np.random.default_rng(0)
+    a, b = np.zeros(6), np.ones(9)
+    # resampling within each stratum: the difference of the strata means never moves
+    lo, hi = st.stratified_bootstrap([[a], [b]], lambda x, y: x.mean(1) - y.mean(1), rng, 500)
+    assert lo == hi == -1.0
+    # paired arrays share one draw: x - y is 0.5 for every seed, so every resample's mean is 0.5
+    x = rng.normal(size=10)
+    lo, hi = st.stratified_bootstrap([[x + 0.5, x]], lambda u, v: (u - v).mean(1), rng, 500)
+    assert lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
+    # the percentile interval of a mean contains the sample mean and is near the normal one
+    d = rng.normal(0.1, 1.0, size=40)
+    lo, hi = st.stratified_bootstrap([[d]], st.boot_mean, rng, 20_000)
+    se = d.std(ddof=1) / math.sqrt(len(d))
+    assert lo < d.mean() < hi and hi - lo == pytest.approx(2 * 1.96 * se, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("dz", "n", "sides"), [(0.3, 10, 2), (0.8, 12, 2), (0.5, 30, 1), (1.2, 5, 1), (0.05, 3000, 2)]
+)
+def test_power_matches_statsmodels(dz: float, n: int, sides: int) -> None:
+    alt = "two-sided" if sides == 2 else "larger"
+    for alpha in (0.05, 0.05 / 11):
+        want = TTestPower().power(effect_size=dz, nobs=n, alpha=alpha, alternative=alt)
+        assert st.power(dz, n, alpha, sides) == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("delta", "sd", "alpha", "sides"),
+    [(0.02, 0.063, 0.05 / 11, 2), (0.02, 0.05, 0.05, 1), (0.05, 0.04, 0.005, 2)],
+)
+def test_seeds_needed_and_mde_match_statsmodels(delta: float, sd: float, alpha: float, sides: int) -> None:
+    alt = "two-sided" if sides == 2 else "larger"
+    nobs = TTestPower().solve_power(effect_size=delta / sd, alpha=alpha, power=0.8, alternative=alt)
+    assert st.seeds_needed(delta, sd, alpha, sides=sides) == math.ceil(nobs)
+    for n in (10, 20):
+        es = TTestPower().solve_power(nobs=n, alpha=alpha, power=0.8, alternative=alt)
+        assert st.mde(n, sd, alpha, sides=sides) == pytest.approx(es * sd, rel=1e-4)
+    assert st.seeds_needed(0.001, 10.0, 0.05, cap=500) == 501  # never within the cap
+
+
+def test_spearman_and_exact_permutation_match_scipy() -> None:
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=6), rng.normal(size=6)
+    x[1] = x[0]  # a tie
+    assert st.spearman(x, y) == pytest.approx(sps.spearmanr(x, y).statistic)
+    rho, p = st.permutation_p([x], [y], rng)
+    ref = sps.permutation_test(  # x permuted over the units, y held: the 720 orderings
+        (x,),
+        lambda a: sps.spearmanr(a, y).statistic,
+        permutation_type="pairings",
+        n_resamples=np.inf,
+        vectorized=False,
+    )
+    assert rho == pytest.approx(ref.statistic) and p == pytest.approx(ref.pvalue)
+
+
+def test_monte_carlo_permutation_is_near_the_exact_one() -> None:
+    """Eleven methods (the study's size): the vectorised Monte Carlo p is within its error of scipy's exact
+    distribution of Spearman's rho under independence; a perfect relation is rare under permutation."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=11)
+    y = 0.6 * x + rng.normal(size=11)
+    rho, p = st.permutation_p([x], [y], rng, 20_000)
+    exact = sps.spearmanr(x, y).pvalue  # t approximation; the permutation p is close, not equal
+    assert rho == pytest.approx(sps.spearmanr(x, y).statistic)
+    assert abs(p - exact) < 0.03
+    _, p_perfect = st.permutation_p([x], [x], rng, 20_000)
+    assert p_perfect < 1e-3
+    # two strata, one related and one reversed: their mean rho is 0 and the test finds nothing
+    rho2, p2 = st.permutation_p([x, x], [x, -x], rng, 5000)
+    assert rho2 == pytest.approx(0.0) and p2 > 0.5
+
+
+@pytest.mark.parametrize(
+    ("p_holm", "disc", "conf", "want"),
+    [
+        (0.01, 0.05, (0.03, 0.01, 0.99), "confirmed"),
+        (0.01, -0.05, (-0.03, 0.99, 0.01), "confirmed"),
+        (0.01, 0.05, (-0.03, 0.99, 0.01), "not confirmed"),  # opposite sign
+        (0.01, 0.05, (0.01, 0.2, 0.8), "not confirmed"),  # same sign, p too large
+        (0.01, 0.05, None, "awaiting confirmation"),
+        (0.2, 0.05, (0.03, 0.001, 0.999), "no difference detected"),  # confirmation alone is not enough
+    ],
+)
+def test_verdict_rule(p_holm: float, disc: float, conf: tuple | None, want: str) -> None:
+    c = None
+    if conf is not None:
+        c = st.TTest(10, conf[0], 0.1, 0.0, 0.0, 0.1, conf[1], conf[2], 0.3)
+    assert st.verdict(p_holm, disc, c) == want
+
+
+def _cell(env: str, method: str, seed: int, curve: list[float], **extra) -> dict:
+    return {
+        "env": env, "method": method, "seed": seed, "eval_its": [0, 5, 10],
+        "held": [{"test": v} for v in curve], "args": {"lr": 5.0}, **extra,
+    }  # fmt: skip
+
+
+def _write(path: Path, cells: list[dict]) -> Path:
+    data = "".join(json.dumps(c) + "\n" for c in cells).encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+def _design(tmp_path: Path) -> tuple[Path, Path]:
+    """Discovery seeds 0-9 and confirmation seeds 20-29 of one env: ``real`` is faster than GRPO on both, ``fluke``
+    on the discovery seeds only, ``same`` never; ``late`` has no confirmation cells."""
+    rng = np.random.default_rng(1)
+    disc, conf = [], []
+    for seeds, out, fluke in ((range(10), disc, 0.1), (range(20, 30), conf, 0.0)):
+        for s in seeds:
+            base = [0.2, 0.3 + 0.05 * rng.normal(), 0.4 + 0.05 * rng.normal()]
+            noise = lambda: 0.01 * rng.normal()  # noqa: E731
+            out.append(_cell("Toy", "grpo", s, base))
+            out.append(_cell("Toy", "real", s, [0.2, base[1] + 0.1 + noise(), base[2] + 0.1 + noise()]))
+            out.append(_cell("Toy", "fluke", s, [0.2, base[1] + fluke + noise(), base[2] + fluke + noise()]))
+            out.append(_cell("Toy", "same", s, [0.2, base[1] + noise(), base[2] + noise()]))
+            if s < 10:
+                out.append(_cell("Toy", "late", s, [0.2, base[1] + 0.1 + noise(), base[2] + 0.1 + noise()]))
+    return _write(tmp_path / "a.jsonl.gz", disc), _write(tmp_path / "b.jsonl", conf)
+
+
+def test_claims_follow_the_discovery_confirmation_rule(tmp_path: Path) -> None:
+    a, b = _design(tmp_path)
+    c = st.claims([a, b], fidelity_path=None, n_boot=500)
+    rows = {(r["method"], r["metric"], r["reference"]): r for r in c["comparisons"]}
+    assert rows[("real", "auc", "grpo")]["verdict"] == "confirmed"
+    assert rows[("fluke", "auc", "grpo")]["verdict"] == "not confirmed"
+    assert rows[("same", "auc", "grpo")]["verdict"] == "no difference detected"
+    late = rows[("late", "auc", "grpo")]
+    assert late["verdict"] == "awaiting confirmation" and late["confirmation"] is None
+    assert late["incomplete"] == {
+        "discovery": "10 of 20 discovery seeds",
+        "confirmation": "0 of 20 confirmation seeds",
+    }
+    # the family's adjusted p-values are Holm's of its raw p-values (statsmodels)
+    fam = [r for r in c["comparisons"] if (r["metric"], r["reference"]) == ("auc", "grpo")]
+    assert {r["family_size"] for r in fam} == {4}
+    raw = [r["discovery"]["p"] for r in fam]
+    want = multipletests(raw, method="holm")[1]
+    np.testing.assert_allclose([r["discovery"]["p_holm"] for r in fam], want, rtol=1e-4, atol=1e-6)
+    real = rows[("real", "auc", "grpo")]["discovery"]
+    assert real["seeds"] == list(range(10)) and real["lo"] < real["mean"] < real["hi"]
+    assert real["poi"] > 0.5 and real["mde"] > 0
+    # the docs tables name every comparison and its verdict; the README headline names the confirmed one only
+    md = st.claims_markdown(c)
+    assert "| Toy | real | 10 |" in md and "**confirmed**" in md and "Toy 10 of 20 discovery" in md
+    only_conf = st.claims([b], fidelity_path=None, n_boot=200)
+    assert not only_conf["comparisons"] and "No comparison" in st.claims_markdown(only_conf)
+    head = st.headline(c)
+    assert "faster than GRPO by learning-curve AUC: Toy: real (+0.07" in head and "fluke" not in head
+
+
+def test_merge_keeps_a_cell_once_and_refuses_mixed_settings(tmp_path: Path) -> None:
+    c1 = _cell("Toy", "grpo", 0, [0.1, 0.2, 0.3])
+    a = _write(tmp_path / "a.jsonl", [c1, _cell("Toy", "grpo", 1, [0.1, 0.2, 0.3])])
+    b = tmp_path / "b.jsonl"
+    b.write_text(json.dumps(c1) + "\n" + '{"env": "To')  # a torn last line
+    cells, notes = st.merge([a, b])
+    assert len(cells) == 2 and notes == ["b.jsonl: 1 cells already in an earlier file, kept once"]
+    # another learner's cell of the same env, method and seed is another cell
+    llm = _write(tmp_path / "c.jsonl", [_cell("Toy", "grpo", 0, [0.1, 0.1, 0.1], learner="llm")])
+    assert len(st.merge([a, llm])[0]) == 3
+    other = _write(tmp_path / "d.jsonl", [{**c1, "args": {"lr": 20.0}}])
+    with pytest.raises(SystemExit, match="other settings"):
+        st.merge([a, other])
+    with pytest.raises(SystemExit, match="no cells file"):
+        st.merge([tmp_path / "missing.jsonl"])
+
+
+def test_power_analysis_reads_the_variance_of_the_pairs(tmp_path: Path) -> None:
+    a, b = _design(tmp_path)
+    p = st.power_analysis([a, b], delta=0.02, methods=("real", "same"))
+    (env,) = p["envs"]
+    assert env["family_size"] == 4 and env["discovery_seeds_now"] == 10
+    real = next(r for r in env["methods"] if r["method"] == "real")
+    d = []
+    by = st.table(st.merge([a, b])[0])
+    for s in [*range(10), *range(20, 30)]:
+        d.append(by[("Toy", "linear", "real")][s]["auc"] - by[("Toy", "linear", "grpo")][s]["auc"])
+    assert real["n"] == 20 and real["sd"] == pytest.approx(np.std(d, ddof=1), abs=1e-6)
+    want = TTestPower().solve_power(effect_size=0.02 / real["sd"], alpha=0.05 / 4, power=0.8)
+    assert real["seeds_discovery"] == math.ceil(want)
+    assert "| Toy | 4 |" in st.power_markdown(p)
+
+
+def _strip(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k != "written"}
+
+
+def _close(a, b) -> None:
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for k in a:
+            _close(a[k], b[k])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _close(x, y)
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == pytest.approx(b, abs=2e-6)
+    else:
+        assert a == b
+
+
+def test_committed_claims_and_power_files_match_the_cells() -> None:
+    """The committed files are what the module computes from the committed cells (regenerate with
+    ``python benchmarks/learning_study_stats.py claims --out ...`` and ``power --out ...``)."""
+    committed = json.loads(st.CLAIMS.read_text(encoding="utf-8"))
+    _close(_strip(committed), json.loads(json.dumps(st.claims(list(st.CELLS)))))
+    committed = json.loads(st.POWER.read_text(encoding="utf-8"))
+    _close(_strip(committed), json.loads(json.dumps(st.power_analysis(list(st.CELLS)))))
+    # the issue's reading of ALFWorld GiGPO on the confirmation seeds under Student-t
+    gigpo = next(
+        r
+        for r in committed_claims()
+        if (r["env"], r["method"], r["metric"], r["reference"]) == ("ALFWorld", "gigpo", "auc", "grpo")
+    )
+    assert (round(gigpo["confirmation"]["lo"], 3), round(gigpo["confirmation"]["hi"], 3)) == (-0.009, 0.059)
+    assert gigpo["verdict"] == "not confirmed"
+
+
+def committed_claims() -> list[dict]:
+    return json.loads(st.CLAIMS.read_text(encoding="utf-8"))["comparisons"]
+
+
+def test_every_comparison_of_the_committed_claims_is_consistent() -> None:
+    """Invariants of the committed file: Holm p ≥ raw p, the interval holds the estimate, a confirmed claim has the
+    same sign on both seed sets, and the t interval excludes 0 exactly when the raw p is below 0.05."""
+    rows = committed_claims()
+    assert len(rows) == 225  # 5 envs x (11 + 11 + 11 + 12)
+    for r in rows:
+        d = r["discovery"]
+        assert d["p_holm"] >= d["p"] - 1e-9
+        assert d["lo"] <= d["mean"] <= d["hi"]
+        assert (d["p"] < 0.05) == (d["lo"] > 0 or d["hi"] < 0)
+        if r["verdict"] == "confirmed":
+            assert d["p_holm"] < 0.05 and np.sign(r["confirmation"]["mean"]) == np.sign(d["mean"])
+    combos = list(itertools.product(["ALFWorld", "Sokoban"], ["confirmed", "not confirmed"]))
+    assert any(r["env"] == e and r["verdict"] == v for e, v in combos for r in rows)
+
+
+def test_the_docs_tables_and_readme_headline_are_the_claims_file() -> None:
+    """docs/learning_study.md's tables and the README's learning-study bullet are generated from the committed claims
+    and power files (scripts/doc_figures.py); an edited number, or a claims file changed without regenerating the
+    docs, fails here."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import doc_figures
+
+    names = ["learning-study", "learning-study-power", "learning-study-fidelity", "learning-study-headline"]
+    argv = ["--check"] + [x for n in names for x in ("--only", n)]
+    assert doc_figures.main(argv) == 0
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert doc_figures.learning_study_headline() in readme
+    assert "no method is confirmed to learn faster than GRPO" in readme
+
+
+def test_the_findings_quote_only_numbers_of_the_generated_tables() -> None:
+    """Every number the page's findings quote appears in its generated tables (the prose cannot keep a number the
+    claims file no longer has)."""
+    import re
+
+    page = (ROOT / "docs" / "learning_study.md").read_text(encoding="utf-8")
+    findings = page[page.index("What the committed cells **show**") : page.index("What it **cannot** show:")]
+    generated = "".join(
+        m.group(1) for m in re.finditer(r"<!-- figure:[\w-]+ -->\n(.*?)\n<!-- /figure", page, re.S)
+    ).replace("−", "-")
+    quoted = re.findall(r"[+−-]?\d\.\d{2,3}", findings)
+    assert len(quoted) > 20
+    assert not [q for q in quoted if q.replace("−", "-") not in generated]
