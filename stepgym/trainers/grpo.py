@@ -177,7 +177,10 @@ class GRPOTrainer:
                 ro = self._play(self._sample_tasks(rc.n_tasks), bar)
                 if attempt < rc.max_gen_batches - 1:
                     rewards = [t.total_reward for t in ro.trajectories]
-                    keep = dynamic_sampling_keep(rewards, ro.traj_group, keep_singletons=False)
+                    aborted = [t.aborted for t in ro.trajectories]  # judged on finished episodes only
+                    keep = dynamic_sampling_keep(
+                        rewards, ro.traj_group, keep_singletons=False, aborted=aborted
+                    )
                     ro = ro.subset_groups(sorted({ro.traj_group[i] for i in np.flatnonzero(keep)}))
                 parts.append(ro)
                 kept += len(ro.task_ids)
