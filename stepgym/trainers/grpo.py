@@ -121,7 +121,7 @@ class GRPOTrainer:
                 config, model=self.model, tokenizer=tok, autocast_dtype=self.autocast
             )
         self.backend = backend
-        self.collector = self._collector(train_kwargs, config.rollout.group_size, train=True)
+        self.collector = self._collector(train_kwargs, config.rollout.group_size)
         self.train_task_ids = self.collector.task_ids()
         self.optimizer, self.scheduler, self.actor = build_actor(
             config, self.model, self.dist, pad_id=self.pad_id, autocast=self.autocast
@@ -144,7 +144,7 @@ class GRPOTrainer:
         self.recorder = TrainerRecorder.create(self) if self.dist.is_main else None
 
     # -- construction ---------------------------------------------------------------------------------------
-    def _collector(self, kwargs: dict[str, Any], group_size: int, train: bool = False) -> Collector:
+    def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
         return make_collector(
             self.cfg,
             kwargs,
@@ -153,7 +153,6 @@ class GRPOTrainer:
             history=self.history,
             encoder=self.encoder,
             backend=self.backend,
-            train=train,
         )
 
     # -- one iteration --------------------------------------------------------------------------------------

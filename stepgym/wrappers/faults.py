@@ -1,7 +1,7 @@
 """FaultInjectionWrapper: make an env fail the way infrastructure fails, to test and measure failure semantics.
 
-Each ``step`` draws, from a generator keyed by (``seed``, the copy's build number in its process, the reset seed,
-the step index, the action text), whether
+Each ``step`` draws, from a generator keyed by (``seed``, the copy's build number in its process, the reset seed
+(after an unseeded reset, the copy's episode count too), the step index, the action text), whether
 to raise :class:`InjectedFault` (an env exception: probability ``exception``) or to kill the worker process that
 holds the env (probability ``kill``; only inside a ``ProcessExecutor`` worker, where a dead process is what a
 crashed env server looks like). The draw depends on nothing else, so a run with the same seeds and actions fails
@@ -75,10 +75,16 @@ class FaultInjectionWrapper(gym.Wrapper):
         self.p_exception, self.p_kill, self.fault_seed = float(exception), float(kill), int(seed)
         self._copy = next(_BUILT)
         self._reset_seed = 0
+        self._episodes = 0
+        self._unseeded: list[int] = []
         self._t = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        # an unseeded reset also keys the draws by the copy's episode count, so replaying a split's tasks unseeded
+        # does not fail every episode of a task type at the same step
+        self._episodes += 1
         self._reset_seed = 0 if seed is None else int(seed)
+        self._unseeded = [self._episodes] if seed is None else []
         self._t = 0
         return self.env.reset(seed=seed, options=options)
 
@@ -89,6 +95,7 @@ class FaultInjectionWrapper(gym.Wrapper):
             self._reset_seed,
             self._t,
             zlib.crc32(str(action).encode("utf-8")),
+            *self._unseeded,
         ]
         u = float(np.random.default_rng(key).random())
         self._t += 1
