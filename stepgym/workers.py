@@ -295,6 +295,9 @@ class Executor:
         self._next_ticket = 0
         #: per slot, how many times its worker was restarted (a copy whose number changed lost its episode)
         self.epochs: list[int] = [0] * n
+        #: per slot, why its worker was last restarted (``"worker_death"`` or ``"step_timeout"``; None: never):
+        #: an episode cut off by that restart ends with this cause, so each failure is counted under one cause
+        self.restart_causes: list[str | None] = [None] * n
 
     # -- public --------------------------------------------------------------------------------------------
     def submit(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> int:
@@ -475,9 +478,17 @@ class _ShardedExecutor(Executor):
             cause=cause,
         )
 
-    def _bump(self, w: int) -> None:
+    def _bump(self, w: int, cause: str) -> None:
         for s in self._slots[w]:
             self.epochs[s] += 1
+            self.restart_causes[s] = cause
+
+    def _lost_to_restart(self, w: int, ops: Sequence[tuple[str, int, Any]]) -> EnvWorkerError:
+        """A call that was in flight when an earlier one restarted its worker: its operations are lost to that
+        restart, under the restart's cause (a hung step is a ``step_timeout`` for every call it cut off, not
+        also a ``worker_death``)."""
+        cause = self.restart_causes[self._slots[w][0]] or "worker_death"
+        return self._lost(w, "was restarted while this call was queued", ops, "its copies are fresh", cause)
 
     _label = "env worker"
 
@@ -574,7 +585,7 @@ class ProcessExecutor(_ShardedExecutor):
         self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], cause: str = "worker_death"
     ) -> EnvWorkerError:
         self._kill(w)
-        self._bump(w)
+        self._bump(w, cause)
         try:
             self._start(w)
             self._await_ready(w)
@@ -600,9 +611,7 @@ class ProcessExecutor(_ShardedExecutor):
         out: dict[int, Any] = {}
         for w, (conn, ok) in handle.items():
             if conn is not self._conns[w]:  # an earlier call in flight restarted this worker
-                out[w] = self._lost(
-                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
-                )
+                out[w] = self._lost_to_restart(w, batches[w])
             elif not ok:
                 out[w] = self._restart(w, "was dead", batches[w])
             elif not conn.poll(self.timeout):
@@ -683,7 +692,7 @@ class RayExecutor(_ShardedExecutor):
     def _restart(self, w: int, why: str, ops, cause: str = "worker_death") -> EnvWorkerError:
         with contextlib.suppress(Exception):  # the actor may already be gone
             self._ray.kill(self._actors[w], no_restart=True)
-        self._bump(w)
+        self._bump(w, cause)
         self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
         return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies", cause)
 
@@ -695,9 +704,7 @@ class RayExecutor(_ShardedExecutor):
         out: dict[int, Any] = {}
         for w, (actor, ref) in handle.items():
             if actor is not self._actors[w]:  # an earlier call in flight restarted this worker
-                out[w] = self._lost(
-                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
-                )
+                out[w] = self._lost_to_restart(w, batches[w])
                 continue
             try:
                 out[w] = ray.get(ref, timeout=self.timeout)
