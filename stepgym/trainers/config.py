@@ -177,8 +177,9 @@ class RolloutConfig:
     Above it the run stops with one line naming the causes, before that batch updates the policy or is
     checkpointed. 1.0: never stop; 0.0: stop at the first abort."""
     faults: str = ""
-    """Fault injection for tests and benchmarks: 'exception=P,kill=P,seed=N' makes each training env step raise
-    (P) or kill its worker process (P; env_executor=process only); '' injects nothing (docs/failures.md)."""
+    """Fault injection for tests and benchmarks: 'exception=P,kill=P,seed=N' makes each env step raise (P) or kill
+    its worker process (P; env_executor=process only), in every phase of the run (tokenizer corpus: exceptions only;
+    format warm-up, training, evaluation); '' injects nothing (docs/failures.md)."""
     group_seeds: bool = True
     """Give every request its own seed from its group's generator (always so under torchrun and with overlap), so
     that a group's replies do not depend on which groups share a backend call: a plain run then equals a torchrun
