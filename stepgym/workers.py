@@ -171,7 +171,11 @@ class _Shard:
     :class:`~stepgym.wrappers.protocols.ParentStateWrapper` wrappers, innermost first: ``GroupEnv`` keeps and grows
     their state in the parent)."""
 
-    def __init__(self, recipe: EnvRecipe, slots: Sequence[int]):
+    def __init__(self, recipe: EnvRecipe, slots: Sequence[int], *, remote: bool = False):
+        if (
+            remote
+        ):  # a Ray actor: an env worker, as a ProcessExecutor process (stepgym.wrappers.faults reads it)
+            os.environ["STEPGYM_ENV_WORKER"] = "1"
         self.recipe = recipe
         self.envs = {s: recipe.build() for s in slots}
 
@@ -681,7 +685,7 @@ class RayExecutor(_ShardedExecutor):
         self._uses_our_ray = RayExecutor._ray_ours
         RayExecutor._ray_users += self._uses_our_ray
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
-        self._actors = [self._actor_cls.remote(recipe, ss) for ss in self._slots]
+        self._actors = [self._actor_cls.remote(recipe, ss, remote=True) for ss in self._slots]
 
     _label = "Ray env worker"
 
@@ -693,7 +697,7 @@ class RayExecutor(_ShardedExecutor):
         with contextlib.suppress(Exception):  # the actor may already be gone
             self._ray.kill(self._actors[w], no_restart=True)
         self._bump(w, cause)
-        self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
+        self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w], remote=True)
         return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies", cause)
 
     def _send_batches(self, batches):

@@ -167,3 +167,13 @@ def test_the_run_still_stops_past_max_abort_rate(tmp_path: Path, capsys) -> None
     assert main(args) == 1
     err = [x for x in capsys.readouterr().err.strip().splitlines() if "tokenizer corpus" not in x]
     assert len(err) == 1 and "max_abort_rate" in err[0] and "env_exception" in err[0]
+
+
+def test_faults_that_need_a_worker_are_refused_in_process_with_one_line() -> None:
+    from stepgym.trainers.presets import get_preset
+
+    cfg = get_preset("credit-grpo")
+    for spec in ("kill=0.1", "hang=0.1,seed=2"):
+        with pytest.raises(ValueError, match=r"need env workers.*process or ray"):
+            replace(cfg, rollout=replace(cfg.rollout, faults=spec))
+    replace(cfg, rollout=replace(cfg.rollout, faults="hang=0.1", env_executor="process"))

@@ -137,7 +137,7 @@ class CollectorOptions:
     and the batch goes on (``GroupConfig.on_failure``; its rows carry ``StepRow.aborted``, its trajectory
     ``aborted``). ``"raise"`` stops at the first failure with the error: only to debug an env."""
     faults: str = ""
-    """Fault injection for tests and benchmarks (``"exception=P,kill=P,seed=N"``, the innermost wrapper:
+    """Fault injection for tests and benchmarks (``"exception=P,kill=P,hang=P,seed=N"``, the innermost wrapper:
     :class:`~stepgym.wrappers.faults.FaultInjectionWrapper`); '' injects nothing."""
 
     def __post_init__(self) -> None:

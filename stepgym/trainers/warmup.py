@@ -65,13 +65,13 @@ def env_corpus(
     Played through :func:`stepgym.rollout.play_episode`, so an env failure ends that episode aborted (its texts
     up to the failure are kept) and the corpus goes on; one warning line counts the aborted episodes per cause.
     ``faults`` (``rollout.faults``): the env exceptions of :class:`~stepgym.wrappers.faults.FaultInjectionWrapper`
-    (a killed worker needs a worker process: its part is left out here).
+    (a killed or hung worker needs a worker process: those parts are left out here).
     """
     from stepgym.rollout import play_episode
 
     env = env_id if isinstance(env_id, str) else env_id(**env_kwargs)
     kwargs = env_kwargs if isinstance(env_id, str) else None
-    spec = {k: v for k, v in parse_faults(faults).items() if k != "kill"}
+    spec = {k: v for k, v in parse_faults(faults).items() if k in ("exception", "seed")}
     if spec.get("exception"):  # the innermost wrapper, as in the collector
         if isinstance(env, str):
             import stepgym.envs
