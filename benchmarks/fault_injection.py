@@ -324,7 +324,7 @@ def count_cell(executor: str, overlap: str, fault: str, args: argparse.Namespace
     n_groups, g = args.count_groups, args.group_size
     log = Path(tempfile.mkdtemp(prefix="stepgym-counts-")) / "faults.log"
     opts: dict[str, Any] = (
-        {} if executor == "inprocess" else {"timeout": 5.0 if executor == "process" else 30.0}
+        {} if executor == "inprocess" else {"timeout": 5.0 if executor == "process" else 10.0}
     )
     if executor == "ray":
         opts["num_cpus"] = 0.1

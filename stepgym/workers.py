@@ -645,7 +645,8 @@ class RayExecutor(_ShardedExecutor):
     """Copies sharded over Ray actors (``pip install 'stepgym[ray]'``).
 
     Args:
-        recipe, n, num_workers, timeout: as :class:`ProcessExecutor`.
+        recipe, n, num_workers, timeout, start_timeout: as :class:`ProcessExecutor` (an actor's start never
+            counts against ``timeout``).
         num_cpus: CPUs each actor reserves (fractions are fine: ``0.5`` packs two actors per core).
         address: ``None`` starts (or reuses) a local Ray; ``"auto"`` joins the running cluster.
         ray_init_kwargs: passed to ``ray.init`` when this executor starts Ray.
@@ -669,6 +670,7 @@ class RayExecutor(_ShardedExecutor):
         num_cpus: float = 1.0,
         address: str | None = None,
         ray_init_kwargs: Mapping[str, Any] | None = None,
+        start_timeout: float = 600.0,
     ):
         super().__init__(recipe, n, num_workers)
         from stepgym._deps import require
@@ -685,7 +687,28 @@ class RayExecutor(_ShardedExecutor):
         self._uses_our_ray = RayExecutor._ray_ours
         RayExecutor._ray_users += self._uses_our_ray
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
+        self.start_timeout = float(start_timeout)
         self._actors = [self._actor_cls.remote(recipe, ss, remote=True) for ss in self._slots]
+        try:
+            for w in range(len(self._actors)):
+                self._await_ready(w)
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self, w: int) -> None:
+        """Wait (``start_timeout``) for actor ``w`` to have built its copies: an actor's start (a process, the
+        imports, the envs) is not a step, so it never counts against the call ``timeout`` (nor as a step_timeout)."""
+        ray = self._ray
+        try:
+            ray.get(self._actors[w].pid.remote(), timeout=self.start_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise EnvWorkerError(
+                f"Ray env worker {w} did not build its {len(self._slots[w])} env copies within "
+                f"{self.start_timeout:.0f} s"
+            ) from None
+        except ray.exceptions.RayError as e:
+            raise EnvWorkerError(f"Ray env worker {w} could not build its env copies: {e}") from None
 
     _label = "Ray env worker"
 
@@ -698,7 +721,12 @@ class RayExecutor(_ShardedExecutor):
             self._ray.kill(self._actors[w], no_restart=True)
         self._bump(w, cause)
         self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w], remote=True)
-        return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies", cause)
+        try:
+            self._await_ready(w)
+            state = "it was restarted with fresh (un-reset) copies"
+        except EnvWorkerError as e:
+            state = f"restarting it failed too ({e})"
+        return self._lost(w, why, ops, state, cause)
 
     def _send_batches(self, batches):
         return {w: (self._actors[w], self._actors[w].run.remote(ops)) for w, ops in batches.items()}
