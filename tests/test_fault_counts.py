@@ -175,7 +175,8 @@ def test_evaluation_counts_its_aborted_episodes_and_leaves_them_out(tmp_path, ki
         res = evaluate_policy(col, budgets=(5, 10), limit=len(ids), parallel=4)
     finally:
         col.close()
-    assert [k for k, _, _, _ in injected(tmp_path / "faults.log")] == [ids[0], ids[3], ids[5]]
+    # (the workers log concurrently: in no fixed order)
+    assert sorted(k for k, _, _, _ in injected(tmp_path / "faults.log")) == sorted([ids[0], ids[3], ids[5]])
     assert res["n_aborted"] == 3 and res["aborted"] == {"env_exception": 2, "retriever_unavailable": 1}
     assert res["n_tasks"] == len(ids) - 3
 
