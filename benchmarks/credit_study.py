@@ -173,12 +173,19 @@ class Episode:
     group: int
     steps: list[Step]
     won: bool
+    aborted: bool = (
+        False  # an env failure cut it off (docs/failures.md): no outcome, no credit, not in a rate
+    )
 
 
 def play(
     env: gym.Env, policy: Policy, task_id: str, rng: np.random.Generator, greedy: bool = False
 ) -> Episode:
-    obs, info = env.reset(options={"task_id": task_id})
+    """One episode; an exception from the env ends it aborted (the library's rule: stepgym.rollout.play_episode)."""
+    try:
+        obs, info = env.reset(options={"task_id": task_id})
+    except Exception:
+        return Episode(task_id, -1, [], False, aborted=True)
     steps: list[Step] = []
     while True:
         actions = list(info[schema.ADMISSIBLE_ACTIONS])
@@ -189,7 +196,10 @@ def play(
             else min(int(np.searchsorted(softmax(z).cumsum(), rng.random())), len(z) - 1)
         )
         step = Step(obs, actions, k, z, info)
-        obs, reward, terminated, truncated, info = env.step(actions[k])
+        try:
+            obs, reward, terminated, truncated, info = env.step(actions[k])
+        except Exception:  # no transition happened: the step is not kept
+            return Episode(task_id, -1, steps, False, aborted=True)
         step.reward, step.next_info, step.next_obs, step.done = float(reward), info, obs, bool(terminated)
         steps.append(step)
         if terminated or truncated:
@@ -281,6 +291,7 @@ def run_cell(cell: dict) -> dict:
     if method == "proas":
         seed_graph_from_expert(graph, gym.make(ENV_ID, n_tasks=a["tasks"], **knobs), env.unwrapped.task_ids)
     curve, share, dec_rows = [], [], []
+    aborted = 0
     for it in range(a["iterations"]):
         if method == "stepopsd" and it % 10 == 0:
             stale = policy.copy()  # the stale teacher: refreshed every 10 updates (initial weights for 1..10)
@@ -300,6 +311,7 @@ def run_cell(cell: dict) -> dict:
             valid=[bool(s.next_info[schema.ADMISSIBLE]) for _, s in rows],
             anchor_obs=[s.obs if method == "gigpo-obs" else s.info[schema.STATE_KEY] for _, s in rows],
             layout=TokenLayout.from_step_rows(np.ones((n, 1))),
+            aborted=[e.aborted for e, _ in rows],
         )
         if method.split("-")[0] in (*GRAPH, CEILING):
             graph_inputs(batch, rows, method)
@@ -310,18 +322,21 @@ def run_cell(cell: dict) -> dict:
             batch.target = batch.layout if cfg.step_norm is not None else None
         adv = shape_advantages(batch, cfg, update_index=it).token_advantages[:, 0]
         if method == "proas":
-            grow(graph, eps)
+            grow(graph, [e for e in eps if not e.aborted])  # an aborted episode never grows the graph
         decisive = np.array([bool(s.info.get(DECISIVE)) for _, s in rows])
         mass = np.abs(adv).sum()
         share.append(float(np.abs(adv[decisive]).sum() / mass) if mass > 0 else float("nan"))
         dec_rows.append(float(decisive.mean()))
-        curve.append(float(np.mean([e.won for e in eps])))
+        aborted += sum(e.aborted for e in eps)
+        curve.append(float(np.mean([e.won for e in eps if not e.aborted] or [0.0])))
         coef = a["lr"] / n  # token-mean (the trainer's default aggregation): one token per step row
         for (_, s), av in zip(rows, adv, strict=True):
             if av != 0.0:
                 policy.update(s.obs, s.actions, softmax(s.logits), s.chosen, coef * float(av))
     eval_rng = np.random.default_rng(0)
-    held = float(np.mean([play(valid, policy, t, eval_rng, greedy=True).won for t in valid.task_ids]))
+    played = [play(valid, policy, t, eval_rng, greedy=True) for t in valid.task_ids]
+    held = float(np.mean([e.won for e in played if not e.aborted] or [0.0]))
+    aborted += sum(e.aborted for e in played)
     return {
         "key": cell_key(cell),
         "setting": cell["setting"],
@@ -333,6 +348,7 @@ def run_cell(cell: dict) -> dict:
         "decisive_rows": dec_rows,
         "valid_success": held,
         "random_success": env.unwrapped.random_success(),
+        "aborted_episodes": aborted,
         "seconds": time.perf_counter() - t0,
     }
 

@@ -25,6 +25,12 @@ env exceptions and killed workers) must complete its iterations; its per-iterati
 
     STEPGYM_DATA=... python benchmarks/fault_injection.py            # writes benchmarks/results/fault_injection_<date>.*
     STEPGYM_DATA=... python benchmarks/fault_injection.py --quick    # smoke run
+    python benchmarks/fault_injection.py --counts    # the counting sweep only: benchmarks/results/fault_counts_<date>.*
+
+The counting sweep (``--counts``) plays CreditToy through the trainer's collector on every executor (in-process,
+a process pool with overlap off and on, Ray) with one kind of fault at a time (env exceptions, killed workers,
+hung steps), each fault logged by the wrapper as it happens, and compares the aborted episodes per cause with the
+logged faults: each must be counted once, under its own cause.
 """
 
 from __future__ import annotations
@@ -286,6 +292,121 @@ def trainer_run(iterations: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Counted right: every injected fault, logged, against the aborts per cause (``--counts``)
+# --------------------------------------------------------------------------------------------------------------
+#: The cause each injected fault must be counted under.
+COUNT_CAUSE = {"exception": "env_exception", "kill": "worker_death", "hang": "step_timeout"}
+#: Per-step probability of each fault in the counting sweep.
+COUNT_P = {"exception": 0.05, "kill": 0.03, "hang": 0.02}
+
+
+def faulty_credit_toy(fault: str = "exception", seed: int = 0, log: str = "", **kwargs: Any) -> Any:
+    """CreditToy with one kind of fault injected (innermost) and logged: the counting sweep's env (importable by
+    every worker as ``fault_injection.faulty_credit_toy``)."""
+    from stepgym.envs.credit import CreditToyEnv
+
+    env = CreditToyEnv(**kwargs)
+    return FaultInjectionWrapper(env, seed=seed, log=log, **{fault: COUNT_P[fault]})
+
+
+def count_cell(executor: str, overlap: str, fault: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Collect ``args.count_batches`` batches of CreditToy groups with one kind of fault; compare the aborted
+    episodes per cause with the faults the wrapper logged. Each copy has its own worker (process / Ray), so a
+    killed or hung worker cuts off exactly one episode: the counts must match one for one."""
+    from fault_injection import faulty_credit_toy as factory  # by module name: workers import it
+
+    from stepgym.trainers.backends import ScriptedBackend
+    from stepgym.trainers.collector import Collector, CollectorOptions
+    from stepgym.trainers.models import train_tokenizer
+    from stepgym.trainers.samples import PromptEncoder
+    from stepgym.wrappers.text import get_format
+
+    n_groups, g = args.count_groups, args.group_size
+    log = Path(tempfile.mkdtemp(prefix="stepgym-counts-")) / "faults.log"
+    opts: dict[str, Any] = (
+        {} if executor == "inprocess" else {"timeout": 5.0 if executor == "process" else 10.0}
+    )
+    if executor == "ray":
+        opts["num_cpus"] = 0.1
+    tok = train_tokenizer(["go to the room and take the key", "look around <think>ok</think>"])
+    col = Collector(
+        factory,
+        {"fault": fault, "seed": args.seed, "log": str(log), "n_rooms": 3, "n_distractors": 1},
+        get_format("alfworld"),
+        history=1,
+        group_size=g,
+        encoder=PromptEncoder(tok, max_prompt_tokens=256),
+        backend=ScriptedBackend(
+            tok, "noisy-expert:0.3", render=lambda a: f"<think>ok</think><action>{a}</action>"
+        ),
+        options=CollectorOptions(executor=ExecutorSpec(executor, n_groups * g, opts), overlap=overlap),
+    )
+    counted: dict[str, int] = {}
+    episodes = 0
+    t0 = time.perf_counter()
+    try:
+        for b in range(args.count_batches):
+            ro = col.collect(
+                [(None, args.seed + 100 * b + k) for k in range(n_groups)], seed_rng=np.random.default_rng(b)
+            )
+            episodes += len(ro.trajectories)
+            for c, k in ro.abort_counts().items():
+                counted[c] = counted.get(c, 0) + k
+    finally:
+        col.close()
+    logged = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    injected = {COUNT_CAUSE[fault]: len(logged)} if logged else {}
+    return {
+        "executor": executor, "overlap": overlap, "fault": fault, "episodes": episodes,
+        "injected": injected, "counted": dict(sorted(counted.items())), "exact": injected == counted,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }  # fmt: skip
+
+
+def count_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every executor × overlap × fault that can run (in-process: exceptions only; nothing may kill the driver)."""
+    cells = []
+    ray_up = False
+    for executor, overlap in (("inprocess", "off"), ("process", "off"), ("process", "on"), ("ray", "on")):
+        if executor == "ray":
+            try:
+                import ray
+            except ImportError:
+                print("ray is not installed: its cells are left out", flush=True)
+                continue
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            path = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), os.environ.get("PYTHONPATH", "")])
+            ray.init(
+                include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}}
+            )
+            ray_up = True
+        for fault in ("exception",) if executor == "inprocess" else tuple(COUNT_CAUSE):
+            cell = count_cell(executor, overlap, fault, args)
+            cells.append(cell)
+            print(json.dumps(cell), flush=True)
+    if ray_up:
+        import ray
+
+        ray.shutdown()
+    return cells
+
+
+def count_markdown(cells: list[dict[str, Any]]) -> str:
+    lines = [
+        "| executor | overlap | fault | episodes | injected (logged) | counted | exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        inj = ", ".join(f"{k} {v}" for k, v in c["injected"].items()) or "none"
+        got = ", ".join(f"{k} {v}" for k, v in c["counted"].items()) or "none"
+        lines.append(
+            f"| {c['executor']} | {c['overlap']} | {c['fault']} | {c['episodes']} | {inj} | {got} | "
+            f"{'yes' if c['exact'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------------------------
 def markdown(results: dict[str, Any]) -> str:
@@ -328,7 +449,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out", default=None, help="results prefix (default benchmarks/results/fault_injection_<date>)"
     )
+    ap.add_argument(
+        "--counts",
+        action="store_true",
+        help="only the counting sweep: executor × overlap × fault on CreditToy, injected faults logged and "
+        "compared with the aborts per cause (writes benchmarks/results/fault_counts_<date>.*)",
+    )
+    ap.add_argument("--count-groups", type=int, default=3, help="counting sweep: groups per batch")
+    ap.add_argument("--count-batches", type=int, default=4, help="counting sweep: batches per cell")
     args = ap.parse_args(argv)
+    if args.counts:
+        g = 3 if args.quick else args.group_size
+        args.group_size = g
+        if args.quick:
+            args.count_batches = 2
+        cells = count_sweep(args)
+        date = dt.date.today().isoformat()
+        machine = f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}"
+        prefix = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"fault_counts_{date}"
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        out = {"date": date, "machine": machine, "groups": args.count_groups, "group_size": g, "cells": cells}
+        Path(f"{prefix}.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        table = count_markdown(cells)
+        Path(f"{prefix}.md").write_text(f"# Fault counts ({date}, {machine})\n\n{table}\n", encoding="utf-8")
+        print(table)
+        return 0 if all(c["exact"] for c in cells) else 1
     n = 3 if args.quick else args.groups
     cells = []
     for env in args.envs.split(","):

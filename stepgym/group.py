@@ -415,11 +415,15 @@ class GroupEnv(ParallelEnv[str, Any, Any]):
         if self._abort:  # a copy whose worker was restarted since its reset lost its episode: never step it
             for a in acting:
                 i = self._index[a]
-                if self.executor.epochs[self._slots[i]] != self._epochs[i]:
+                slot = self._slots[i]
+                if self.executor.epochs[slot] != self._epochs[i]:
+                    # the cause of that restart (a hung step's restart is a step_timeout, not a death)
+                    causes = getattr(self.executor, "restart_causes", None)
+                    cause = (causes[slot] if causes else None) or "worker_death"
                     err = EnvWorkerError(
-                        "the env worker holding this copy was restarted", cause="worker_death"
+                        f"the env worker holding this copy was restarted ({cause})", cause=cause
                     )
-                    gone[a] = OpFailure("worker_death", str(err), err)
+                    gone[a] = OpFailure(cause, str(err), err)
             acting = [a for a in acting if a not in gone]
         ticket = self.executor.submit(
             "step", [self._slots[self._index[a]] for a in acting], [actions[a] for a in acting]

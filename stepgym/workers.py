@@ -171,7 +171,11 @@ class _Shard:
     :class:`~stepgym.wrappers.protocols.ParentStateWrapper` wrappers, innermost first: ``GroupEnv`` keeps and grows
     their state in the parent)."""
 
-    def __init__(self, recipe: EnvRecipe, slots: Sequence[int]):
+    def __init__(self, recipe: EnvRecipe, slots: Sequence[int], *, remote: bool = False):
+        if (
+            remote
+        ):  # a Ray actor: an env worker, as a ProcessExecutor process (stepgym.wrappers.faults reads it)
+            os.environ["STEPGYM_ENV_WORKER"] = "1"
         self.recipe = recipe
         self.envs = {s: recipe.build() for s in slots}
 
@@ -295,6 +299,9 @@ class Executor:
         self._next_ticket = 0
         #: per slot, how many times its worker was restarted (a copy whose number changed lost its episode)
         self.epochs: list[int] = [0] * n
+        #: per slot, why its worker was last restarted (``"worker_death"`` or ``"step_timeout"``; None: never):
+        #: an episode cut off by that restart ends with this cause, so each failure is counted under one cause
+        self.restart_causes: list[str | None] = [None] * n
 
     # -- public --------------------------------------------------------------------------------------------
     def submit(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> int:
@@ -475,9 +482,17 @@ class _ShardedExecutor(Executor):
             cause=cause,
         )
 
-    def _bump(self, w: int) -> None:
+    def _bump(self, w: int, cause: str) -> None:
         for s in self._slots[w]:
             self.epochs[s] += 1
+            self.restart_causes[s] = cause
+
+    def _lost_to_restart(self, w: int, ops: Sequence[tuple[str, int, Any]]) -> EnvWorkerError:
+        """A call that was in flight when an earlier one restarted its worker: its operations are lost to that
+        restart, under the restart's cause (a hung step is a ``step_timeout`` for every call it cut off, not
+        also a ``worker_death``)."""
+        cause = self.restart_causes[self._slots[w][0]] or "worker_death"
+        return self._lost(w, "was restarted while this call was queued", ops, "its copies are fresh", cause)
 
     _label = "env worker"
 
@@ -574,7 +589,7 @@ class ProcessExecutor(_ShardedExecutor):
         self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], cause: str = "worker_death"
     ) -> EnvWorkerError:
         self._kill(w)
-        self._bump(w)
+        self._bump(w, cause)
         try:
             self._start(w)
             self._await_ready(w)
@@ -600,9 +615,7 @@ class ProcessExecutor(_ShardedExecutor):
         out: dict[int, Any] = {}
         for w, (conn, ok) in handle.items():
             if conn is not self._conns[w]:  # an earlier call in flight restarted this worker
-                out[w] = self._lost(
-                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
-                )
+                out[w] = self._lost_to_restart(w, batches[w])
             elif not ok:
                 out[w] = self._restart(w, "was dead", batches[w])
             elif not conn.poll(self.timeout):
@@ -632,7 +645,8 @@ class RayExecutor(_ShardedExecutor):
     """Copies sharded over Ray actors (``pip install 'stepgym[ray]'``).
 
     Args:
-        recipe, n, num_workers, timeout: as :class:`ProcessExecutor`.
+        recipe, n, num_workers, timeout, start_timeout: as :class:`ProcessExecutor` (an actor's start never
+            counts against ``timeout``).
         num_cpus: CPUs each actor reserves (fractions are fine: ``0.5`` packs two actors per core).
         address: ``None`` starts (or reuses) a local Ray; ``"auto"`` joins the running cluster.
         ray_init_kwargs: passed to ``ray.init`` when this executor starts Ray.
@@ -656,6 +670,7 @@ class RayExecutor(_ShardedExecutor):
         num_cpus: float = 1.0,
         address: str | None = None,
         ray_init_kwargs: Mapping[str, Any] | None = None,
+        start_timeout: float = 600.0,
     ):
         super().__init__(recipe, n, num_workers)
         from stepgym._deps import require
@@ -672,7 +687,28 @@ class RayExecutor(_ShardedExecutor):
         self._uses_our_ray = RayExecutor._ray_ours
         RayExecutor._ray_users += self._uses_our_ray
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
-        self._actors = [self._actor_cls.remote(recipe, ss) for ss in self._slots]
+        self.start_timeout = float(start_timeout)
+        self._actors = [self._actor_cls.remote(recipe, ss, remote=True) for ss in self._slots]
+        try:
+            for w in range(len(self._actors)):
+                self._await_ready(w)
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self, w: int) -> None:
+        """Wait (``start_timeout``) for actor ``w`` to have built its copies: an actor's start (a process, the
+        imports, the envs) is not a step, so it never counts against the call ``timeout`` (nor as a step_timeout)."""
+        ray = self._ray
+        try:
+            ray.get(self._actors[w].pid.remote(), timeout=self.start_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise EnvWorkerError(
+                f"Ray env worker {w} did not build its {len(self._slots[w])} env copies within "
+                f"{self.start_timeout:.0f} s"
+            ) from None
+        except ray.exceptions.RayError as e:
+            raise EnvWorkerError(f"Ray env worker {w} could not build its env copies: {e}") from None
 
     _label = "Ray env worker"
 
@@ -683,9 +719,14 @@ class RayExecutor(_ShardedExecutor):
     def _restart(self, w: int, why: str, ops, cause: str = "worker_death") -> EnvWorkerError:
         with contextlib.suppress(Exception):  # the actor may already be gone
             self._ray.kill(self._actors[w], no_restart=True)
-        self._bump(w)
-        self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w])
-        return self._lost(w, why, ops, "it was restarted with fresh (un-reset) copies", cause)
+        self._bump(w, cause)
+        self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w], remote=True)
+        try:
+            self._await_ready(w)
+            state = "it was restarted with fresh (un-reset) copies"
+        except EnvWorkerError as e:
+            state = f"restarting it failed too ({e})"
+        return self._lost(w, why, ops, state, cause)
 
     def _send_batches(self, batches):
         return {w: (self._actors[w], self._actors[w].run.remote(ops)) for w, ops in batches.items()}
@@ -695,9 +736,7 @@ class RayExecutor(_ShardedExecutor):
         out: dict[int, Any] = {}
         for w, (actor, ref) in handle.items():
             if actor is not self._actors[w]:  # an earlier call in flight restarted this worker
-                out[w] = self._lost(
-                    w, "was restarted while this call was queued", batches[w], "its copies are fresh"
-                )
+                out[w] = self._lost_to_restart(w, batches[w])
                 continue
             try:
                 out[w] = ray.get(ref, timeout=self.timeout)

@@ -72,7 +72,11 @@ def test_an_abort_rate_above_the_limit_stops_the_run_with_one_line(
         out, "--run.iterations", "2", "--rollout.faults", "exception=0.3,seed=0", "--run.save-every", "1"
     )
     assert main(["train", *args]) == 1
+    # the flaky env aborted some of the tokenizer corpus's episodes too: one warning line counts them
     err = capsys.readouterr().err.strip().splitlines()
+    corpus = [x for x in err if x.startswith("tokenizer corpus:")]
+    err = [x for x in err if x not in corpus]
+    assert len(corpus) <= 1
     assert (
         len(err) == 1 and "env_exception" in err[0] and "max_abort_rate" in err[0] and "iteration 1" in err[0]
     )

@@ -276,6 +276,7 @@ def _toy_collector(
     env: str = "StepGym/CreditToy-v0",
     env_kwargs: dict | None = None,
     group_size: int = 3,
+    on_failure: str = "abort",
 ):
     from stepgym.trainers.backends import ScriptedBackend
     from stepgym.trainers.collector import Collector, CollectorOptions
@@ -292,7 +293,7 @@ def _toy_collector(
         group_size=group_size,
         encoder=PromptEncoder(tok, max_prompt_tokens=256),
         backend=ScriptedBackend(tok, policy, render=_render),
-        options=CollectorOptions(executor=ExecutorSpec(executor, 2), overlap=overlap),
+        options=CollectorOptions(executor=ExecutorSpec(executor, 2), overlap=overlap, on_failure=on_failure),
     )
 
 
@@ -382,7 +383,7 @@ class _FailsOnStep(CreditToyEnv):
 def test_worker_death_during_overlapped_waves_names_worker_and_task():
     from stepgym.trainers.collector import Collector
 
-    col = _toy_collector("process", "on", policy="random")
+    col = _toy_collector("process", "on", policy="random", on_failure="raise")  # the debugging mode: raise
     col.env_id = _FailsOnStep
     try:
         with pytest.raises(

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stepgym.shapers._common import Groups, as_float_array, check_same_length, check_same_shape
+from stepgym.shapers._common import Groups, as_bool_array, as_float_array, check_same_length, check_same_shape
 from stepgym.shapers.registry import register
 
 __all__ = [
@@ -138,7 +138,9 @@ def agg_loss_np(loss: Any, mask: Any, mode: AggMode = "token-mean", *, keep_rows
 
 
 @register("dynamic_sampling", stage="sampling")
-def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool = True) -> np.ndarray:
+def dynamic_sampling_keep(
+    metric: Any, group_ids: Any, *, keep_singletons: bool = True, aborted: Any = None
+) -> np.ndarray:
     """DAPO dynamic sampling filter (docs/shapers.md §6.3): keep a group iff its metric (``acc``, ``seq_final_reward`` or
     ``seq_reward``) is not constant, or it has one member (verl; ``keep_singletons=False`` gives verl-agent's
     ``filter_group_data``, which drops any all-equal group).
@@ -146,15 +148,27 @@ def dynamic_sampling_keep(metric: Any, group_ids: Any, *, keep_singletons: bool 
     ``metric`` (N,) finite per trajectory, ``group_ids`` (N,). Returns (N,) bool: keep this trajectory. The
     trainer keeps generating until ``train_batch_size`` groups are kept (at most ``max_num_gen_batches``) and
     truncates to ``train_batch_size × n`` trajectories; that loop is trainer state and lives there.
+
+    ``aborted`` (N,) bool (docs/failures.md): aborted trajectories have no outcome, so a group is judged on its
+    finished ones only (a group with none is dropped); an aborted trajectory follows its group.
     """
     x = as_float_array(metric, "metric", ndim=1, finite=True)
-    check_same_length(len(x), group_ids=group_ids)
+    check_same_length(len(x), group_ids=group_ids, aborted=aborted)
     if len(x) == 0:
         return np.zeros(0, dtype=bool)
     g = Groups(group_ids)
-    keep = ~g.is_constant(x)
+    if aborted is None or not np.asarray(aborted, dtype=bool).any():
+        keep = ~g.is_constant(x)
+        if keep_singletons:
+            keep |= g.counts == 1
+        return keep[g.codes]
+    done = ~as_bool_array(aborted, "aborted")
+    fin = Groups(codes=g.codes[done], n_groups=g.n_groups)
+    n_fin = np.bincount(g.codes[done], minlength=g.n_groups)
+    keep = ~fin.is_constant(x[done])
     if keep_singletons:
-        keep |= g.counts == 1
+        keep |= n_fin == 1
+    keep &= n_fin > 0
     return keep[g.codes]
 
 

@@ -100,11 +100,6 @@ def g2po_terms(
     eg, tg = Groups(group_ids), Groups(traj_ids)
     check_traj_in_one_group(eg, tg, traj_ids)
     std = mode == "mean_std_norm"
-    if std and (eg.counts == 1).any():
-        raise ValueError(
-            "G2PO's term 2 normalises over the step rows of each group; a group with one step row has no std "
-            "(upstream gives NaN). Give each group several rows, or use step_mode='mean_norm'."
-        )
     episode_r = episode_scores(r, tg)
     succ = success_rows(batch.success, tg, episode_r, "equal", success_reward)
     sg = build_step_groups(eg.codes, anchor_obs)
@@ -116,6 +111,9 @@ def g2po_terms(
     term1 = _norm(v_next - opts.step_penalty * invalid, groups, std, eps)
     term1[groups.counts[groups.codes] == 1] = 0.0
     term2 = _norm(v_next - v_cur, eg, std, eps)
+    # A group with one step row (one short episode, e.g. what an abort left) has no std (upstream gives NaN): it
+    # has nothing to be compared with, so its term 2 is 0, as term 1's singleton step groups.
+    term2[eg.counts[eg.codes] == 1] = 0.0
     scores = apply_invalid_action_penalty(episode_r, valid, sh.invalid_penalty)
     episode = group_normalize(scores, eg, norm_by_std=std, eps=eps, singleton=sh.singleton)
     return GiGPOTerms(episode=episode, step=term1 + term2, scores=scores, returns=v_next, step_groups=sg)

@@ -67,11 +67,11 @@ def make_collector(
     history: int | None,
     encoder: Any,
     backend: Any,
-    train: bool = False,
 ) -> Any:
     """A :class:`~stepgym.trainers.collector.Collector` of ``cfg.env.id`` made with ``kwargs`` (the training split,
-    or an evaluation split), on the configured env executor. The training collector (``train``) aborts the episodes
-    an infrastructure failure cuts off, and carries the fault injection of ``rollout.faults`` (docs/failures.md)."""
+    or an evaluation split), on the configured env executor. Every collector aborts the episodes an infrastructure
+    failure cuts off (the collector's rule, whatever the phase) and carries the fault injection of
+    ``rollout.faults`` (docs/failures.md)."""
     from stepgym.trainers.collector import Collector, CollectorOptions
     from stepgym.workers import ExecutorSpec
 
@@ -88,8 +88,7 @@ def make_collector(
             executor=ExecutorSpec(ex["executor"], ex["num_workers"], ex["executor_kwargs"]),
             overlap=ex["overlap"],
             value_labels=cfg.env.value_labels,
-            on_failure="abort" if train else "raise",
-            faults=cfg.rollout.faults if train else "",
+            faults=cfg.rollout.faults,
         ),
     )
 

@@ -131,11 +131,13 @@ class CollectorOptions:
     the workers step one wave while the backend answers the next (:meth:`Collector.collect`)."""
     value_labels: bool = False
     """Wrap each copy in :class:`~stepgym.values.ValueWrapper` (``schema.VALUE_GAIN`` on every step)."""
-    on_failure: str = "raise"
-    """``"raise"`` or ``"abort"``: an infrastructure failure of one rollout ends its episode as aborted and the
-    batch goes on (``GroupConfig.on_failure``; its rows carry ``StepRow.aborted``)."""
+    on_failure: str = "abort"
+    """Failure semantics of every phase that plays through a collector (format warm-up, training, evaluation;
+    docs/failures.md): ``"abort"`` (default): an infrastructure failure of one rollout ends its episode as aborted
+    and the batch goes on (``GroupConfig.on_failure``; its rows carry ``StepRow.aborted``, its trajectory
+    ``aborted``). ``"raise"`` stops at the first failure with the error: only to debug an env."""
     faults: str = ""
-    """Fault injection for tests and benchmarks (``"exception=P,kill=P,seed=N"``, the innermost wrapper:
+    """Fault injection for tests and benchmarks (``"exception=P,kill=P,hang=P,seed=N"``, the innermost wrapper:
     :class:`~stepgym.wrappers.faults.FaultInjectionWrapper`); '' injects nothing."""
 
     def __post_init__(self) -> None:

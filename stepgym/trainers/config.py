@@ -177,8 +177,10 @@ class RolloutConfig:
     Above it the run stops with one line naming the causes, before that batch updates the policy or is
     checkpointed. 1.0: never stop; 0.0: stop at the first abort."""
     faults: str = ""
-    """Fault injection for tests and benchmarks: 'exception=P,kill=P,seed=N' makes each training env step raise
-    (P) or kill its worker process (P; env_executor=process only); '' injects nothing (docs/failures.md)."""
+    """Fault injection for tests and benchmarks: 'exception=P,kill=P,hang=P,seed=N' makes each env step raise (P),
+    kill its worker (P) or hang past the worker timeout (P; kill and hang need env_executor process or ray), in every
+    phase of the run (tokenizer corpus: exceptions only; format warm-up, training, evaluation); '' injects nothing
+    (docs/failures.md)."""
     group_seeds: bool = True
     """Give every request its own seed from its group's generator (always so under torchrun and with overlap), so
     that a group's replies do not depend on which groups share a backend call: a plain run then equals a torchrun
@@ -396,7 +398,13 @@ class TrainConfig:
         if self.rollout.faults:
             from stepgym.wrappers.faults import parse_faults
 
-            parse_faults(self.rollout.faults)
+            spec = parse_faults(self.rollout.faults)
+            worker_only = [k for k in ("kill", "hang") if spec.get(k)]
+            if worker_only and self.rollout.env_executor == "inprocess":
+                raise ValueError(
+                    f"rollout.faults {'/'.join(worker_only)} need env workers (a killed or hung env must not take "
+                    "the trainer with it): use rollout.env_executor process or ray"
+                )
 
     @property
     def method(self) -> str:

@@ -36,9 +36,18 @@ SEEDED_EVAL_TASKS = 100
 
 
 def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int]) -> dict[str, Any]:
-    """Success overall, per task type and within each budget, from recorded episodes (one per task)."""
+    """Success overall, per task type and within each budget, from recorded episodes (one per task).
+
+    Aborted episodes (an infrastructure failure cut them off; docs/failures.md) have no outcome: every number is
+    over the finished episodes (``n_tasks`` of them), and ``n_aborted`` / ``aborted`` (per cause) count the others.
+    """
     won, steps = [], []
     valid, total = 0, 0
+    aborted: dict[str, int] = {}
+    for t in trajectories:
+        if t.aborted:
+            aborted[str(t.abort_cause)] = aborted.get(str(t.abort_cause), 0) + 1
+    trajectories = [t for t in trajectories if not t.aborted]
     for t in trajectories:
         won.append(t.success)
         steps.append(len(t.steps))
@@ -57,6 +66,8 @@ def summarise(trajectories: Sequence[schema.Trajectory], budgets: Sequence[int])
         "within": {str(b): float((won_a & (steps_a <= b)).mean()) if n else 0.0 for b in budgets},
         "valid_action_ratio": valid / total if total else 0.0,
         "mean_steps": float(steps_a.mean()) if n else 0.0,
+        "n_aborted": sum(aborted.values()),
+        "aborted": dict(sorted(aborted.items())),
     }
 
 
@@ -79,6 +90,12 @@ def format_summary(summary: Mapping[str, Any], title: str) -> str:
             f"effective {s['effective_ratio']:.3f})"
         )
     lines.append(f"{valid}; mean steps {s['mean_steps']:.1f}")
+    if s.get("n_aborted"):
+        causes = ", ".join(f"{c} {k}" for c, k in s["aborted"].items())
+        lines.append(
+            f"  aborted: {s['n_aborted']} episodes cut off by an infrastructure failure ({causes}); not in the "
+            "numbers above"
+        )
     if "usage" in s:
         u = s["usage"]
         lines.append(
@@ -106,6 +123,8 @@ def evaluate_policy(
 
     ``collector`` must have ``group_size == 1``. Episodes are reset with ``seed`` (fixed), and sampling seeds come
     from a generator seeded with it, so an evaluation is reproducible and does not touch the training RNG.
+    The collector plays with failure semantics (an episode an env failure cuts off ends aborted: it is left out
+    of the success rates and counted in ``n_aborted`` / ``aborted``; docs/failures.md).
     """
     if collector.group_size != 1:
         raise ValueError("evaluation plays each task once: build the collector with group_size=1")
@@ -140,6 +159,7 @@ def eval_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
     for r in results:
         m[f"eval/{r['split']}/success"] = r["success"]
         m[f"eval/{r['split']}/valid_action_ratio"] = r["valid_action_ratio"]
+        m[f"eval/{r['split']}/aborted_episodes"] = float(r.get("n_aborted", 0))
         for b, v in r["within"].items():
             m[f"eval/{r['split']}/within_{b}"] = v
         for tt, row in r["per_type"].items():

@@ -121,7 +121,7 @@ class GRPOTrainer:
                 config, model=self.model, tokenizer=tok, autocast_dtype=self.autocast
             )
         self.backend = backend
-        self.collector = self._collector(train_kwargs, config.rollout.group_size, train=True)
+        self.collector = self._collector(train_kwargs, config.rollout.group_size)
         self.train_task_ids = self.collector.task_ids()
         self.optimizer, self.scheduler, self.actor = build_actor(
             config, self.model, self.dist, pad_id=self.pad_id, autocast=self.autocast
@@ -144,7 +144,7 @@ class GRPOTrainer:
         self.recorder = TrainerRecorder.create(self) if self.dist.is_main else None
 
     # -- construction ---------------------------------------------------------------------------------------
-    def _collector(self, kwargs: dict[str, Any], group_size: int, train: bool = False) -> Collector:
+    def _collector(self, kwargs: dict[str, Any], group_size: int) -> Collector:
         return make_collector(
             self.cfg,
             kwargs,
@@ -153,7 +153,6 @@ class GRPOTrainer:
             history=self.history,
             encoder=self.encoder,
             backend=self.backend,
-            train=train,
         )
 
     # -- one iteration --------------------------------------------------------------------------------------
@@ -177,7 +176,10 @@ class GRPOTrainer:
                 ro = self._play(self._sample_tasks(rc.n_tasks), bar)
                 if attempt < rc.max_gen_batches - 1:
                     rewards = [t.total_reward for t in ro.trajectories]
-                    keep = dynamic_sampling_keep(rewards, ro.traj_group, keep_singletons=False)
+                    aborted = [t.aborted for t in ro.trajectories]  # judged on finished episodes only
+                    keep = dynamic_sampling_keep(
+                        rewards, ro.traj_group, keep_singletons=False, aborted=aborted
+                    )
                     ro = ro.subset_groups(sorted({ro.traj_group[i] for i in np.flatnonzero(keep)}))
                 parts.append(ro)
                 kept += len(ro.task_ids)

@@ -343,6 +343,7 @@ def build_policy(
                 history=history,
                 episodes=mc.tokenizer_corpus_episodes,
                 seed=cfg.run.seed,
+                faults=cfg.rollout.faults,
             )
         lm = load_model(
             mc.name,

@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from stepgym import schema
@@ -23,9 +25,29 @@ from stepgym.trainers.collector import Collector, draw_tasks
 from stepgym.trainers.config import WarmupConfig
 from stepgym.trainers.formats import reply_renderer
 from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
+from stepgym.wrappers.faults import FaultInjectionWrapper, parse_faults
 from stepgym.wrappers.text import TextFormat, make_text_env
 
 __all__ = ["env_corpus", "format_warmup"]
+
+log = logging.getLogger(__name__)
+
+
+class _RandomAdmissible:
+    """The corpus's policy: a uniformly random admissible action, rendered as a reply; keeps the prompts it read."""
+
+    def __init__(self, env: Any, render: Callable[[str], str], rng: np.random.Generator) -> None:
+        self.env, self.render, self.rng = env, render, rng
+        self.read: list[tuple[str, str]] = []  # (prompt, reply) per action of the current episode
+
+    def reset(self) -> None:
+        self.read = []
+
+    def act(self, observation: Any, info: dict[str, Any]) -> str:
+        adm = [a for a in info.get(schema.ADMISSIBLE_ACTIONS) or [] if a != "help"] or ["look"]
+        reply = self.render(adm[int(self.rng.integers(len(adm)))])
+        self.read.append((str(self.env.get_wrapper_attr("prompt")), reply))
+        return reply
 
 
 def env_corpus(
@@ -36,32 +58,54 @@ def env_corpus(
     history: int | None,
     episodes: int,
     seed: int,
+    faults: str = "",
 ) -> list[str]:
-    """Prompts and replies of ``episodes`` episodes of a random admissible policy (deterministic given ``seed``)."""
-    env = make_text_env(
-        env_id if isinstance(env_id, str) else env_id(**env_kwargs),
-        env_kwargs if isinstance(env_id, str) else None,
-        fmt=fmt,
-        history=history,
-    )
-    render = reply_renderer(fmt)
+    """Prompts and replies of ``episodes`` episodes of a random admissible policy (deterministic given ``seed``).
+
+    Played through :func:`stepgym.rollout.play_episode`, so an env failure ends that episode aborted (its texts
+    up to the failure are kept) and the corpus goes on; one warning line counts the aborted episodes per cause.
+    ``faults`` (``rollout.faults``): the env exceptions of :class:`~stepgym.wrappers.faults.FaultInjectionWrapper`
+    (a killed or hung worker needs a worker process: those parts are left out here).
+    """
+    from stepgym.rollout import play_episode
+
+    env = env_id if isinstance(env_id, str) else env_id(**env_kwargs)
+    kwargs = env_kwargs if isinstance(env_id, str) else None
+    spec = {k: v for k, v in parse_faults(faults).items() if k in ("exception", "seed")}
+    if spec.get("exception"):  # the innermost wrapper, as in the collector
+        if isinstance(env, str):
+            import stepgym.envs
+
+            stepgym.envs.register_envs()
+            env = gym.make(env, **dict(kwargs or {}))
+        env, kwargs = FaultInjectionWrapper(env, **spec), None
+    env = make_text_env(env, kwargs, fmt=fmt, history=history)
     rng = np.random.default_rng(seed)
+    agent = _RandomAdmissible(env, reply_renderer(fmt), rng)
     ids = getattr(env.unwrapped, "task_ids", None)
     texts: list[str] = [fmt.invalid_feedback("no <action>...</action> tag"), "<hindsight> </hindsight>"]
+    aborted: dict[str, int] = {}
     try:
         for ep in range(episodes):
             opts = {"task_id": ids[ep % len(ids)]} if ids else None
-            _, info = env.reset(seed=int(rng.integers(2**31 - 1)), options=opts)
-            done = False
-            while not done:
-                adm = [a for a in info.get(schema.ADMISSIBLE_ACTIONS) or [] if a != "help"] or ["look"]
-                reply = render(adm[int(rng.integers(len(adm)))])
-                texts += [env.prompt, reply]
-                obs, _, term, trunc, info = env.step(reply)
-                texts.append(str(obs))
-                done = term or trunc
+            traj = play_episode(env, agent, seed=int(rng.integers(2**31 - 1)), options=opts)
+            for k, (prompt, reply) in enumerate(agent.read):
+                texts += [prompt, reply]
+                if k < len(traj.steps):  # the aborting action has no observation
+                    texts.append(str(traj.steps[k].next_observation))
+            if traj.aborted:
+                aborted[str(traj.abort_cause)] = aborted.get(str(traj.abort_cause), 0) + 1
     finally:
         env.close()
+    if aborted:
+        causes = ", ".join(f"{c} {n}" for c, n in sorted(aborted.items()))
+        log.warning(
+            "tokenizer corpus: %d of %d episodes aborted by an env failure (%s); their texts up to the failure "
+            "are kept",
+            sum(aborted.values()),
+            episodes,
+            causes,
+        )
     return texts
 
 
@@ -97,9 +141,16 @@ def format_warmup(
             tasks = [
                 (ids[int(rng.integers(len(ids)))], int(rng.integers(2**31 - 1))) for _ in range(n_groups)
             ]
-        rows = collector.collect(tasks, seed_rng=rng).rows
+        ro = collector.collect(tasks, seed_rng=rng)
     finally:
         collector.backend = saved
+    rows = [r for r in ro.rows if not r.aborted]  # an aborted episode has no outcome (docs/failures.md)
+    n_aborted = sum(ro.abort_counts().values())
+    if not rows:
+        raise RuntimeError(
+            f"format warm-up: every one of its {len(ro.trajectories)} episodes was aborted by an env failure "
+            f"({ro.abort_counts()}); nothing to learn from"
+        )
     device = next(model.parameters()).device
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     model.train()
@@ -130,4 +181,9 @@ def format_warmup(
             total += float(loss.detach())
         opt.step()
         losses.append(total)
-    return {"warmup/first_loss": losses[0], "warmup/last_loss": losses[-1], "warmup/rows": float(len(rows))}
+    return {
+        "warmup/first_loss": losses[0],
+        "warmup/last_loss": losses[-1],
+        "warmup/rows": float(len(rows)),
+        "warmup/aborted_episodes": float(n_aborted),
+    }
