@@ -1,3 +1,4 @@
+# Over 400 lines: the registry: every built-in env's registration and what it declares.
 """stepgym's Gymnasium envs, registered under the ``StepGym`` namespace.
 
 Entry points are strings, so registering imports none of the engines: TextWorld, the search indexes and the

@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.integrations.episode import Episode
+from stepgym.steps.episode import Episode
 from stepgym.wrappers.text import TextInterfaceWrapper, resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
@@ -126,6 +126,7 @@ class _Spec:
     system_prompt: str | None
     rng: np.random.Generator
     task_ids: list[str] = field(default_factory=list)
+    wrappers: tuple[Callable[[gym.Env], gym.Env], ...] = ()  #: outside the text interface
 
     def task_of(self, label: Any, prompt: Any) -> str:
         known = set(self.task_ids)
@@ -136,7 +137,7 @@ class _Spec:
             return max(found, key=len)
         raise ValueError(
             f"neither the label {label!r} nor the prompt names a task of this env; set --data.label_key to a "
-            "column holding the task id (stepgym.integrations.task_rows writes it as 'task_id')"
+            "column holding the task id (stepgym.steps.tasks.task_rows writes it as 'task_id')"
         )
 
 
@@ -170,7 +171,9 @@ class _StepGymAgent(AgentInstanceBase):
         call.agent = self
         spec = self.spec
         task = spec.task_of(states.get("label"), states.get("observation"))
-        self.episode = episode = Episode.make(spec.make(), fmt=spec.fmt, history=spec.history_length)
+        self.episode = episode = Episode.make(
+            spec.make(), fmt=spec.fmt, history=spec.history_length, wrappers=spec.wrappers
+        )
         seed = int(spec.rng.integers(2**31 - 1))
         prompt = await asyncio.to_thread(episode.reset, task, seed)  # "seed:N": a task drawn by seed
         messages = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
@@ -235,7 +238,7 @@ class _StepGymAgent(AgentInstanceBase):
 
     @property
     def annotations(self) -> dict[str, Any]:
-        """The episode so far as :func:`~stepgym.step_record.episode_annotations` writes it (with
+        """The episode so far as :func:`~stepgym.steps.record.episode_annotations` writes it (with
         the strings ``extra_logs`` cannot carry: task id, state keys, parsed actions)."""
         if self.episode is None:
             raise RuntimeError("no episode yet: reset() first")
@@ -295,8 +298,9 @@ def agent_classes(
     """``(AgentInstance, AgentExecutor)`` for a stepgym env, to bind at the top of an ``--train.agent_func_path``
     file (OpenRLHF looks up the name ``AgentExecutor`` there).
 
-    ``env``: an env id or factory (with ``env_kwargs``); ``wrappers`` are applied to the raw env in order (e.g.
-    ``ARGWrapper`` for ProAS labels in ``extra_logs``); ``fmt`` / ``history_length``: the text interface;
+    ``env``: an env id or factory (with ``env_kwargs``); ``wrappers`` are applied in order (first = innermost)
+    over the env stepgym builds, outside its text interface, as every ``wrappers=`` (e.g. ``ARGWrapper`` for ProAS
+    labels in ``extra_logs``); ``fmt`` / ``history_length``: the text interface;
     ``system_prompt``: an optional system turn; ``seed`` seeds the per-episode env seeds.
     """
     kwargs = dict(env_kwargs or {})
@@ -307,10 +311,7 @@ def agent_classes(
     )
 
     def make() -> gym.Env:
-        e = base()
-        for w in wrappers:
-            e = w(e)
-        return e
+        return base()
 
     probe = make()
     try:
@@ -318,7 +319,7 @@ def agent_classes(
         ids = [str(t) for t in getattr(probe.unwrapped, "task_ids", [])]
     finally:
         probe.close()
-    spec = _Spec(make, name, history_length, system_prompt, np.random.default_rng(seed), ids)
+    spec = _Spec(make, name, history_length, system_prompt, np.random.default_rng(seed), ids, tuple(wrappers))
     instance = type("AgentInstance", (_StepGymAgent,), {"spec": spec, "__module__": __name__})
     executor = type("AgentExecutor", (_StepGymExecutor,), {"instance_cls": instance, "__module__": __name__})
     return instance, executor

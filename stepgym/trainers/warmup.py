@@ -21,7 +21,6 @@ from stepgym import schema
 from stepgym.trainers.backends import ScriptedBackend
 from stepgym.trainers.collector import Collector, draw_tasks
 from stepgym.trainers.config import WarmupConfig
-from stepgym.trainers.formats import reply_renderer
 from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
 from stepgym.wrappers.text import TextFormat, make_text_env
 
@@ -44,7 +43,7 @@ def env_corpus(
         fmt=fmt,
         history=history,
     )
-    render = reply_renderer(fmt)
+    render = fmt.reply  # the format's declared reply shape
     rng = np.random.default_rng(seed)
     ids = getattr(env.unwrapped, "task_ids", None)
     texts: list[str] = [fmt.invalid_feedback("no <action>...</action> tag"), "<hindsight> </hindsight>"]
@@ -87,7 +86,7 @@ def format_warmup(
         return {}
     tokenizer = collector.encoder.tokenizer
     saved = collector.backend
-    collector.backend = ScriptedBackend(tokenizer, "random", render=reply_renderer(collector.fmt))
+    collector.backend = ScriptedBackend(tokenizer, "random", render=collector.fmt.reply)
     try:
         n_groups = max(1, cfg.episodes // collector.group_size)
         ids = collector.task_ids()
