@@ -158,7 +158,7 @@ class Episode:
 
     def annotations(self) -> dict[str, Any]:
         """The episode's :func:`~stepgym.steps.record.episode_annotations` record (the steps taken)."""
-        return episode_annotations(self.trajectory)
+        return episode_annotations(self.trajectory, self.records)  # each step's record, read once in step()
 
 
 def span_records(

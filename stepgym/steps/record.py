@@ -101,13 +101,20 @@ def step_annotations(
     return StepRecord(**{name: rec[name] for name in STEP_FIELDS})  # type: ignore[typeddict-item]
 
 
-def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
-    """The record of a (possibly unfinished) episode: task id, outcome, return and one record per step."""
+def episode_annotations(
+    trajectory: schema.Trajectory, steps: Sequence[StepRecord] | None = None
+) -> dict[str, Any]:
+    """The record of a (possibly unfinished) episode: task id, outcome, return and one record per step (``steps``:
+    the step records already read while the episode was played, one per step; else read from the trajectory)."""
     infos = trajectory.infos()
-    steps = [
-        step_annotations(infos[t], s.action, s.reward, s.info, terminated=s.terminated)
-        for t, s in enumerate(trajectory.steps)
-    ]
+    if steps is None:
+        steps = [
+            step_annotations(infos[t], s.action, s.reward, s.info, terminated=s.terminated)
+            for t, s in enumerate(trajectory.steps)
+        ]
+    elif len(steps) != len(trajectory.steps):
+        raise ValueError(f"{len(steps)} step records for {len(trajectory.steps)} steps")
+    steps = [StepRecord(**r) for r in steps]  # copies: the caller's records stay its own
     last = infos[-1]
     return {
         "task_id": trajectory.task_id,
