@@ -126,7 +126,6 @@ class _Spec:
     system_prompt: str | None
     rng: np.random.Generator
     task_ids: list[str] = field(default_factory=list)
-    wrappers: tuple[Callable[[gym.Env], gym.Env], ...] = ()  #: outside the text interface
 
     def task_of(self, label: Any, prompt: Any) -> str:
         known = set(self.task_ids)
@@ -171,9 +170,7 @@ class _StepGymAgent(AgentInstanceBase):
         call.agent = self
         spec = self.spec
         task = spec.task_of(states.get("label"), states.get("observation"))
-        self.episode = episode = Episode.make(
-            spec.make(), fmt=spec.fmt, history=spec.history_length, wrappers=spec.wrappers
-        )
+        self.episode = episode = Episode.make(spec.make(), fmt=spec.fmt, history=spec.history_length)
         seed = int(spec.rng.integers(2**31 - 1))
         prompt = await asyncio.to_thread(episode.reset, task, seed)  # "seed:N": a task drawn by seed
         messages = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
@@ -298,9 +295,8 @@ def agent_classes(
     """``(AgentInstance, AgentExecutor)`` for a stepgym env, to bind at the top of an ``--train.agent_func_path``
     file (OpenRLHF looks up the name ``AgentExecutor`` there).
 
-    ``env``: an env id or factory (with ``env_kwargs``); ``wrappers`` are applied in order (first = innermost)
-    over the env stepgym builds, outside its text interface, as every ``wrappers=`` (e.g. ``ARGWrapper`` for ProAS
-    labels in ``extra_logs``); ``fmt`` / ``history_length``: the text interface;
+    ``env``: an env id or factory (with ``env_kwargs``); ``wrappers`` are applied to the raw env in order (e.g.
+    ``ARGWrapper`` for ProAS labels in ``extra_logs``); ``fmt`` / ``history_length``: the text interface;
     ``system_prompt``: an optional system turn; ``seed`` seeds the per-episode env seeds.
     """
     kwargs = dict(env_kwargs or {})
@@ -311,7 +307,10 @@ def agent_classes(
     )
 
     def make() -> gym.Env:
-        return base()
+        e = base()
+        for w in wrappers:
+            e = w(e)
+        return e
 
     probe = make()
     try:
@@ -319,7 +318,7 @@ def agent_classes(
         ids = [str(t) for t in getattr(probe.unwrapped, "task_ids", [])]
     finally:
         probe.close()
-    spec = _Spec(make, name, history_length, system_prompt, np.random.default_rng(seed), ids, tuple(wrappers))
+    spec = _Spec(make, name, history_length, system_prompt, np.random.default_rng(seed), ids)
     instance = type("AgentInstance", (_StepGymAgent,), {"spec": spec, "__module__": __name__})
     executor = type("AgentExecutor", (_StepGymExecutor,), {"instance_cls": instance, "__module__": __name__})
     return instance, executor
