@@ -262,8 +262,8 @@ def trl(work: Path, args: argparse.Namespace) -> dict:
     """TRL's StepGRPOTrainer over GroupRollout on ALFWorld (vLLM colocate when it imports), 2 steps."""
     from trl import GRPOConfig
 
-    from stepgym.integrations import task_dataset
     from stepgym.integrations.trl import GroupRollout, StepGRPOTrainer, episode_return
+    from stepgym.steps.tasks import task_dataset
     from stepgym.trainers.models import load_model, smollm2_folder
 
     use_vllm = args.device == "cuda" and _has_vllm()

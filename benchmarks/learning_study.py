@@ -18,7 +18,7 @@ for every method of an env; the learning rate of each env was chosen on GRPO alo
 (``benchmarks/learning_study_lr.py``).
 
 **The advantages** come from stepgym's own :func:`stepgym.shapers.shape_advantages` on the batch the bundled
-trainer builds (:func:`stepgym.trainers.advantages.rows_step_batch` over :class:`~stepgym.trainers.samples.StepRow`
+trainer builds (:func:`stepgym.steps.row.rows_step_batch` over :class:`~stepgym.steps.row.StepRow`
 rows, one token per step, the preset's reward scale and invalid rule), with the env's trainer-preset shaper
 configs where they exist and ALFWorld's otherwise, as ``benchmarks/credit_fidelity.py`` picks them; Dr.GRPO is
 the GRPO preset with ``base="drgrpo"``. The method list is ``credit_study.METHODS`` plus ``drgrpo``.
@@ -75,9 +75,9 @@ from stepgym import schema  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
 from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages  # noqa: E402
-from stepgym.trainers.advantages import rows_step_batch  # noqa: E402
+from stepgym.steps.record import step_annotations  # noqa: E402
+from stepgym.steps.row import StepRow, rows_step_batch  # noqa: E402
 from stepgym.trainers.presets import TRAINER_PRESETS, get_preset  # noqa: E402
-from stepgym.trainers.samples import StepRow  # noqa: E402
 from stepgym.wrappers import ValueWrapper  # noqa: E402
 from stepgym.wrappers.hints import same_action  # noqa: E402
 
@@ -624,6 +624,14 @@ def step_rows(eps: list[cs.Episode], obs_keyed: bool) -> list[StepRow]:
     for traj, e in enumerate(eps):
         for t, s in enumerate(e.steps):
             a = s.actions[s.chosen]
+            after = {
+                **s.next_info,
+                schema.FORMAT_VALID: True,
+                schema.ADMISSIBLE: bool(s.next_info.get(schema.ADMISSIBLE, True)),
+                schema.PARSED_ACTION: a,
+                schema.STATE_KEY: s.next_obs if obs_keyed else s.next_info[schema.STATE_KEY],
+            }
+            before = {schema.STATE_KEY: s.obs if obs_keyed else s.info[schema.STATE_KEY]}
             rows.append(
                 StepRow(
                     group=e.group,
@@ -636,14 +644,8 @@ def step_rows(eps: list[cs.Episode], obs_keyed: bool) -> list[StepRow]:
                     response_ids=[0],
                     response_text=a,
                     observation=s.obs,
-                    reward=s.reward,
-                    format_valid=True,
-                    admissible=bool(s.next_info.get(schema.ADMISSIBLE, True)),
-                    action=a,
                     info=s.next_info,
-                    anchor=s.obs if obs_keyed else s.info[schema.STATE_KEY],
-                    next_anchor=s.next_obs if obs_keyed else s.next_info[schema.STATE_KEY],
-                    terminated=s.done,
+                    record=step_annotations(before, a, s.reward, after, terminated=s.done),
                 )
             )
     return rows

@@ -42,8 +42,8 @@ def _worker(out: Path, preset: str, steps: int, batch: int) -> None:
     )
     from trl import GRPOTrainer as Base
 
-    from stepgym.integrations import task_dataset
     from stepgym.integrations.trl import GroupRollout, StepGRPOTrainer, episode_return
+    from stepgym.steps.tasks import task_dataset
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     convs = react_conversations(48, seed=1)

@@ -43,7 +43,6 @@ import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
 from stepgym.trainers.backends import ScriptedBackend
 from stepgym.trainers.collector import Collector, CollectorOptions
-from stepgym.trainers.formats import reply_renderer
 from stepgym.trainers.samples import PromptEncoder
 from stepgym.workers import EnvRecipe, ExecutorSpec, make_executor
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
@@ -104,7 +103,7 @@ def _collector(variant: str, args: argparse.Namespace) -> Collector:
         history=2,
         group_size=args.group_size,
         encoder=PromptEncoder(tok, max_prompt_tokens=100_000),
-        backend=ScriptedBackend(tok, "random", render=reply_renderer(fmt)),
+        backend=ScriptedBackend(tok, "random", render=fmt.reply),
         options=CollectorOptions(
             executor=ExecutorSpec(kind, args.workers, _executor_kwargs(kind, args)), overlap=overlap
         ),
@@ -139,7 +138,7 @@ def bench_collector(
             out[kind]["seconds"] += time.perf_counter() - t1
             out[kind]["steps"] += len(ro.rows)
             out[kind]["env_seconds"] += ro.stats["env_seconds"]
-            rows[kind].append(repr([(r.traj, r.t, r.response_text, r.reward) for r in ro.rows]))
+            rows[kind].append(repr([(r.traj, r.t, r.response_text, r.record["reward"]) for r in ro.rows]))
     for kind, r in out.items():
         r["iteration_s"] = r["seconds"] / (len(batches) - 1)
         r["steps_per_s"] = r["steps"] / r["seconds"]

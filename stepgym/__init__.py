@@ -3,7 +3,7 @@
 ``import stepgym`` registers the envs (their ids are ``stepgym.ENV_IDS``, read from the registry; docs/envs.md
 has the table) and nothing heavier: torch, TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them, and the
 names below that need more (``GroupEnv`` needs PettingZoo) load on first use. ``step_batch_from_trajectories``
-(:mod:`stepgym.steps`) turns a loop of one's own's recorded episodes into the shapers' ``StepBatch``.
+(:mod:`stepgym.steps.batch`) turns a loop of one's own's recorded episodes into the shapers' ``StepBatch``.
 
 >>> import gymnasium as gym
 >>> import stepgym
@@ -40,7 +40,7 @@ __getattr__, __dir__ = lazy_exports(
         "ARG": "stepgym.reference_graph",
         "GroupEnv": "stepgym.group",
         "peer_hindsight": "stepgym.group",
-        "step_batch_from_trajectories": "stepgym.steps",
+        "step_batch_from_trajectories": "stepgym.steps.batch",
         "wrappers": "stepgym.wrappers:",
     },
 )

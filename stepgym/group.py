@@ -1,3 +1,4 @@
+# Over 400 lines: GroupEnv's parallel API and the peer hindsight it hands out.
 """GroupEnv: the G rollouts of one task as a PettingZoo ``ParallelEnv``, and StepOPSD's peer hindsight.
 
 A GRPO group is G rollouts of the same task. Seen from outside that is a parallel multi-agent env whose agents
@@ -20,7 +21,7 @@ rendered as the teacher's hindsight block; successes, all-success and all-failur
 It lands in ``schema.PEER_HINDSIGHT`` of every rollout's last recorded info (and of the info returned by the step
 that finished the group), and :meth:`GroupEnv.peer_hindsight` returns it. The rule and the text are
 :mod:`stepgym.hindsight`'s (``peer_hindsight`` computes the same from recorded trajectories, for other trainers;
-it is re-exported here with ``render_trajectory_text`` and ``hindsight_block``).
+it is re-exported here).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pettingzoo import ParallelEnv
 
 from stepgym import schema
 from stepgym.episodes import EpisodeRecorder
-from stepgym.hindsight import hindsight_block, peer_hindsight, render_trajectory_text
+from stepgym.hindsight import peer_hindsight
 from stepgym.schema import is_success
 from stepgym.workers import (
     EnvRecipe,
@@ -51,9 +52,7 @@ from stepgym.wrappers.protocols import ParentState, split_parent_states
 __all__ = [
     "GroupConfig",
     "GroupEnv",
-    "hindsight_block",
     "peer_hindsight",
-    "render_trajectory_text",
 ]
 
 EnvFactory = Callable[..., gym.Env]

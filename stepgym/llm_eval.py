@@ -1,3 +1,4 @@
+# Over 400 lines: scoring an endpoint resumably: requests, retries, budgets and the report.
 """Score a model served behind an OpenAI-compatible endpoint on any stepgym env, resumably.
 
 Most users first want to score a model they already serve (vLLM, SGLang, llama.cpp, a hosted API). This module

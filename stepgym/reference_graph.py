@@ -1,3 +1,4 @@
+# Over 400 lines: the Agentic Reference Graph's construction, labels, growth and files.
 """ProAS's Agentic Reference Graph (ARG): per-task graphs of known-good progress, and the labels read from them.
 
 The graph is a data structure, not a wrapper: trainers, offline labelers and :class:`~stepgym.wrappers.arg.ARGWrapper`
@@ -75,7 +76,6 @@ __all__ = [
     "default_state_key",
     "graph_from_json",
     "label_trajectory",
-    "normalize_action",
     "reached_goal",
     "state_id",
     "state_key_function",

@@ -1,3 +1,4 @@
+# Over 400 lines: every info key stepgym writes, each documented where it is defined.
 """The step-annotation schema: every key stepgym puts in an env's ``info`` dict, defined once.
 
 Envs write the ground truth they know (task id, admissible commands, the expert's next command, a symbolic

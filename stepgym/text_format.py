@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ACTION_REPLY",
     "REACT_INSTRUCTION",
+    "REACT_REPLY",
+    "SPAN_MODES",
     "ParseResult",
     "PromptTemplate",
     "TextFormat",
@@ -124,6 +127,20 @@ REACT_INSTRUCTION = (
 )
 
 
+#: The reply shape of the formats whose reply is one ``<action>`` tag (the credit toys', ``plain``).
+ACTION_REPLY = "<action>{action}</action>"
+
+#: The reply shape of the ReAct formats (``<think>`` then ``<action>``: ALFWorld, WebShop, ...).
+REACT_REPLY = "<think>The next step is {action}.</think>\n<action>{action}</action>"
+
+#: StepOPSD's target span in one reply (docs/shapers.md §5.1): ``action_only``, the tag around ``{action}`` in the
+#: format's reply shape, tags included (the paper's ALFWorld choice); ``clean_step_no_observation``, the whole
+#: reply (the paper's Search-QA choice).
+SPAN_MODES: tuple[str, ...] = ("action_only", "clean_step_no_observation")
+
+_ACTION_TAG = re.compile(r"<([A-Za-z_][\w-]*)>\{action\}</\1>")
+
+
 @dataclass(frozen=True)
 class TextFormat:
     """Everything the text interface needs to know about one env family.
@@ -132,6 +149,11 @@ class TextFormat:
     growing context). ``invalid_feedback(reason)`` is the observation an unparsable reply gets. ``task_text``
     rewrites the task before it is rendered (Search-R1's prompt ends the question with ``?``, as its data
     processing does); a module-level function, so the format pickles.
+
+    The format also declares its replies: ``reply_shape`` is a whole valid reply with ``{action}`` standing for the
+    action (what the warm-up and the scripted policies write, :meth:`reply`; checked against ``parse`` when the
+    format is made), and ``span_mode`` StepOPSD's target span in a reply (:data:`SPAN_MODES`; ``action_only``
+    targets the tag around ``{action}`` in ``reply_shape``, :attr:`action_tag`).
     """
 
     name: str
@@ -141,6 +163,43 @@ class TextFormat:
     history_length: int | None = 2
     extras: Mapping[str, Any] = field(default_factory=dict)
     task_text: Callable[[str], str] | None = None
+    reply_shape: str = ACTION_REPLY
+    span_mode: str = "action_only"
+
+    def __post_init__(self) -> None:
+        if "{action}" not in self.reply_shape:
+            raise ValueError(
+                f"text format {self.name!r}: reply_shape must hold '{{action}}', got {self.reply_shape!r}"
+            )
+        if self.span_mode not in SPAN_MODES:
+            raise ValueError(
+                f"text format {self.name!r}: span_mode must be one of {SPAN_MODES}, got {self.span_mode!r}"
+            )
+        if self.span_mode == "action_only" and self.action_tag is None:
+            raise ValueError(
+                f"text format {self.name!r}: span_mode 'action_only' needs a tag around {{action}} in reply_shape "
+                f"({self.reply_shape!r}); declare span_mode='clean_step_no_observation' for the whole reply"
+            )
+        parsed = self.parse(self.reply("look"))
+        if not parsed.format_valid:
+            raise ValueError(
+                f"text format {self.name!r}: its reply_shape {self.reply_shape!r} is not a valid reply in the format "
+                f"itself ({parsed.error}); declare the shape its parser accepts"
+            )
+
+    @property
+    def action_tag(self) -> str | None:
+        """The tag around ``{action}`` in :attr:`reply_shape` (``"action"`` for ``<action>{action}</action>``), or
+        ``None``: StepOPSD's ``action_only`` span is that tag's match."""
+        m = _ACTION_TAG.search(self.reply_shape)
+        return m.group(1) if m else None
+
+    def reply(self, action: str) -> str:
+        """The whole reply that takes ``action``: :attr:`reply_shape` with the action in it, or ``action`` itself
+        when it already is a valid reply (a policy that writes whole turns: Search-QA's expert)."""
+        if self.parse(action).format_valid:
+            return action
+        return self.reply_shape.replace("{action}", action)
 
 
 def react_feedback(reason: str) -> str:

@@ -1,3 +1,4 @@
+# Over 400 lines: the three places env copies run (in process, local processes, Ray) behind one interface.
 """Where env copies run: in this process, in a pool of local worker processes, or on Ray actors.
 
 A :class:`~stepgym.GroupEnv` (and the trainer's collector, which drives many groups in lockstep) does not care

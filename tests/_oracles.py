@@ -1,7 +1,7 @@
 """Reference oracles the integration tests share, written here independently of the adapters' own builders.
 
 * :func:`oracle_step_batch`: the shapers' ``StepBatch`` built by hand from raw step records (the rule of
-  ``stepgym.steps``, restated: valid = format-valid and not inadmissible, anchor = the state key,
+  ``stepgym.steps.batch``, restated: valid = format-valid and not inadmissible, anchor = the state key,
   ProAS labels when every step has them; for the graph methods the state after each step (``"<row>:<t+1>"`` where
   a record has none), termination, step index, action text and the true gain when every step has one), so a test
   compares an adapter's advantages with ``shape_advantages`` on it.

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, cpu_grpo_config, react_conversations, tiny_chat_model
 
-from stepgym.integrations import task_dataset
 from stepgym.integrations.trl import GroupRollout, StepGRPOTrainer, episode_return
+from stepgym.steps.tasks import task_dataset
 from stepgym.wrappers.arg import ARGWrapper
 
 GLOBAL_BATCH, GROUP = 12, 4
@@ -52,8 +52,8 @@ def _arg() -> list:
     import gymnasium as gym
 
     from stepgym.graph_seeding import seed_graph_from_expert
-    from stepgym.integrations import task_ids
     from stepgym.reference_graph import AgenticReferenceGraph
+    from stepgym.steps.tasks import task_ids
 
     graph = AgenticReferenceGraph()
     seed_graph_from_expert(graph, gym.make(ENV_ID, **ENV_KWARGS), task_ids(ENV_ID, ENV_KWARGS))

@@ -169,7 +169,7 @@ def noisy_expert(rng: np.random.Generator, p_expert: float = 0.6) -> Callable[[d
 def tool_conversations(Env: Any, n: int, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` chats of the noisy expert through an ``environment_factory`` class ``Env``, as TRL's tool loop renders
     them (the env's answers as tool turns), each with its tool list; the env is closed afterwards."""
-    from stepgym.integrations import task_ids
+    from stepgym.steps.tasks import task_ids
 
     env, rng = Env(), np.random.default_rng(seed)
     policy, ids = noisy_expert(rng), task_ids(ENV_ID, ENV_KWARGS)
@@ -195,7 +195,7 @@ def tool_conversations(Env: Any, n: int, seed: int = 0) -> list[dict[str, Any]]:
 def react_conversations(n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` ReAct chats of the noisy expert on the credit toy, as GroupRollout renders them (one user turn per
     step, replies ``<think>…</think><action>…</action>``)."""
-    from stepgym.integrations import task_ids
+    from stepgym.steps.tasks import task_ids
     from stepgym.wrappers.text import make_text_env
 
     env = make_text_env(ENV_ID, ENV_KWARGS, fmt="alfworld", history=0)

@@ -22,8 +22,8 @@ import torch
 from _trl_tiny import ENV_ID, ENV_KWARGS, SYSTEM, react_conversations, tiny_chat_model, vllm_server_trainer
 from accelerate import Accelerator
 
-from stepgym.integrations import task_dataset
 from stepgym.integrations.trl import GroupRollout
+from stepgym.steps.tasks import task_dataset
 
 _ADMISSIBLE = re.compile(r"admissible actions in this situation are: (\[.*?\])")
 

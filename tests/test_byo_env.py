@@ -109,7 +109,7 @@ def test_a_plain_env_needs_no_split_step_limit_or_task_list(tmp_path: Path, monk
 
     from stepgym.envs import env_has_splits, env_make_kwargs
     from stepgym.errors import InvalidArgumentError
-    from stepgym.integrations.tasks import reset_args, task_rows
+    from stepgym.steps.tasks import reset_args, task_rows
 
     modules, _ = page_script(PAGE.read_text(encoding="utf-8"))
     for name, code in modules.items():

@@ -1,5 +1,5 @@
 """Code shape: no function in the package is longer than 80 lines (docs/ conventions: a function reads on one
-screen; longer ones are split into named steps)."""
+screen; longer ones are split into named steps), and a module over 400 lines says why on its first line."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from pathlib import Path
 import stepgym
 
 MAX_LINES = 80
+MAX_MODULE_LINES = 400
+#: The first line of a module longer than :data:`MAX_MODULE_LINES`: the reason it is not split.
+LONG_MODULE = "# Over 400 lines: "
 PACKAGE = Path(stepgym.__file__).parent
 
 # Functions allowed to be longer for now, by "<path under stepgym/>:<qualified name>". Each says why; the list
@@ -57,3 +60,22 @@ def test_the_measure_counts_nested_functions_and_methods() -> None:
     tree = ast.parse(f"class A:\n    def f(self):\n{body}\n        def g():\n            pass\n")
     names = {name: node.end_lineno - node.lineno + 1 for name, node in _functions(tree)}
     assert names["A.f"] == MAX_LINES + 3 and names["A.f.g"] == 2
+
+
+def _long_modules() -> dict[str, str]:
+    """Every module over the limit, with its first line."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if len(lines) > MAX_MODULE_LINES:
+            out[path.relative_to(PACKAGE).as_posix()] = lines[0]
+    return out
+
+
+def test_a_module_over_400_lines_says_why_on_its_first_line() -> None:
+    unexplained = [p for p, first in _long_modules().items() if not first.startswith(LONG_MODULE)]
+    assert not unexplained, (
+        f"modules over {MAX_MODULE_LINES} lines without a '{LONG_MODULE}<reason>' line: {unexplained}"
+    )
+    empty = [p for p, first in _long_modules().items() if len(first[len(LONG_MODULE) :].strip()) < 10]
+    assert not empty, f"a reason is a sentence: {empty}"

@@ -111,7 +111,7 @@ def test_state_key_alone_decides_effect_without_an_admissible_list() -> None:
 def test_unknown_effect_reads_as_unknown_downstream() -> None:
     """The readers of the flag: step records (recording, integrations) keep None, rates skip it."""
     from stepgym.recording.records import _plain
-    from stepgym.step_record import step_annotations
+    from stepgym.steps.record import step_annotations
 
     env = EnvFeedbackWrapper(ToyRoomEnv(expose=set()))
     _, before = env.reset(seed=0)

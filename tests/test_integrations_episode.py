@@ -1,4 +1,4 @@
-"""The adapter skeleton (stepgym.integrations.episode / .advantages) on a real registered env, CreditFamily: an
+"""The adapter skeleton (stepgym.steps.episode / .advantages) on a real registered env, CreditFamily: an
 episode gives the same prompts, step records and annotations as stepping the text env by hand; an env failure
 mid-episode ends it aborted (not a traceback); shape_rows equals build_step_batch + shape_advantages."""
 
@@ -10,7 +10,8 @@ import pytest
 
 from stepgym import schema
 from stepgym.errors import RetrieverUnavailableError, StepRecordError
-from stepgym.integrations.advantages import (
+from stepgym.shapers import ShapeConfig, shape_advantages
+from stepgym.steps.advantages import (
     Rows,
     RowSettings,
     check_group_sizes,
@@ -19,10 +20,9 @@ from stepgym.integrations.advantages import (
     refuse_missing,
     shape_rows,
 )
-from stepgym.integrations.episode import Episode, span_records
-from stepgym.shapers import ShapeConfig, shape_advantages
-from stepgym.step_record import episode_annotations, step_annotations
-from stepgym.steps import build_step_batch
+from stepgym.steps.batch import StepBatchOptions, build_step_batch
+from stepgym.steps.episode import Episode, span_records
+from stepgym.steps.record import episode_annotations, step_annotations
 from stepgym.wrappers.text import make_text_env
 
 ENV = "StepGym/CreditFamily-v0"
@@ -158,9 +158,11 @@ def _played_rows(n_groups: int = 2, size: int = 3) -> tuple[Rows, list[list[dict
 @pytest.mark.parametrize("preset", ["grpo", "gigpo-alfworld", "graphgpo-alfworld"])
 def test_shape_rows_equals_build_step_batch_and_shape_advantages(preset: str) -> None:
     rows, records = _played_rows()
-    settings = RowSettings(ShapeConfig.from_preset(preset), reward_scale=10.0)
-    batch, adv = shape_rows(rows, settings)
-    want_batch = build_step_batch(rows.spans, rows.groups, rows.width, records=records, reward_scale=10.0)
+    settings = RowSettings(ShapeConfig.from_preset(preset), StepBatchOptions(reward_scale=10.0))
+    batch, adv = shape_rows(rows, settings)[:2]
+    want_batch = build_step_batch(
+        rows.spans, rows.groups, rows.width, records=records, options=StepBatchOptions(reward_scale=10.0)
+    )
     want = shape_advantages(want_batch, settings.config).token_advantages * (rows.mask > 0)
     assert np.array_equal(adv, want) and np.abs(adv).max() > 0
     assert np.array_equal(batch.rewards, want_batch.rewards)

@@ -31,9 +31,9 @@ from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor
 from stepgym import schema
 from stepgym.errors import DependencyNotInstalled
 from stepgym.graph_seeding import seed_graph_from_expert
-from stepgym.integrations import task_rows
 from stepgym.integrations.openrlhf import UNKNOWN, agent_classes, state_key_id
 from stepgym.reference_graph import AgenticReferenceGraph
+from stepgym.steps.tasks import task_rows
 from stepgym.wrappers.arg import ARGWrapper
 
 TOY = "StepGym/CreditToy-v0"
@@ -414,7 +414,9 @@ def test_an_env_failure_ends_the_openrlhf_episode_aborted(tok: Any) -> None:
     assert made[-1].abort_cause == "env_exception"
 
 
-def test_an_aborted_openrlhf_episode_changes_nothing_for_the_others(orl_train, orl_episodes, tok, monkeypatch) -> None:
+def test_an_aborted_openrlhf_episode_changes_nothing_for_the_others(
+    orl_train, orl_episodes, tok, monkeypatch
+) -> None:
     import copy
 
     from stepgym.shapers import ShapeConfig, shape_advantages

@@ -9,8 +9,8 @@ skyrl_gym = pytest.importorskip("skyrl_gym")
 from _oracles import oracle_step_batch, spans_of_mask  # noqa: E402
 
 from stepgym import schema  # noqa: E402
-from stepgym.integrations import task_rows  # noqa: E402
 from stepgym.integrations.skyrl import register  # noqa: E402
+from stepgym.steps.tasks import task_rows  # noqa: E402
 
 TOY = "StepGym/CreditToy-v0"
 KW = {"n_tasks": 3, "n_rooms": 3, "n_distractors": 1, "max_steps": 6}
@@ -209,7 +209,9 @@ def test_an_env_failure_ends_the_skyrl_episode_aborted_with_its_cause() -> None:
     out = env.step(_reply("look"))
     assert out["done"] and out["reward"] == 0.0 and out["metadata"][schema.ABORT_CAUSE] == "env_exception"
     met = env.get_metrics()
-    assert met["stepgym_abort_cause"] == "env_exception" and met["aborted"] == 1.0 and met["stepgym_steps"] == []
+    assert (
+        met["stepgym_abort_cause"] == "env_exception" and met["aborted"] == 1.0 and met["stepgym_steps"] == []
+    )
 
 
 def test_an_aborted_skyrl_episode_changes_nothing_for_the_others() -> None:
@@ -219,8 +221,14 @@ def test_an_aborted_skyrl_episode_changes_nothing_for_the_others() -> None:
     from stepgym.shapers import ShapeConfig, shape_advantages
 
     masks, metrics, uids = _skyrl_rollouts()
-    cut = 5  # group 2's second episode: aborted after its first step (the env never answered the second reply)
-    metrics[cut] = {**metrics[cut], "stepgym_abort_cause": "worker_death", "stepgym_steps": metrics[cut]["stepgym_steps"][:1]}
+    cut = (
+        5  # group 2's second episode: aborted after its first step (the env never answered the second reply)
+    )
+    metrics[cut] = {
+        **metrics[cut],
+        "stepgym_abort_cause": "worker_death",
+        "stepgym_steps": metrics[cut]["stepgym_steps"][:1],
+    }
 
     class Trainer(StepAdvantageMixin, StandInTrainer):
         stepgym_shape_config = "gigpo-alfworld"
@@ -232,7 +240,9 @@ def test_an_aborted_skyrl_episode_changes_nothing_for_the_others() -> None:
     adv, loss_mask = data["advantages"].numpy(), data["loss_mask"].numpy()
     keep = [b for b in range(len(masks)) if b != cut]
     sb = oracle_step_batch(
-        [metrics[b]["stepgym_steps"] for b in keep], [uids[b] for b in keep], adv.shape[1],
+        [metrics[b]["stepgym_steps"] for b in keep],
+        [uids[b] for b in keep],
+        adv.shape[1],
         spans=[spans_of_mask(masks[b]) for b in keep],
     )
     want = shape_advantages(sb, ShapeConfig.from_preset("gigpo-alfworld")).token_advantages

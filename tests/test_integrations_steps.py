@@ -1,4 +1,4 @@
-"""The one StepBatch builder (stepgym.steps) every adapter and the bundled trainer use, and the mask-run helper."""
+"""The one StepBatch builder (stepgym.steps.batch) every adapter and the bundled trainer use, and the mask-run helper."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from _oracles import oracle_step_batch, spans_of_mask
 
-from stepgym import steps as st
 from stepgym.errors import StepRecordError
 from stepgym.shapers import ShapeConfig, shape_advantages
+from stepgym.steps import batch as st
 
 
 def _rec(reward, state_key, *, fmt=True, adm=True, rea=None, prog=None, nxt=None, term=False, gain=None):
@@ -36,14 +36,18 @@ def test_mask_runs_are_the_replies() -> None:
 def test_the_rule_group_ids_as_text_row_trajectories_and_row_step_fallback_anchors() -> None:
     records = [[_rec(0.0, "s0"), _rec(1.0, None)], [_rec(0.0, None, adm=False)]]
     spans = [[(0, 2), (4, 6)], [(1, 3)]]
-    batch = st.build_step_batch(spans, [3, "3"], 8, records=records, reward_scale=10.0)
+    batch = st.build_step_batch(
+        spans, [3, "3"], 8, records=records, options=st.StepBatchOptions(reward_scale=10.0)
+    )
     assert batch.group_ids.dtype == object and batch.group_ids.tolist() == ["3", "3", "3"]
     assert batch.traj_ids.dtype == np.int64 and batch.traj_ids.tolist() == [0, 0, 1]
     assert batch.rewards.tolist() == [0.0, 10.0, 0.0]
     assert batch.anchor_obs == ["s0", "0:1", "1:0"]  # a step without a state key shares its anchor with none
     assert batch.valid.tolist() == [True, True, False]
     assert batch.reasonable is None and batch.progress is None  # no step has ProAS labels
-    fmt_only = st.build_step_batch(spans, [0, 0], 8, records=records, invalid_rule="format")
+    fmt_only = st.build_step_batch(
+        spans, [0, 0], 8, records=records, options=st.StepBatchOptions(invalid_rule="format")
+    )
     assert fmt_only.valid.tolist() == [True, True, True]
     given = st.build_step_batch(spans, [0, 0], 8, rewards=[[0.5, 1.5], [2.0]])
     assert given.rewards.tolist() == [0.5, 1.5, 2.0] and given.valid is None and given.anchor_obs is None
@@ -61,7 +65,9 @@ def test_every_record_field_reaches_the_batch_and_equals_the_oracle() -> None:
         ],
     ]
     spans = [[(0, 2), (3, 5)], [(0, 1), (2, 4)]]
-    batch = st.build_step_batch(spans, ["g", "g"], 6, records=records, reward_scale=10.0)
+    batch = st.build_step_batch(
+        spans, ["g", "g"], 6, records=records, options=st.StepBatchOptions(reward_scale=10.0)
+    )
     for name in st.RECORD_FIELDS:
         assert getattr(batch, name) is not None, name
     assert batch.next_obs == ["b", "w", "c", "c"] and batch.dones.tolist() == [False, True, False, False]
@@ -110,7 +116,9 @@ def test_the_step_row_layout_is_the_trainers_one_row_per_step() -> None:
     records = [[_rec(0.0, "a"), _rec(1.0, "b")], [_rec(0.0, "a")]]
     lengths = [[3, 1], [2]]
     spans = [[(0, k) for k in row] for row in lengths]
-    batch = st.build_step_batch(spans, [0, 0], 3, records=records, layout="step_rows", success="won")
+    batch = st.build_step_batch(
+        spans, [0, 0], 3, records=records, options=st.StepBatchOptions(layout="step_rows", success="won")
+    )
     mask = np.zeros((3, 3), dtype=bool)
     for i, k in enumerate([3, 1, 2]):
         mask[i, :k] = True
@@ -119,13 +127,15 @@ def test_the_step_row_layout_is_the_trainers_one_row_per_step() -> None:
     np.testing.assert_array_equal(batch.layout.step_row, want.step_row)
     assert batch.success is None  # no record says won: each method's own rule
     won = [[{**r, "won": i == 1} for i, r in enumerate(row)] for row in records]
-    batch = st.build_step_batch(spans, [0, 0], 3, records=won, layout="step_rows", success="won")
+    batch = st.build_step_batch(
+        spans, [0, 0], 3, records=won, options=st.StepBatchOptions(layout="step_rows", success="won")
+    )
     assert batch.success.tolist() == [False, True, False]
 
 
 def test_a_record_says_none_for_what_the_env_did_not_annotate() -> None:
     from stepgym import schema
-    from stepgym.step_record import STEP_FIELDS, StepRecord, step_annotations
+    from stepgym.steps.record import STEP_FIELDS, StepRecord, step_annotations
 
     rec = step_annotations({}, "look", 0.0, {})
     assert tuple(rec) == STEP_FIELDS == tuple(StepRecord.__annotations__)

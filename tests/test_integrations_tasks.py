@@ -11,8 +11,9 @@ import pytest
 
 from stepgym import schema
 from stepgym.errors import DependencyNotInstalled
-from stepgym.integrations import episode_annotations, task_id_of_prompt, task_ids, task_rows
 from stepgym.schema import Step, Trajectory
+from stepgym.steps.record import episode_annotations
+from stepgym.steps.tasks import task_id_of_prompt, task_ids, task_rows
 
 TOY = "StepGym/CreditToy-v0"
 
@@ -74,11 +75,13 @@ def test_a_missing_trainer_names_the_pip_command(
         importlib.import_module(f"stepgym.integrations.{module}")
 
 
-def test_credit_fields_one_validity_anchor_and_label_rule_for_every_adapter() -> None:
-    from stepgym.step_record import credit_fields
+def test_one_validity_anchor_and_label_rule_for_every_adapter() -> None:
+    from stepgym.steps.batch import StepBatchOptions, build_step_batch
+    from stepgym.steps.record import FORMAT_OR_INADMISSIBLE, arg_labels, valid_flags
 
     def rec(fv, adm, key, rea=None, prog=None):
         return {
+            "reward": 0.0,
             "format_valid": fv,
             "admissible": adm,
             "state_key": key,
@@ -87,19 +90,21 @@ def test_credit_fields_one_validity_anchor_and_label_rule_for_every_adapter() ->
         }
 
     records = [rec(True, True, "s0"), rec(True, False, "s1"), rec(True, None, None), rec(False, True, "s3")]
-    strict = credit_fields(records, "format_or_inadmissible", ["a", "b", "c", "d"])
-    assert strict.valid.tolist() == [
-        True,
-        False,
-        True,
-        False,
-    ]  # unannotated admissibility is not held against it
-    assert strict.anchors == ["s0", "s1", "c", "s3"]  # a step without a state key gets its own anchor
-    assert strict.reasonable is None and strict.progress is None  # labels only when every step has them
-    assert credit_fields(records, "format", list("abcd")).valid.tolist() == [True, True, True, False]
-    labelled = credit_fields([rec(True, True, "s", True, False)], "format", ["x"])
-    assert labelled.reasonable.tolist() == [True] and labelled.progress.tolist() == [False]
+    # unannotated admissibility is not held against a step
+    assert valid_flags(records, FORMAT_OR_INADMISSIBLE).tolist() == [True, False, True, False]
+    assert valid_flags(records, "format").tolist() == [True, True, True, False]
+    # a step without a state key gets its own anchor
+    batch = build_step_batch([[(0, 1), (1, 2), (2, 3), (3, 4)]], [0], 4, records=[records])
+    assert list(batch.anchor_obs) == ["s0", "s1", "0:2", "s3"]
+    assert batch.valid.tolist() == [True, False, True, False]
+    # labels only when every step has them
+    assert (
+        arg_labels(records, "arg_reasonable") is None and batch.reasonable is None and batch.progress is None
+    )
+    labelled = [rec(True, True, "s", True, False)]
+    assert arg_labels(labelled, "arg_reasonable").tolist() == [True]
+    assert arg_labels(labelled, "arg_progress").tolist() == [False]
     with pytest.raises(ValueError, match="invalid_rule"):
-        credit_fields(records, "admissible", list("abcd"))
-    with pytest.raises(ValueError, match="fallback"):
-        credit_fields(records, "format", ["a"])
+        valid_flags(records, "admissible")
+    with pytest.raises(ValueError, match="invalid_rule"):
+        StepBatchOptions(invalid_rule="admissible")

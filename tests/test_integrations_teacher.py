@@ -1,4 +1,4 @@
-"""What the AHEAD / StepOPSD teachers read (stepgym.teacher_context): the three rules where the two adapters' copies
+"""What the AHEAD / StepOPSD teachers read (stepgym.steps.teacher_context): the three rules where the two adapters' copies
 used to differ, that the bundled trainer's step rows and the adapters' episode rows build the same privileged text
 and the same target span for the same step, and that the trainer and both adapters call this one module."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from stepgym import schema
-from stepgym import teacher_context as tc
 from stepgym.errors import StepRecordError
-from stepgym.teacher_context import TeacherStats
+from stepgym.steps import teacher_context as tc
+from stepgym.steps.teacher_context import TeacherStats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_a_span_past_the_response_is_clamped_and_an_empty_one_skipped() -> None:
     s2 = ctx.steps[0][1]["start"]
     assert np.allclose(delta[0, s2:n], 0.5)  # teacher − student on the clamped span
     assert not np.any(delta[0, n:] == 0.5)  # no gap beyond the response
-    _, _, target = tc.opsd_gaps(ctx, tok, None, TeacherStats(), span_mode="action_only")
+    _, _, target = tc.opsd_gaps(ctx, tok, None, TeacherStats(), span=tc.ACTION_SPAN)
     assert target.n_steps == 2
     assert (target.token_step[0, n:] == -1).all()
 
@@ -113,7 +113,7 @@ def test_a_wrong_number_of_teacher_log_probs_is_a_clear_error(method: str) -> No
         if method == "ahead":
             tc.ahead_gaps(ctx, tok, short, TeacherStats())
         else:
-            tc.opsd_gaps(ctx, tok, short, TeacherStats(), span_mode="action_only")
+            tc.opsd_gaps(ctx, tok, short, TeacherStats(), span=tc.ACTION_SPAN)
 
 
 def test_a_chat_template_without_a_user_turn_tail_is_refused() -> None:
@@ -145,13 +145,19 @@ def _imported_names(path: Path) -> set[str]:
 
 
 def test_trl_verl_and_the_trainer_build_teacher_contexts_with_this_one_module() -> None:
-    """The adapters' teacher paths and the bundled trainer's go through stepgym.teacher_context (verl's tests run
+    """The adapters' teacher paths and the bundled trainer's go through stepgym.steps.teacher_context (verl's tests run
     in its own venv; TRL's trainer tests exercise TeacherGaps end to end), and none keeps a copy of its rules."""
     trl_names = set().union(*(_imported_names(p) for p in (ROOT / "stepgym/integrations/trl").glob("*.py")))
-    assert {"stepgym.teacher_context.ahead_gaps", "stepgym.teacher_context.opsd_gaps"} <= trl_names
+    assert {
+        "stepgym.steps.teacher_context.ahead_gaps",
+        "stepgym.steps.teacher_context.opsd_gaps",
+    } <= trl_names
     verl_names = _imported_names(ROOT / "stepgym/integrations/verl/train.py")
-    assert {"stepgym.teacher_context.ahead_gaps", "stepgym.teacher_context.opsd_gaps"} <= verl_names
-    assert "stepgym.teacher_context" in _imported_names(ROOT / "stepgym/trainers/teacher.py")
+    assert {
+        "stepgym.steps.teacher_context.ahead_gaps",
+        "stepgym.steps.teacher_context.opsd_gaps",
+    } <= verl_names
+    assert "stepgym.steps.teacher_context" in _imported_names(ROOT / "stepgym/trainers/teacher.py")
     assert not (ROOT / "stepgym/integrations/teacher.py").exists()
     for path in [
         *(ROOT / "stepgym/integrations/trl").glob("*.py"),
@@ -183,7 +189,7 @@ class CharEncoder:
 
 def _step_rows(tok: CharChat, ctx: tc.TeacherContexts):
     """The same episode as the bundled trainer's step rows: step t's prompt is the env's text it answers."""
-    from stepgym.trainers.samples import StepRow
+    from stepgym.steps.row import StepRow
 
     traj = ctx.trajectories[0]
     rows = []
@@ -230,13 +236,13 @@ def test_step_rows_and_episode_rows_build_the_same_privileged_text_and_target_sp
         ep_targets.extend(targets)
         return _score_ok(contexts, targets)
 
-    _, _, layout = tc.opsd_gaps(ctx, tok, score, TeacherStats(), span_mode="action_only", blocks=[block])
-    items, spans = tc.opsd_items(rows, [block, block], tok, budget, TeacherStats(), span_mode="action_only")
+    _, _, layout = tc.opsd_gaps(ctx, tok, score, TeacherStats(), span=tc.ACTION_SPAN, blocks=[block])
+    items, spans = tc.opsd_items(rows, [block, block], tok, budget, TeacherStats(), span=tc.ACTION_SPAN)
     assert len(items) == len(ep_targets) == 2
     for t, (row, item) in enumerate(zip(rows, items, strict=True)):
         s0 = ctx.steps[0][t]["start"]
         (span,) = spans[t]
-        assert span == tc.target_span(tok, row.response_ids, "action_only")
+        assert span == tc.target_span(tok, row.response_ids, tc.ACTION_SPAN)
         assert tok.decode(item.target) == "<action>" + ("go left" if t == 0 else "go right") + "</action>"
         assert ep_targets[t] == item.target  # the same span of the same reply
         assert layout.token_step[0, s0 + span[0] : s0 + span[1]].min() >= 0

@@ -28,7 +28,6 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from stepgym import schema  # noqa: E402
 from stepgym.errors import StepRecordError  # noqa: E402
-from stepgym.integrations import task_dataset, task_ids  # noqa: E402
 from stepgym.integrations.trl import (  # noqa: E402
     GroupRollout,
     StepGRPOTrainer,
@@ -38,6 +37,7 @@ from stepgym.integrations.trl import (  # noqa: E402
     use_tool_chat_template,
 )
 from stepgym.shapers import ShapeConfig, StepBatch, shape_advantages  # noqa: E402
+from stepgym.steps.tasks import task_dataset, task_ids  # noqa: E402
 from stepgym.wrappers.text import parse_action  # noqa: E402
 
 TOOL = {"tool_description": "Act in the room.", "action_description": "One admissible action."}
@@ -417,7 +417,7 @@ def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkey
     pytest.importorskip("alfworld")
     import gymnasium as gym
 
-    import stepgym.integrations
+    import stepgym.steps.tasks
     import stepgym.trainers.models
     from stepgym.wrappers.feedback import EnvFeedbackWrapper
     from stepgym.wrappers.text import TextInterfaceWrapper
@@ -430,7 +430,7 @@ def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkey
     convs = [{"messages": [{"role": "user", "content": env.prompt}, {"role": "assistant", "content": reply}]}]
     env.close()
     tok, model = tiny_chat_model(convs)
-    real_config, real_dataset = trl.GRPOConfig, stepgym.integrations.task_dataset
+    real_config, real_dataset = trl.GRPOConfig, stepgym.steps.tasks.task_dataset
     small = dict(per_device_train_batch_size=2, num_generations=2, max_steps=1, max_completion_length=1024)
 
     def config(**kw):
@@ -438,7 +438,7 @@ def test_docs_alfworld_proas_example_runs(data_dir: Path, tmp_path: Path, monkey
 
     monkeypatch.setattr(trl, "GRPOConfig", config)
     monkeypatch.setattr(
-        stepgym.integrations, "task_dataset", lambda *a, **kw: real_dataset(*a, **{**kw, "limit": 2})
+        stepgym.steps.tasks, "task_dataset", lambda *a, **kw: real_dataset(*a, **{**kw, "limit": 2})
     )
     monkeypatch.setattr(
         stepgym.trainers.models,
@@ -641,7 +641,9 @@ def test_an_aborted_trl_episode_changes_nothing_for_the_others(scripted) -> None
         prompts, _fake_trainer(tok)
     )
     aborted = [bool(ep["aborted"]) for ep in out["stepgym_episode"]]
-    assert 0 < sum(aborted) < len(aborted) - 4, aborted  # some rows aborted, every group keeps two finished rows
+    assert 0 < sum(aborted) < len(aborted) - 4, (
+        aborted
+    )  # some rows aborted, every group keeps two finished rows
     assert all(r["aborted"] for s, a in zip(out["stepgym_steps"], aborted, strict=True) if a for r in s)
     inputs = [{"stepgym_steps": s} for s in out["stepgym_steps"]]
     width = max(len(c) for c in out["completion_ids"])

@@ -34,8 +34,8 @@ from _trl_tiny import (  # noqa: E402
 )
 
 from stepgym.errors import ServiceUnavailableError  # noqa: E402
-from stepgym.integrations import task_dataset  # noqa: E402
 from stepgym.integrations.trl import GroupRollout  # noqa: E402
+from stepgym.steps.tasks import task_dataset  # noqa: E402
 
 pytestmark = pytest.mark.network
 

@@ -468,7 +468,9 @@ def test_an_aborted_verl_episode_changes_nothing_for_the_others(batch) -> None:
     uids = list(data.non_tensor_batch["uid"])
     keep = [b for b in range(len(outs)) if b != cut]
     width = data.batch["response_mask"].shape[1]
-    want = _expected([outs[b] for b in keep], [uids[b] for b in keep], width, "gigpo-alfworld").token_advantages
+    want = _expected(
+        [outs[b] for b in keep], [uids[b] for b in keep], width, "gigpo-alfworld"
+    ).token_advantages
     adv = out.batch["advantages"].numpy()
     assert np.allclose(adv[keep], want, atol=1e-6) and np.abs(want).max() > 0
     assert not adv[cut].any() and not out.batch["response_mask"][cut].any()

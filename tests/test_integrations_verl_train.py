@@ -30,14 +30,14 @@ from omegaconf import OmegaConf  # noqa: E402
 from test_integrations_verl import CHATML, TOY, TOY_KW, ScriptedServerManager, _play  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
-from stepgym import teacher_context as vt  # noqa: E402
 from stepgym.errors import StepRecordError  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.integrations.verl import train as vtrain  # noqa: E402
 from stepgym.integrations.verl import verl_rows  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph  # noqa: E402
 from stepgym.shapers import ShapeConfig, shape_advantages  # noqa: E402
-from stepgym.teacher_context import TeacherStats  # noqa: E402
+from stepgym.steps import teacher_context as vt  # noqa: E402
+from stepgym.steps.teacher_context import TeacherStats  # noqa: E402
 from stepgym.trainers.teacher import Scorer  # noqa: E402
 from stepgym.wrappers.arg import ARGWrapper  # noqa: E402
 

@@ -15,46 +15,45 @@ from pathlib import Path
 import pytest
 from test_import_graph import PACKAGE, _modules, _resolve, import_statements
 
-#: Top to bottom. A module belongs to the layer of the longest entry that is its name or a prefix of it.
+#: Top to bottom, one top-level module or package per layer (a layer shared by two would hide a loop between them).
+#: A module belongs to the layer of the longest entry that is its name or a prefix of it. ``stepgym.steps``, the one
+#: home of a step's data, sits below the bundled trainer and the adapters and above the envs, wrappers and shapers.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("stepgym.cli",),
-    ("stepgym.integrations", "stepgym.llm_eval", "stepgym.serve", "stepgym.viewer"),
-    ("stepgym.trainers", "stepgym.teacher_context"),
-    (
-        "stepgym.group",
-        "stepgym.workers",
-        "stepgym._env_worker",
-        "stepgym.recording",
-        "stepgym.rollout",
-        "stepgym.graph_seeding",
-        "stepgym.agents",
-        "stepgym.testing",
-    ),
-    (
-        "stepgym.wrappers",
-        "stepgym.values",
-        "stepgym.reference_graph",
-        "stepgym.llm_client",
-    ),
+    ("stepgym.integrations",),
+    ("stepgym.llm_eval",),
+    ("stepgym.serve",),
+    ("stepgym.viewer",),
+    ("stepgym.trainers",),
+    ("stepgym.steps",),
+    ("stepgym.group",),
+    ("stepgym._env_worker",),
+    ("stepgym.workers",),
+    ("stepgym.graph_seeding",),
+    ("stepgym.rollout",),
+    ("stepgym.agents",),
+    ("stepgym.recording",),
+    ("stepgym.testing",),
+    ("stepgym.values",),
+    ("stepgym.wrappers",),
+    ("stepgym.llm_client",),
+    ("stepgym.reference_graph",),
     ("stepgym.envs",),
-    ("stepgym.shapers", "stepgym.steps"),
-    (
-        "stepgym.schema",
-        "stepgym.episodes",
-        "stepgym.data",
-        "stepgym.fetch",
-        "stepgym.errors",
-        "stepgym.spaces",
-        "stepgym.text_utils",
-        "stepgym.text_format",
-        "stepgym.atomic",
-        "stepgym.lazy",
-        "stepgym._deps",
-        "stepgym.hindsight",
-        "stepgym.labels",
-        "stepgym.step_record",
-        "stepgym",
-    ),
+    ("stepgym.shapers",),
+    ("stepgym.labels",),
+    ("stepgym.hindsight",),
+    ("stepgym.episodes",),
+    ("stepgym.data",),
+    ("stepgym.fetch",),
+    ("stepgym.spaces",),
+    ("stepgym.text_format",),
+    ("stepgym.text_utils",),
+    ("stepgym.schema",),
+    ("stepgym.lazy",),
+    ("stepgym.atomic",),
+    ("stepgym._deps",),
+    ("stepgym.errors",),
+    ("stepgym",),
 )
 
 
@@ -117,6 +116,24 @@ def test_every_module_has_a_layer() -> None:
     for module in _modules():
         if module != FACADE:
             layer_of(module)
+
+
+def test_every_layer_holds_one_top_level_module() -> None:
+    """No shared layer: two top-level modules in one layer could import each other unseen."""
+    assert all(len(entries) == 1 for entries in LAYERS), [e for e in LAYERS if len(e) > 1]
+    names = [e for entries in LAYERS for e in entries]
+    assert len(names) == len(set(names))
+    assert all(n == FACADE or n.count(".") == 1 for n in names), "an entry is a top-level module or package"
+    tops = {".".join(m.split(".")[:2]) for m in _modules() if m != FACADE}
+    assert tops <= set(names), sorted(tops - set(names))
+
+
+def test_steps_is_below_the_trainer_and_the_adapters_and_above_what_it_reads() -> None:
+    steps = layer_of("stepgym.steps")
+    for above in ("stepgym.trainers", "stepgym.integrations", "stepgym.cli"):
+        assert layer_of(above) < steps, above
+    for below in ("stepgym.shapers", "stepgym.wrappers", "stepgym.envs", "stepgym.schema"):
+        assert layer_of(below) > steps, below
 
 
 def test_no_lower_layer_imports_a_higher_one() -> None:

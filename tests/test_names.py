@@ -24,9 +24,17 @@ OLD_MODULES = (
     "stepgym.envs.webshop.cli",
     "stepgym.recording.trainer",
     "stepgym.wrappers._recording",
-    "stepgym.integrations.steps",  # stepgym.steps: the one StepBatch builder, below the trainers
-    "stepgym.integrations.annotations",  # stepgym.step_record: the step record
-    "stepgym.integrations.teacher",  # stepgym.teacher_context: what the teachers read, both layouts
+    "stepgym.integrations.steps",  # stepgym.steps.batch: the one StepBatch builder, below the trainers
+    "stepgym.integrations.annotations",  # stepgym.steps.record: the step record
+    "stepgym.integrations.teacher",  # stepgym.steps.teacher_context: what the teachers read, both layouts
+    # issue 50: a step's data has one home, stepgym.steps
+    "stepgym.step_record",  # stepgym.steps.record
+    "stepgym.teacher_context",  # stepgym.steps.teacher_context
+    "stepgym.integrations.episode",  # stepgym.steps.episode
+    "stepgym.integrations.advantages",  # stepgym.steps.advantages (the one shape_rows)
+    "stepgym.integrations.tasks",  # stepgym.steps.tasks
+    "stepgym.trainers.advantages",  # stepgym.steps.advantages / stepgym.steps.row
+    "stepgym.trainers.formats",  # TextFormat.reply_shape / span_mode
     # each built-in env's value oracle lives in its folder (stepgym.envs.<env>.values)
     "stepgym.values.alfworld",
     "stepgym.values.babyai",
@@ -63,13 +71,28 @@ def test_old_names_are_gone_not_deprecated() -> None:
     for name in ("StepsToWinOracle", "Remember", "ValueOracle"):
         assert not hasattr(stepgym.values.base, name), name
     assert not hasattr(stepgym.envs, "ALFWORLD_TASK_TYPES")  # stepgym.envs.alfworld.TASK_TYPES
-    import stepgym.trainers.advantages
+    import stepgym.integrations
+    import stepgym.steps.record
+    import stepgym.steps.row
+    import stepgym.trainers.samples
 
-    for name in (
-        "build_step_batch",
-        "step_valid",
-    ):  # the trainer builds through stepgym.steps.build_step_batch
-        assert not hasattr(stepgym.trainers.advantages, name), name
+    for name in ("CreditFields", "credit_fields", "state_anchors"):  # dead helpers: only a test called them
+        assert not hasattr(stepgym.steps.record, name), name
+    for name in ("StepRow", "truncate_middle", "response_matrix"):  # a step's row: stepgym.steps.row
+        assert getattr(stepgym.trainers.samples, name, None) in (None, getattr(stepgym.steps.row, name)), name
+        assert name not in stepgym.trainers.samples.__all__, name
+    for name in ("reward", "format_valid", "admissible", "action", "terminated", "anchor", "valid"):
+        assert name not in stepgym.steps.row.StepRow.__dataclass_fields__, name  # the record holds them
+        assert not hasattr(stepgym.steps.row.StepRow, name), name
+    assert stepgym.integrations.__all__ == []  # no re-exports: the step names live in stepgym.steps
+    import inspect
+
+    from stepgym.steps.batch import build_step_batch
+
+    assert not any(  # one way in: options=StepBatchOptions(...), no keyword rules
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        for p in inspect.signature(build_step_batch).parameters.values()
+    )
     import stepgym.trainers.teacher
 
     for name in (
@@ -80,7 +103,7 @@ def test_old_names_are_gone_not_deprecated() -> None:
         "opsd_items",
         "prefix_token_counter",
         "span_mode_for",
-    ):  # the teacher's contexts: stepgym.teacher_context (the trainer keeps the forward passes)
+    ):  # the teacher's contexts: stepgym.steps.teacher_context (the trainer keeps the forward passes)
         assert not hasattr(stepgym.trainers.teacher, name), name
 
 

@@ -135,7 +135,6 @@ def test_env_feedback_wrapper_takes_a_state_key() -> None:
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["alfworld", "webshop", "qa", "qa-lenient", "qa-stepgym", "credit", "plain"])
 def test_every_formats_scripted_reply_parses(name: str) -> None:
-    from stepgym.trainers.formats import reply_renderer
     from stepgym.wrappers.text import FORMATS
 
     assert set(FORMATS) == {"alfworld", "webshop", "qa", "qa-lenient", "qa-stepgym", "credit", "plain"}
@@ -144,7 +143,7 @@ def test_every_formats_scripted_reply_parses(name: str) -> None:
         ("<search> capital of france </search>",) if name.startswith("qa") else ()
     )  # Search-QA's expert
     for action in ("go east", "paris", *full_turns):
-        reply = reply_renderer(fmt)(action)
+        reply = fmt.reply(action)
         parsed = fmt.parse(reply)
         assert parsed.format_valid, (name, reply, parsed.error)
         if "<" not in action:
@@ -153,16 +152,15 @@ def test_every_formats_scripted_reply_parses(name: str) -> None:
 
 def test_stepopsd_spans_cover_the_whole_reply_when_the_format_has_no_action_tag() -> None:
     from stepgym.shapers.stepopsd_text import structural_target_span
-    from stepgym.teacher_context import span_mode_for
-    from stepgym.trainers.formats import reply_renderer
+    from stepgym.steps.teacher_context import span_rule
     from stepgym.wrappers.text import FORMATS
 
     count = len  # one token per character
     for name, fmt in FORMATS.items():
-        mode = span_mode_for(name)
-        assert span_mode_for(fmt) == mode
-        reply = reply_renderer(fmt)("paris")
-        span = structural_target_span(reply, count, len(reply), mode=mode)
+        mode, tag = span_rule(name)
+        assert span_rule(fmt) == (mode, tag)
+        reply = fmt.reply("paris")
+        span = structural_target_span(reply, count, len(reply), mode=mode, tag=tag)
         assert span is not None, (name, mode, reply)
         if "<action>" in reply:
             assert mode == "action_only" and reply[span[0] : span[1]] == "<action>paris</action>", name

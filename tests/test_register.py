@@ -20,7 +20,7 @@ from stepgym.envs import EnvSplits, check_split, env_entry, register, registered
 from stepgym.errors import InvalidArgumentError, ValueOracleError
 
 MODULE = '''
-from stepgym.text_format import PromptTemplate, TextFormat, parse_react, react_feedback
+from stepgym.text_format import REACT_REPLY, PromptTemplate, TextFormat, parse_react, react_feedback
 from stepgym.values import Value
 from stepgym.envs.credit import CreditToyEnv
 
@@ -32,7 +32,7 @@ FORMAT = TextFormat(
     PromptTemplate(intro="Countdown task: {task}", history_header="", history_item="", current="",
                    current_first="Now: {observation}", admissible="Moves: {admissible}.",
                    instruction="Answer <think>..</think><action>..</action>."),
-    parse_react, react_feedback, history_length=0,
+    parse_react, react_feedback, history_length=0, reply_shape=REACT_REPLY,
 )
 
 class Oracle:

@@ -123,8 +123,8 @@ if HAVE_OPENENV:
     )
     from trl import GRPOTrainer
 
-    from stepgym.integrations import task_dataset
     from stepgym.integrations.trl import environment_factory
+    from stepgym.steps.tasks import task_dataset
 
     @pytest.mark.slow
     def test_trl_grpo_trains_through_openenv_against_stepgym_serve(tmp_path: Path) -> None:

@@ -134,7 +134,9 @@ def _configs() -> list[ShapeConfig]:
 
 
 def _name(cfg: ShapeConfig) -> str:
-    opts = "-".join(f"{k}{sorted(dict(v).items()) if isinstance(v, dict) else v}" for k, v in dict(cfg.options).items())
+    opts = "-".join(
+        f"{k}{sorted(dict(v).items()) if isinstance(v, dict) else v}" for k, v in dict(cfg.options).items()
+    )
     return f"{cfg.base}-proas{int(cfg.proas)}-{cfg.token_reweight}-{cfg.step_norm}-{cfg.cross_steps}-{opts}"
 
 

@@ -337,13 +337,13 @@ def test_trainer_presets_for_each_env_and_method() -> None:
 
 def test_bundled_trainer_fills_the_graph_fields() -> None:
     from stepgym import schema
-    from stepgym.trainers.advantages import rows_step_batch
-    from stepgym.trainers.samples import StepRow
+    from stepgym.steps.record import step_annotations
+    from stepgym.steps.row import StepRow, rows_step_batch
 
     def row(traj: int, t: int, a: str, n: str, r: float, won: bool) -> StepRow:
         info = {schema.WON: won, schema.VALUE_GAIN: 1.0, schema.STATE_KEY: n}
+        after = {**info, schema.FORMAT_VALID: True, schema.ADMISSIBLE: True}
         return StepRow(
-            terminated=won,
             group=0,
             rollout=traj,
             traj=traj,
@@ -353,12 +353,8 @@ def test_bundled_trainer_fills_the_graph_fields() -> None:
             prompt_ids=[1],
             response_ids=[2, 3],
             response_text="go",
-            format_valid=True,
-            admissible=True,
-            reward=r,
             info=info,
-            anchor=a,
-            next_anchor=n,
+            record=step_annotations({schema.STATE_KEY: a}, None, r, after, terminated=won),
         )
 
     rows = [
@@ -374,7 +370,10 @@ def test_bundled_trainer_fills_the_graph_fields() -> None:
     np.testing.assert_array_equal(batch.dones, [False, True, False, False])  # B was cut at the step limit
     np.testing.assert_array_equal(batch.true_gain, 1.0)
     out = shape_advantages(
-        batch, ShapeConfig.from_preset("graphgpo-alfworld", gamma=0.5, options={"graphgpo": {"step_mode": "mean_norm"}})
+        batch,
+        ShapeConfig.from_preset(
+            "graphgpo-alfworld", gamma=0.5, options={"graphgpo": {"step_mode": "mean_norm"}}
+        ),
     )
     np.testing.assert_allclose(out.step_advantages, [6.875, 5, -6.875, -5])
 

@@ -1,7 +1,7 @@
 """``step_batch_from_trajectories``: a StepBatch from recorded episodes, for a training loop of one's own.
 
 The same episodes shaped two ways must give the same advantages for every base (the graph methods included): the
-bundled trainer's path (the collector's step rows → ``trainers.advantages.rows_step_batch`` → ``stepgym.steps``'s
+bundled trainer's path (the collector's step rows → ``stepgym.steps.row.rows_step_batch`` → ``stepgym.steps.batch``'s
 ``build_step_batch``) and a user's path
 (the collector's recorded ``Trajectory`` objects, which ``GroupEnv`` records → ``step_batch_from_trajectories``).
 A plain ``GroupEnv`` loop on the env itself (no text interface) then gets a batch whose states chain.
@@ -16,8 +16,8 @@ pytest.importorskip("torch")
 
 from stepgym import GroupEnv, schema
 from stepgym.errors import StepRecordError
-from stepgym.integrations import step_batch_from_trajectories
 from stepgym.shapers import GRAPH_BASES, ShapeConfig, shape_advantages
+from stepgym.steps.batch import step_batch_from_trajectories
 
 ENV = "StepGym/CreditToy-v0"
 KWARGS = {"n_tasks": 6, "n_rooms": 3, "n_distractors": 1, "split": "train"}
@@ -37,7 +37,6 @@ PRESETS = (
 def rollouts():
     from stepgym.trainers.backends import ScriptedBackend
     from stepgym.trainers.collector import Collector, CollectorOptions
-    from stepgym.trainers.formats import reply_renderer
     from stepgym.trainers.models import train_tokenizer
     from stepgym.trainers.samples import PromptEncoder
     from stepgym.wrappers.text import get_format
@@ -51,7 +50,7 @@ def rollouts():
         history=1,
         group_size=4,
         encoder=PromptEncoder(tok, max_prompt_tokens=256),
-        backend=ScriptedBackend(tok, "noisy-expert:0.4", render=reply_renderer(fmt)),
+        backend=ScriptedBackend(tok, "noisy-expert:0.4", render=fmt.reply),
         options=CollectorOptions(value_labels=True),  # VALUE_GAIN on every step: the oracle base too
     )
     try:
@@ -68,7 +67,7 @@ def test_the_graph_bases_are_all_covered() -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_from_trajectories_shapes_as_the_bundled_trainer_does(rollouts, preset: str) -> None:
-    from stepgym.trainers.advantages import rows_step_batch
+    from stepgym.steps.row import rows_step_batch
 
     ro, pad_id = rollouts
     assert len({t.success for t in ro.trajectories}) == 2  # mixed outcomes: non-trivial advantages
@@ -128,7 +127,7 @@ def test_a_groupenv_loop_of_ones_own() -> None:
 @pytest.mark.parametrize("preset", ["gigpo-alfworld", "g2po-alfworld"])
 def test_observation_keying_is_the_same_option_on_both_paths(rollouts, preset: str) -> None:
     """``--env.anchor observation``: the trainer's rows and a user's trajectories key states by the text alike."""
-    from stepgym.trainers.advantages import rows_step_batch
+    from stepgym.steps.row import rows_step_batch
 
     ro, pad_id = rollouts
     trainer, _ = rows_step_batch(
@@ -149,13 +148,21 @@ def test_observation_keying_is_the_same_option_on_both_paths(rollouts, preset: s
 
 def test_the_facade_exports_the_one_builder() -> None:
     import stepgym
-    from stepgym import steps
+    from stepgym.steps import batch as steps
 
     assert stepgym.step_batch_from_trajectories is steps.step_batch_from_trajectories
     assert step_batch_from_trajectories is steps.step_batch_from_trajectories
     with pytest.raises(ValueError, match="anchor must be one of"):
         steps.StepBatchOptions(anchor="text")
     with pytest.raises(ValueError, match="invalid_rule must be one of"):
-        steps.build_step_batch([[(0, 1)]], [0], 1, rewards=[[1.0]], invalid_rule="admissible")
+        steps.build_step_batch(
+            [[(0, 1)]], [0], 1, rewards=[[1.0]], options=steps.StepBatchOptions(invalid_rule="admissible")
+        )
     with pytest.raises(ValueError, match="needs the observation texts"):
-        steps.build_step_batch([[(0, 1)]], [0], 1, records=[[{"reward": 1.0}]], anchor="observation")
+        steps.build_step_batch(
+            [[(0, 1)]],
+            [0],
+            1,
+            records=[[{"reward": 1.0}]],
+            options=steps.StepBatchOptions(anchor="observation"),
+        )

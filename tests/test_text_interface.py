@@ -14,14 +14,14 @@ from _toy_env import ToyRoomEnv, expert_actions
 
 from stepgym import schema
 from stepgym.envs.base import TextEnv
+from stepgym.envs.searchqa.prompt import parse_search_r1
+from stepgym.envs.searchqa.protocol import INVALID_FEEDBACK as SEARCH_R1_INVALID_FEEDBACK
 from stepgym.testing import FUZZ_ACTIONS, check_determinism, check_fuzz
+from stepgym.text_format import parse_react
 from stepgym.wrappers.text import (
-    SEARCH_R1_INVALID_FEEDBACK,
     TextInterfaceWrapper,
     declared_format,
     parse_action,
-    parse_react,
-    parse_search_r1,
     prompt_for_step,
     render_prompt,
 )
@@ -350,7 +350,7 @@ def test_alfworld_garbage_is_not_format_valid_and_harmless(alfworld) -> None:
 def test_credit_toys_have_their_format_in_the_one_registry() -> None:
     """The credit toys' format is declared where they are registered: the wrapper and the trainer find it by id."""
     from stepgym.envs import ENV_IDS, text_format_of
-    from stepgym.trainers.formats import CREDIT_FORMAT
+    from stepgym.envs.credit import FORMAT as CREDIT_FORMAT
     from stepgym.wrappers.text import FORMATS, get_format, resolve_format
 
     # every registered env declares one: a name in FORMATS or an env's own 'module:ATTR' (Sokoban's)
@@ -366,7 +366,9 @@ def test_credit_toys_have_their_format_in_the_one_registry() -> None:
         assert env.step(f"<action>{action}</action>")[4][schema.ADMISSIBLE] is True
         assert env.step("no tags")[4][schema.FORMAT_VALID] is False
         env.close()
-    assert resolve_format("MyOrg/Unknown-v0") is get_format("plain")  # an env that declares none: the plain one
+    assert resolve_format("MyOrg/Unknown-v0") is get_format(
+        "plain"
+    )  # an env that declares none: the plain one
 
 
 class _Undeclared(ToyRoomEnv):
@@ -393,10 +395,15 @@ def test_make_text_env_builds_the_one_stack_and_closes_a_refused_env(caplog) -> 
     # a user's env without a declared format gets the plain one, and the log names it
     with caplog.at_level(logging.INFO, logger="stepgym.wrappers.text"):
         plain = make_text_env(_Undeclared())
-    assert plain.fmt.name == "plain" and "_Undeclared declares no text format: using the 'plain' format" in caplog.text
+    assert (
+        plain.fmt.name == "plain"
+        and "_Undeclared declares no text format: using the 'plain' format" in caplog.text
+    )
     _, info = plain.reset(seed=0)
     assert "Reply with exactly one action inside <action> </action>" in plain.prompt
-    assert plain.step(f"<action>{info[schema.ADMISSIBLE_ACTIONS][0]}</action>")[4][schema.FORMAT_VALID] is True
+    assert (
+        plain.step(f"<action>{info[schema.ADMISSIBLE_ACTIONS][0]}</action>")[4][schema.FORMAT_VALID] is True
+    )
     # an unknown format name is refused with the known ones, and the inner env is closed
     with pytest.raises(ValueError, match=r"unknown text format 'nope'; known: .*'plain'"):
         make_text_env(_Undeclared(), fmt="nope")

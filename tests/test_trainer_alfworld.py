@@ -73,7 +73,7 @@ def test_scripted_iteration_on_alfworld(tmp_path: Path, data_dir: Path, preset: 
     assert len(ro.trajectories) == 6 and rows
     # The replies are the scripted ReAct replies, parsed by the strict ALFWorld parser.
     assert all(r.response_text.startswith("<think>") for r in rows)
-    assert sum(r.format_valid for r in rows) == len(rows)
+    assert sum(bool(r.record["format_valid"]) for r in rows) == len(rows)
     # A row's state (its record's, the batch's anchor) is the env's symbolic state, not the observation text.
     assert all(
         isinstance(r.record["state_key"], str) and r.record["state_key"] != r.observation for r in rows

@@ -105,7 +105,7 @@ def test_rows_decode_to_their_step_and_advantages_land_on_them(batch_trainer: GR
         assert tok.decode(r.response_ids, skip_special_tokens=True) == r.response_text
         assert r.response_ids[-1] == tok.eos_token_id
     # A distinct value per step lands on exactly that step's generated tokens, nowhere else.
-    from stepgym.trainers.samples import response_matrix
+    from stepgym.steps.row import response_matrix
 
     ids, mask = response_matrix([r.response_ids for r in rows], tr.pad_id)
     layout = TokenLayout.from_step_rows(mask)
@@ -164,7 +164,9 @@ def test_batched_logprobs_equal_unpadded_ones(batch_trainer: GRPOTrainer) -> Non
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("preset", ["ahead", "stepopsd-alfworld"])
 def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset: str) -> None:
-    from stepgym.trainers.advantages import rows_step_batch, shape_rows
+    from stepgym.steps.advantages import shape_rows
+    from stepgym.steps.row import trainer_rows
+    from stepgym.trainers.grpo import teacher_gaps
 
     cfg = scripted(tiny_config(tmp_path / preset, ShapeConfig.from_preset(preset)), "noisy-expert:0.5")
     tr = GRPOTrainer(cfg)
@@ -175,14 +177,10 @@ def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset
     teacher = tr.rescore(ro, old)
     assert teacher["metrics"]["teacher/items"] > 0
     assert teacher["metrics"]["teacher/delta_std"] > 0  # real, non-trivial gaps
-    batch, mask = rows_step_batch(
-        rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=tr.pad_id
-    )
-    batch = replace(
-        batch, delta=teacher["delta"], delta_mask=teacher.get("delta_mask"), target=teacher.get("target")
-    )
-    res = shape_rows(batch, cfg.shaper, update_index=1, mask=mask)
-    base = broadcast_to_tokens(res.shaped.step_advantages, res.layout)
+    tr.iteration = 1
+    res = shape_rows(trainer_rows(rows, tr.pad_id), tr.row_settings(), teacher_gaps(teacher))
+    mask = res.mask
+    base = broadcast_to_tokens(res.shaped.step_advantages, res.batch.layout)
     shaped = res.token_advantages
     assert np.any(base != 0), "the batch has no non-zero advantage: the check would be vacuous"
     assert np.array_equal(np.sign(shaped), np.sign(base))
@@ -194,18 +192,15 @@ def test_token_reweighting_preserves_sign_on_real_batches(tmp_path: Path, preset
 def test_proas_keeps_or_zeroes_the_sign_on_real_batches(tmp_path: Path) -> None:
     """ProAS only rescales (MUI: × Rea ∈ {0, 1}; APR: × D_t/D̄ ≥ 0): a shaped step never flips its base sign, and
     APR preserves each failed trajectory's mean penalty when its base advantage is constant."""
-    from stepgym.trainers.advantages import rows_step_batch, shape_rows
+    from stepgym.steps.advantages import shape_rows
+    from stepgym.steps.row import trainer_rows
 
     cfg = scripted(tiny_config(tmp_path / "proas", ShapeConfig.from_preset("proas-grpo")), "noisy-expert:0.5")
     tr = GRPOTrainer(cfg)
     ro = tr.collect()
     rea, pa = tr.arg.label(ro)
     assert rea.any() and not rea.all()  # expert-seeded graph: some steps reasonable, some not
-    batch, mask = rows_step_batch(
-        ro.rows, reward_scale=10.0, invalid_rule="format_or_inadmissible", pad_id=tr.pad_id
-    )
-    batch = replace(batch, reasonable=rea, progress=pa)
-    res = shape_rows(batch, cfg.shaper, update_index=0, mask=mask)
+    res = shape_rows(trainer_rows(ro.rows, tr.pad_id, (rea, pa)), tr.row_settings())
     base, shaped = res.shaped.base_advantages, res.shaped.step_advantages
     assert np.any(base != 0)
     assert np.all(base * shaped >= 0)

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from test_trainer_core import scripted, tiny_config
 
 from stepgym.shapers import ShapeConfig
-from stepgym.trainers.advantages import rows_step_batch
+from stepgym.steps.row import rows_step_batch
 from stepgym.trainers.grpo import GRPOTrainer
 
 

@@ -11,9 +11,10 @@ import pytest
 
 import stepgym  # noqa: F401  (registers the envs)
 from stepgym import schema
+from stepgym.steps.row import truncate_middle
 from stepgym.testing import check_text_env
 from stepgym.trainers.checkpoint import CheckpointError, find_latest, read_state, save_checkpoint
-from stepgym.trainers.samples import token_budget_batches, truncate_middle
+from stepgym.trainers.samples import token_budget_batches
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -132,7 +133,7 @@ def tokenizer():
 
 def test_action_span_maps_to_the_real_tokens(tokenizer) -> None:
     from stepgym.shapers import structural_target_span
-    from stepgym.teacher_context import prefix_token_counter
+    from stepgym.steps.teacher_context import prefix_token_counter
 
     text = "<think>the key is here</think>\n<action>take key</action>"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -143,8 +144,15 @@ def test_action_span_maps_to_the_real_tokens(tokenizer) -> None:
 
 
 def test_privileged_text_is_cut_then_dropped_when_the_context_is_full(tokenizer) -> None:
-    from stepgym.teacher_context import ContextBudget, TeacherStats, ahead_items, opsd_items
-    from stepgym.trainers.samples import PromptEncoder, StepRow
+    from stepgym.steps.row import StepRow
+    from stepgym.steps.teacher_context import (
+        ACTION_SPAN,
+        ContextBudget,
+        TeacherStats,
+        ahead_items,
+        opsd_items,
+    )
+    from stepgym.trainers.samples import PromptEncoder
 
     enc = PromptEncoder(tokenizer, max_prompt_tokens=512)
     prompt = "room door " * 10
@@ -164,9 +172,7 @@ def test_privileged_text_is_cut_then_dropped_when_the_context_is_full(tokenizer)
         assert (st.pi_truncated, st.pi_dropped) == {"whole": (0, 0), "cut": (1, 0), "dropped": (0, 1)}[expect]
     st = TeacherStats()
     block = "\n<hindsight>\n" + "peer step " * 200 + "\n</hindsight>\n"
-    items, spans = opsd_items(
-        [row], [block], tokenizer, ContextBudget(budget + 40, 16), st, span_mode="action_only"
-    )
+    items, spans = opsd_items([row], [block], tokenizer, ContextBudget(budget + 40, 16), st, span=ACTION_SPAN)
     (item,) = items
     s, e = spans[0][0]
     assert item.target == rids[s:e] and item.start == s

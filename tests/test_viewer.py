@@ -64,8 +64,8 @@ def test_trainer_records_the_advantages_it_trained_with(tmp_path: Path) -> None:
         # plain GRPO with the same penalty is what the trainer reports as its reference
         assert s["adv"]["grpo-alfworld"]["step"] == round(float(shaping.grpo_steps[i]), 6)
         assert len(s["tokens"]) == len(row.response_ids) == len(mine["tokens"])
-        assert s["raw_output"] == row.response_text and s["action"] == row.action
-        assert s["format_valid"] == row.format_valid and isinstance(s["rea"], bool)
+        assert s["raw_output"] == row.response_text and s["action"] == row.record["action"]
+        assert s["format_valid"] == bool(row.record["format_valid"]) and isinstance(s["rea"], bool)
         assert all(k.startswith("stepgym/") for k in s["info"])
     episodes = [r for r in read_records(path) if r["kind"] == "episode"]
     assert [e["won"] for e in episodes] == ro.successes

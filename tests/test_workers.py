@@ -306,7 +306,7 @@ def _collected(col, tasks, group_seeds: bool) -> str:
     )
     return repr(
         (
-            [(r.traj, r.t, r.prompt, r.response_ids, r.reward, r.action, r.info, r.record) for r in out.rows],
+            [(r.traj, r.t, r.prompt, r.response_ids, r.info, r.record) for r in out.rows],
             [
                 (t.task_id, t.initial_info, [tuple(vars(s).values()) for s in t.steps])
                 for t in out.trajectories

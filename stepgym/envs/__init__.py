@@ -1,3 +1,4 @@
+# Over 400 lines: the registry: every built-in env's registration and what it declares.
 """stepgym's Gymnasium envs, registered under the ``StepGym`` namespace.
 
 A built-in env is one folder here (or one module, for the credit toys) whose ``__init__`` makes one :func:`register`

@@ -26,44 +26,14 @@ Each trainer has its own module, imported only when asked for, behind its own ex
 * :mod:`stepgym.integrations.nemo_gym` (``pip install 'stepgym[nemo-gym]'``, Python >= 3.13.14): a NeMo Gym 0.7
   resources server whose episodes are ``stepgym serve`` sessions (every step's info holds the episode so far).
 
-Trainer-neutral pieces live here and import no trainer; each adapter above is a thin module over the first two
-(the adapter skeleton):
-
-* :mod:`stepgym.integrations.episode`: ``Episode``, one episode as every adapter plays it (the text stack, a task
-  reset, each reply stepped and recorded with its step record, an env failure ending it aborted), and
-  ``span_records`` (the step records with their replies' token spans);
-* :mod:`stepgym.integrations.advantages`: ``shape_rows``, a trainer's token rows (reply spans, groups, step
-  records) to stepgym's token advantages, after ``refuse_missing``'s one-line check that the trainer hands the
-  method what it reads;
-
-* :mod:`stepgym.integrations.tasks` turns an env's fixed task split (``env.unwrapped.task_ids``) into prompt rows,
-  so every trainer trains and evaluates on the same tasks.
-
-Below every trainer, shared with the bundled one: :mod:`stepgym.step_record` (the step record, read once per step
-from its info into plain values a trainer's reward or metadata hook can carry: ``step_annotations``,
-``episode_annotations``, ``STEP_FIELDS``) and :mod:`stepgym.steps` (the one ``StepBatch`` builder, for the bundled
-trainer and every adapter; ``step_batch_from_trajectories`` for a loop of one's own over ``GroupEnv``; the reply
-spans in a loss mask); their names for users (the record's functions, ``StepRecord``,
-``step_batch_from_trajectories``) are re-exported here. Shared with the bundled trainer too:
-:mod:`stepgym.teacher_context`, what the AHEAD / StepOPSD teachers read, on TRL's and verl's one-row-per-episode
-layout as on the trainer's one row per step.
+Each adapter is a thin module over the adapter skeleton in :mod:`stepgym.steps`, the one home of a step's data,
+below every trainer (the bundled one included): the step record (:mod:`stepgym.steps.record`), ``Episode``
+(:mod:`stepgym.steps.episode`, one episode as every adapter plays it), ``shape_rows``
+(:mod:`stepgym.steps.advantages`, a trainer's token rows to stepgym's token advantages), the task rows
+(:mod:`stepgym.steps.tasks`) and the teachers' contexts (:mod:`stepgym.steps.teacher_context`). This package
+exports no names of its own.
 """
 
 from __future__ import annotations
 
-from stepgym.lazy import lazy_exports
-
-_EXPORTS = {
-    "task_ids": "stepgym.integrations.tasks",
-    "task_rows": "stepgym.integrations.tasks",
-    "task_dataset": "stepgym.integrations.tasks",
-    "task_id_of_prompt": "stepgym.integrations.tasks",
-    "step_annotations": "stepgym.step_record",
-    "episode_annotations": "stepgym.step_record",
-    "STEP_FIELDS": "stepgym.step_record",
-    "StepRecord": "stepgym.step_record",
-    "step_batch_from_trajectories": "stepgym.steps",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__: list[str] = []

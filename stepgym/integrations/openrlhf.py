@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.integrations.episode import Episode
+from stepgym.steps.episode import Episode
 from stepgym.wrappers.text import TextInterfaceWrapper, resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
@@ -136,7 +136,7 @@ class _Spec:
             return max(found, key=len)
         raise ValueError(
             f"neither the label {label!r} nor the prompt names a task of this env; set --data.label_key to a "
-            "column holding the task id (stepgym.integrations.task_rows writes it as 'task_id')"
+            "column holding the task id (stepgym.steps.tasks.task_rows writes it as 'task_id')"
         )
 
 
@@ -235,7 +235,7 @@ class _StepGymAgent(AgentInstanceBase):
 
     @property
     def annotations(self) -> dict[str, Any]:
-        """The episode so far as :func:`~stepgym.step_record.episode_annotations` writes it (with
+        """The episode so far as :func:`~stepgym.steps.record.episode_annotations` writes it (with
         the strings ``extra_logs`` cannot carry: task id, state keys, parsed actions)."""
         if self.episode is None:
             raise RuntimeError("no episode yet: reset() first")

@@ -30,7 +30,8 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.errors import StepRecordError
-from stepgym.integrations.advantages import (
+from stepgym.shapers import ShapeConfig, StepBatch
+from stepgym.steps.advantages import (
     Rows,
     RowSettings,
     check_group_sizes,
@@ -38,8 +39,8 @@ from stepgym.integrations.advantages import (
     refuse_missing,
     shape_rows,
 )
-from stepgym.shapers import ShapeConfig, StepBatch
-from stepgym.steps import build_step_batch
+from stepgym.steps.batch import REWARD_SCALE, StepBatchOptions, build_step_batch
+from stepgym.steps.record import FORMAT_OR_INADMISSIBLE
 
 torch = _deps.require("torch", "openrlhf")
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF trainer integration")
@@ -89,8 +90,10 @@ def _settings() -> RowSettings:
     )
     return RowSettings(
         cfg,
-        reward_scale=float(os.environ.get(ENV["reward_scale"], "10")),
-        invalid_rule=os.environ.get(ENV["invalid_rule"], "format_or_inadmissible"),
+        StepBatchOptions(
+            reward_scale=float(os.environ.get(ENV["reward_scale"], str(REWARD_SCALE))),
+            invalid_rule=os.environ.get(ENV["invalid_rule"], FORMAT_OR_INADMISSIBLE),
+        ),
     )
 
 
@@ -110,7 +113,7 @@ def step_batch(
     cut = [False] * len(masks) if aborted is None else [bool(a) for a in aborted]
     spans, recs = mask_spans(masks, records, cut, what="sample")
     return build_step_batch(
-        spans, groups, width, records=recs, reward_scale=reward_scale, invalid_rule=invalid_rule, aborted=cut
+        spans, groups, width, records=recs, aborted=cut, options=StepBatchOptions(reward_scale, invalid_rule)
     )
 
 
@@ -135,7 +138,8 @@ class StepExperienceMaker(RemoteExperienceMaker):
         aborted = [decode_abort(experiences[e].labels[r]) for e, r, _ in where]
         spans, recs = mask_spans(masks, records, aborted, what="sample")
         width = max(len(m) for m in masks)
-        batch, adv = shape_rows(Rows(spans, groups, width, records=recs, aborted=aborted), settings)
+        shaped = shape_rows(Rows(spans, groups, width, records=recs, aborted=aborted), settings)
+        batch, adv = shaped.batch, shaped.token_advantages
         ep_return = np.bincount(batch.traj_ids, weights=batch.rewards, minlength=len(where))
         for e, exp in enumerate(experiences):
             rows = [k for k, (ee, _, _) in enumerate(where) if ee == e]

@@ -5,7 +5,7 @@ extras=row)``, then ``init(prompt)`` and ``step(model_text)`` until ``done``, ta
 per-turn reward. :class:`StepGymTextEnv` plays a stepgym env through the same text interface the bundled trainer
 uses (:class:`~stepgym.wrappers.text.TextInterfaceWrapper`: prompt rendering, strict action parsing, an unparsable
 reply is an invalid step), starts the row's ``task_id``, and returns per step the env's reward and, in
-``metadata``, the step record of :func:`stepgym.step_record.step_annotations` (the whole episode
+``metadata``, the step record of :func:`stepgym.steps.record.step_annotations` (the whole episode
 record on the last step). :func:`register` registers a stepgym env id under a SkyRL id.
 
 Step-level credit: :class:`StepAdvantageMixin`, mixed in before SkyRL's trainer class (``RayPPOTrainer`` of
@@ -30,7 +30,7 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.errors import StepRecordError
-from stepgym.integrations.advantages import (
+from stepgym.steps.advantages import (
     Rows,
     RowSettings,
     check_group_sizes,
@@ -38,7 +38,9 @@ from stepgym.integrations.advantages import (
     refuse_missing,
     shape_rows,
 )
-from stepgym.integrations.episode import Episode
+from stepgym.steps.batch import REWARD_SCALE, StepBatchOptions
+from stepgym.steps.episode import Episode
+from stepgym.steps.record import FORMAT_OR_INADMISSIBLE
 
 skyrl_gym = _deps.require("skyrl_gym", "skyrl", what="the SkyRL-gym integration")
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput  # noqa: E402
@@ -194,8 +196,8 @@ def step_advantages(
     group_size: int,
     shape_config: Any = "gigpo-alfworld",
     *,
-    reward_scale: float = 10.0,
-    invalid_rule: str = "format_or_inadmissible",
+    reward_scale: float = REWARD_SCALE,
+    invalid_rule: str = FORMAT_OR_INADMISSIBLE,
     aborted: Sequence[bool] | None = None,
 ) -> np.ndarray:
     """stepgym's (B, L) advantages for SkyRL's layout: row b's model turns are the runs of 1s in ``loss_mask[b]``
@@ -216,7 +218,7 @@ def step_advantages(
             )
     spans, recs = mask_spans(mask, steps, cut)  # type: ignore[arg-type]
     rows = Rows(spans, uids, mask.shape[1], records=recs, aborted=cut, mask=mask)
-    return shape_rows(rows, RowSettings(cfg, reward_scale, invalid_rule)).token_advantages
+    return shape_rows(rows, RowSettings(cfg, StepBatchOptions(reward_scale, invalid_rule))).token_advantages
 
 
 class StepAdvantageMixin:
@@ -228,8 +230,8 @@ class StepAdvantageMixin:
     """
 
     stepgym_shape_config: Any = "gigpo-alfworld"
-    stepgym_reward_scale: float = 10.0
-    stepgym_invalid_rule: str = "format_or_inadmissible"
+    stepgym_reward_scale: float = REWARD_SCALE
+    stepgym_invalid_rule: str = FORMAT_OR_INADMISSIBLE
     cfg: Any
 
     def convert_to_training_input(self, generator_output: Mapping[str, Any], uids: list[str]) -> Any:

@@ -13,11 +13,11 @@ What the trace carries (verifiers keeps one scalar per named reward, floats as m
 
 * reward ``env_return``: the episode return (sum of the env's step rewards);
 * metrics ``won``, ``n_steps``, ``format_valid_rate``, ``admissible_rate``, ``effective_rate``;
-* ``trace.info["stepgym"]``: the record of :func:`stepgym.step_record.episode_annotations` (task id,
+* ``trace.info["stepgym"]``: the record of :func:`stepgym.steps.record.episode_annotations` (task id,
   won, return, ARG labels, and per step: reward, parsed action, format-valid / admissible / effective,
   ``state_key``...), the same record every stepgym adapter hands its trainer.
 
-The tasks are the env's fixed split, through :func:`stepgym.integrations.tasks.task_ids`, so they are the same
+The tasks are the env's fixed split, through :func:`stepgym.steps.tasks.task_ids`, so they are the same
 tasks as in the other trainers; each :class:`StepGymTaskData` carries the stepgym ``task_id`` and ``env_id``.
 
 verifiers finds plugins by id: ``vf-eval stepgym-verifiers`` imports the top-level ``stepgym_verifiers`` package,
@@ -32,8 +32,8 @@ import threading
 from typing import Any
 
 from stepgym import _deps
-from stepgym.integrations.episode import Episode
-from stepgym.integrations.tasks import task_ids
+from stepgym.steps.episode import Episode
+from stepgym.steps.tasks import task_ids
 
 vf = _deps.require("verifiers.v1", "verifiers", what="the verifiers integration")
 from pydantic import Field  # noqa: E402 - a verifiers dependency

@@ -1,3 +1,4 @@
+# Over 400 lines: the shapers' pipeline: its batch type, its configuration and the one entry point.
 """The one function a trainer calls: the §0 pipeline of docs/shapers.md, with forbidden combinations refused.
 
 Order (docs/shapers.md §0; the only order that keeps every method's stated property):

@@ -34,10 +34,7 @@ from stepgym.trainers.generation import Generation, GenerationRequest, RolloutBa
 
 __all__ = [
     "BACKENDS",
-    "Generation",
-    "GenerationRequest",
     "HFBackend",
-    "RolloutBackend",
     "ScriptedBackend",
     "backend_from_config",
     "make_backend",
@@ -305,13 +302,10 @@ def backend_from_config(
     """The rollout backend ``cfg.rollout`` names, for the policy ``model`` (a :class:`TrainConfig`)."""
     rc = cfg.rollout
     if rc.backend == "scripted":
-        from stepgym.trainers.formats import reply_renderer
         from stepgym.wrappers.text import resolve_format
 
         fmt = resolve_format(cfg.env.id, cfg.env.text_format)
-        return make_backend(
-            "scripted", tokenizer=tokenizer, policy=rc.scripted_policy, render=reply_renderer(fmt)
-        )
+        return make_backend("scripted", tokenizer=tokenizer, policy=rc.scripted_policy, render=fmt.reply)
     if rc.backend == "vllm":
         if cfg.model.lora_rank > 0:
             raise ValueError("the vLLM backend syncs full weights; use --rollout.backend hf with LoRA")

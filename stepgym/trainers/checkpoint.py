@@ -1,3 +1,4 @@
+# Over 400 lines: saving and resuming every part of a trainer atomically; the parts must stay in step.
 """Checkpoints that resume exactly and survive a crash during the save.
 
 Layout of ``<output_dir>/checkpoints/``::

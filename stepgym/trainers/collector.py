@@ -1,3 +1,4 @@
+# Over 400 lines: the playing loop of every phase, with generation overlapped with env steps.
 """The rollout collector: N task groups through :class:`stepgym.GroupEnv`, in lockstep, one row per model turn.
 
 It speaks only the PettingZoo Parallel API of ``GroupEnv`` (``reset``/``step``/``agents``) and the Gymnasium
@@ -27,9 +28,10 @@ import numpy as np
 
 from stepgym import schema
 from stepgym.group import GroupConfig, GroupEnv
-from stepgym.step_record import step_annotations
+from stepgym.steps.record import step_annotations
+from stepgym.steps.row import StepRow
 from stepgym.trainers.backends import GenerationRequest, RolloutBackend
-from stepgym.trainers.samples import PromptEncoder, StepRow
+from stepgym.trainers.samples import PromptEncoder
 from stepgym.workers import EnvRecipe, Executor, ExecutorSpec, make_executor
 from stepgym.wrappers.text import TextFormat, text_wrappers
 
@@ -413,7 +415,7 @@ class _Collection:
                 traj = g.trajectories[r_idx]
                 step = traj.steps[-1]
                 prompt, ids, cut = f.prompts[k]
-                # the step's record, read once from its infos (stepgym.step_record): the batch builder keys it
+                # the step's record, read once from its infos (stepgym.steps.record): the batch builder keys it
                 rec = step_annotations(
                     self.last_info[gi][a], step.action, float(rew[a]), info, terminated=bool(step.terminated)
                 )
@@ -432,12 +434,7 @@ class _Collection:
                         finished=f.gens[k].finished,
                         observation=step.observation,
                         next_observation=step.next_observation,
-                        reward=rec["reward"],
-                        format_valid=bool(rec["format_valid"]),
-                        admissible=rec["admissible"] is not False,
-                        action=rec["action"],
                         info=info,
-                        terminated=rec["terminated"],
                         record=rec,
                     )
                 )

@@ -1,3 +1,4 @@
+# Over 400 lines: every trainer option with the docstring the CLI help and the docs read.
 """The trainer's configuration: frozen dataclasses, one per role, composed into :class:`TrainConfig`.
 
 One CLI is generated from these by ``tyro`` (``stepgym train --help`` lists every field with the docstring written
@@ -20,6 +21,8 @@ from typing import Any, Literal
 from stepgym.errors import InvalidArgumentError
 from stepgym.recording import RecordConfig
 from stepgym.shapers.compose import ShapeConfig
+from stepgym.steps.batch import REWARD_SCALE
+from stepgym.steps.record import FORMAT_OR_INADMISSIBLE
 
 __all__ = [
     "EnvConfig",
@@ -57,10 +60,10 @@ class EnvConfig:
     from the env id."""
     history: int = 2
     """K: the last K steps shown in each prompt (verl-agent / GiGPO: 2). -1 shows the whole history."""
-    reward_scale: float = 10.0
+    reward_scale: float = REWARD_SCALE
     """Env rewards are multiplied by this before shaping (verl-agent trains ALFWorld with reward 10·won, and the
     invalid-action penalty 0.1 is on that scale)."""
-    invalid_rule: Literal["format", "format_or_inadmissible"] = "format_or_inadmissible"
+    invalid_rule: Literal["format", "format_or_inadmissible"] = FORMAT_OR_INADMISSIBLE
     """What makes a step invalid for the penalty: only an unparsable reply (verl-agent), or also a well-formed but
     inadmissible command (stepgym's default; envs that do not report admissibility count as admissible)."""
     anchor: Literal["state_key", "observation"] = "state_key"

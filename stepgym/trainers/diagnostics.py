@@ -21,16 +21,42 @@ from typing import Any
 
 import numpy as np
 
-from stepgym.trainers.advantages import ShapingResult, advantage_stats, step_means
+from stepgym.steps.advantages import Shaped, step_means
+from stepgym.steps.record import FORMAT_OR_INADMISSIBLE, valid_flags
 from stepgym.trainers.collector import Rollouts
 
-__all__ = ["credit_payload", "gap_stats", "rollout_metrics", "shaping_arrays", "shaping_metrics"]
+__all__ = [
+    "advantage_stats",
+    "credit_payload",
+    "gap_stats",
+    "rollout_metrics",
+    "shaping_arrays",
+    "shaping_metrics",
+]
+
+
+def advantage_stats(values: np.ndarray, prefix: str) -> dict[str, float]:
+    """Summary statistics of a 1-D array of advantages for the metrics log."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return {}
+    return {
+        f"{prefix}/mean": float(v.mean()),
+        f"{prefix}/std": float(v.std()),
+        f"{prefix}/abs_mean": float(np.abs(v).mean()),
+        f"{prefix}/min": float(v.min()),
+        f"{prefix}/max": float(v.max()),
+        f"{prefix}/pos_frac": float((v > 0).mean()),
+        f"{prefix}/neg_frac": float((v < 0).mean()),
+        f"{prefix}/zero_frac": float((v == 0).mean()),
+    }
 
 
 def rollout_metrics(ro: Rollouts) -> dict[str, float]:
     """The batch's rollout figures. Success is over the finished episodes (an aborted one has no outcome); the
     abort rate and the aborted episodes per cause are ``rollout/abort_rate`` and ``rollout/aborted/<cause>``."""
     rows = ro.rows
+    records = [r.record for r in rows]
     done = np.array([not t.aborted for t in ro.trajectories], dtype=bool)
     succ = np.array(ro.successes, dtype=float)
     by_group = np.where(done, succ, np.nan).reshape(len(ro.task_ids), ro.group_size)
@@ -46,8 +72,8 @@ def rollout_metrics(ro: Rollouts) -> dict[str, float]:
         **aborts,
         "rollout/episode_reward": float(np.mean([t.total_reward for t in ro.trajectories])),
         "rollout/episode_steps": float(np.mean([len(t.steps) for t in ro.trajectories])),
-        "rollout/valid_action_ratio": float(np.mean([r.valid for r in rows])),
-        "rollout/format_valid_ratio": float(np.mean([r.format_valid for r in rows])),
+        "rollout/valid_action_ratio": float(np.mean(valid_flags(records, FORMAT_OR_INADMISSIBLE))),
+        "rollout/format_valid_ratio": float(np.mean([bool(r["format_valid"]) for r in records])),
         "rollout/response_tokens": float(np.mean([len(r.response_ids) for r in rows])),
         "rollout/prompt_tokens": float(np.mean([len(r.prompt_ids) for r in rows])),
         "rollout/prompts_truncated": float(sum(r.prompt_truncated for r in rows)),
@@ -63,20 +89,20 @@ def method_slug(method: str) -> str:
     return method.lower().replace("(", "_").replace(")", "").replace(".", "")
 
 
-def shaping_arrays(sh: ShapingResult) -> dict[str, Any]:
+def shaping_arrays(sh: Shaped) -> dict[str, Any]:
     """What :func:`shaping_metrics` summarises, as flat arrays (data-parallel ranks send these to be pooled)."""
     return {
-        "steps": step_means(sh.token_advantages, sh.response_mask),
+        "steps": step_means(sh.token_advantages, sh.mask),
         "grpo": np.asarray(sh.grpo_steps),
-        "tokens": sh.token_advantages[sh.response_mask],
+        "tokens": sh.token_advantages[sh.mask],
         "gigpo": None if sh.shaped.gigpo is None else np.asarray(sh.shaped.gigpo.step),
         "lam": float(sh.shaped.lam),
     }
 
 
-def shaping_metrics(sh: ShapingResult | list[dict[str, Any]], method: str) -> dict[str, float]:
+def shaping_metrics(sh: Shaped | list[dict[str, Any]], method: str) -> dict[str, float]:
     """Advantage statistics of one shaped batch, or of the pooled :func:`shaping_arrays` of several parts."""
-    parts = [shaping_arrays(sh)] if isinstance(sh, ShapingResult) else sh
+    parts = [shaping_arrays(sh)] if isinstance(sh, Shaped) else sh
     name = method_slug(method)
 
     def pooled(key: str) -> np.ndarray:
@@ -91,7 +117,7 @@ def shaping_metrics(sh: ShapingResult | list[dict[str, Any]], method: str) -> di
     return out
 
 
-def credit_payload(ro: Rollouts, sh: ShapingResult, k: int, *, iteration: int, method: str) -> dict[str, Any]:
+def credit_payload(ro: Rollouts, sh: Shaped, k: int, *, iteration: int, method: str) -> dict[str, Any]:
     """Up to ``k`` trajectories of the batch (failures first, then successes, from mixed groups when there are any)
     with each step's GRPO and shaped advantage: the data of the report's credit picture."""
     succ = ro.successes
@@ -100,7 +126,7 @@ def credit_payload(ro: Rollouts, sh: ShapingResult, k: int, *, iteration: int, m
     pool = [g * g_size + r for g in mixed for r in range(g_size)] or list(range(len(ro.trajectories)))
     fails = [t for t in pool if not succ[t]][: (k + 1) // 2]
     wins = [t for t in pool if succ[t]][: k - len(fails)]
-    shaped_steps = step_means(sh.token_advantages, sh.response_mask)
+    shaped_steps = step_means(sh.token_advantages, sh.mask)
     index = {(r.traj, r.t): i for i, r in enumerate(ro.rows)}
     trajs = []
     for tr in fails + wins:
@@ -111,9 +137,9 @@ def credit_payload(ro: Rollouts, sh: ShapingResult, k: int, *, iteration: int, m
             steps.append(
                 {
                     "t": t,
-                    "action": r.action,
-                    "valid": r.valid,
-                    "reward": r.reward,
+                    "action": r.record["action"],
+                    "valid": bool(valid_flags([r.record], FORMAT_OR_INADMISSIBLE)[0]),
+                    "reward": r.record["reward"],
                     "grpo": float(sh.grpo_steps[i]),
                     "shaped": float(shaped_steps[i]),
                 }

@@ -1,3 +1,4 @@
+# Over 400 lines: the trainer's controller, one short method per phase of an iteration; splitting it would scatter the loop.
 """The bundled GRPO trainer: a short controller over roles.
 
 One iteration (:meth:`GRPOTrainer.step`)::
@@ -29,7 +30,6 @@ the rollouts are gathered for the metrics and the ARG, and only rank 0 evaluates
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -40,8 +40,10 @@ import numpy as np
 from stepgym.envs import env_has_splits
 from stepgym.errors import AbortRateError
 from stepgym.shapers import dynamic_sampling_keep
+from stepgym.steps.advantages import RowSettings, Shaped, TokenGaps, shape_rows
+from stepgym.steps.batch import StepBatchOptions
+from stepgym.steps.row import TRAINER_LAYOUT, trainer_rows
 from stepgym.trainers.actor import UpdateRow
-from stepgym.trainers.advantages import ShapingResult, rows_step_batch, shape_rows
 from stepgym.trainers.backends import backend_from_config
 from stepgym.trainers.builder import (
     build_actor,
@@ -60,11 +62,11 @@ from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shapin
 from stepgym.trainers.distributed import context_from_env, group_shard, resolve_world_size
 from stepgym.trainers.evaluate import SEEDED_EVAL, eval_metrics, evaluate_policy
 from stepgym.trainers.metrics import timing_metrics, world_metrics
-from stepgym.trainers.models import precision, resolve_device
+from stepgym.trainers.models import precision
 from stepgym.trainers.samples import PromptEncoder
 from stepgym.wrappers.text import resolve_format
 
-__all__ = ["GRPOTrainer", "resolve_device"]
+__all__ = ["GRPOTrainer"]
 
 
 class GRPOTrainer:
@@ -222,7 +224,6 @@ class GRPOTrainer:
 
     def step(self) -> dict[str, float]:
         """One iteration; returns its metrics (also logged)."""
-        cfg = self.cfg
         t = {"start": time.perf_counter()}
         ro = self.collect()
         t["rollout"] = time.perf_counter()
@@ -232,23 +233,11 @@ class GRPOTrainer:
         t["old_logp"] = time.perf_counter()
         teacher = self.rescore(ro, old)
         labels = self.arg.label(ro) if self.arg is not None else (None, None)
-        batch, mask = rows_step_batch(
-            rows,
-            reward_scale=cfg.env.reward_scale,
-            invalid_rule=cfg.env.invalid_rule,
-            pad_id=self.pad_id,
-            anchor=cfg.env.anchor,
-        )
-        batch = dataclasses.replace(  # what the records do not hold: the ARG's labels, the teacher's gaps
-            batch,
-            reasonable=labels[0],
-            progress=labels[1],
-            delta=teacher.get("delta"),
-            delta_mask=teacher.get("delta_mask"),
-            target=teacher.get("target"),
-        )
         t_shape0 = time.perf_counter()
-        shaping = shape_rows(batch, cfg.shaper, update_index=self.iteration, mask=mask)
+        shaping = shape_rows(  # what the records do not hold: the ARG's labels, the teacher's gaps
+            trainer_rows(rows, self.pad_id, labels), self.row_settings(), teacher_gaps(teacher)
+        )
+        batch = shaping.batch
         t["shape"] = time.perf_counter() - t_shape0
         ref = self._reference_logprobs(rows)
         t_upd0 = time.perf_counter()
@@ -280,6 +269,14 @@ class GRPOTrainer:
         self.last = (ro, shaping)
         return m
 
+    def row_settings(self) -> RowSettings:
+        """How this trainer's rows are credited: one token row per step, ``success`` from ``won``, the env config's
+        reward scale, validity rule and state keying, the iteration as the schedules' update index, and plain GRPO
+        on the same batch for the metrics."""
+        env = self.cfg.env
+        options = StepBatchOptions(env.reward_scale, env.invalid_rule, env.anchor, **TRAINER_LAYOUT)  # type: ignore[arg-type]
+        return RowSettings(self.cfg.shaper, options, update_index=self.iteration, grpo_reference=True)
+
     def _check_aborts(self, ro: Rollouts) -> None:
         """Count the batch's aborted episodes (over all ranks) and stop the run, before this batch updates anything
         or is checkpointed, when their share is above ``rollout.max_abort_rate`` (one line naming the causes)."""
@@ -306,7 +303,7 @@ class GRPOTrainer:
             )
 
     def _metrics(
-        self, full: Rollouts, shaping: ShapingResult, stats: dict, labels: tuple, rank_rows: list, t: dict
+        self, full: Rollouts, shaping: Shaped, stats: dict, labels: tuple, rank_rows: list, t: dict
     ) -> dict[str, float]:
         """The iteration's metrics: rollouts, advantages, teachers and actor (``stats``), ARG (over all ranks),
         times and rates, and the data parallelism (``dist/world_size``, each rank's groups and rows)."""
@@ -347,7 +344,7 @@ class GRPOTrainer:
         ref_model = (self.reference or self.stale).model  # type: ignore[union-attr]
         return self.scorer.score(ref_model, [r.prompt_ids for r in rows], [r.response_ids for r in rows])
 
-    def _write_credit(self, ro: Rollouts, sh: ShapingResult) -> None:
+    def _write_credit(self, ro: Rollouts, sh: Shaped) -> None:
         k = self.cfg.run.credit_trajectories
         if k > 0 and self.dist.is_main:  # data-parallel: rank 0's groups
             payload = credit_payload(ro, sh, k, iteration=self.iteration, method=self.cfg.method)
@@ -441,3 +438,10 @@ class GRPOTrainer:
         with contextlib.suppress(Exception):
             self.metrics.close()
         self.dist.close()
+
+
+def teacher_gaps(teacher: dict[str, Any]) -> TokenGaps | None:
+    """The rescorer's output (``{}`` when the shaper needs no teacher) as :func:`shape_rows`' gaps."""
+    if not teacher:
+        return None
+    return TokenGaps(teacher.get("delta"), teacher.get("delta_mask"), teacher.get("target"))

@@ -89,7 +89,7 @@ class TrainerRecorder:
         others, records = self._comparisons(batch, iteration - 1)
         shaped.update(others)
         index = {(r.traj, r.t): i for i, r in enumerate(ro.rows)}
-        mask = shaping.response_mask
+        mask = shaping.mask
         rea, pa = labels if labels is not None else (None, None)
         trajs = [g * ro.group_size + k for g in groups for k in range(ro.group_size)]
         analyses = self._hints([ro.trajectories[i] for i in trajs])

@@ -1,13 +1,9 @@
-"""Training samples: one row per step (verl-agent's layout), their tokenisation, and packing into tensors.
+"""Packing the bundled trainer's rows (:class:`stepgym.steps.row.StepRow`, one per step) into tensors.
 
 Every model turn is one training row: ``prompt`` = the rendered turn prompt (task + last K steps + current
-observation + admissible actions, through the tokenizer's chat template when it has one), ``response`` = the tokens
-the model generated for that turn. Only response tokens are trained.
-
-Token ↔ step alignment is made exact by construction and checked in tests: a row's response tokens are stored
-*separately* from its prompt (``StepRow.response_ids``), every per-token array of the trainer is in **response
-coordinates** (``(B, R)``, column j = the j-th generated token of row b, left aligned, padding after), and a row is
-a step (``TokenLayout.from_step_rows``), so a step's advantage can only land on that step's generated tokens.
+observation + admissible actions, through the tokenizer's chat template when it has one, :class:`PromptEncoder`),
+``response`` = the tokens the model generated for that turn. Only response tokens are trained; the row itself, its
+record and the token alignment are :mod:`stepgym.steps.row`'s.
 
 Packing for the model (:func:`pack`) right-aligns every ``context ⊕ target`` sequence (left padding with explicit
 position ids, so padding never shifts positions) and asks the model only for the logits of the last ``R + 1``
@@ -15,40 +11,27 @@ positions (``logits_to_keep``): with a 49k vocabulary the full (B, L, V) logits 
 memory, while only the target tokens are ever scored. :func:`gather_index` maps those logits back to response
 coordinates.
 
-Prompt truncation policy (prompts longer than ``max_prompt_tokens``): keep the first quarter of the budget (the
-chat-template head and the task statement) and the last three quarters (the current observation, the admissible
-actions and the instruction), dropping the middle (the oldest history). Counted per batch in the metrics.
+Prompts longer than ``max_prompt_tokens`` lose their middle (:func:`stepgym.steps.row.truncate_middle`); counted
+per batch in the metrics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from stepgym.step_record import StepRecord
+from stepgym.steps.row import response_matrix, truncate_middle
 
 __all__ = [
     "PackedBatch",
     "PromptEncoder",
-    "StepRow",
     "pack",
-    "response_matrix",
+    "response_logprobs",
     "token_budget_batches",
-    "truncate_middle",
 ]
-
-
-def truncate_middle(ids: Sequence[int], limit: int, head_share: float = 0.25) -> tuple[list[int], bool]:
-    """Cut ``ids`` to ``limit`` tokens keeping ``head_share`` of the budget from the start, the rest from the end."""
-    ids = list(ids)
-    if limit <= 0 or len(ids) <= limit:
-        return ids, False
-    head = int(limit * head_share)
-    tail = limit - head
-    return ids[:head] + ids[len(ids) - tail :], True
 
 
 class PromptEncoder:
@@ -87,50 +70,6 @@ class PromptEncoder:
         return truncate_middle(ids, self.max_prompt_tokens if limit is None else limit)
 
 
-@dataclass
-class StepRow:
-    """One step of one rollout: a training row.
-
-    ``group`` indexes the task group in the batch, ``rollout`` the member of the group, ``traj`` the trajectory in
-    the batch (``group * G + rollout``), ``t`` the step index inside the trajectory (0-based).
-    """
-
-    group: int
-    rollout: int
-    traj: int
-    t: int
-    task_id: str
-    prompt: str
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_text: str
-    prompt_truncated: bool = False
-    finished: bool = True  #: the response ended with EOS (False: cut at max_response_tokens)
-    observation: str = ""  #: the raw observation the action was taken in (GiGPO's anchor fallback)
-    next_observation: str = ""  #: the raw observation the step led to
-    reward: float = 0.0
-    format_valid: bool = False
-    admissible: bool = False
-    action: str | None = None
-    info: Mapping[str, Any] = field(default_factory=dict)  #: the env info returned for this step
-    #: A row made by hand (no ``record``): the state it was taken in and the one it led to, as the batch keys them.
-    #: The collector leaves both ``None``: the batch builder keys its records (``EnvConfig.anchor``).
-    anchor: Any = None
-    next_anchor: Any = None
-    terminated: bool = False  #: the env ended the episode at this step (not a cut at the step limit)
-    aborted: bool = (
-        False  #: the episode was cut off by an infrastructure failure (docs/failures.md): no credit, no loss
-    )
-    #: The step's record (:func:`stepgym.step_record.step_annotations`), read once from its infos by the collector;
-    #: the trainer's ``StepBatch`` is built from it (:func:`stepgym.trainers.advantages.rows_step_batch`).
-    record: StepRecord | None = None
-
-    @property
-    def valid(self) -> bool:
-        """Format-valid and (when the env says) admissible: the papers' "valid action"."""
-        return bool(self.format_valid and self.admissible)
-
-
 def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     """Cut sequence indices into batches of at most ``budget`` padded tokens (batch size × longest length).
 
@@ -148,17 +87,6 @@ def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]
     if cur:
         out.append(cur)
     return out
-
-
-def response_matrix(responses: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Left-aligned (B, R) token ids (padded with ``pad_id``) and their (B, R) bool mask."""
-    width = max((len(r) for r in responses), default=0)
-    ids = np.full((len(responses), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(responses), width), dtype=bool)
-    for b, r in enumerate(responses):
-        ids[b, : len(r)] = r
-        mask[b, : len(r)] = True
-    return ids, mask
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Only *scoring* happens here: batching the forward passes (:class:`Scorer`), keeping StepOPSD's stale snapshot
 (:class:`StaleTeacher`), and running one batch (:class:`TeacherRescorer`, what ``GRPOTrainer.rescore`` calls). What
 the teacher reads (the privileged text of a step, its fitting into ``max_context_tokens``, StepOPSD's target span,
-the context of a step row) is :mod:`stepgym.teacher_context`, the one module the TRL and verl adapters use too. The
+the context of a step row) is :mod:`stepgym.steps.teacher_context`, the one module the TRL and verl adapters use too. The
 gaps become advantages in the shapers (:func:`stepgym.shapers.ahead_delta`, :func:`stepgym.shapers.opsd_span_gaps`),
 never here.
 
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from stepgym import teacher_context as tcx  # what the teacher reads: one module for every layout
 from stepgym.shapers.ahead import ahead_delta
 from stepgym.shapers.stepopsd import opsd_span_gaps
 from stepgym.shapers.tokens import TokenLayout
+from stepgym.steps import teacher_context as tcx  # what the teacher reads: one module for every layout
 from stepgym.text_format import TextFormat
 from stepgym.trainers.samples import PromptEncoder, pack, response_logprobs, token_budget_batches
 
@@ -159,7 +159,7 @@ class TeacherRescorer:
         cfg: the :class:`~stepgym.trainers.config.TrainConfig` (its ``shaper``, ``teacher`` and ``rollout``).
         scorer: the batched :class:`Scorer`. encoder: the trainer's :class:`PromptEncoder` (AHEAD re-renders
             prompts with the privileged text). fmt_name: the text format, by name or as the object (picks StepOPSD's
-            span mode, :func:`stepgym.teacher_context.span_mode_for`).
+            span rule, :func:`stepgym.steps.teacher_context.span_rule`).
         analyzer: AHEAD's hint analyzer (``stepgym.wrappers.hints``). stale: StepOPSD's :class:`StaleTeacher`.
     """
 
@@ -232,11 +232,11 @@ class TeacherRescorer:
 
         tc = self.cfg.teacher
         rows = ro.rows
-        mode = tc.span_mode if tc.span_mode != "auto" else tcx.span_mode_for(self.fmt_name)
+        rule = tcx.span_rule(self.fmt_name, tc.span_mode)  # the format's declared span, unless overridden
         blocks = [ro.hindsight[r.traj] for r in rows]
         live = tc.opsd_teacher == "live"
         items, spans = tcx.opsd_items(
-            rows, blocks, self.encoder.tokenizer, self.budget(), stats, span_mode=mode, score_plain=not live
+            rows, blocks, self.encoder.tokenizer, self.budget(), stats, span=rule, score_plain=not live
         )
         width = max(len(r.response_ids) for r in rows)
         target = TokenLayout.from_spans([[tuple(s) for s in sp] for sp in spans], width)

@@ -23,7 +23,6 @@ from stepgym import schema
 from stepgym.trainers.backends import ScriptedBackend
 from stepgym.trainers.collector import Collector, draw_tasks
 from stepgym.trainers.config import WarmupConfig
-from stepgym.trainers.formats import reply_renderer
 from stepgym.trainers.samples import pack, response_logprobs, token_budget_batches
 from stepgym.wrappers.faults import FaultInjectionWrapper, parse_faults
 from stepgym.wrappers.text import TextFormat, make_text_env
@@ -81,7 +80,7 @@ def env_corpus(
         env, kwargs = FaultInjectionWrapper(env, **spec), None
     env = make_text_env(env, kwargs, fmt=fmt, history=history)
     rng = np.random.default_rng(seed)
-    agent = _RandomAdmissible(env, reply_renderer(fmt), rng)
+    agent = _RandomAdmissible(env, fmt.reply, rng)  # the format's declared reply shape
     ids = getattr(env.unwrapped, "task_ids", None)
     texts: list[str] = [fmt.invalid_feedback("no <action>...</action> tag"), "<hindsight> </hindsight>"]
     aborted: dict[str, int] = {}
@@ -131,7 +130,7 @@ def format_warmup(
         return {}
     tokenizer = collector.encoder.tokenizer
     saved = collector.backend
-    collector.backend = ScriptedBackend(tokenizer, "random", render=reply_renderer(collector.fmt))
+    collector.backend = ScriptedBackend(tokenizer, "random", render=collector.fmt.reply)
     try:
         n_groups = max(1, cfg.episodes // collector.group_size)
         ids = collector.task_ids()

@@ -1,3 +1,4 @@
+# Over 400 lines: AHEAD's error analysis and the corrective hint rules of every env family.
 """Corrective hints (AHEAD): which steps of a failed episode were critical errors, and what to do instead.
 
 AHEAD ("Adaptive Hindsight with Environment-Augmented Distillation for Agentic RL", Jin et al. 2026; docs/shapers.md

@@ -1,3 +1,4 @@
+# Over 400 lines: the text interface: prompt rendering, reply parsing and the wrapper that joins them.
 """The LLM text interface: prompts from (task, last K steps, observation, admissible actions) and action parsing.
 
 An LLM policy does not emit env actions, it emits text. This module is the bridge, written once so that the
@@ -38,26 +39,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 from stepgym import schema
-
-# Search-R1's protocol (its invalid-turn sentence, verbatim, and the turn parser) is defined once, by the
-# Search-QA env; protocol.py imports nothing heavy.
-from stepgym.envs.searchqa.protocol import INVALID_FEEDBACK as SEARCH_R1_INVALID_FEEDBACK
-from stepgym.envs.searchqa.protocol import normalize_question as _normalize_question
-from stepgym.envs.searchqa.protocol import parse_turn as _parse_turn
 from stepgym.text_format import (
-    REACT_INSTRUCTION,
     ParseResult,
     PromptTemplate,
     TextFormat,
-    invalid_parse,
     parse_react,
-    react_feedback,
 )
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
@@ -65,18 +57,14 @@ _log = logging.getLogger(__name__)
 
 __all__ = [
     "FORMATS",
-    "SEARCH_R1_INVALID_FEEDBACK",
-    "ParseResult",
-    "PromptTemplate",
-    "TextFormat",
+    "FORMAT_REFS",
+    "PLAIN_FORMAT",
     "TextInterfaceWrapper",
     "action_text",
     "declared_format",
     "get_format",
     "make_text_env",
     "parse_action",
-    "parse_react",
-    "parse_search_r1",
     "prompt_for_step",
     "render_prompt",
     "resolve_format",
@@ -86,126 +74,8 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Parsing
+# The format of an env that declares none, and the formats by name
 # ---------------------------------------------------------------------------------------------------------------
-def parse_search_r1(text: Any, *, strict: bool = True) -> ParseResult:
-    """Parse a Search-R1 turn: exactly one complete ``<search>q</search>`` or ``<answer>a</answer>``.
-
-    The returned ``action`` is the whole turn up to and including the closing tag (leading/trailing whitespace
-    stripped): the Search-QA env reads the tags itself, and Search-R1 stops generating at the closing tag, so
-    anything after it would never have been generated. Two action tags, none, an unclosed one or empty content are
-    invalid (the Search-QA env's rule). ``strict=False`` is Search-R1's own rule instead: the turn is cut after its
-    first ``</search>`` (else its first ``</answer>``) and the first complete block of that wins. ``think`` is the first ``<think>`` block, if any.
-    """
-    if not isinstance(text, str):
-        return invalid_parse(f"the reply must be text, got {type(text).__name__}")
-    turn = _parse_turn(text, strict=strict)  # one parser for the env and this interface
-    if not turn.valid:
-        return invalid_parse(turn.reason)
-    return ParseResult(format_valid=True, action=text[: turn.end].strip(), think=turn.think)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Prompt templates (plain str.format)
-# ---------------------------------------------------------------------------------------------------------------
-ALFWORLD_TEMPLATE = PromptTemplate(
-    intro="You are an agent acting in a household simulated by the ALFWorld text game. Your task is to: {task}",
-    history_header=(
-        "You have taken {step_count} action(s) so far. Here are the last {history_count} observation(s) and the "
-        "action you took after each:"
-    ),
-    history_item="[Step {n}] Observation: {observation}\n[Step {n}] Action: {action}",
-    current="You are now at step {step_number}. Your current observation is: {observation}",
-    current_first="Your current observation is: {observation}",
-    admissible="Your admissible actions in this situation are: [{admissible}].",
-    instruction=REACT_INSTRUCTION,
-)
-
-WEBSHOP_TEMPLATE = PromptTemplate(
-    intro=(
-        "You are a shopping agent on the WebShop website. Your task is to buy a product that matches this "
-        "instruction: {task}"
-    ),
-    history_header=(
-        "You have taken {step_count} action(s) so far. Here are the last {history_count} page(s) you saw and the "
-        "action you took on each:"
-    ),
-    history_item="[Step {n}] Page: {observation}\n[Step {n}] Action: {action}",
-    current="You are now at step {step_number}. The current page is: {observation}",
-    current_first="The current page is: {observation}",
-    admissible="Your admissible actions on this page are: [{admissible}].",
-    instruction=REACT_INSTRUCTION,
-)
-
-# Search-R1's prompt (Jin et al., 2025), the string of its ``make_prefix(template_type="base")`` in
-# ``scripts/data_process/nq_search.py`` (github.com/PeterGriffinJin/Search-R1), reproduced exactly because matching
-# it is the point (the papers' Search-QA numbers are measured with it; stepgym.envs.searchqa.protocol.make_prompt
-# holds the same string). Later turns continue the context as Search-R1's rollout does: every earlier reply, then
-# the env's answer to it (``"\n\n<information>…</information>\n\n"`` or the invalid-turn sentence), nothing else.
-SEARCH_R1_TEMPLATE = PromptTemplate(
-    intro=(
-        "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
-        "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine "
-        "by <search> query </search> and it will return the top searched results between <information> and "
-        "</information>. You can search as many times as your want. If you find no further external knowledge "
-        "needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
-        "illustrations. For example, <answer> Beijing </answer>. Question: {task}\n"
-    ),
-    history_header="",
-    history_item="{turn}{feedback}",
-    current="",
-    current_first="",
-    admissible="",
-    instruction="",
-    history_separator="",
-    piece_separator="",
-)
-
-# stepgym's own wording of the same protocol (format "qa-stepgym"): the tags and the rule are Search-R1's, the
-# history is labelled and the prompt ends with an explicit instruction.
-QA_TEMPLATE = PromptTemplate(
-    intro=(
-        "Answer the question below. Reason inside <think> </think> whenever you get new information. If you need "
-        "knowledge you do not have, call the search engine by writing a query inside <search> </search>; the "
-        "results come back inside <information> </information>. You may search several times. When you are "
-        "ready, give the final answer inside <answer> </answer> with no explanation, for example "
-        "<answer> Paris </answer>.\nQuestion: {task}"
-    ),
-    history_header="Your turns so far:",
-    history_item="{turn}\n{feedback}",
-    current="",
-    current_first="",
-    admissible="",
-    instruction="Continue with your next turn.",
-)
-
-# The credit-assignment toys' compact format: prompts a tiny model trained from scratch can read (~100 tokens per
-# turn instead of ~600), no <think> block (a 100k-parameter model has nothing to reason with); the reply is
-# <action>…</action>, read by the same strict parser as ALFWorld's, so validity means the same thing.
-CREDIT_TEMPLATE = PromptTemplate(
-    intro="Task: {task}.",
-    history_header="Last steps:",
-    history_item="{observation} > {action}",
-    current="Now: {observation}",
-    current_first="Now: {observation}",
-    admissible="Actions: {admissible}.",
-    instruction="Reply with <action>one action</action>.",
-)
-
-
-def _search_r1_feedback(reason: str) -> str:
-    return SEARCH_R1_INVALID_FEEDBACK
-
-
-def _credit_feedback(reason: str) -> str:
-    return f"Invalid reply: {reason}. Reply with one admissible action inside <action> </action>."
-
-
-# Module-level parsers (not lambdas), so that a TextFormat pickles and can travel to env workers (stepgym.workers).
-_parse_react_lowercase = functools.partial(parse_react, lowercase=True)
-_parse_search_r1_lenient = functools.partial(parse_search_r1, strict=False)
-_parse_react_no_think = functools.partial(parse_react, require_think=False)
-
 # The format of an env that declares none: the task (when the env has one), the observation, the admissible
 # actions (when the env lists them) and one <action> tag; no <think> block is required.
 PLAIN_TEMPLATE = PromptTemplate(
@@ -223,44 +93,55 @@ def _plain_feedback(reason: str) -> str:
     return f"Invalid reply: {reason}. Reply with exactly one action inside <action> </action>."
 
 
-FORMATS: dict[str, TextFormat] = {
-    "alfworld": TextFormat(
-        "alfworld",
-        ALFWORLD_TEMPLATE,
-        _parse_react_lowercase,
-        react_feedback,
-        history_length=2,
-    ),
-    "webshop": TextFormat("webshop", WEBSHOP_TEMPLATE, parse_react, react_feedback, history_length=2),
-    # Search-R1's prompt with the strict one-action-per-turn rule (the env's strict_format=True); the format
-    # StepGym/SearchQA-v0 declares. The env itself defaults to Search-R1's rule (strict_format=False, "qa-lenient").
-    "qa": TextFormat(
-        "qa",
-        SEARCH_R1_TEMPLATE,
-        parse_search_r1,
-        _search_r1_feedback,
-        history_length=None,
-        task_text=_normalize_question,
-    ),
-    # Search-R1's prompt and its own first-tag-wins rule (the Search-QA env's default, ``strict_format=False``)
-    "qa-lenient": TextFormat(
-        "qa-lenient",
-        SEARCH_R1_TEMPLATE,
-        _parse_search_r1_lenient,
-        _search_r1_feedback,
-        history_length=None,
-        task_text=_normalize_question,
-    ),
-    # stepgym's own wording, with the strict rule
-    "qa-stepgym": TextFormat(
-        "qa-stepgym", QA_TEMPLATE, parse_search_r1, _search_r1_feedback, history_length=None
-    ),
-    "credit": TextFormat(
-        "credit", CREDIT_TEMPLATE, _parse_react_no_think, _credit_feedback, history_length=2
-    ),
-    # any env that declares no format (a user's own, registered with Gymnasium only)
-    "plain": TextFormat("plain", PLAIN_TEMPLATE, _parse_react_no_think, _plain_feedback, history_length=2),
+_parse_react_no_think = functools.partial(
+    parse_react, require_think=False
+)  # module-level: the format pickles
+
+#: The format of any env that declares none (a user's own, registered with Gymnasium only).
+PLAIN_FORMAT = TextFormat("plain", PLAIN_TEMPLATE, _parse_react_no_think, _plain_feedback, history_length=2)
+
+#: The formats by name (``EnvConfig.text_format``, ``register(..., text_format=name)``): each family's format lives
+#: in its env's folder, read on first use; ``"plain"`` is the format of an env that declares none.
+FORMAT_REFS: dict[str, str] = {
+    "alfworld": "stepgym.envs.alfworld.prompt:FORMAT",
+    "webshop": "stepgym.envs.webshop.prompt:FORMAT",
+    "qa": "stepgym.envs.searchqa.prompt:FORMAT",  # Search-R1's prompt, one action per turn (the env's declared one)
+    "qa-lenient": "stepgym.envs.searchqa.prompt:LENIENT_FORMAT",  # Search-R1's own first-tag-wins rule
+    "qa-stepgym": "stepgym.envs.searchqa.prompt:STEPGYM_FORMAT",  # stepgym's wording, one action per turn
+    "credit": "stepgym.envs.credit:FORMAT",
 }
+
+
+class _Formats(Mapping[str, TextFormat]):
+    """:data:`FORMAT_REFS` and ``"plain"`` as a mapping of :class:`TextFormat` objects, each loaded when read."""
+
+    def __getitem__(self, name: str) -> TextFormat:
+        if name == "plain":
+            return PLAIN_FORMAT
+        return _load_format(FORMAT_REFS[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*FORMAT_REFS, "plain"])
+
+    def __len__(self) -> int:
+        return len(FORMAT_REFS) + 1
+
+
+#: Every named format (see :data:`FORMAT_REFS`).
+FORMATS: Mapping[str, TextFormat] = _Formats()
+
+
+def _load_format(ref: str) -> TextFormat:
+    import importlib
+
+    module, _, attr = ref.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"text format {ref!r} cannot be loaded: {exc}") from None
+    if not isinstance(found, TextFormat):
+        raise ValueError(f"text format {ref!r} is a {type(found).__name__}, not a stepgym TextFormat")
+    return found
 
 
 def get_format(fmt: str | TextFormat) -> TextFormat:
@@ -270,16 +151,7 @@ def get_format(fmt: str | TextFormat) -> TextFormat:
     if isinstance(fmt, TextFormat):
         return fmt
     if isinstance(fmt, str) and ":" in fmt:
-        import importlib
-
-        module, _, attr = fmt.partition(":")
-        try:
-            found = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"text format {fmt!r} cannot be loaded: {exc}") from None
-        if not isinstance(found, TextFormat):
-            raise ValueError(f"text format {fmt!r} is a {type(found).__name__}, not a stepgym TextFormat")
-        return found
+        return _load_format(fmt)
     try:
         return FORMATS[fmt]
     except (KeyError, TypeError):
@@ -319,7 +191,7 @@ def resolve_format(env: gym.Env | str, fmt: str | TextFormat | None = None) -> T
                 "stepgym.envs.register(..., text_format=...) or metadata['text_format'])",
                 what,
             )
-        return FORMATS["plain"]
+        return PLAIN_FORMAT
     return get_format(name)
 
 

@@ -1,3 +1,4 @@
+# Over 400 lines: ALFWorld's A* value oracle and its admissible heuristic over the native engine's states.
 """ALFWorld's value oracle: the fewest commands to win, by an A* search over the native engine's states.
 
 From the env's current state (a snapshot, :meth:`~stepgym.envs.alfworld.env.ALFWorldEnv.get_state`) the oracle

@@ -13,6 +13,7 @@ import functools
 
 from stepgym.text_format import (
     REACT_INSTRUCTION,
+    REACT_REPLY,
     PromptTemplate,
     TextFormat,
     parse_react,
@@ -36,4 +37,12 @@ TEMPLATE = PromptTemplate(
 
 _parse = functools.partial(parse_react, lowercase=True)
 
-FORMAT = TextFormat("babyai", TEMPLATE, _parse, react_feedback, history_length=2)
+FORMAT = TextFormat(
+    "babyai",
+    TEMPLATE,
+    _parse,
+    react_feedback,
+    history_length=2,
+    reply_shape=REACT_REPLY,
+    span_mode="action_only",
+)

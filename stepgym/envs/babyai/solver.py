@@ -1,3 +1,4 @@
+# Over 400 lines: one A* search over the level's state with its per-mission heuristics, which only make sense together.
 """The fewest actions to complete a BabyAI mission from any state: A* over the level's full state.
 
 The search steps the level's *own* code (MiniGrid's dynamics and the mission's instruction verifier, which says

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import functools
 
-from stepgym.text_format import REACT_INSTRUCTION, PromptTemplate, TextFormat, parse_react, react_feedback
+from stepgym.text_format import (
+    REACT_INSTRUCTION,
+    REACT_REPLY,
+    PromptTemplate,
+    TextFormat,
+    parse_react,
+    react_feedback,
+)
 
 __all__ = ["ACTION_TEMPLATES", "FORMAT", "TEMPLATE"]
 
@@ -63,4 +70,12 @@ TEMPLATE = PromptTemplate(
 
 _parse = functools.partial(parse_react, lowercase=True)
 
-FORMAT = TextFormat("scienceworld", TEMPLATE, _parse, react_feedback, history_length=2)
+FORMAT = TextFormat(
+    "scienceworld",
+    TEMPLATE,
+    _parse,
+    react_feedback,
+    history_length=2,
+    reply_shape=REACT_REPLY,
+    span_mode="action_only",
+)

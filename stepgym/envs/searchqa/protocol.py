@@ -18,7 +18,7 @@ Facts reproduced from Search-R1 (Jin et al., 2025; ``search_r1/llm_agent/generat
 Tags are matched case-sensitively, as Search-R1 does (``<ANSWER>x</ANSWER>`` is no action), and the turn is
 parsed exactly as written: no character is removed or replaced before parsing, scoring or searching.
 
-Deliberate difference (the issue's rule, shared with ``stepgym.wrappers.text.parse_search_r1``): Search-R1 takes
+Deliberate difference (the issue's rule, shared with ``stepgym.envs.searchqa.prompt.parse_search_r1``): Search-R1 takes
 the *first* ``<search>``/``<answer>`` block of a turn; here a turn with two action tags (two searches, or a search
 and an answer), an unclosed tag or an empty query/answer is invalid, with a precise reason in
 ``info[schema.INVALID_REASON]``. ``strict=False`` is Search-R1's rule exactly (:func:`cut_turn`, then the first

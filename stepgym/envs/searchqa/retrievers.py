@@ -1,3 +1,4 @@
+# Over 400 lines: every retrieval backend behind one search interface, so they stay interchangeable.
 """Retrieval over a passage corpus: dense FAISS over a pluggable encoder, BM25 with bm25s, Lucene BM25 (optional).
 
 All backends answer ``search(queries, topk) -> list[list[Hit]]`` (best first), the shape Search-R1's

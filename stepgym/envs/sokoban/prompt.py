@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import functools
 
-from stepgym.text_format import REACT_INSTRUCTION, PromptTemplate, TextFormat, parse_react, react_feedback
+from stepgym.text_format import (
+    REACT_INSTRUCTION,
+    REACT_REPLY,
+    PromptTemplate,
+    TextFormat,
+    parse_react,
+    react_feedback,
+)
 
 __all__ = ["FORMAT", "TEMPLATE"]
 
@@ -38,4 +45,12 @@ TEMPLATE = PromptTemplate(
 _parse = functools.partial(parse_react, lowercase=True)
 
 #: The format ``make_text_env`` / ``stepgym train`` use for the env (history K = 2, as verl-agent's).
-FORMAT = TextFormat("sokoban", TEMPLATE, _parse, react_feedback, history_length=2)
+FORMAT = TextFormat(
+    "sokoban",
+    TEMPLATE,
+    _parse,
+    react_feedback,
+    history_length=2,
+    reply_shape=REACT_REPLY,
+    span_mode="action_only",
+)

@@ -8,7 +8,14 @@ lower-casing (TextCraft's commands are case-sensitive, as upstream reads them).
 
 from __future__ import annotations
 
-from stepgym.text_format import REACT_INSTRUCTION, PromptTemplate, TextFormat, parse_react, react_feedback
+from stepgym.text_format import (
+    REACT_INSTRUCTION,
+    REACT_REPLY,
+    PromptTemplate,
+    TextFormat,
+    parse_react,
+    react_feedback,
+)
 
 __all__ = ["FORMAT", "TEMPLATE"]
 
@@ -30,4 +37,12 @@ TEMPLATE = PromptTemplate(
     instruction=REACT_INSTRUCTION,
 )
 
-FORMAT = TextFormat("textcraft", TEMPLATE, parse_react, react_feedback, history_length=2)
+FORMAT = TextFormat(
+    "textcraft",
+    TEMPLATE,
+    parse_react,
+    react_feedback,
+    history_length=2,
+    reply_shape=REACT_REPLY,
+    span_mode="action_only",
+)

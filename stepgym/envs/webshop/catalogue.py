@@ -1,3 +1,4 @@
+# Over 400 lines: both on-disk catalogue forms and WebShop's product processing, reproduced step by step.
 """The WebShop product catalogue: loading, validation and WebShop's product processing.
 
 Two on-disk forms are accepted, both produced by upstream WebShop (princeton-nlp/WebShop):

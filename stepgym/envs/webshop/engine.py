@@ -1,3 +1,4 @@
+# Over 400 lines: WebShop's whole page state machine, shared by the text env and the site.
 """The WebShop page state machine, shared by the text env and the web site.
 
 A shopping session is a :class:`ShopState` (which page, the search keywords, the results page number, the open

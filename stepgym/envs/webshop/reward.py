@@ -1,3 +1,4 @@
+# Over 400 lines: WebShop's purchase reward re-implemented term by term from its definition.
 """WebShop's purchase reward, re-implemented from its definition (upstream ``web_agent_site/engine/goal.py``).
 
 For a bought product ``p`` with chosen options ``o`` and a goal ``g`` (attributes ``A``, options ``O``, price bound

@@ -1,3 +1,4 @@
+# Over 400 lines: the site's HTTP server and every page handler, one module so the routes read together.
 """The WebShop web site: the shared engine served as HTML by a real HTTP server on 127.0.0.1.
 
 Why the standard library's :class:`http.server.ThreadingHTTPServer` and not Flask (upstream's choice): the site

@@ -1,3 +1,4 @@
+# Over 400 lines: the site env and its browser driving, one lifecycle.
 """``StepGym/WebShopSite-v0``: the WebShop site served on 127.0.0.1 and driven through a real headless Chromium.
 
 The env starts :class:`~stepgym.envs.webshop.server.ShopSite` (ephemeral port, health-checked with a deadline) and

@@ -10,7 +10,7 @@
   a row; each block of G is one :class:`stepgym.GroupEnv` group on one task. Each rollout is one growing chat (the
   text interface's prompt as the user turn, the model's reply as the assistant turn), stored as one token row whose
   env tokens are masked out of the loss (``env_mask``). It returns per-step annotations
-  (:mod:`stepgym.step_record`) with each step's token span, which reach TRL's reward functions as the
+  (:mod:`stepgym.steps.record`) with each step's token span, which reach TRL's reward functions as the
   ``stepgym_steps`` / ``stepgym_episode`` keyword arguments.
 * :class:`StepGRPOTrainer` — a ``GRPOTrainer`` whose advantages are per token: the rollout's steps go through
   :func:`stepgym.shapers.shape_advantages` (GRPO, Dr.GRPO, GiGPO, ProAS; AHEAD and StepOPSD with the

@@ -11,8 +11,8 @@ import numpy as np
 from stepgym import _deps
 from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupConfig, GroupEnv, WrapperFn
-from stepgym.integrations.episode import span_records
-from stepgym.integrations.tasks import reset_args, task_id_of_prompt
+from stepgym.steps.episode import span_records
+from stepgym.steps.tasks import reset_args, task_id_of_prompt
 from stepgym.wrappers.text import text_wrappers
 
 _deps.require("trl", "trl", what="the TRL integration")
@@ -66,7 +66,7 @@ class GroupRollout:
             stops the rollout.
 
     Called as ``rollout(prompts, trainer)``: the prompts come from
-    :func:`stepgym.integrations.task_dataset` (they carry the task id), repeated G times in a row by TRL. Each
+    :func:`stepgym.steps.tasks.task_dataset` (they carry the task id), repeated G times in a row by TRL. Each
     block of G is reset on its task; every rollout is a chat ``[system?, user: prompt_0, assistant: reply_0, user:
     prompt_1, ...]`` generated with the trainer's model and sampling settings and stepped through the env's
     :class:`~stepgym.wrappers.text.TextInterfaceWrapper` (an unparsable reply is an invalid step, as in the bundled

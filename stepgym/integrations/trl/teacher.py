@@ -1,5 +1,5 @@
 """``TeacherGaps``: the AHEAD / StepOPSD teacher rescoring for :class:`StepGRPOTrainer`, its contexts built by
-:mod:`stepgym.teacher_context` (the module the bundled trainer and verl's trainer use too)."""
+:mod:`stepgym.steps.teacher_context` (the module the bundled trainer and verl's trainer use too)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.shapers import StepBatch
-from stepgym.teacher_context import (
+from stepgym.steps.teacher_context import (
     ContextBudget,
     TeacherContexts,
     TeacherStats,
     ahead_gaps,
     opsd_gaps,
     peer_blocks,
-    span_mode_for,
+    span_rule,
 )
 
 _deps.require("trl", "trl", what="the TRL integration")
@@ -31,7 +31,7 @@ TokenGapFn = Callable[[Any, list[dict[str, Any]], dict[str, Any], StepBatch], Ma
 class TeacherGaps:
     """The teacher rescoring AHEAD and StepOPSD need, for :class:`StepGRPOTrainer` (its default ``token_gaps``).
 
-    The same teachers and contexts as the bundled trainer (:mod:`stepgym.teacher_context`), on TRL's layout of
+    The same teachers and contexts as the bundled trainer (:mod:`stepgym.steps.teacher_context`), on TRL's layout of
     one token row per episode (prompt, then the model's replies between the env's turns):
 
     * AHEAD: teacher = the policy before the update (θ_old, the trainer's model when the batch is scored); each
@@ -111,7 +111,7 @@ class TeacherGaps:
                 tok,
                 None if student is None else (lambda c, t: scorer.score(teacher, c, t)),
                 stats,
-                span_mode=span_mode_for(getattr(trainer.rollout_func, "fmt", None)),
+                span=span_rule(getattr(trainer.rollout_func, "fmt", None)),
                 blocks=self._hindsight_blocks(trainer, ctx.trajectories, ctx.groups),
             )
             out = (

@@ -10,7 +10,7 @@ import gymnasium as gym
 
 from stepgym import _deps, schema
 from stepgym.group import EnvFactory, WrapperFn
-from stepgym.integrations.episode import Episode
+from stepgym.steps.episode import Episode
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 
 _deps.require("trl", "trl", what="the TRL integration")
@@ -78,7 +78,7 @@ class StepGymToolEnv:
 
     @property
     def annotations(self) -> dict[str, Any] | None:
-        """The current episode's :func:`~stepgym.step_record.episode_annotations` record."""
+        """The current episode's :func:`~stepgym.steps.record.episode_annotations` record."""
         return self._episode.annotations() if self._started else None
 
     @property

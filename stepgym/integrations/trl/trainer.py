@@ -11,7 +11,8 @@ import numpy as np
 from stepgym import _deps
 from stepgym.errors import StepRecordError
 from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
-from stepgym.steps import build_step_batch
+from stepgym.steps.batch import REWARD_SCALE, StepBatchOptions, build_step_batch
+from stepgym.steps.record import FORMAT_OR_INADMISSIBLE
 
 _deps.require("trl", "trl", what="the TRL integration")
 torch = _deps.require("torch", "trl")
@@ -27,8 +28,8 @@ def step_batch_from_rollouts(
     steps: Sequence[Sequence[Mapping[str, Any]]],
     *,
     length: int,
-    reward_scale: float = 10.0,
-    invalid_rule: str = "format_or_inadmissible",
+    reward_scale: float = REWARD_SCALE,
+    invalid_rule: str = FORMAT_OR_INADMISSIBLE,
 ) -> StepBatch:
     """The shapers' :class:`StepBatch` for a batch of :class:`GroupRollout` completions.
 
@@ -52,8 +53,7 @@ def step_batch_from_rollouts(
         groups,
         length,
         records=[list(rows) for rows in steps],
-        reward_scale=reward_scale,
-        invalid_rule=invalid_rule,
+        options=StepBatchOptions(reward_scale, invalid_rule),
         aborted=[any(r.get("aborted") for r in rows) for rows in steps],
     )
 
@@ -84,8 +84,8 @@ class StepGRPOTrainer(GRPOTrainer):
         self,
         *args: Any,
         shape_config: ShapeConfig | str = "gigpo-alfworld",
-        reward_scale: float = 10.0,
-        invalid_rule: str = "format_or_inadmissible",
+        reward_scale: float = REWARD_SCALE,
+        invalid_rule: str = FORMAT_OR_INADMISSIBLE,
         token_gaps: TokenGapFn | None = None,
         **kwargs: Any,
     ) -> None:

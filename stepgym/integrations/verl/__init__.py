@@ -4,7 +4,7 @@ verl trains multi-turn agents through *agent loops*: for each dataset row an ``A
 by name, talks to verl's generation servers and returns one ``AgentLoopOutput`` (prompt tokens, response tokens
 with a loss mask, a reward, extra fields). verl then turns a batch of them into a ``DataProto`` and computes
 advantages with a registered estimator (``@register_adv_est``). This package only gathers the pieces; each is a
-thin module over the adapter skeleton (:mod:`stepgym.integrations.episode`, :mod:`stepgym.integrations.advantages`):
+thin module over the adapter skeleton (:mod:`stepgym.steps.episode`, :mod:`stepgym.steps.advantages`):
 
 * :mod:`stepgym.integrations.verl.agent_loop`: :class:`StepGymAgentLoop` (registered as ``"stepgym"``) and
   :func:`verl_rows`, the dataset rows it plays;

@@ -3,7 +3,7 @@
 Estimators ``stepgym_grpo``, ``stepgym_drgrpo``, ``stepgym_gigpo``, ``stepgym_proas``, the graph bases'
 ``stepgym_graphgpo`` ... and one for every base registered in stepgym's shaper registry (:data:`ESTIMATORS`,
 :func:`estimator_presets`) run :func:`stepgym.shapers.shape_advantages` on verl's tensors, through the adapter
-skeleton's :func:`stepgym.integrations.advantages.shape_rows`. verl 0.9's ``compute_advantage`` hands a custom
+skeleton's :func:`stepgym.steps.advantages.shape_rows`. verl 0.9's ``compute_advantage`` hands a custom
 estimator only ``token_level_rewards``, ``response_mask``, ``index`` (the group uid) and ``config``: that is enough
 for the GRPO-family bases (steps = the runs of 1s in ``response_mask``, each step's reward = the token-level rewards
 from its first token to the next step's). GiGPO needs each step's state key and ProAS its ARG labels, which live in
@@ -23,11 +23,11 @@ import numpy as np
 
 from stepgym import _deps
 from stepgym.errors import StepRecordError
-from stepgym.integrations.advantages import Rows, RowSettings, TokenGaps, refuse_missing, shape_rows
 from stepgym.shapers import SHAPER_PRESETS, ShapeConfig, StepBatch, TokenLayout
 from stepgym.shapers.registry import available as available_shapers
-from stepgym.step_record import INVALID_RULES
-from stepgym.steps import build_step_batch, mask_runs
+from stepgym.steps.advantages import Rows, RowSettings, TokenGaps, refuse_missing, shape_rows
+from stepgym.steps.batch import StepBatchOptions, build_step_batch, mask_runs
+from stepgym.steps.record import FORMAT_OR_INADMISSIBLE, INVALID_RULES
 
 _deps.require("verl", "verl", what="the verl integration")
 torch = _deps.require("torch", "verl")
@@ -100,7 +100,7 @@ def step_batch_from_verl(
     index: Sequence[Any],
     steps: Sequence[Sequence[Mapping[str, Any]]] | None = None,
     *,
-    invalid_rule: str = "format_or_inadmissible",
+    invalid_rule: str = FORMAT_OR_INADMISSIBLE,
 ) -> StepBatch:
     """The shapers' :class:`StepBatch` for a verl batch.
 
@@ -121,8 +121,8 @@ def step_batch_from_verl(
         rows.width,
         records=rows.records,
         rewards=rows.rewards,
-        invalid_rule=invalid_rule,
         aborted=rows.aborted,
+        options=StepBatchOptions(invalid_rule=invalid_rule),
     )
 
 
@@ -138,7 +138,7 @@ class VerlShaping:
 
     config: ShapeConfig
     update_index: int = 0  #: completed policy updates (verl's ``global_steps - 1``)
-    invalid_rule: str = "format_or_inadmissible"
+    invalid_rule: str = FORMAT_OR_INADMISSIBLE
     delta: Any = None  #: the teacher − student log-prob gap (B, L), for AHEAD / StepOPSD
     delta_mask: Any = None  #: the tokens that have one
     target: TokenLayout | None = None  #: StepOPSD's target spans (default: every reply token)
@@ -165,7 +165,7 @@ def _shape(
         mask = None if shaping.delta_mask is None else _numpy(shaping.delta_mask, bool)
         gaps = TokenGaps(_numpy(shaping.delta, np.float64), mask, shaping.target)
     settings = RowSettings(
-        shaping.config, invalid_rule=shaping.invalid_rule, update_index=shaping.update_index
+        shaping.config, StepBatchOptions(invalid_rule=shaping.invalid_rule), update_index=shaping.update_index
     )
     shaped = shape_rows(_rows(token_level_rewards, response_mask, list(index), steps), settings, gaps)
     mask = (
@@ -185,7 +185,7 @@ def compute_step_advantage(
     delta: Any = None,
     delta_mask: Any = None,
     target: TokenLayout | None = None,
-    invalid_rule: str = "format_or_inadmissible",
+    invalid_rule: str = FORMAT_OR_INADMISSIBLE,
 ) -> Any:
     """stepgym's per-token advantages for a verl ``DataProto``, written into ``data.batch["advantages"]`` and
     ``["returns"]`` (verl's convention) and returned.

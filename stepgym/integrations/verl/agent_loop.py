@@ -3,12 +3,12 @@
 For each dataset row verl builds an ``AgentLoopBase`` subclass registered by name, which talks to verl's
 generation servers (``await self.server_manager.generate(...)``) and returns one ``AgentLoopOutput``.
 :class:`StepGymAgentLoop` plays the row's task (``task_id``, see :func:`verl_rows`) as an
-:class:`~stepgym.integrations.episode.Episode` (the bundled trainer's text interface: ReAct prompts, strict parsing,
+:class:`~stepgym.steps.episode.Episode` (the bundled trainer's text interface: ReAct prompts, strict parsing,
 an unparsable reply is an invalid step; an env failure ends the episode aborted). The chat grows by verl's own
 Continuous Token builder (``ct_build_initial_tokens``, ``ct_merge_assistant_token``, ``ct_merge_context_msg``), so
 the model's reply tokens get ``response_mask`` 1 and the env's turns 0. ``reward_score`` is the episode return;
 ``extra_fields`` carry ``stepgym_steps`` (each step's record with its reply's token span ``start``/``stop`` in
-response coordinates, :func:`~stepgym.integrations.episode.span_records`), ``stepgym_episode`` and
+response coordinates, :func:`~stepgym.steps.episode.span_records`), ``stepgym_episode`` and
 ``stepgym_trajectory``.
 """
 
@@ -25,8 +25,8 @@ import gymnasium as gym
 
 from stepgym import _deps, schema
 from stepgym.group import WrapperFn
-from stepgym.integrations.episode import Episode, span_records
-from stepgym.integrations.tasks import task_rows
+from stepgym.steps.episode import Episode, span_records
+from stepgym.steps.tasks import task_rows
 
 _deps.require("verl", "verl", what="the verl integration")
 

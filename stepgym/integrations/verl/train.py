@@ -1,3 +1,4 @@
+# Over 400 lines: verl's trainer with stepgym's advantage step, teachers and ARG, one class over verl's loop.
 """verl 0.9's v1 PPO trainer with stepgym's step-level advantages: every shaper, AHEAD and StepOPSD included.
 
 ``python -m stepgym.integrations.verl.train --config-name alfworld stepgym.preset=alfworld-proas ...`` runs verl's
@@ -7,7 +8,7 @@ estimators see only token rewards and the group uid; this step reads the agent l
 (``stepgym_steps``, ``stepgym_trajectory``) from TransferQueue and writes
 :func:`~stepgym.shapers.shape_advantages`' per-token advantages back, the way verl's own step writes
 its advantages. For AHEAD and StepOPSD the teacher log-probs come from verl's own workers on the rebuilt contexts
-(:mod:`stepgym.teacher_context`): AHEAD's teacher is θ_old, the actor before this step's update
+(:mod:`stepgym.steps.teacher_context`): AHEAD's teacher is θ_old, the actor before this step's update
 (``actor_rollout_wg.compute_log_prob``); StepOPSD's stale teacher is verl's reference policy
 (``compute_ref_log_prob``, the initial weights, which verl never refreshes: the paper refreshes its snapshot every
 10 updates, so from update 11 on this teacher is staler than the paper's; ``stepgym.teacher.opsd_teacher=actor``
@@ -34,13 +35,15 @@ from stepgym.atomic import atomic_path, atomic_write_text
 from stepgym.errors import StepRecordError
 from stepgym.integrations import verl as _verl
 from stepgym.shapers import ShapeConfig
-from stepgym.teacher_context import (
+from stepgym.steps.batch import REWARD_SCALE
+from stepgym.steps.record import FORMAT_OR_INADMISSIBLE
+from stepgym.steps.teacher_context import (
     ContextBudget,
     TeacherContexts,
     TeacherStats,
     ahead_gaps,
     opsd_gaps,
-    span_mode_for,
+    span_rule,
 )
 
 torch = _deps.require("torch", "verl")
@@ -145,7 +148,7 @@ class StepGymTrainerMixin:
         uids = [str(u) for u in sub.non_tensor_batch["uid"]]
         check_groups(uids, int(self.config.actor_rollout_ref.rollout.n))
         width = int(sub.batch["response_mask"].shape[1])
-        rewards = record_rewards(steps, width, float(self._stepgym("reward_scale", 10.0)))
+        rewards = record_rewards(steps, width, float(self._stepgym("reward_scale", REWARD_SCALE)))
         sub.batch["token_level_rewards"] = torch.as_tensor(rewards, dtype=torch.float32)
         sub.non_tensor_batch["stepgym_steps"] = _object_array(steps)
         gaps = self._teacher_gaps(cfg, sub, steps, uids, metrics) if cfg.token_reweight else {}
@@ -153,7 +156,7 @@ class StepGymTrainerMixin:
             sub,
             cfg,
             update_index=max(0, self.global_steps - 1),
-            invalid_rule=str(self._stepgym("invalid_rule", "format_or_inadmissible")),
+            invalid_rule=str(self._stepgym("invalid_rule", FORMAT_OR_INADMISSIBLE)),
             **gaps,
         )
         adv = torch.zeros(data.batch["response_mask"].shape, dtype=torch.float32)
@@ -178,9 +181,9 @@ class StepGymTrainerMixin:
             out: dict[str, Any] = {"delta": delta}
         elif cfg.token_reweight == "stepopsd":
             role = str((self._stepgym("teacher") or {}).get("opsd_teacher", "ref"))
-            mode = span_mode_for(self._stepgym("fmt"))
+            rule = span_rule(self._stepgym("fmt"))
             score = (lambda c, t: self.stepgym_score(c, t, role)) if lam > 0 else None
-            delta, dmask, target = opsd_gaps(ctx, tok, score, stats, span_mode=mode)
+            delta, dmask, target = opsd_gaps(ctx, tok, score, stats, span=rule)
             out = {"delta": np.zeros((len(data), width)) if delta is None else delta, "target": target}
             if dmask is not None:
                 out["delta_mask"] = dmask

@@ -1,3 +1,4 @@
+# Over 400 lines: TextWorld's PddlEnv and ALFWorld's demangler reproduced in one engine.
 """The native ALFWorld engine: TextWorld's ``PddlEnv`` + ALFWorld's demangler, reproduced in plain Python.
 
 It plays the same ``game.tw-pddl`` files and gives the same observations, admissible commands, wins and facts

@@ -1,3 +1,4 @@
+# Over 400 lines: the grounding of a game's operators and their effects, one search.
 """Grounding of one ALFWorld game: which operators apply in a state, and what each one changes.
 
 Built once per game from :mod:`stepgym.envs.alfworld.native.pddl` (see that module for the Fast Downward rules it

@@ -1,10 +1,13 @@
-"""The adapter skeleton, trainer side: a trainer's token rows (one per episode) to stepgym's token advantages.
+"""Rows of steps to stepgym's token advantages: the one path for the bundled trainer and every adapter.
 
-verl's estimators and trainer, SkyRL's ``StepAdvantageMixin`` and OpenRLHF's ``StepExperienceMaker`` all end the
-same way: the replies' token spans, each row's group and step records become a
-:class:`~stepgym.shapers.StepBatch` (:func:`stepgym.steps.build_step_batch`), which
-:func:`~stepgym.shapers.shape_advantages` shapes; the token advantages go back, zero outside the trained tokens.
-:func:`shape_rows` does it once, after :func:`refuse_missing` has checked, in one line, that the adapter hands the
+The bundled trainer (one token row per step, :func:`stepgym.steps.row.trainer_rows`), verl's estimators and
+trainer, SkyRL's ``StepAdvantageMixin`` and OpenRLHF's ``StepExperienceMaker`` (one token row per episode) all end
+the same way: the replies' token spans, each row's group and step records become a
+:class:`~stepgym.shapers.StepBatch` (:func:`stepgym.steps.batch.build_step_batch`, under the trainer's
+:class:`~stepgym.steps.batch.StepBatchOptions`: the layout, the reward scale, the validity rule, the state keying),
+which :func:`~stepgym.shapers.shape_advantages` shapes; the token advantages go back, zero outside the trained
+tokens. :func:`shape_rows` does it once (the bundled trainer also asks for plain GRPO on the same batch, its
+comparison metric), after :func:`refuse_missing` has checked, in one line, that the adapter hands the
 configured methods what they read (step records for GiGPO / ProAS / the graph methods and the invalid-action
 penalty; a teacher's log-prob gaps for AHEAD / StepOPSD). :func:`mask_spans` lines the runs of a loss mask up with
 the step records, for the trainers that keep no spans of their own (SkyRL, OpenRLHF).
@@ -20,10 +23,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from stepgym.errors import StepRecordError
-from stepgym.shapers import ShapeConfig, StepBatch, TokenLayout, shape_advantages
+from stepgym.shapers import ShapeConfig, ShapedAdvantages, StepBatch, TokenLayout, shape_advantages
 from stepgym.shapers.registry import NEEDS
 from stepgym.shapers.registry import get as get_shaper
-from stepgym.steps import build_step_batch, mask_runs
+from stepgym.steps.batch import StepBatchOptions, build_step_batch, mask_runs
 
 __all__ = [
     "RowSettings",
@@ -35,17 +38,20 @@ __all__ = [
     "needs_records",
     "refuse_missing",
     "shape_rows",
+    "step_means",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
 class RowSettings:
-    """How an adapter's rows are credited (its trainer's settings, the same for every batch)."""
+    """How a trainer's rows are credited (its settings, the same for every batch)."""
 
     config: ShapeConfig  #: the shapers' configuration (a preset: ``ShapeConfig.from_preset``)
-    reward_scale: float = 1.0  #: multiplies the records' env rewards (not ``Rows.rewards``)
-    invalid_rule: str = "format_or_inadmissible"  #: ``annotations.INVALID_RULES``
+    #: How the records are read: reward scale (not of ``Rows.rewards``), validity rule, state keying, the token
+    #: layout (``"spans"``: one row per episode; ``"step_rows"``: the bundled trainer's one row per step).
+    options: StepBatchOptions = dataclasses.field(default_factory=StepBatchOptions)
     update_index: int = 0  #: completed policy updates (schedules such as AHEAD's)
+    grpo_reference: bool = False  #: also shape plain GRPO on the same batch (``Shaped.grpo_steps``)
 
 
 class TokenGaps(NamedTuple):
@@ -59,7 +65,8 @@ class TokenGaps(NamedTuple):
 
 @dataclasses.dataclass
 class Rows:
-    """A batch of token rows, one per episode, as an adapter hands it over (see ``build_step_batch``)."""
+    """A batch of token rows (one per episode, or one per step), as a trainer hands it over (see
+    ``build_step_batch``)."""
 
     spans: Sequence[Sequence[tuple[int, int]]]  #: per row, each step's reply tokens ``(start, stop)``
     groups: Sequence[Any]  #: per row, its GRPO group
@@ -68,13 +75,26 @@ class Rows:
     rewards: Sequence[Sequence[float]] | None = None  #: per row, one reward per span (else the records')
     aborted: Sequence[bool] | None = None  #: per row, an episode a failure cut off (docs/failures.md)
     mask: Any = None  #: (B, L): the trained tokens (advantages are zero elsewhere); ``None``: no zeroing
+    observations: Sequence[Sequence[Any]] | None = None  #: per row, its states' texts (``build_step_batch``)
+    #: ProAS's (reasonable, progress) per step from the caller's ARG, over the records' own; ``None``: the records'
+    labels: tuple[Any, Any] | None = None
 
 
 class Shaped(NamedTuple):
-    """:func:`shape_rows`' result: the batch shaped and its (B, L) token advantages (0 outside ``Rows.mask``)."""
+    """:func:`shape_rows`' result: the batch shaped, its (B, L) token advantages (0 outside ``Rows.mask``), the
+    shapers' full result, plain GRPO's per-step advantages (``RowSettings.grpo_reference``) and the rows' mask."""
 
     batch: StepBatch
     token_advantages: np.ndarray
+    shaped: ShapedAdvantages
+    grpo_steps: np.ndarray | None = None
+    mask: np.ndarray | None = None
+
+    def row_advantages(self, b: int) -> np.ndarray:
+        """Row b's advantage per trained token (its first ``mask[b].sum()`` entries; the whole row without a mask)."""
+        if self.mask is None:
+            return self.token_advantages[b]
+        return self.token_advantages[b, : int(self.mask[b].sum())]
 
 
 def needs_records(config: ShapeConfig) -> list[str]:
@@ -132,23 +152,53 @@ def mask_spans(
 
 
 def shape_rows(rows: Rows, settings: RowSettings, gaps: TokenGaps | None = None) -> Shaped:
-    """stepgym's token advantages for the rows: ``build_step_batch`` → (the teacher's gaps) →
-    ``shape_advantages`` → the (B, L) token advantages, zero outside ``rows.mask`` when given."""
+    """stepgym's token advantages for the rows: ``build_step_batch`` → (the caller's ARG labels, the teacher's
+    gaps) → ``shape_advantages`` → the (B, L) token advantages, zero outside ``rows.mask`` when given."""
     batch = build_step_batch(
         rows.spans,
         rows.groups,
         rows.width,
         records=rows.records,
         rewards=rows.rewards,
-        reward_scale=settings.reward_scale,
-        invalid_rule=settings.invalid_rule,
         aborted=rows.aborted,
+        observations=rows.observations,
+        options=settings.options,
     )
-    if gaps is not None:
+    if rows.labels is not None:
+        batch.reasonable, batch.progress = rows.labels
+    if gaps is not None and gaps.delta is not None:
         batch.delta = np.asarray(gaps.delta, dtype=np.float64)
         batch.delta_mask = None if gaps.delta_mask is None else np.asarray(gaps.delta_mask, dtype=bool)
     if settings.config.token_reweight == "stepopsd":
         batch.target = gaps.target if gaps is not None and gaps.target is not None else batch.layout
     shaped = shape_advantages(batch, settings.config, update_index=settings.update_index)
     adv = shaped.token_advantages
-    return Shaped(batch, adv if rows.mask is None else adv * (np.asarray(rows.mask) > 0))
+    mask = None if rows.mask is None else np.asarray(rows.mask) > 0
+    return Shaped(
+        batch,
+        adv if mask is None else adv * mask,
+        shaped,
+        _grpo_steps(batch, settings) if settings.grpo_reference else None,
+        mask,
+    )
+
+
+def _grpo_steps(batch: StepBatch, settings: RowSettings) -> np.ndarray:
+    """Plain GRPO's per-step advantages on the same batch, with the same penalty (the trainer's comparison)."""
+    c = settings.config
+    plain_cfg = ShapeConfig(
+        base="grpo",
+        invalid_penalty=c.invalid_penalty,
+        eps=c.eps,
+        singleton=c.singleton,
+        cross_steps=c.cross_steps,
+    )
+    plain = StepBatch(batch.group_ids, batch.traj_ids, batch.rewards, batch.valid, aborted=batch.aborted)
+    return shape_advantages(plain, plain_cfg, update_index=settings.update_index).step_advantages
+
+
+def step_means(token_values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per row: the mean over its trained tokens (0 for a row without tokens)."""
+    n = mask.sum(axis=1)
+    s = np.where(mask, token_values, 0.0).sum(axis=1)
+    return np.divide(s, n, out=np.zeros_like(s, dtype=np.float64), where=n > 0)

@@ -4,7 +4,7 @@ The info dicts that say *why* a step was good or bad (format-valid / admissible 
 ARG labels, won) are flattened once per step by :func:`step_annotations` into a :class:`StepRecord`, keyed by short
 stable names (:data:`STEP_FIELDS`). The bundled trainer (its collector keeps one per step), every adapter (TRL,
 verl, SkyRL, OpenRLHF, verifiers: a user's reward function reads ``steps[t]["admissible"]`` whatever the trainer)
-and :func:`stepgym.steps.build_step_batch` read the same record, and validity is read from it by one rule
+and :func:`stepgym.steps.batch.build_step_batch` read the same record, and validity is read from it by one rule
 (:func:`valid_flags`). A value the env or its wrappers did not annotate is ``None`` (never guessed).
 
 Low in the layers (it reads only :mod:`stepgym.schema`), so the trainer and the adapters above it share it.
@@ -13,7 +13,7 @@ Low in the layers (it reads only :mod:`stepgym.schema`), so the trainer and the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -21,14 +21,12 @@ from stepgym import schema
 
 __all__ = [
     "ABORTED_STEP",
+    "FORMAT_OR_INADMISSIBLE",
     "INVALID_RULES",
     "STEP_FIELDS",
-    "CreditFields",
     "StepRecord",
     "arg_labels",
-    "credit_fields",
     "episode_annotations",
-    "state_anchors",
     "step_annotations",
     "valid_flags",
 ]
@@ -103,13 +101,20 @@ def step_annotations(
     return StepRecord(**{name: rec[name] for name in STEP_FIELDS})  # type: ignore[typeddict-item]
 
 
-def episode_annotations(trajectory: schema.Trajectory) -> dict[str, Any]:
-    """The record of a (possibly unfinished) episode: task id, outcome, return and one record per step."""
+def episode_annotations(
+    trajectory: schema.Trajectory, steps: Sequence[StepRecord] | None = None
+) -> dict[str, Any]:
+    """The record of a (possibly unfinished) episode: task id, outcome, return and one record per step (``steps``:
+    the step records already read while the episode was played, one per step; else read from the trajectory)."""
     infos = trajectory.infos()
-    steps = [
-        step_annotations(infos[t], s.action, s.reward, s.info, terminated=s.terminated)
-        for t, s in enumerate(trajectory.steps)
-    ]
+    if steps is None:
+        steps = [
+            step_annotations(infos[t], s.action, s.reward, s.info, terminated=s.terminated)
+            for t, s in enumerate(trajectory.steps)
+        ]
+    elif len(steps) != len(trajectory.steps):
+        raise ValueError(f"{len(steps)} step records for {len(trajectory.steps)} steps")
+    steps = [StepRecord(**r) for r in steps]  # copies: the caller's records stay its own
     last = infos[-1]
     return {
         "task_id": trajectory.task_id,
@@ -131,17 +136,11 @@ ABORTED_STEP: StepRecord = {name: None for name in STEP_FIELDS} | {  # type: ign
     "reward": 0.0, "won": False, "terminated": False,
 }  # fmt: skip
 
-#: How a step record's validity is read for the invalid-action penalty (the bundled trainer's ``invalid_rule``).
-INVALID_RULES: tuple[str, ...] = ("format", "format_or_inadmissible")
+#: The default validity rule: format-valid and not known to be inadmissible (:func:`valid_flags`).
+FORMAT_OR_INADMISSIBLE = "format_or_inadmissible"
 
-
-class CreditFields(NamedTuple):
-    """What the shapers read from a batch of step records (see :func:`credit_fields`)."""
-
-    valid: np.ndarray
-    anchors: list[Any]
-    reasonable: np.ndarray | None
-    progress: np.ndarray | None
+#: How a step record's validity is read for the invalid-action penalty (every trainer's ``invalid_rule``).
+INVALID_RULES: tuple[str, ...] = ("format", FORMAT_OR_INADMISSIBLE)
 
 
 def valid_flags(records: Sequence[Mapping[str, Any]], invalid_rule: str) -> np.ndarray:
@@ -150,21 +149,10 @@ def valid_flags(records: Sequence[Mapping[str, Any]], invalid_rule: str) -> np.n
     admissibility counts as admissible)."""
     if invalid_rule not in INVALID_RULES:
         raise ValueError(f"invalid_rule must be one of {INVALID_RULES}, got {invalid_rule!r}")
-    strict = invalid_rule == "format_or_inadmissible"
+    strict = invalid_rule == FORMAT_OR_INADMISSIBLE
     return np.asarray(
         [bool(r["format_valid"]) and not (strict and r["admissible"] is False) for r in records], dtype=bool
     )
-
-
-def state_anchors(records: Sequence[Mapping[str, Any]], fallback_anchors: Sequence[str]) -> list[Any]:
-    """GiGPO's anchor per record: the state key the action was taken in, else ``fallback_anchors[i]`` (a key no
-    other step shares)."""
-    if len(fallback_anchors) != len(records):
-        raise ValueError(f"{len(fallback_anchors)} fallback anchors for {len(records)} records")
-    return [
-        r["state_key"] if r["state_key"] is not None else fb
-        for r, fb in zip(records, fallback_anchors, strict=True)
-    ]
 
 
 def arg_labels(records: Sequence[Mapping[str, Any]], field: str) -> np.ndarray | None:
@@ -174,17 +162,3 @@ def arg_labels(records: Sequence[Mapping[str, Any]], field: str) -> np.ndarray |
         r.get("arg_reasonable") is not None and r.get("arg_progress") is not None for r in records
     )
     return np.asarray([r[field] for r in records], dtype=bool) if labelled else None
-
-
-def credit_fields(
-    records: Sequence[Mapping[str, Any]], invalid_rule: str, fallback_anchors: Sequence[str]
-) -> CreditFields:
-    """The shapers' per-step inputs from step records (:func:`step_annotations`' fields), one rule for every adapter
-    (:func:`valid_flags`, :func:`state_anchors`, :func:`arg_labels`)."""
-    valid = valid_flags(records, invalid_rule)
-    return CreditFields(
-        valid=valid,
-        anchors=state_anchors(records, fallback_anchors),
-        reasonable=arg_labels(records, "arg_reasonable"),
-        progress=arg_labels(records, "arg_progress"),
-    )

@@ -1,10 +1,10 @@
 """The one :class:`~stepgym.shapers.StepBatch` builder: the bundled trainer, every adapter and a loop of one's own.
 
-The bundled trainer (:mod:`stepgym.trainers.advantages`, one token row per step), TRL
+The bundled trainer (:func:`stepgym.steps.advantages.shape_rows` in its one-row-per-step layout), TRL
 (:mod:`stepgym.integrations.trl`), verl (:mod:`stepgym.integrations.verl`), SkyRL (:mod:`stepgym.integrations.skyrl`)
 and OpenRLHF (:mod:`stepgym.integrations.openrlhf_train`) (one token row per episode) all hand the shapers the same
 thing: per row of steps, the token span of each model reply (one env step each) and the step records of
-:func:`stepgym.step_record.step_annotations` (built once per step from its info). :func:`build_step_batch` turns
+:func:`stepgym.steps.record.step_annotations` (built once per step from its info). :func:`build_step_batch` turns
 them into a ``StepBatch`` under one rule:
 
 * group id = ``str(group)`` of the row's group (an object array: a TRL block index ``3`` and a verl uid ``"3"``
@@ -12,7 +12,7 @@ them into a ``StepBatch`` under one rule:
 * trajectory id = the row index (``int64``);
 * reward = the given per-step rewards, else each record's ``reward`` × ``reward_scale``;
 * the per-step annotation fields come from :data:`RECORD_FIELDS`, one entry per ``StepBatch`` field: validity by
-  :func:`~stepgym.step_record.valid_flags`; GiGPO's anchor and the graph methods' state after the step keyed as
+  :func:`~stepgym.steps.record.valid_flags`; GiGPO's anchor and the graph methods' state after the step keyed as
   :class:`StepBatchOptions` says (``anchor="state_key"``: the state key, else the observation text when the caller
   gives them, else ``"<row>:<step>"`` / ``"<row>:<step + 1>"``, keys no other step shares, so a row's states still
   chain: ``next_obs[t] == anchor_obs[t + 1]``; ``anchor="observation"``: the observation texts);
@@ -24,7 +24,7 @@ them into a ``StepBatch`` under one rule:
   (``"step_rows"``, the bundled trainer: step i's span lies in row i), or none (``"none"``: per-step advantages);
 * ``aborted`` (per row, docs/failures.md): an episode an infrastructure failure cut off. Its rows are carried as
   ``StepBatch.aborted`` (advantage 0, out of every statistic; the caller masks them out of its loss), and its
-  spans and records need not line up: missing records are :data:`~stepgym.step_record.ABORTED_STEP`, surplus ones
+  spans and records need not line up: missing records are :data:`~stepgym.steps.record.ABORTED_STEP`, surplus ones
   dropped, and a row without a reply gets one empty step.
 
 :func:`step_batch_from_trajectories` is the same builder for a loop of one's own: the recorded
@@ -36,7 +36,6 @@ group become a ``StepBatch`` through the same step records and rules.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -46,8 +45,9 @@ import numpy as np
 from stepgym import schema
 from stepgym.errors import StepRecordError
 from stepgym.shapers import StepBatch, TokenLayout
-from stepgym.step_record import (
+from stepgym.steps.record import (
     ABORTED_STEP,
+    FORMAT_OR_INADMISSIBLE,
     INVALID_RULES,
     arg_labels,
     episode_annotations,
@@ -56,6 +56,7 @@ from stepgym.step_record import (
 
 __all__ = [
     "RECORD_FIELDS",
+    "REWARD_SCALE",
     "RecordContext",
     "StepBatchOptions",
     "build_step_batch",
@@ -67,15 +68,20 @@ ANCHORS: tuple[str, ...] = ("state_key", "observation")
 SUCCESS_RULES: tuple[str, ...] = ("method", "won")
 LAYOUTS: tuple[str, ...] = ("spans", "step_rows", "none")
 
+#: The one default reward scale (every trainer's: the bundled one's ``env.reward_scale``, TRL, SkyRL, OpenRLHF,
+#: verl): env rewards × 10, verl-agent's 10·won, so the recipes' invalid-action penalty (0.1) has the papers'
+#: relative size.
+REWARD_SCALE = 10.0
+
 
 @dataclass(frozen=True)
 class StepBatchOptions:
     """How :func:`build_step_batch` reads the step records: the rules in which callers differ, each named."""
 
-    reward_scale: float = 1.0
+    reward_scale: float = REWARD_SCALE
     """Multiplies the records' env rewards (the bundled trainer's ``env.reward_scale``)."""
-    invalid_rule: str = "format_or_inadmissible"
-    """How validity is read (:data:`~stepgym.step_record.INVALID_RULES`)."""
+    invalid_rule: str = FORMAT_OR_INADMISSIBLE
+    """How validity is read (:data:`~stepgym.steps.record.INVALID_RULES`)."""
     anchor: Literal["state_key", "observation"] = "state_key"
     """The states' keying (``EnvConfig.anchor``): the env's state key (the observation text, when given, for a step
     without one) or the observation text (the methods' own keying; needs ``observations``)."""
@@ -229,7 +235,6 @@ def build_step_batch(
     aborted: Sequence[bool] | None = None,
     observations: Sequence[Sequence[Any]] | None = None,
     options: StepBatchOptions | None = None,
-    **rules: Any,
 ) -> StepBatch:
     """The shapers' batch for rows of steps (see the module docstring for the rule).
 
@@ -237,17 +242,16 @@ def build_step_batch(
         spans: ``spans[b]`` the ``(start, stop)`` token span of each of row b's steps, in step order.
         groups: the GRPO group of each row.
         width: the token rows' padded length (the layout's L).
-        records: ``records[b]`` row b's step records (:class:`~stepgym.step_record.StepRecord`), one per span;
+        records: ``records[b]`` row b's step records (:class:`~stepgym.steps.record.StepRecord`), one per span;
             ``None``: no annotation fields (the GRPO-family bases only).
         rewards: ``rewards[b]`` row b's per-step rewards, one per span; ``None``: the records' ``reward`` ×
             ``reward_scale``.
         aborted: per row, whether its episode was aborted (``None``: none was).
         observations: ``observations[b]`` the texts of the states row b went through (one per step and the last
             one): the keys of ``anchor="observation"`` and the fallback of ``anchor="state_key"``.
-        options: the reading rules (:class:`StepBatchOptions`); ``rules``: any of its fields given one by one
-            (``reward_scale=10.0``, ``invalid_rule="format"``), over ``options``.
+        options: the reading rules (:class:`StepBatchOptions`; ``None``: its defaults).
     """
-    opts = dataclasses.replace(options or StepBatchOptions(), **rules)
+    opts = options or StepBatchOptions()
     if len(groups) != len(spans):
         raise StepRecordError(f"{len(groups)} group ids for {len(spans)} rows")
     if records is None and rewards is None:
@@ -289,15 +293,15 @@ def step_batch_from_trajectories(
     trajectories: Sequence[schema.Trajectory],
     groups: Sequence[Any],
     *,
-    reward_scale: float = 1.0,
-    invalid_rule: str = "format_or_inadmissible",
+    reward_scale: float = REWARD_SCALE,
+    invalid_rule: str = FORMAT_OR_INADMISSIBLE,
     spans: Sequence[Sequence[tuple[int, int]]] | None = None,
     width: int = 0,
     anchor: Literal["state_key", "observation"] = "state_key",
 ) -> StepBatch:
     """The shapers' :class:`~stepgym.shapers.StepBatch` for recorded episodes, for a training loop of one's own.
 
-    Each trajectory's steps become records (:func:`~stepgym.step_record.episode_annotations`) and go through
+    Each trajectory's steps become records (:func:`~stepgym.steps.record.episode_annotations`) and go through
     :func:`build_step_batch`, the builder the bundled trainer and every adapter use: group ids, trajectory ids (the
     index in ``trajectories``), rewards (× ``reward_scale``), validity, state keys and the before/after chain the
     graph methods read (``anchor_obs`` / ``next_obs``, ``dones``, ``step_index``, ``actions``, ``true_gain``).

@@ -2,12 +2,12 @@
 
 A trainer adapter (TRL, verl, OpenRLHF, SkyRL, verifiers) does the same four things around its trainer's own
 loop: build the text env, reset it on a dataset row's task, step it with each model reply while recording the
-episode, and hand its trainer the step records (:func:`stepgym.step_record.step_annotations`) and the
+episode, and hand its trainer the step records (:func:`stepgym.steps.record.step_annotations`) and the
 episode record. :class:`Episode` does them once:
 
 * :meth:`Episode.make` builds the stack with :func:`stepgym.wrappers.text.make_text_env` (the bundled trainer's
   prompts and strict parsing: an unparsable reply is an invalid step, never an exception);
-* :meth:`Episode.reset` starts a task (:func:`stepgym.integrations.tasks.reset_args`: a task id, or ``"seed:N"``)
+* :meth:`Episode.reset` starts a task (:func:`stepgym.steps.tasks.reset_args`: a task id, or ``"seed:N"``)
   and returns the first prompt text;
 * :meth:`Episode.step` steps the env with a reply, records the step (:class:`stepgym.episodes.EpisodeRecorder`) and
   returns it with its step record; an exception ends the episode **aborted** with its cause
@@ -17,7 +17,7 @@ episode record. :class:`Episode` does them once:
 
 :func:`span_records` attaches each reply's token span to the step records, for the adapters that keep one token row
 per episode (TRL's ``GroupRollout``, verl's agent loop). The other half of the skeleton, from those rows to
-stepgym's token advantages, is :mod:`stepgym.integrations.advantages`.
+stepgym's token advantages, is :mod:`stepgym.steps.advantages`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import gymnasium as gym
 from stepgym import schema
 from stepgym.episodes import EpisodeRecorder
 from stepgym.errors import abort_cause_of
-from stepgym.integrations.tasks import reset_args
-from stepgym.step_record import ABORTED_STEP, episode_annotations, step_annotations
+from stepgym.steps.record import ABORTED_STEP, episode_annotations, step_annotations
+from stepgym.steps.tasks import reset_args
 from stepgym.wrappers.text import make_text_env
 
 __all__ = ["Episode", "Turn", "span_records"]
@@ -45,7 +45,7 @@ class Turn(NamedTuple):
     terminated: bool
     truncated: bool
     info: dict[str, Any]
-    record: dict[str, Any]  #: :func:`~stepgym.step_record.step_annotations` of the step
+    record: dict[str, Any]  #: :func:`~stepgym.steps.record.step_annotations` of the step
 
     @property
     def done(self) -> bool:
@@ -157,8 +157,8 @@ class Episode:
         return self.aborted or bool(steps and (steps[-1].terminated or steps[-1].truncated))
 
     def annotations(self) -> dict[str, Any]:
-        """The episode's :func:`~stepgym.step_record.episode_annotations` record (the steps taken)."""
-        return episode_annotations(self.trajectory)
+        """The episode's :func:`~stepgym.steps.record.episode_annotations` record (the steps taken)."""
+        return episode_annotations(self.trajectory, self.records)  # each step's record, read once in step()
 
 
 def span_records(
@@ -168,7 +168,7 @@ def span_records(
     ``start``/``stop``, for a token row per episode.
 
     An aborted episode's last reply was never answered: it gets a stand-in record
-    (:data:`~stepgym.step_record.ABORTED_STEP`) and every record says ``aborted``. Otherwise there is
+    (:data:`~stepgym.steps.record.ABORTED_STEP`) and every record says ``aborted``. Otherwise there is
     one span per step (a mismatch raises)."""
     episode = episode_annotations(trajectory)
     steps = episode.pop("steps")

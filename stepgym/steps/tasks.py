@@ -123,7 +123,7 @@ def task_id_of_prompt(prompt: Any) -> str:
         if isinstance(tid, str) and tid:
             return tid
     raise ValueError(
-        "this prompt carries no task id: build the dataset with stepgym.integrations.task_dataset(...) (each "
+        "this prompt carries no task id: build the dataset with stepgym.steps.tasks.task_dataset(...) (each "
         "prompt's last message holds 'task_id'), got "
         f"{prompt!r:.200}"
     )

@@ -1,3 +1,4 @@
+# Over 400 lines: every rule of both teachers' contexts for both token layouts, kept in one place so the layouts share them.
 """What the AHEAD and StepOPSD teachers read: every rule of their contexts, for both token layouts.
 
 The bundled trainer (:mod:`stepgym.trainers.teacher`) keeps **one token row per step** (the step's rendered prompt,
@@ -16,9 +17,9 @@ here (the trainer's :class:`~stepgym.trainers.teacher.Scorer`, or an adapter's `
   what generated the tokens); the privileged text is cut to the room ``max_context_tokens`` leaves, keeping its
   first quarter and its last three quarters, and dropped when fewer than ``min_pi_tokens`` fit (counted in
   :class:`TeacherStats` as ``teacher/pi_truncated`` and ``teacher/pi_dropped``).
-* **The target span** (:func:`target_span`): StepOPSD's span of a reply (``action_only``: the
-  ``<action>…</action>`` tag; ``clean_step_no_observation``: the whole reply, :func:`span_mode_for` picks by text
-  format) on the reply's *actual* tokens: the token count of a text prefix is the fewest leading tokens whose
+* **The target span** (:func:`target_span`): StepOPSD's span of a reply as its text format declares it
+  (:func:`span_rule`: ``action_only``, the tag around the action in the format's reply shape, e.g.
+  ``<action>…</action>``; ``clean_step_no_observation``: the whole reply) on the reply's *actual* tokens: the token count of a text prefix is the fewest leading tokens whose
   decoding covers it (:func:`prefix_token_counter`), instead of re-tokenising the prefix as the Search-R1 code does.
 * **The context.** AHEAD scores every reply token after the student context with the privileged text at the end of
   the user turn the reply answers (docs/shapers.md §8.18): step rows re-render the prompt with it
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,14 +44,16 @@ from stepgym import schema
 from stepgym.errors import StepRecordError
 from stepgym.shapers import TokenLayout, scatter_span_deltas
 from stepgym.shapers.stepopsd_text import structural_target_span
+from stepgym.steps.row import truncate_middle
 from stepgym.text_format import TextFormat
-from stepgym.trainers.samples import truncate_middle
 
 __all__ = [
+    "ACTION_SPAN",
     "AheadTexts",
     "ContextBudget",
     "ScoreFn",
     "ScoreItem",
+    "SpanRule",
     "TeacherContexts",
     "TeacherStats",
     "ahead_gaps",
@@ -61,7 +64,7 @@ __all__ = [
     "opsd_items",
     "peer_blocks",
     "prefix_token_counter",
-    "span_mode_for",
+    "span_rule",
     "target_span",
     "user_turn_tail",
 ]
@@ -205,31 +208,39 @@ def prefix_token_counter(tokenizer: Any, ids: Sequence[int]) -> Callable[[str], 
     return count
 
 
-def span_mode_for(fmt: str | TextFormat | None) -> str:
-    """StepOPSD's span mode for a text format (``span_mode="auto"``): ``action_only`` (the ``<action>`` tag, the
-    paper's ALFWorld choice) for a format whose replies carry an ``<action>`` tag; else the whole reply
-    (``clean_step_no_observation``, the paper's Search-QA choice). So the Search-QA formats (``qa``, ``qa-lenient``,
-    ``qa-stepgym``) and an env's own format without the tag get the whole reply as their target, not no target at
-    all (an ``action_only`` span finds nothing in a reply without ``<action>``)."""
-    from stepgym.trainers.formats import has_action_tag
+class SpanRule(NamedTuple):
+    """StepOPSD's target span in a reply, as a text format declares it (:attr:`TextFormat.span_mode`, and for
+    ``action_only`` the tag around ``{action}`` in its ``reply_shape``, :attr:`TextFormat.action_tag`)."""
+
+    mode: str = "action_only"
+    tag: str = "action"
+
+
+#: ALFWorld's rule (the paper's): the ``<action>…</action>`` tag.
+ACTION_SPAN = SpanRule()
+
+
+def span_rule(fmt: str | TextFormat | None, mode: str = "auto") -> SpanRule:
+    """The target-span rule of a text format (a name, ``"module:ATTR"`` or the format; ``None``: ALFWorld's,
+    ``action_only`` on ``<action>``): the format's declared ``span_mode``, or ``mode`` when it is not ``"auto"``
+    (a trainer's override), on the format's action tag."""
     from stepgym.wrappers.text import get_format
 
     if fmt is None:
-        return "action_only"
-    return (
-        "action_only" if has_action_tag(get_format(fmt)) else "clean_step_no_observation"
-    )  # (unknown: raises)
+        return ACTION_SPAN if mode == "auto" else SpanRule(mode)
+    f = get_format(fmt)  # (unknown: raises)
+    return SpanRule(f.span_mode if mode == "auto" else mode, f.action_tag or "action")
 
 
 def target_span(
-    tokenizer: Any, reply_ids: Sequence[int], span_mode: str, text: str | None = None
+    tokenizer: Any, reply_ids: Sequence[int], rule: SpanRule, text: str | None = None
 ) -> tuple[int, int] | None:
-    """StepOPSD's target span ``(start, stop)`` in a reply's tokens, or None (no parsable action: no target).
-    ``text``: the reply's text (default: its tokens decoded without special tokens)."""
+    """StepOPSD's target span ``(start, stop)`` in a reply's tokens under ``rule``, or None (no parsable action:
+    no target). ``text``: the reply's text (default: its tokens decoded without special tokens)."""
     if text is None:
         text = tokenizer.decode(list(reply_ids), skip_special_tokens=True)
     count = prefix_token_counter(tokenizer, reply_ids)
-    return structural_target_span(text, count, len(reply_ids), mode=span_mode)  # type: ignore[arg-type]
+    return structural_target_span(text, count, len(reply_ids), mode=rule.mode, tag=rule.tag)  # type: ignore[arg-type]
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
@@ -275,7 +286,7 @@ def opsd_items(
     budget: ContextBudget,
     stats: TeacherStats,
     *,
-    span_mode: str,
+    span: SpanRule,
     score_plain: bool = True,
 ) -> tuple[list[ScoreItem], list[list[tuple[int, int]]]]:
     """StepOPSD teacher inputs of step rows and each row's target span (``[]`` for a row without a parsable
@@ -284,12 +295,12 @@ def opsd_items(
     items: list[ScoreItem] = []
     spans: list[list[tuple[int, int]]] = []
     for i, (row, block) in enumerate(zip(rows, blocks, strict=True)):
-        span = target_span(tokenizer, row.response_ids, span_mode, row.response_text)
-        if span is None:
+        found = target_span(tokenizer, row.response_ids, span, row.response_text)
+        if found is None:
             spans.append([])
             continue
-        s, e = span
-        spans.append([span])
+        s, e = found
+        spans.append([found])
         if not block and not score_plain:
             continue
         block_ids = _ids(tokenizer, block) if block else []
@@ -415,7 +426,7 @@ def opsd_gaps(
     score: ScoreFn | None,
     stats: TeacherStats,
     *,
-    span_mode: str = "action_only",
+    span: SpanRule = ACTION_SPAN,
     blocks: list[str | None] | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None, TokenLayout]:
     """StepOPSD's ``(Δ, Δ mask, target layout)`` on episode rows: each reply's target span rescored after the
@@ -431,10 +442,10 @@ def opsd_gaps(
     for b, (prompt, resp) in enumerate(zip(ctx.prompts, ctx.responses, strict=True)):
         block_ids = _ids(tokenizer, blocks[b]) if blocks[b] else []
         for _t, s, e in ctx.reply_spans(b):
-            span = target_span(tokenizer, resp[s:e], span_mode)
-            if span is None:
+            found = target_span(tokenizer, resp[s:e], span)
+            if found is None:
                 continue  # no parsable action: no target, no gap
-            a, z = s + span[0], s + span[1]
+            a, z = s + found[0], s + found[1]
             fitted = fit_privileged(block_ids, len(prompt) + z, ctx.budget, stats)
             stats.privileged += int(bool(fitted))
             spans[b].append((a, z))
