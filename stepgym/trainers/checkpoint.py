@@ -592,7 +592,10 @@ def load_trainer(tr: Any, path: Path, state: Mapping[str, Any]) -> None:
         part("reference.safetensors", lambda f: load_model(tr.reference.model, str(f), device=device))
     if tr.arg is not None:
         part("arg", tr.arg.load)
-    tr.iteration = int(state["iteration"])
-    tr.evals = list(state.get("evals") or [])
-    tr.abort_totals = {str(k): int(v) for k, v in (state.get("aborts") or {}).items()}
+    try:
+        tr.iteration = int(state["iteration"])
+        tr.evals = list(state.get("evals") or [])
+        tr.abort_totals = {str(k): int(v) for k, v in dict(state.get("aborts") or {}).items()}
+    except (TypeError, ValueError, KeyError) as exc:  # a state of the wrong types (one written by hand)
+        raise CheckpointError(f"{path / _STATE}: does not fit this run ({_why(exc)})") from exc
     tr.backend.sync_weights(tr.model)
