@@ -374,12 +374,39 @@ def has_manifest(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / _MANIFEST).is_file()
 
 
+#: checkpoint folders this process found intact, with the (path, size, mtime) of every file then: a checkpoint
+#: checked by the CLI and again by the trainer it builds is hashed once
+_INTACT: dict[Path, tuple[tuple[str, int, int], ...]] = {}
+
+
+def _signature(path: Path) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for f in sorted(path.rglob("*")):
+        st = f.lstat()
+        out.append((f.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def checkpoint_problems(path: str | os.PathLike[str]) -> list[str]:
     """Every damaged file of checkpoint folder ``path``, as ``"<file>: <why>"`` (one entry per file, one per
     folder for ``tokenizer/``; empty when the checkpoint is intact). Each file listed in ``manifest.json`` must
     have its size and SHA-256; then each file is checked for structure (headers only: weights are not loaded into
-    memory), which is all a checkpoint written before manifests gets."""
+    memory), which is all a checkpoint written before manifests gets. A folder found intact earlier in this
+    process whose files all have the same size and modification time is not read again."""
     path = Path(path)
+    try:
+        signature = _signature(path)
+    except OSError:
+        signature = None
+    if signature is not None and _INTACT.get(path.resolve()) == signature:
+        return []
+    problems = _problems(path)
+    if not problems and signature is not None:
+        _INTACT[path.resolve()] = signature
+    return problems
+
+
+def _problems(path: Path) -> list[str]:
     by_manifest, manifest_problem = _manifest_problems(path)
     checks: list[tuple[str, Callable[[Path], str], bool]] = [
         (_STATE, _state_problem, True),
@@ -493,8 +520,13 @@ def resume_path(resume: str, ckpt_dir: Path) -> Path | None:
     return p
 
 
+_WARNED: set[Path] = set()
+
+
 def _warn_legacy(path: Path) -> None:
-    if not has_manifest(path):
+    """One warning line (once per process and folder) for a checkpoint written before manifests."""
+    if not has_manifest(path) and path.resolve() not in _WARNED:
+        _WARNED.add(path.resolve())
         log.warning(
             f"{path} has no {_MANIFEST} (written by a stepgym without checkpoint checksums): its files were "
             "checked for structure only; the next checkpoint this run saves has one"
