@@ -387,3 +387,43 @@ def test_a_killed_run_resumed_writes_every_record_once(run: Path, killed: str) -
     assert len(metrics) == len(set(metrics)), metrics
     assert episodes and all(n == 1 for n in episodes.values()), episodes
     assert {k[0] for k in episodes} == set(range(1, iterations + 1))
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_sigkill_resumes_writing_every_record_once(tmp_path: Path) -> None:
+    """A real kill -9: the run is killed as soon as metrics.jsonl holds iteration 3 (after iteration 3's metrics
+    and recording, before the checkpoint of iteration 4); the resumed run redoes iteration 3 and goes on."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "STEPGYM_DEBUG"}
+    env["PYTHONPATH"] = str(REPO)
+    args = [*TRAIN, "--run.iterations", "4", "--run.save-every", "2", "--run.output-dir", str(run)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepgym.cli", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            text = (run / "metrics.jsonl").read_text() if (run / "metrics.jsonl").is_file() else ""
+            if '"iteration": 3' in text:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.01)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = _stepgym(*TRAIN, "--run.iterations", "4", "--run.output-dir", str(run), "--run.resume", "auto")
+    assert out.returncode == 0, out.stderr
+    _assert_no_traceback(out)
+    metrics, episodes = _records_per_iteration(run)
+    assert sorted(i for i in metrics if i > 0) == [1, 2, 3, 4], metrics
+    assert len(metrics) == len(set(metrics)), metrics
+    assert episodes and all(n == 1 for n in episodes.values()), episodes
+    assert {k[0] for k in episodes} == {1, 2, 3, 4}
