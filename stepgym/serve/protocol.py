@@ -30,6 +30,7 @@ __all__ = [
     "ErrorCode",
     "ProtocolError",
     "ServeLimits",
+    "accept_backlog",
     "connection_cap",
     "error_message",
     "observation_payload",
@@ -125,24 +126,38 @@ class ServeLimits:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
 
 
-#: File descriptors kept free of connections when the cap comes from the open-file limit (listening socket, log
-#: files, worker pipes, journals).
+#: File descriptors kept free of connections when the cap comes from the open-file limit (the process's own files,
+#: log files, worker pipes, journals).
 _FD_RESERVE = 64
 
 
-def connection_cap(limits: ServeLimits) -> int:
-    """``limits.max_connections``, or (None) the process's soft open-file limit less a reserve, at most 4096."""
-    if limits.max_connections is not None:
-        return int(limits.max_connections)
+def _open_file_limit() -> int | None:
+    """The process's soft open-file limit (None: unlimited or unknown)."""
     try:
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (ImportError, OSError, ValueError):
-        return 1024
-    if soft == resource.RLIM_INFINITY:
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def accept_backlog() -> int:
+    """The listen backlog, which is also how many connections the event loop accepts in one go (asyncio takes up
+    to ``backlog`` per wake-up, before any of them is refused): an eighth of the open-file limit, 16 to 1024."""
+    soft = _open_file_limit()
+    return 1024 if soft is None else max(16, min(1024, (soft - _FD_RESERVE) // 8))
+
+
+def connection_cap(limits: ServeLimits) -> int:
+    """``limits.max_connections``, or (None) what the open-file limit leaves: the soft limit less a reserve and
+    two accept bursts (connections accepted but not yet refused and closed), 8 to 4096."""
+    if limits.max_connections is not None:
+        return int(limits.max_connections)
+    soft = _open_file_limit()
+    if soft is None:
         return 4096
-    return max(8, min(4096, int(soft) - _FD_RESERVE))
+    return max(8, min(4096, soft - _FD_RESERVE - 2 * accept_backlog()))
 
 
 def _depth_ok(value: Any, limit: int) -> bool:

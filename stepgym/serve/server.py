@@ -30,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 
 from stepgym.errors import StepGymError
-from stepgym.serve.protocol import ServeLimits
+from stepgym.serve.protocol import ServeLimits, accept_backlog
 from stepgym.workers import EnvRecipe
 
 __all__ = ["ServeConfig", "ServerThread", "build", "import_object", "is_loopback", "serve", "url_of"]
@@ -178,7 +178,7 @@ def _uvicorn_server(app: Any, config: ServeConfig) -> Any:
         timeout_keep_alive=30,
         h11_max_incomplete_event_size=16 * 1024,
         lifespan="on",
-        backlog=4096,
+        backlog=accept_backlog(),  # also the accept burst: kept within the open-file limit's headroom
     )
     return uvicorn.Server(cfg)
 
@@ -190,7 +190,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(4096)
+        sock.listen(accept_backlog())
     except OSError as exc:
         sock.close()
         why = exc.strerror or str(exc)
