@@ -29,7 +29,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stepgym.serve.protocol import ErrorCode, ServeLimits, connection_cap, error_message
 
-__all__ = ["guarded_protocol", "refusal"]
+__all__ = ["GuardedH11Protocol", "guarded_protocol", "refusal"]
 
 log = logging.getLogger("stepgym.serve")
 
@@ -52,85 +52,75 @@ def _peer(transport: Any) -> str:
     return "a client"
 
 
-def guarded_protocol(limits: ServeLimits) -> type[H11Protocol]:
-    """uvicorn's ``H11Protocol`` with the head deadline and connection cap of ``limits`` (pass it as
-    ``uvicorn.Config(http=...)``)."""
-    deadline_s = float(limits.read_timeout_s)
-    cap = connection_cap(limits)
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's ``H11Protocol`` with a head deadline (``deadline_s``) and a connection cap (``cap``); made with
+    those set by :func:`guarded_protocol`."""
 
-    class GuardedH11Protocol(H11Protocol):
-        _timer: asyncio.TimerHandle | None = None
-        _refused = False
+    deadline_s: float = 10.0
+    cap: int = 1024
+    _timer: asyncio.TimerHandle | None = None
+    _refused = False
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            over = len(self.connections) >= cap
-            super().connection_made(transport)
-            if over:
-                self._refused = True
-                log.warning(f"refused a connection from {_peer(transport)}: {cap} connections are open")
-                transport.write(
-                    refusal(
-                        503,
-                        "Service Unavailable",
-                        f"server busy: {cap} connections are open; retry later",
-                        ErrorCode.CAPACITY_REACHED,
-                    )
-                )
-                transport.close()
-                return
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        over = len(self.connections) >= self.cap
+        super().connection_made(transport)
+        if not over:
             self._arm()
+            return
+        self._refused = True
+        log.warning(f"refused a connection from {_peer(transport)}: {self.cap} connections are open")
+        message = f"server busy: {self.cap} connections are open; retry later"
+        transport.write(refusal(503, "Service Unavailable", message, ErrorCode.CAPACITY_REACHED))
+        transport.close()
 
-        def _arm(self) -> None:
-            if self._timer is None:
-                self._timer = self.loop.call_later(deadline_s, self._expired)
+    def _arm(self) -> None:
+        if self._timer is None:
+            self._timer = self.loop.call_later(self.deadline_s, self._expired)
 
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-        def _waiting_for_head(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
-            if self._waiting_for_head() or self.conn.their_state is h11.IDLE:
-                self._arm()  # the first byte of a request starts its deadline (a fixed one)
-            super().data_received(data)
-            if self.transport.get_protocol() is not self:  # upgraded to a WebSocket
-                self._disarm()
-            elif not self._waiting_for_head() or self.conn.their_state in (h11.DONE, h11.MUST_CLOSE):
-                self._disarm()  # the head is in: the handler (and its body deadline) takes over
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
-                self._arm()  # answered before the client sent its whole body: it has the deadline to finish
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _expired(self) -> None:
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
             self._timer = None
-            if self.transport.is_closing() or self.transport.get_protocol() is not self:
-                return
-            if not self._waiting_for_head() and self.conn.their_state is not h11.SEND_BODY:
-                return  # a request in the handler's hands
-            what = "request head" if self._waiting_for_head() else "request body"
-            log.warning(
-                f"closed the connection of {_peer(self.transport)}: no complete {what} within {deadline_s:g} s"
-            )
-            if self.cycle is None or self.cycle.response_complete:
-                self.transport.write(
-                    refusal(
-                        408,
-                        "Request Timeout",
-                        f"no complete {what} within {deadline_s:g} s",
-                        ErrorCode.REQUEST_TIMEOUT,
-                    )
-                )
-            self.transport.close()
 
-    return GuardedH11Protocol
+    def _waiting_for_head(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._waiting_for_head() or self.conn.their_state is h11.IDLE:
+            self._arm()  # the first byte of a request starts its deadline (a fixed one)
+        super().data_received(data)
+        if self.transport.get_protocol() is not self:  # upgraded to a WebSocket
+            self._disarm()
+        elif not self._waiting_for_head() or self.conn.their_state in (h11.DONE, h11.MUST_CLOSE):
+            self._disarm()  # the head is in: the handler (and its body deadline) takes over
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self._arm()  # answered before the client sent its whole body: it has the deadline to finish
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _expired(self) -> None:
+        self._timer = None
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:
+            return
+        if not self._waiting_for_head() and self.conn.their_state is not h11.SEND_BODY:
+            return  # a request in the handler's hands
+        what = "request head" if self._waiting_for_head() else "request body"
+        why = f"no complete {what} within {self.deadline_s:g} s"
+        log.warning(f"closed the connection of {_peer(self.transport)}: {why}")
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(refusal(408, "Request Timeout", why, ErrorCode.REQUEST_TIMEOUT))
+        self.transport.close()
+
+
+def guarded_protocol(limits: ServeLimits) -> type[H11Protocol]:
+    """:class:`GuardedH11Protocol` with the head deadline and connection cap of ``limits`` (pass it as
+    ``uvicorn.Config(http=...)``)."""
+    attrs = {"deadline_s": float(limits.read_timeout_s), "cap": connection_cap(limits)}
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), attrs)
