@@ -341,3 +341,89 @@ def test_group_recorder_refuses_a_plain_jsonl_name(tmp_path):
     with pytest.raises(ValueError, match=r"writes gzip.*\.jsonl\.gz"):
         GroupRecorder(tmp_path / "episodes.jsonl")
     assert GroupRecorder(tmp_path / "run").path.name == "episodes.jsonl.gz"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Damaged recordings are shown with a warning, never silently partial (issue 52)
+# ---------------------------------------------------------------------------------------------------------------
+def _episode(it: int, group: int, rollout: int, n_steps: int = 2) -> list[dict]:
+    key = {"iteration": it, "group": group, "rollout": rollout}
+    ep = {"kind": "episode", **key, "won": rollout == 0, "steps": n_steps, "task_id": f"t{group}"}
+    return [ep] + [{"kind": "step", **key, "t": t, "action": "go"} for t in range(n_steps)]
+
+
+def _recording(path: Path, iterations: int = 4, groups: int = 3) -> list[int]:
+    """One member per iteration (as the trainer writes); the file size after each."""
+    w = EpisodeWriter(path, {"source": "train", "method": "grpo"})
+    sizes = []
+    for it in range(1, iterations + 1):
+        w.write([r for g in range(groups) for k in range(2) for r in _episode(it, g, k)])
+        sizes.append(path.stat().st_size)
+    return sizes
+
+
+def test_a_damaged_member_is_skipped_with_a_warning_and_the_rest_is_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "run" / FILE_NAME
+    sizes = _recording(path)
+    raw = bytearray(path.read_bytes())
+    raw[(sizes[0] + sizes[1]) // 2] ^= 0xFF  # one flipped byte inside iteration 2's member
+    path.write_bytes(bytes(raw))
+    rec = read_recording(path)
+    assert sorted({e["iteration"] for e in rec.episodes}) == [1, 3, 4]  # what follows the damage is kept
+    (problem,) = rec.problems
+    assert f"at byte {sizes[0]}" in problem and "skipped" in problem
+    run = load_run(path.parent)
+    assert run.meta["n_episodes"] == 18 and len(run.meta["warnings"]) == 1
+    from stepgym.cli.view import main as view_main
+
+    assert view_main([str(path.parent), "--export", str(tmp_path / "v.html")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("stepgym view: warning: ") == 1 and "skipped" in err
+    assert "Traceback" not in err
+    # a cut-short tail (a writer killed mid-write) is said too
+    path.write_bytes(path.read_bytes()[: sizes[3] - 20])
+    rec = read_recording(path)
+    assert len(rec.problems) == 2 and "cut short" in rec.problems[1]
+    assert sorted({e["iteration"] for e in rec.episodes}) == [1, 3]
+
+
+def test_records_with_non_numeric_keys_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    w = EpisodeWriter(path, {"source": "test"})
+    w.write(_episode(1, 0, 0))
+    bad = _episode(1, 1, 0)
+    for r in bad:
+        r["iteration"] = "one"
+    w.write(bad)
+    w.write([{**r, "group": None} for r in _episode(1, 2, 0)])
+    w.write(_episode(2, 0, 0))
+    rec = read_recording(path)
+    assert [(e["iteration"], e["group"]) for e in rec.episodes] == [(1, 0), (2, 0)]
+    assert all(len(e["steps"]) == 2 for e in rec.episodes)
+    (problem,) = rec.problems
+    assert problem.startswith("6 episode/step record(s) skipped") and "not an integer" in problem
+    run = load_run(path)
+    assert run.meta["iterations"] == [1, 2] and run.meta["warnings"] == [f"{path}: {problem}"]
+
+
+def test_an_intact_recording_has_no_warning(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    _recording(path, iterations=2)
+    assert read_recording(path).problems == [] and load_run(path).meta["warnings"] == []
+
+
+def test_a_resumed_run_cuts_what_came_after_its_checkpoint(tmp_path: Path) -> None:
+    from stepgym.recording.episode_file import truncate_after
+
+    path = tmp_path / FILE_NAME
+    sizes = _recording(path, iterations=4, groups=2)
+    assert truncate_after(path, 4) == 0 and path.stat().st_size == sizes[3]
+    assert truncate_after(path, 2) == 2 * 2 * 2 * 3  # iterations 3 and 4: 4 episodes of 3 records each
+    assert path.stat().st_size == sizes[1]
+    w = EpisodeWriter(path, {"source": "train"})  # the resumed run's writer appends its own iteration 3
+    w.write(_episode(3, 0, 0))
+    keys = [(r["iteration"], r["group"], r["rollout"]) for r in read_records(path) if r["kind"] == "episode"]
+    assert len(keys) == len(set(keys)) and max(keys)[0] == 3
+    assert truncate_after(tmp_path / "missing.jsonl.gz", 0) == 0

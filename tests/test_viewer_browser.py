@@ -302,3 +302,24 @@ def test_ground_truth_values_render_beside_the_credit(driver: Any, tmp_path: Pat
                 )
                 == "0.5"
             )
+
+
+def test_a_damaged_recording_shows_a_warning_banner(driver: Any, runs: Path, tmp_path: Path) -> None:
+    """A recording with a damaged part opens with a visible warning saying what was skipped (issue 52); an intact
+    one shows none."""
+    d = driver
+    src = runs / "train" / "episodes.jsonl.gz"
+    damaged = tmp_path / "damaged" / "episodes.jsonl.gz"
+    damaged.parent.mkdir()
+    raw = bytearray(src.read_bytes())
+    raw[len(raw) * 2 // 3] ^= 0xFF
+    damaged.write_bytes(bytes(raw))
+    run = load_run(damaged.parent)
+    assert run.meta["warnings"]
+    with ViewerServer(run) as srv:
+        open_page(d, srv.url)
+        banner = d.find_element(By.ID, "warnings")
+        assert banner.is_displayed() and "damaged" in banner.text and "skipped" in banner.text
+    with ViewerServer(load_run(runs / "train")) as srv:
+        open_page(d, srv.url)
+        assert not d.find_element(By.ID, "warnings").is_displayed()

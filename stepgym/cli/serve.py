@@ -83,6 +83,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--step-timeout", type=float, default=d.step_timeout_s, help="seconds one reset or step may take"
     )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=d.read_timeout_s,
+        help="seconds a client may take to send a request head, and again its body (then 408 and closed)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=d.max_connections,
+        help="most open connections; one more gets 503 (default: the open-file limit less 64, at most 4096)",
+    )
     return p
 
 
@@ -98,6 +110,8 @@ def main(argv: list[str]) -> int:
         grace_s=args.grace,
         idle_timeout_s=args.idle_timeout,
         step_timeout_s=args.step_timeout,
+        read_timeout_s=args.read_timeout,
+        max_connections=args.max_connections,
     )
     config = ServeConfig(
         env=args.env,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from stepgym.viewer.data import load_run
 from stepgym.viewer.server import ViewerServer, export_html
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     run = load_run(args.path)
     m = run.meta
     summary = f"{m['n_groups']} groups, {m['n_episodes']} episodes, {m['n_steps']} steps"
+    for warning in m.get("warnings", []):  # a damaged file: shown partly, and said so (the page says it too)
+        print(f"stepgym view: warning: {warning}", file=sys.stderr)
     if args.export:
         out = export_html(run, args.export)
         print(f"wrote {out} ({summary})")

@@ -13,8 +13,11 @@ The format is deliberately plain (documented in docs/viewer.md) so any tool can 
 The same file is the resumable log of an endpoint evaluation (:mod:`stepgym.llm_eval`), so the rules that make a
 log resumable live here, once, for every writer: each member is written in one ``write`` under an OS lock and
 fsynced; a writer reopening a file drops a torn last member (what a killed process leaves) before appending, and
-refuses a file damaged *before* its last member; :func:`read_recording` gives each episode once (the first
-record of an ``(iteration, group, rollout)`` wins).
+refuses a file damaged *before* its last member; a resumed trainer first cuts what the interrupted run wrote after
+its last checkpoint (:func:`truncate_after`), so every iteration is recorded once; :func:`read_recording` gives
+each episode once (the first record of an ``(iteration, group, rollout)`` wins) and says what it could not read
+(:attr:`Recording.problems`: a damaged or cut-short part, records whose keys are not integers) instead of
+returning a silently partial recording.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ __all__ = [
     "find_recordings",
     "read_recording",
     "read_records",
+    "truncate_after",
 ]
 
 FORMAT = "stepgym-episodes"
@@ -249,6 +253,48 @@ def _check_header(path: Path, rec: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(rec)
 
 
+def _record_iteration(rec: Mapping[str, Any]) -> int | None:
+    """The iteration an ``episode`` / ``step`` record belongs to (None: another kind, or no integer iteration)."""
+    it = rec.get("iteration")
+    if rec.get("kind") not in ("episode", "step") or isinstance(it, bool) or not isinstance(it, int):
+        return None
+    return it
+
+
+def truncate_after(path: str | os.PathLike[str], iteration: int) -> int:
+    """Cut recording ``path`` before its first gzip member holding a record of an iteration after ``iteration``
+    (what a run killed after its last checkpoint wrote; the resumed run writes those iterations again), and return
+    how many records were cut. Members are written one per iteration, in order, so nothing of an earlier iteration
+    is lost. A missing file is 0; a damaged member stops the walk (the writer's own repair rule applies to it)."""
+    p = Path(path)
+    if not p.is_file():
+        return 0
+    fd = os.open(p, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        cut, dropped = None, 0
+        with open(p, "rb") as f:
+            start = 0
+            try:
+                for end, data in _members(f):
+                    recs = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+                    if cut is None and any(
+                        (_record_iteration(r) or 0) > iteration for r in recs if isinstance(r, dict)
+                    ):
+                        cut = start
+                    if cut is not None:
+                        dropped += len(recs)
+                    start = end
+            except (_Damaged, UnicodeDecodeError, json.JSONDecodeError):
+                pass  # the writer's repair cuts a torn tail and refuses earlier damage
+        if cut is not None:
+            os.ftruncate(fd, cut)
+            os.fsync(fd)
+        return dropped
+    finally:
+        os.close(fd)  # releases the lock
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------------------------------------------
@@ -298,40 +344,126 @@ def _parse_lines(p: Path, lines: Iterable[str], n_before: int) -> Iterator[dict[
 @dataclass
 class Recording:
     """A recording read back: its ``run`` ``header``, its ``episodes`` in file order (each an ``episode`` record
-    whose ``steps`` is the list of its ``step`` records and ``n_steps`` the recorded count) and its ``notes``."""
+    whose ``steps`` is the list of its ``step`` records and ``n_steps`` the recorded count), its ``notes``, and its
+    ``problems``: one line per part that could not be read (a damaged or cut-short part, records skipped for keys
+    that are not integers), each saying how many records were skipped and why. Empty for an intact file."""
 
     path: Path
     header: dict[str, Any]
     episodes: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _salvage(raw: bytes, problems: list[str]) -> Iterator[bytes]:
+    """The decompressed data of every intact gzip member of ``raw``. A damaged member is skipped up to the next
+    intact member (one line in ``problems``: where, how many bytes, at least how many records it held, why); a
+    cut-short last member (a writer killed mid-write) is one line too."""
+    pos = 0
+    while pos < len(raw):
+        try:
+            for _, data in _members(io.BytesIO(memoryview(raw)[pos:])):
+                yield data
+            return
+        except _Damaged as exc:
+            start, why = pos + exc.start, str(exc)
+        nxt = raw.find(_MAGIC, start + 1)
+        while nxt != -1 and not _intact_member_at(raw, nxt):
+            nxt = raw.find(_MAGIC, nxt + 1)
+        stop = len(raw) if nxt == -1 else nxt
+        lines = _partial_lines(raw[start:stop])
+        held = f"at least {lines} record(s)" if lines else "its records"
+        if nxt == -1:
+            problems.append(
+                f"the last {stop - start} bytes (from byte {start}) are cut short or damaged ({why}): {held} "
+                "skipped (a writer stopped mid-write?)"
+            )
+            return
+        problems.append(f"{stop - start} damaged bytes at byte {start} ({why}): {held} skipped")
+        pos = nxt
+
+
+def _partial_lines(chunk: bytes) -> int:
+    """How many whole lines a damaged member still decompresses to before its damage (a lower bound of the
+    records it held)."""
+    d = zlib.decompressobj(wbits=31)
+    try:
+        out = d.decompress(chunk)
+    except zlib.error:
+        return 0
+    return out.count(b"\n")
+
+
+def _key(rec: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """:func:`episode_key`, or None when the record's iteration, group or rollout is not an integer."""
+    vals = [rec.get("iteration", 0), rec.get("group", 0), rec.get("rollout", 0)]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in vals):
+        return None
+    return episode_key(rec)
+
+
+def _all_records(p: Path, problems: list[str]) -> Iterator[dict[str, Any]]:
+    if p.suffix != ".gz":
+        yield from read_records(p)
+        return
+    raw = p.read_bytes()
+    first = True
+    n_ok = 0
+    for data in _salvage(raw, problems):
+        first = False
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append("a part is not UTF-8 text: its records skipped")
+            continue
+        for rec in _parse_lines(p, text.splitlines(keepends=True), n_ok):
+            n_ok += 1
+            yield rec
+    if first and raw:
+        raise CorruptDataError(f"{p} is not a readable gzip file ({problems[0] if problems else 'empty'})")
 
 
 def read_recording(path: str | os.PathLike[str]) -> Recording:
     """Read a whole recording, each episode once: a second ``episode`` record with the same :func:`episode_key`
     (a run that recorded an episode again after a resume) and its steps are ignored, so the first one wins.
 
-    A torn tail is skipped as in :func:`read_records`; a file without a ``run`` header or of a newer version
+    Nothing is dropped silently: a damaged part is skipped up to the next intact one and a cut-short tail ends the
+    file, each with a line in :attr:`Recording.problems`; so are ``episode`` / ``step`` records whose iteration,
+    group or rollout is not an integer (counted, one line). A file without a ``run`` header or of a newer version
     raises :class:`~stepgym.errors.FormatVersionError`.
     """
     p = Path(path)
-    with contextlib.closing(read_records(p)) as records:
-        rec = Recording(p, _check_header(p, next(records, None)))
-        seen: set[tuple[int, int, int]] = set()
-        current: dict[str, Any] | None = None
-        for r in records:
-            kind = r.get("kind")
-            if kind == "episode":
-                key = episode_key(r)
-                current = None if key in seen else {**r, "n_steps": r.get("steps", 0), "steps": []}
-                if current is not None:
-                    seen.add(key)
-                    rec.episodes.append(current)
-            elif kind == "step":
-                if current is not None and episode_key(r) == episode_key(current):
-                    current["steps"].append(r)
-            elif kind == "note":
-                rec.notes.append(str(r.get("message", "")))
-            # a second `run` header (a resumed writer) and unknown kinds are skipped
+    problems: list[str] = []
+    records = _all_records(p, problems)
+    rec = Recording(p, _check_header(p, next(records, None)))
+    seen: set[tuple[int, int, int]] = set()
+    current: dict[str, Any] | None = None
+    bad_keys = 0
+    for r in records:
+        kind = r.get("kind")
+        if kind in ("episode", "step"):
+            key = _key(r)
+            if key is None:
+                bad_keys += 1
+                if kind == "episode":
+                    current = None
+                continue
+        if kind == "episode":
+            current = None if key in seen else {**r, "n_steps": r.get("steps", 0), "steps": []}
+            if current is not None:
+                seen.add(key)
+                rec.episodes.append(current)
+        elif kind == "step":
+            if current is not None and key == _key(current):
+                current["steps"].append(r)
+        elif kind == "note":
+            rec.notes.append(str(r.get("message", "")))
+        # a second `run` header (a resumed writer) and unknown kinds are skipped
+    if bad_keys:
+        problems.append(
+            f"{bad_keys} episode/step record(s) skipped: their iteration, group or rollout is not an integer"
+        )
+    rec.problems = problems
     return rec
 
 

@@ -12,6 +12,7 @@ The modules (imported only when used, so ``import stepgym`` stays light):
 * :mod:`stepgym.serve.sessions` — sessions: capacity, resume within a grace period, idle reaping, journals that
   survive a restart;
 * :mod:`stepgym.serve.app` — the ASGI app (Starlette) and :func:`~stepgym.serve.app.run` (uvicorn);
+* :mod:`stepgym.serve.guard` — what uvicorn lacks: a deadline on every request head, a cap on open connections;
 * :mod:`stepgym.serve.client` — :class:`~stepgym.serve.client.RemoteEnv`, a Gymnasium env over OpenEnv's client.
 
 See docs/serve.md.

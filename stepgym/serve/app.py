@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
@@ -34,11 +35,13 @@ from stepgym.errors import abort_cause_of
 from stepgym.serve.pool import CapacityError
 from stepgym.serve.protocol import (
     AUTH_HEADER,
+    SECRET_FIELD,
     SESSION_FIELD,
     SESSION_QUERY,
     ErrorCode,
     ProtocolError,
     error_message,
+    parse_json,
     parse_message,
     parse_reset,
     parse_step_request,
@@ -46,6 +49,8 @@ from stepgym.serve.protocol import (
 from stepgym.serve.sessions import Session, SessionManager
 
 __all__ = ["build_app"]
+
+log = logging.getLogger("stepgym.serve")
 
 _HTTP_STATUS = {
     ErrorCode.INVALID_JSON: 400,
@@ -58,16 +63,54 @@ _HTTP_STATUS = {
     ErrorCode.CAPACITY_REACHED: 503,
     ErrorCode.TIMEOUT: 504,
     ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.EXECUTION_ERROR: 500,
     ErrorCode.EPISODE_ABORTED: 500,
 }
 
 
 def _authorized(headers: Any, token: str | None) -> bool:
+    """``Authorization: Bearer <token>``; the scheme's name is case-insensitive (RFC 9110), the token is not."""
     if token is None:
         return True
-    sent = headers.get(AUTH_HEADER, "")
-    return sent.startswith("Bearer ") and secrets.compare_digest(sent[7:].encode(), token.encode())
+    scheme, _, sent = headers.get(AUTH_HEADER, "").strip().partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(sent.strip().encode(), token.encode())
+
+
+def _client(conn: Any) -> str:
+    c = conn.client
+    if c is None:
+        return "a client"
+    return f"[{c.host}]:{c.port}" if ":" in str(c.host) else f"{c.host}:{c.port}"
+
+
+#: What an env's ``reset`` raises to refuse an argument (an unknown task id): the client's error, not the env's.
+_ARGUMENT_ERRORS = (ValueError, KeyError, IndexError, TypeError)
+_ARGUMENT_ERROR_NAMES = tuple(f"{t.__name__}:" for t in (*_ARGUMENT_ERRORS, LookupError))
+
+
+def _refuses_argument(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by ``reset`` on options the client chose, is the env refusing one of them (in a
+    worker, the env's exception arrives as the last line of the worker error's traceback)."""
+    if isinstance(exc, _ARGUMENT_ERRORS) and not hasattr(exc, "abort_cause"):
+        return True
+    last = (str(exc).strip().splitlines() or [""])[-1]
+    return "raised during 'reset'" in str(exc) and last.startswith(_ARGUMENT_ERROR_NAMES)
+
+
+def _with_secret(payload: dict[str, Any], s: Session) -> dict[str, Any]:
+    """An answer with the session's secret in its ``metadata``: the connection holding the session learns it (to
+    take the session over from a connection of its own that hangs). Never journaled: a restored session gets a
+    new one."""
+    return {**payload, "metadata": {**payload.get("metadata", {}), SECRET_FIELD: s.secret}}
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one log line (a worker's traceback reduced to its last line)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0][:300] if lines else type(exc).__name__
+    return f"{lines[0][:200]} ... {lines[-1][:200]}"
 
 
 def _schema() -> dict[str, Any]:
@@ -112,25 +155,43 @@ class _Handlers:
     # -- one message, whatever the transport ---------------------------------------------------------------
     async def dispatch(self, s: Session, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         if kind == "state":
-            return {"type": "state", "data": s.state()}
+            state = s.state()
+            if state["last"] is not None:
+                state["last"] = _with_secret(state["last"], s)
+            return {"type": "state", "data": state}
         async with s.lock:
             if kind == "reset":
                 seed, options, episode = parse_reset(data)
-                payload = await self.m.reset(s, seed, options, episode)
+                try:
+                    payload = await self.m.reset(s, seed, options, episode)
+                except Exception as e:
+                    if options and _refuses_argument(e):
+                        s.was_reset = False
+                        last = (str(e).strip().splitlines() or [""])[-1]
+                        raise ProtocolError(
+                            f"reset refused the options {sorted(options)} ({last if ':' in last else e}); "
+                            "check the task id",
+                            ErrorCode.VALIDATION_ERROR,
+                        ) from None
+                    raise
             else:
                 payload = await self.m.step(s, parse_step_request(data, self.m.limits))
-        return {"type": "observation", "data": payload}
+        return {"type": "observation", "data": _with_secret(payload, s)}
 
     async def guarded(self, s: Session, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         """:meth:`dispatch`, with every failure turned into an error message (the session survives)."""
         try:
             return await self.dispatch(s, kind, data)
         except ProtocolError as e:
+            log.warning(f"session {s.id[:8]}: {kind} refused ({e.code}): {_one_line(e)}")
             return error_message(str(e), e.code, **e.extra)
         except (
             Exception
         ) as e:  # the episode is aborted (docs/failures.md): an error with its cause, never a reward
             s.was_reset = False
+            log.warning(
+                f"session {s.id[:8]}: the env raised during {kind} ({type(e).__name__}): {_one_line(e)}"
+            )
             return error_message(
                 f"the env raised {type(e).__name__}: {e}; the episode is aborted, reset to continue",
                 ErrorCode.EPISODE_ABORTED,
@@ -146,7 +207,7 @@ class _Handlers:
             )
             return
         try:
-            s = await self.m.open(ws.query_params.get(SESSION_QUERY))
+            s = await self.m.open(ws.query_params.get(SESSION_QUERY), ws.query_params.get(SECRET_FIELD))
         except CapacityError as e:
             await self._refuse(ws, str(e), ErrorCode.CAPACITY_REACHED)
             return
@@ -191,6 +252,7 @@ class _Handlers:
             try:
                 kind, data = parse_message(raw, self.m.limits)
             except ProtocolError as e:
+                log.warning(f"session {s.id[:8]} ({_client(ws)}): message refused ({e.code}): {_one_line(e)}")
                 await ws.send_text(json.dumps(error_message(str(e), e.code)))
                 continue
             if kind == "close":
@@ -199,6 +261,7 @@ class _Handlers:
 
     @staticmethod
     async def _refuse(ws: WebSocket, message: str, code: str) -> None:
+        log.warning(f"WebSocket of {_client(ws)}: {code}: {message}")
         with contextlib.suppress(Exception):
             await ws.send_text(json.dumps(error_message(message, code)))
             await ws.close(code=1008 if code == ErrorCode.UNAUTHORIZED else 1000)
@@ -217,18 +280,25 @@ class _Handlers:
                 f"body of {declared} bytes is over the limit of {limit}", ErrorCode.MESSAGE_TOO_LARGE
             )
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ProtocolError(f"body is over the limit of {limit} bytes", ErrorCode.MESSAGE_TOO_LARGE)
-            chunks.append(chunk)
+        deadline = self.m.limits.read_timeout_s
+        try:
+            async with asyncio.timeout(deadline):  # a half-sent body does not hold the connection for ever
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ProtocolError(
+                            f"body is over the limit of {limit} bytes", ErrorCode.MESSAGE_TOO_LARGE
+                        )
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ProtocolError(
+                f"the request body did not arrive within {deadline:g} s ({size} bytes received)",
+                ErrorCode.REQUEST_TIMEOUT,
+            ) from None
         raw = b"".join(chunks)
         if not raw.strip():
             return {}
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ProtocolError(f"Invalid JSON: {e}", ErrorCode.INVALID_JSON) from None
+        body = parse_json(raw, self.m.limits)
         if not isinstance(body, dict):
             raise ProtocolError("the body must be a JSON object", ErrorCode.INVALID_JSON)
         return body
@@ -245,6 +315,9 @@ class _Handlers:
 
     async def http(self, request: Request) -> JSONResponse:
         if not _authorized(request.headers, self.token):
+            log.warning(
+                f"{request.method} {request.url.path} from {_client(request)}: missing or wrong token"
+            )
             return self._error(
                 "missing or wrong token (send Authorization: Bearer <token>)", ErrorCode.UNAUTHORIZED
             )
@@ -252,9 +325,19 @@ class _Handlers:
         try:
             return await self._http_op(op, request)
         except CapacityError as e:
+            log.warning(f"{request.method} /{op} from {_client(request)}: {_one_line(e)}")
             return self._error(str(e), ErrorCode.CAPACITY_REACHED)
         except ProtocolError as e:
-            return self._error(str(e), e.code)
+            log.warning(f"{request.method} /{op} from {_client(request)}: {e.code}: {_one_line(e)}")
+            answer = self._error(str(e), e.code)
+            if e.code == ErrorCode.REQUEST_TIMEOUT:
+                answer.headers["connection"] = "close"  # the rest of the body is not waited for
+            return answer
+        except ClientDisconnect:
+            log.warning(
+                f"{request.method} /{op} from {_client(request)}: the client left before its body ended"
+            )
+            return self._error("the client disconnected", ErrorCode.VALIDATION_ERROR)
 
     async def _http_op(self, op: str, request: Request) -> JSONResponse:
         if op == "state":

@@ -155,6 +155,12 @@ class RemoteEnv(gym.Env):
                         return _result_of(state["last"])
                 return call()
             except RuntimeError as e:
+                busy = "held by a live connection" in str(e)  # the server has not yet seen our old one end
+                if busy and lost_in_flight and time.monotonic() <= deadline:
+                    with contextlib.suppress(Exception):
+                        self._client.disconnect()
+                    time.sleep(1.0)
+                    continue
                 if str(e).startswith("Server error:"):
                     raise RemoteEnvError(str(e)[len("Server error: ") :]) from None
                 raise

@@ -30,8 +30,11 @@ __all__ = [
     "ErrorCode",
     "ProtocolError",
     "ServeLimits",
+    "accept_backlog",
+    "connection_cap",
     "error_message",
     "observation_payload",
+    "parse_json",
     "parse_message",
     "parse_step_request",
     "to_json",
@@ -49,6 +52,9 @@ STEP_FIELD = "step_index"
 AUTH_HEADER = "authorization"
 #: The WebSocket query parameter that resumes a session (the same name OpenEnv uses to attach to a session).
 SESSION_QUERY = "session_id"
+#: The per-session secret: answered to the connection that holds a session (``metadata.session_secret``), and sent
+#: back as this query parameter to take the session over while its old connection still looks alive.
+SECRET_FIELD = "session_secret"
 
 
 class ErrorCode:
@@ -67,6 +73,8 @@ class ErrorCode:
     EPISODE_OVER = "EPISODE_OVER"
     TIMEOUT = "TIMEOUT"
     UNAUTHORIZED = "UNAUTHORIZED"
+    #: a request (head or body) not received within ``ServeLimits.read_timeout_s``
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
     #: the env (or a service it needs) failed mid-episode: the episode is aborted, never scored
     #: (docs/failures.md); the error's ``abort_cause`` is one of ``stepgym.schema.ABORT_CAUSES``
     EPISODE_ABORTED = "EPISODE_ABORTED"
@@ -97,14 +105,94 @@ class ServeLimits:
     idle_timeout_s: float = 900.0
     #: Seconds one reset or step may take (enforced by killing the worker when envs run in workers).
     step_timeout_s: float = 120.0
+    #: Seconds a client may take to send a whole request head (from connecting, or from the first byte of the next
+    #: request on a kept-alive connection) and, separately, a whole request body; a silent or half-sent
+    #: connection is then closed (HTTP: a 408 answer first).
+    read_timeout_s: float = 10.0
+    #: Most open connections (HTTP and WebSocket together); one more is answered 503 and closed at once. None: from
+    #: the process's open-file limit (:func:`connection_cap`), so the server never runs out of file descriptors.
+    max_connections: int | None = None
+    #: Deepest nesting of arrays and objects in a message (a deeper one gets INVALID_JSON, never a crash).
+    max_json_depth: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("max_message_bytes", "max_action_chars", "max_sessions"):
+        for name in ("max_message_bytes", "max_action_chars", "max_sessions", "max_json_depth"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("grace_s", "idle_timeout_s", "step_timeout_s"):
+        if self.max_connections is not None and int(self.max_connections) < 1:
+            raise ValueError(f"max_connections must be >= 1 or None, got {self.max_connections!r}")
+        for name in ("grace_s", "idle_timeout_s", "step_timeout_s", "read_timeout_s"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+
+
+#: File descriptors kept free of connections when the cap comes from the open-file limit (the process's own files,
+#: log files, worker pipes, journals).
+_FD_RESERVE = 64
+
+
+def _open_file_limit() -> int | None:
+    """The process's soft open-file limit (None: unlimited or unknown)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def accept_backlog() -> int:
+    """The listen backlog, which is also how many connections the event loop accepts in one go (asyncio takes up
+    to ``backlog`` per wake-up, before any of them is refused): an eighth of the open-file limit, 16 to 1024."""
+    soft = _open_file_limit()
+    return 1024 if soft is None else max(16, min(1024, (soft - _FD_RESERVE) // 8))
+
+
+def connection_cap(limits: ServeLimits) -> int:
+    """``limits.max_connections``, or (None) what the open-file limit leaves: the soft limit less a reserve and
+    two accept bursts (connections accepted but not yet refused and closed), 8 to 4096."""
+    if limits.max_connections is not None:
+        return int(limits.max_connections)
+    soft = _open_file_limit()
+    if soft is None:
+        return 4096
+    return max(8, min(4096, soft - _FD_RESERVE - 2 * accept_backlog()))
+
+
+def _depth_ok(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests arrays and objects at most ``limit`` deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            items = v.values()
+        elif isinstance(v, list):
+            items = v
+        else:
+            continue
+        if d > limit:
+            return False
+        stack.extend((x, d + 1) for x in items if isinstance(x, dict | list))
+    return True
+
+
+def parse_json(raw: str | bytes, limits: ServeLimits) -> Any:
+    """A message's JSON, refused (INVALID_JSON) when it is not JSON or nests deeper than ``limits.max_json_depth``
+    (a very deep one would exhaust the parser's recursion: one error answer, never a crash or a dropped socket)."""
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"Invalid JSON: {e}", ErrorCode.INVALID_JSON) from None
+    except RecursionError:
+        value = None
+    else:
+        if _depth_ok(value, limits.max_json_depth):
+            return value
+    raise ProtocolError(
+        f"the message nests arrays/objects deeper than the server's limit of {limits.max_json_depth}",
+        ErrorCode.INVALID_JSON,
+    )
 
 
 class _Unencodable(Exception):
@@ -203,10 +291,7 @@ def parse_message(raw: str | bytes, limits: ServeLimits) -> tuple[str, dict[str,
             f"message of {len(raw)} bytes is over the server's limit of {limits.max_message_bytes} bytes",
             ErrorCode.MESSAGE_TOO_LARGE,
         )
-    try:
-        msg = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ProtocolError(f"Invalid JSON: {e}", ErrorCode.INVALID_JSON) from None
+    msg = parse_json(raw, limits)
     if not isinstance(msg, dict):
         raise ProtocolError(
             'a message must be a JSON object {"type": ..., "data": ...}', ErrorCode.INVALID_JSON

@@ -2,8 +2,15 @@
 
 Security rules (checked here, before anything listens): the default address is the loopback one; binding any
 other address needs a token, which every client must then send (``Authorization: Bearer <token>``). Requests are
-bounded by :class:`~stepgym.serve.protocol.ServeLimits` (message size, action length, sessions, deadlines). Client
-text only ever reaches ``env.step`` as the action string: never a shell, a file path or an import.
+bounded by :class:`~stepgym.serve.protocol.ServeLimits` (message size and nesting depth, action length, sessions,
+open connections, deadlines). Client text only ever reaches ``env.step`` as the action string: never a shell, a
+file path or an import.
+
+uvicorn runs with: ``timeout_keep_alive`` (an idle kept-alive connection closes), ``h11_max_incomplete_event_size``
+(a request head over 16 KiB is refused), ``ws_max_size`` (a hard cap over the app's own message limit) and
+WebSocket pings (a half-open WebSocket ends within two ping intervals). What uvicorn lacks is added by
+:mod:`stepgym.serve.guard` (a deadline on every request head, a cap on open connections) and by the app (a
+deadline on every request body, the JSON depth limit).
 """
 
 from __future__ import annotations
@@ -23,10 +30,10 @@ from typing import Any
 import gymnasium as gym
 
 from stepgym.errors import StepGymError
-from stepgym.serve.protocol import ServeLimits
+from stepgym.serve.protocol import ServeLimits, accept_backlog
 from stepgym.workers import EnvRecipe
 
-__all__ = ["ServeConfig", "ServerThread", "build", "import_object", "is_loopback", "serve"]
+__all__ = ["ServeConfig", "ServerThread", "build", "import_object", "is_loopback", "serve", "url_of"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def url_of(host: str, port: int, scheme: str = "http") -> str:
+    """``scheme://host:port``, an IPv6 address in brackets (``http://[::1]:8000``), as URLs write it."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}"
 
 
 def _cwd_on_path() -> None:
@@ -150,16 +164,21 @@ def build(config: ServeConfig) -> tuple[Any, Any]:
 def _uvicorn_server(app: Any, config: ServeConfig) -> Any:
     import uvicorn
 
+    from stepgym.serve.guard import guarded_protocol
+    from stepgym.serve.sessions import _PING_S
+
     cfg = uvicorn.Config(
         app,
+        http=guarded_protocol(config.limits),  # h11 with a head deadline and the connection cap
         log_level="warning",
         ws_max_size=16
         * config.limits.max_message_bytes,  # the hard cap; the app answers MESSAGE_TOO_LARGE below it
-        ws_ping_interval=20.0,
-        ws_ping_timeout=20.0,
+        ws_ping_interval=_PING_S,
+        ws_ping_timeout=_PING_S,
         timeout_keep_alive=30,
+        h11_max_incomplete_event_size=16 * 1024,
         lifespan="on",
-        backlog=4096,
+        backlog=accept_backlog(),  # also the accept burst: kept within the open-file limit's headroom
     )
     return uvicorn.Server(cfg)
 
@@ -171,12 +190,12 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(4096)
+        sock.listen(accept_backlog())
     except OSError as exc:
         sock.close()
         why = exc.strerror or str(exc)
         raise StepGymError(
-            f"cannot listen on {host}:{port} ({why}); another program may use that port: pick another with "
+            f"cannot listen on {url_of(host, port).split('//', 1)[1]} ({why}); another program may use that port: pick another with "
             "--port N (--port 0 takes any free one)"
         ) from exc
     return sock
@@ -194,7 +213,7 @@ def serve(config: ServeConfig, *, ready: Callable[[str], None] | None = None) ->
     try:
         if ready is not None:
             host, port = sock.getsockname()[:2]
-            ready(f"http://{host}:{port}")
+            ready(url_of(host, port))
         server.run(sockets=[sock])
     finally:
         sock.close()
@@ -212,7 +231,7 @@ class ServerThread:
             self.manager.pool.close()
             raise
         host, port = self._sock.getsockname()[:2]
-        self.url = f"http://{host}:{port}"
+        self.url = url_of(host, port)
         self._server = _uvicorn_server(self.app, config)
         self._server.install_signal_handlers = lambda: None  # not the main thread
         self._thread = threading.Thread(target=self._run, name="stepgym-serve", daemon=True)

@@ -43,6 +43,11 @@ __all__ = ["Session", "SessionManager"]
 
 _ID = re.compile(r"[0-9a-f]{32}")
 _JOURNAL_VERSION = 1
+#: Seconds a reconnect waits for the old connection of its session to end before it is refused.
+TAKEOVER_WAIT_S = 3.0
+#: The WebSocket ping interval (and timeout) the server runs with: a half-open connection ends within twice it.
+_PING_S = 20.0
+_SECRET_NAME = "session_secret"
 
 
 def _digest(payload: dict[str, Any]) -> str:
@@ -71,6 +76,9 @@ class Session:
     connection: int = 0
     #: Called (with a reason) when the reaper ends an attached session, so the transport can close its socket.
     on_reap: Callable[[str], Any] | None = None
+    #: Answered to the connection holding the session; lets a reconnect take the session over at once even while
+    #: the old connection still looks alive (without it, a live connection's session is not taken).
+    secret: str = field(default_factory=lambda: secrets.token_hex(16))
 
     def state(self) -> dict[str, Any]:
         """OpenEnv's ``State`` (``episode_id``, ``step_count``) plus what a resuming client needs."""
@@ -112,10 +120,11 @@ class SessionManager:
         }
 
     # -- opening and closing -------------------------------------------------------------------------------
-    async def open(self, resume_id: str | None = None) -> Session:
-        """A new session, or the one ``resume_id`` names (kept in memory, or restored from its journal)."""
+    async def open(self, resume_id: str | None = None, secret: str | None = None) -> Session:
+        """A new session, or the one ``resume_id`` names (kept in memory, or restored from its journal); see
+        :meth:`_resume` for when a session still held by a connection is given to another."""
         if resume_id is not None:
-            return await self._resume(resume_id)
+            return await self._resume(resume_id, secret)
         if len(self.sessions) >= self.limits.max_sessions:
             self.counters["refused_full"] += 1
             raise CapacityError(
@@ -131,13 +140,32 @@ class SessionManager:
         self.counters["created"] += 1
         return s
 
-    async def _resume(self, sid: str) -> Session:
+    async def _resume(self, sid: str, secret: str | None = None) -> Session:
+        """The session ``sid`` for a new connection. One still held by a live connection is not taken from it: the
+        new connection waits up to :data:`TAKEOVER_WAIT_S` for the old one to end (a client that dropped its
+        connection mid-step), then is refused (SESSION_ERROR). A half-open old connection is noticed by the
+        WebSocket pings and ends; a retry then succeeds. With the session's ``secret`` (answered to the
+        connection that held it) the new connection takes over at once and the old one is closed."""
         if not _ID.fullmatch(sid):
             raise ProtocolError("a session id is 32 hex digits", ErrorCode.SESSION_ERROR)
         s = self.sessions.get(sid)
         if s is not None:
+            owner = secret is not None and secrets.compare_digest(secret.encode(), s.secret.encode())
+            if s.attached and s.on_reap is not None and not owner:
+                waited = 0.0
+                while s.attached and sid in self.sessions and waited < TAKEOVER_WAIT_S:
+                    await asyncio.sleep(0.02)
+                    waited += 0.02
+                if s.attached and sid in self.sessions:
+                    raise ProtocolError(
+                        f"session {sid} is held by a live connection; a dead one is noticed within "
+                        f"{_PING_S * 2:.0f} s (retry then), or send the session's {_SECRET_NAME} to take it over",
+                        ErrorCode.SESSION_ERROR,
+                    )
+                if sid not in self.sessions:
+                    raise ProtocolError(f"session {sid} was closed", ErrorCode.SESSION_ERROR)
             if s.attached and s.on_reap is not None:
-                # The old connection is half-open (the client already gave up on it): the new one takes over.
+                # the owner (it has the secret) gave up on its old connection: the new one takes over
                 with contextlib.suppress(Exception):
                     s.on_reap("replaced by a new connection to this session")
             s.attached, s.detached_at, s.last_active = True, None, time.monotonic()

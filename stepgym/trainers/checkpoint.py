@@ -12,6 +12,7 @@ Layout of ``<output_dir>/checkpoints/``::
         teacher.safetensors StepOPSD's stale snapshot (when used)
         reference.safetensors the KL reference (when used)
         arg/                ProAS graphs (their own JSON format)
+        manifest.json       the SHA-256 and size of every other file (written last)
     latest                  the name of the newest complete checkpoint (one line)
 
 Atomicity: a checkpoint is written into a temporary sibling folder (``.tmp-step_000010-<pid>``); every file is
@@ -21,8 +22,16 @@ by any part writer) before the rename leaves only a ``.tmp-*`` folder, which is 
 ``latest`` still names the previous checkpoint. Old checkpoints beyond ``keep`` are deleted only after the new one
 is complete.
 
-Damage (a disk that filled up, a copy cut short, an edited file): :func:`checkpoint_problems` reads every file of a
-checkpoint without building a trainer and names each one that cannot be read, one line per file. Resuming
+Checksums: ``manifest.json`` lists every file of the checkpoint (``trainer_state.json`` included) with its SHA-256
+and size; it is written last (atomically) inside the temporary folder, and the trainer state records that a
+manifest belongs to the checkpoint, so a deleted manifest is damage too. Loading verifies every checksum first: a
+flipped byte in the middle of the weights, a truncated file or an edited ``iteration`` is refused even where the
+file would still parse. A checkpoint written before manifests existed (its state has no ``checksums`` entry) is
+still loaded, with one warning line saying that only its structure could be checked.
+
+Damage (a disk that filled up, a copy cut short, an edited file): :func:`checkpoint_problems` checks every file of a
+checkpoint without building a trainer and names each one that is damaged, one line per file (one per folder for
+``tokenizer/`` and ``arg/``). Resuming
 (:func:`choose_resume`) takes the newest checkpoint with no problem, says which files of the newer ones it skipped
 and why, and reports a ``latest`` pointer that is unreadable or names no complete checkpoint; a file that reads
 but does not fit the run (weights of another shape) fails :func:`load_trainer` with one line naming it.
@@ -30,6 +39,7 @@ but does not fit the run (weights of another shape) fails :func:`load_trainer` w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -49,6 +59,7 @@ __all__ = [
     "checkpoint_problems",
     "choose_resume",
     "find_latest",
+    "has_manifest",
     "load_trainer",
     "read_state",
     "resume_path",
@@ -59,6 +70,10 @@ __all__ = [
 FORMAT_VERSION = 1
 _LATEST = "latest"
 _STATE = "trainer_state.json"
+_MANIFEST = "manifest.json"
+_MANIFEST_FORMAT = "stepgym-checkpoint-manifest"
+#: the trainer state's entry that says the checkpoint has a manifest (absent: written before manifests existed)
+_CHECKSUMS_KEY = "checksums"
 
 PartWriter = Callable[[Path], None]
 
@@ -108,11 +123,12 @@ def save_checkpoint(
     try:
         for writer in parts.values():
             writer(tmp)
-        payload = {"format_version": FORMAT_VERSION, **state}
+        payload = {"format_version": FORMAT_VERSION, **state, _CHECKSUMS_KEY: _MANIFEST}
         (tmp / _STATE).write_text(
             json.dumps(payload, indent=1, sort_keys=True, default=str), encoding="utf-8"
         )
         _fsync_tree(tmp)
+        atomic_write_text(tmp / _MANIFEST, json.dumps(_manifest_of(tmp), indent=1, sort_keys=True))
         if final.exists():  # re-saving the same iteration (e.g. after a resume): move the old one aside first
             old = root / f".old-{name}-{os.getpid()}"
             shutil.rmtree(old, ignore_errors=True)
@@ -125,9 +141,48 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    atomic_write_text(root / _LATEST, name + "\n")
+    _write_latest(root, name)
     _prune(root, keep, protect=name)
     return final
+
+
+def _write_latest(root: Path, name: str) -> None:
+    """Point ``latest`` at ``name``. Something other than a file in its place (a folder, a socket) is moved aside
+    as ``latest.moved-<n>`` with one warning line (never deleted: it may be somebody's), then ``latest`` is
+    written; if even that fails, a :class:`CheckpointError` of one line says what to do (the checkpoint itself is
+    complete, and a resume finds it without ``latest``)."""
+    pointer = root / _LATEST
+    try:
+        if pointer.is_symlink() or (pointer.exists() and not pointer.is_file()):
+            n = 1
+            while (root / f"{_LATEST}.moved-{n}").exists() or (root / f"{_LATEST}.moved-{n}").is_symlink():
+                n += 1
+            aside = root / f"{_LATEST}.moved-{n}"
+            os.rename(pointer, aside)
+            log.warning(f"{pointer} was not a file; moved it to {aside.name} and wrote a new pointer")
+        atomic_write_text(pointer, name + "\n")
+    except OSError as exc:
+        raise CheckpointError(
+            f"{pointer}: cannot be written ({_why(exc)}); checkpoint {root / name} is complete, move {pointer} "
+            "away and resume with --run.resume auto"
+        ) from exc
+
+
+def _sha256(f: Path) -> str:
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _manifest_of(folder: Path) -> dict[str, Any]:
+    """The SHA-256 and size of every file under ``folder`` (paths relative to it, ``/``-separated)."""
+    files = {}
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != _MANIFEST):
+        rel = f.relative_to(folder).as_posix()
+        files[rel] = {"sha256": _sha256(f), "bytes": f.stat().st_size}
+    return {"format": _MANIFEST_FORMAT, "version": 1, "files": files}
 
 
 def _complete(path: Path) -> bool:
@@ -272,10 +327,88 @@ def _tokenizer_problem(d: Path) -> str:
     return ""
 
 
+def _part_of(rel: str) -> str:
+    """The part a file belongs to, as problems name it: the file itself, or its top folder (``tokenizer``)."""
+    return rel.split("/", 1)[0]
+
+
+def _manifest_problems(path: Path) -> tuple[dict[str, str], str]:
+    """``({part: why}, manifest problem)`` from checking every file of ``path`` against its ``manifest.json``
+    (sizes first, then SHA-256). A checkpoint whose trainer state names no manifest (written before manifests
+    existed) gives ``({}, "")``; one whose manifest is missing or unreadable gives the manifest's problem."""
+    try:
+        state = json.loads((path / _STATE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        state = None
+    f = path / _MANIFEST
+    if not f.exists() and not (isinstance(state, dict) and state.get(_CHECKSUMS_KEY)):
+        return {}, ""  # written before manifests (or the state is unreadable: its own check names it)
+    try:
+        manifest = json.loads(f.read_text(encoding="utf-8"))
+        files = manifest["files"]
+        if manifest.get("format") != _MANIFEST_FORMAT or not isinstance(files, dict):
+            raise ValueError("not a stepgym checkpoint manifest")
+        entries = {str(k): (str(v["sha256"]), int(v["bytes"])) for k, v in files.items()}
+    except FileNotFoundError:
+        return {}, "missing (the trainer state says this checkpoint has one)"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return {}, f"cannot be read ({_why(exc)})"
+    found: dict[str, list[str]] = {}
+    for rel, (digest, size) in sorted(entries.items()):
+        file = path / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            why = "is not a path inside the checkpoint"
+        elif not file.is_file():
+            why = "missing"
+        elif file.stat().st_size != size:
+            why = f"is {file.stat().st_size} bytes, the manifest says {size} (cut short or padded)"
+        elif _sha256(file) != digest:
+            why = "does not match its SHA-256 in the manifest (damaged or edited)"
+        else:
+            continue
+        found.setdefault(_part_of(rel), []).append(why if "/" not in rel else f"{rel.split('/', 1)[1]} {why}")
+    return {part: "; ".join(whys) for part, whys in found.items()}, ""
+
+
+def has_manifest(path: str | os.PathLike[str]) -> bool:
+    """Whether checkpoint ``path`` was written with a manifest (False: written before manifests existed)."""
+    return (Path(path) / _MANIFEST).is_file()
+
+
+#: checkpoint folders this process found intact, with the (path, size, mtime) of every file then: a checkpoint
+#: checked by the CLI and again by the trainer it builds is hashed once
+_INTACT: dict[Path, tuple[tuple[str, int, int], ...]] = {}
+
+
+def _signature(path: Path) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for f in sorted(path.rglob("*")):
+        st = f.lstat()
+        out.append((f.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def checkpoint_problems(path: str | os.PathLike[str]) -> list[str]:
-    """Every file of checkpoint folder ``path`` that cannot be read, as ``"<file>: <why>"`` (one entry per file;
-    empty when the checkpoint reads). Reads headers and structure only: weights are not loaded into memory."""
+    """Every damaged file of checkpoint folder ``path``, as ``"<file>: <why>"`` (one entry per file, one per
+    folder for ``tokenizer/``; empty when the checkpoint is intact). Each file listed in ``manifest.json`` must
+    have its size and SHA-256; then each file is checked for structure (headers only: weights are not loaded into
+    memory), which is all a checkpoint written before manifests gets. A folder found intact earlier in this
+    process whose files all have the same size and modification time is not read again."""
     path = Path(path)
+    try:
+        signature = _signature(path)
+    except OSError:
+        signature = None
+    if signature is not None and _INTACT.get(path.resolve()) == signature:
+        return []
+    problems = _problems(path)
+    if not problems and signature is not None:
+        _INTACT[path.resolve()] = signature
+    return problems
+
+
+def _problems(path: Path) -> list[str]:
+    by_manifest, manifest_problem = _manifest_problems(path)
     checks: list[tuple[str, Callable[[Path], str], bool]] = [
         (_STATE, _state_problem, True),
         ("model.safetensors", _safetensors_problem, True),
@@ -285,9 +418,12 @@ def checkpoint_problems(path: str | os.PathLike[str]) -> list[str]:
         ("teacher.safetensors", _safetensors_problem, False),
         ("reference.safetensors", _safetensors_problem, False),
     ]
-    problems = []
+    problems = [f"{path / _MANIFEST}: {manifest_problem}"] if manifest_problem else []
     for name, check, required in checks:
         f = path / name
+        if name in by_manifest:
+            problems.append(f"{f}: {by_manifest.pop(name)}")
+            continue
         if not f.is_file():
             if required:
                 problems.append(f"{f}: missing")
@@ -295,9 +431,10 @@ def checkpoint_problems(path: str | os.PathLike[str]) -> list[str]:
         why = check(f)
         if why:
             problems.append(f"{f}: {why}")
-    why = _tokenizer_problem(path / "tokenizer")
+    why = by_manifest.pop("tokenizer", "") or _tokenizer_problem(path / "tokenizer")
     if why:
         problems.append(f"{path / 'tokenizer'}: {why}")
+    problems += [f"{path / part}: {why}" for part, why in sorted(by_manifest.items())]
     return problems
 
 
@@ -360,7 +497,8 @@ def resume_path(resume: str, ckpt_dir: Path) -> Path | None:
             log.warning(line)
         if chosen is not None:
             if problems:
-                log.warning(f"resuming from {chosen} instead, the newest checkpoint that reads")
+                log.warning(f"resuming from {chosen} instead, the newest intact checkpoint")
+            _warn_legacy(chosen)
             return chosen
         if problems:
             raise CheckpointError(
@@ -378,7 +516,22 @@ def resume_path(resume: str, ckpt_dir: Path) -> Path | None:
         older, _ = choose_resume(p.parent)
         hint = f"resume from {older} instead" if older is not None else "no other checkpoint beside it reads"
         raise CheckpointError(f"{problems[0]}; {hint}")
+    if _complete(p):
+        _warn_legacy(p)
     return p
+
+
+_WARNED: set[Path] = set()
+
+
+def _warn_legacy(path: Path) -> None:
+    """One warning line (once per process and folder) for a checkpoint written before manifests."""
+    if not has_manifest(path) and path.resolve() not in _WARNED:
+        _WARNED.add(path.resolve())
+        log.warning(
+            f"{path} has no {_MANIFEST} (written by a stepgym without checkpoint checksums): its files were "
+            "checked for structure only; the next checkpoint this run saves has one"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -472,7 +625,10 @@ def load_trainer(tr: Any, path: Path, state: Mapping[str, Any]) -> None:
         part("reference.safetensors", lambda f: load_model(tr.reference.model, str(f), device=device))
     if tr.arg is not None:
         part("arg", tr.arg.load)
-    tr.iteration = int(state["iteration"])
-    tr.evals = list(state.get("evals") or [])
-    tr.abort_totals = {str(k): int(v) for k, v in (state.get("aborts") or {}).items()}
+    try:
+        tr.iteration = int(state["iteration"])
+        tr.evals = list(state.get("evals") or [])
+        tr.abort_totals = {str(k): int(v) for k, v in dict(state.get("aborts") or {}).items()}
+    except (TypeError, ValueError, KeyError) as exc:  # a state of the wrong types (one written by hand)
+        raise CheckpointError(f"{path / _STATE}: does not fit this run ({_why(exc)})") from exc
     tr.backend.sync_weights(tr.model)

@@ -103,6 +103,8 @@ class GRPOTrainer:
         #: aborted episodes per cause over the whole run, episodes included (checkpointed: a resume goes on counting)
         self.abort_totals: dict[str, int] = {}
         resume_from = resume_path(config.run.resume, self.ckpt_dir)
+        #: the checkpoint this run resumed from (None: a fresh run); outputs are cut back to its iteration
+        self.resumed_from = resume_from
         state = read_state(resume_from) if resume_from is not None else None
         self.model, self.tokenizer, self.model_source = load_policy(
             config,

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from stepgym.atomic import atomic_write_text
 from stepgym.trainers.distributed import group_shard
 
 __all__ = ["MetricsLogger", "NoMetrics", "read_metrics", "timing_metrics", "world_metrics"]
@@ -35,6 +36,12 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def _iteration(record: Any) -> float:
+    """A metrics record's iteration (a record that has none, or not a number, sorts after every iteration)."""
+    it = record.get("iteration") if isinstance(record, dict) else None
+    return it if isinstance(it, int | float) and not isinstance(it, bool) else math.inf
+
+
 class MetricsLogger:
     """Append-only JSONL plus optional TensorBoard ``SummaryWriter`` under ``output_dir``.
 
@@ -47,11 +54,11 @@ class MetricsLogger:
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
-        if resume_from is not None:
-            kept = [r for r in read_metrics(self.path) if int(r.get("iteration", 0)) <= resume_from]
-            self.path.write_text(
-                "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), encoding="utf-8"
-            )
+        if (
+            resume_from is not None
+        ):  # the interrupted run's lines after the checkpoint are redone: written once
+            kept = [r for r in read_metrics(self.path) if _iteration(r) <= resume_from]
+            atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         elif self.path.exists():
             self.path.unlink()
         self.tb = None

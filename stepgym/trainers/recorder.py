@@ -15,6 +15,7 @@ hints.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -24,8 +25,11 @@ import numpy as np
 
 from stepgym.labels import future_drift
 from stepgym.recording import FILE_NAME, EpisodeWriter, RecordConfig, RecordExtras, trajectory_records
+from stepgym.recording.episode_file import truncate_after
 
 __all__ = ["TrainerRecorder"]
+
+log = logging.getLogger(__name__)
 
 _DECIMALS = 6  #: advantages are stored rounded to 6 decimals (compact, and far below any visible difference)
 
@@ -54,9 +58,18 @@ class TrainerRecorder:
             | {k: asdict(v) for k, v in self.compare.items()},
             "record": asdict(config),
         }
-        self.writer = EpisodeWriter(
-            Path(trainer.out) / FILE_NAME, header, budget_bytes=int(config.budget_mb * 2**20)
-        )
+        path = Path(trainer.out) / FILE_NAME
+        if getattr(trainer, "resumed_from", None) is not None:
+            # what the interrupted run recorded after its last checkpoint is played again: recorded once
+            dropped = truncate_after(path, trainer.iteration)
+            if dropped:
+                log.info(
+                    f"{path}: cut {dropped} record(s) of iterations after {trainer.iteration}, written after the "
+                    "checkpoint this run resumes from"
+                )
+        elif path.exists():
+            path.unlink()  # a fresh run in this folder: its recording starts empty, as metrics.jsonl does
+        self.writer = EpisodeWriter(path, header, budget_bytes=int(config.budget_mb * 2**20))
 
     @classmethod
     def create(cls, trainer: Any) -> TrainerRecorder | None:

@@ -4,6 +4,9 @@ on demand), so a run of tens of thousands of steps opens instantly and the brows
 Reading (header check, each episode once) is :func:`stepgym.recording.read_recording`'s. Groups are keyed
 ``"<file>:<iteration>:<group>"``; several recordings (a folder of runs) load side by side and
 the ``method`` of each group comes from its file's ``run`` header, which is what the viewer's method filter uses.
+What a damaged file could not give (:attr:`stepgym.recording.Recording.problems`) goes to ``meta["warnings"]``,
+which the page shows above everything else and ``stepgym view`` prints: a partial recording is never shown as a
+whole one.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def _load_file(fi: int, path: Path, groups: dict[str, dict[str, Any]], meta: dic
             meta["shapers"].append(name)
     meta["sources"].append({"file": str(path), "method": method, "source": head.get("source", "")})
     meta["notes"] += [f"{path.parent.name}: {note}" for note in rec.notes]
+    meta["warnings"] += [f"{path}: {problem}" for problem in rec.problems]
     for ep in rec.episodes:
         gid = f"{fi}:{ep.get('iteration', 0)}:{ep.get('group', 0)}"
         grp = groups.get(gid)
@@ -88,7 +92,7 @@ def load_run(path: str | os.PathLike[str]) -> RunData:
             "default), `stepgym eval --model NAME` (an endpoint evaluation), `stepgym rollout --record DIR` or "
             "stepgym.recording.GroupRecorder."
         )
-    meta: dict[str, Any] = {"shapers": [], "sources": [], "notes": []}
+    meta: dict[str, Any] = {"shapers": [], "sources": [], "notes": [], "warnings": []}
     groups: dict[str, dict[str, Any]] = {}
     for fi, f in enumerate(files):
         _load_file(fi, f, groups, meta)
