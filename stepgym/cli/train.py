@@ -144,12 +144,23 @@ def _show_checkpoint_warnings(prog: str) -> None:
     """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each."""
     import logging
 
+    class _Stderr(logging.StreamHandler):  # the stderr of the moment (a caller may swap sys.stderr between runs)
+        @property
+        def stream(self):  # type: ignore[override]
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, _value: Any) -> None:
+            pass
+
     logger = logging.getLogger("stepgym.trainers.checkpoint")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _Stderr) or getattr(h, "_stepgym_cli", False) for h in logger.handlers):
+        handler = _Stderr()
+        handler._stepgym_cli = True  # type: ignore[attr-defined]
         handler.setFormatter(logging.Formatter(f"{prog}: warning: %(message)s"))
         logger.addHandler(handler)
-        logger.propagate = False
+    # the logger still propagates: the CLI configures no root handler, so each warning prints once; a host
+    # application's logging (or pytest's capture) sees it too
 
 
 def _train_interrupt_note(cfg: Any) -> str:
