@@ -7,6 +7,12 @@ An expected failure (:data:`EXPECTED_ERRORS`: stepgym's own errors, whose messag
 an unknown env id, a file or a server that is not there) prints one line to stderr and exits with status 1;
 its traceback is for developers, shown with ``stepgym --debug ...`` or ``STEPGYM_DEBUG=1``. Anything else is a
 bug and keeps its traceback. Ctrl-C prints what the subcommand saved and how to resume it (exit status 130).
+
+The current folder: ``python -m stepgym.cli`` has it on ``sys.path`` (Python puts it there), the ``stepgym``
+console script does not. So that ``stepgym train --env.id mymod:My-v0`` (and ``rollout``, ``eval``, ``serve``,
+``arg``: every command that takes an env id or a ``module:attr``) finds ``mymod.py`` in the folder it is run from
+with no ``PYTHONPATH``, :func:`main` appends the current folder to ``sys.path`` (last: it never shadows an
+installed package).
 """
 
 from __future__ import annotations
@@ -102,8 +108,17 @@ def _silence_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def add_cwd_to_path() -> None:
+    """Append the current folder to ``sys.path`` unless it is there already (as ``''`` or by name), so a user's
+    ``module:Env-v0`` in it imports (see the module docstring)."""
+    cwd = os.getcwd()
+    if not any(p in ("", ".", cwd) or os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.append(cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv, debug = _pop_debug(list(sys.argv[1:] if argv is None else argv))
+    add_cwd_to_path()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0

@@ -95,6 +95,9 @@ class GRPOTrainer:
         self.eval_splits: tuple[str, ...] = (
             tuple(config.env.eval_splits) if env_has_splits(config.env.id) else (SEEDED_EVAL,)
         )
+        for split in self.eval_splits:  # a misspelled evaluation split is refused now, not after training
+            if split != SEEDED_EVAL:
+                config.env.make_kwargs(split, config.eval.max_steps)
         self.history = None if config.env.history < 0 else config.env.history
         self.iteration = 0
         self.evals: list[dict[str, Any]] = []
