@@ -20,7 +20,15 @@ from typing import Any
 
 from stepgym.atomic import atomic_write_text
 from stepgym.cli._options import on_interrupt
-from stepgym.cli.train import _list_presets, _short_help, _split_preset, check_run, flag_given, parse_config
+from stepgym.cli.train import (
+    _list_presets,
+    _short_help,
+    _split_preset,
+    check_run,
+    flag_given,
+    parse_config,
+    show_phases,
+)
 from stepgym.errors import InvalidArgumentError
 
 __all__ = ["main"]
@@ -61,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         cfg = parse_config(argv, "stepgym eval")
     check_run(cfg, preset=ns.preset, argv=argv)
+    show_phases("stepgym eval", cfg)
     from stepgym.trainers.grpo import GRPOTrainer
 
     if not ns.checkpoint:

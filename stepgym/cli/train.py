@@ -235,6 +235,29 @@ def _check_output_dir(cfg: Any) -> Any:
     return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, resume=str(chosen)))
 
 
+def show_phases(prog: str, cfg: Any) -> None:
+    """Print each phase of the run (:mod:`stepgym.trainers.phases`) on stderr, one line as it starts and one as it
+    ends with its wall time; not with ``--run.no-progress``."""
+    import logging
+
+    from stepgym.trainers.phases import LOGGER
+
+    logger = logging.getLogger(LOGGER)
+    if not cfg.run.progress or logger.handlers:
+        return
+    class _AboveBars(logging.Handler):  # written through tqdm, so a progress bar on screen is not cut
+        def emit(self, record: logging.LogRecord) -> None:
+            from tqdm.auto import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+
+    handler = _AboveBars()
+    handler.setFormatter(logging.Formatter(f"{prog}: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def _show_checkpoint_warnings(prog: str) -> None:
     """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each."""
     import logging
@@ -399,6 +422,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config(argv, "stepgym train")
     check_run(cfg, preset=ns.preset, argv=argv)
     _show_checkpoint_warnings("stepgym train")
+    show_phases("stepgym train", cfg)
     cfg = _check_output_dir(cfg)
     from stepgym.trainers.grpo import GRPOTrainer
 
