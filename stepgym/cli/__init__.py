@@ -51,7 +51,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "arg": ("stepgym.cli.arg:main", "build, inspect and label with ProAS Agentic Reference Graphs"),
     "train": (
         "stepgym.cli.train:train_main",
-        "GRPO training with a step-level shaper (GRPO, GiGPO, ProAS, AHEAD, StepOPSD)",
+        "GRPO training with a step-level shaper ({methods})",
     ),
     "eval": (
         "stepgym.cli.eval:main",
@@ -74,9 +74,23 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def shaper_methods() -> str:
+    """The methods ``stepgym train`` offers, read from the shaper registry (the base advantages, ProAS, the token
+    reweightings), for the help line: a method registered later is listed without editing this module."""
+    from stepgym.shapers.registry import available
+    from stepgym.trainers.config import _METHOD_NAMES
+
+    bases = [_METHOD_NAMES.get(n, n) for n in available("base")]
+    tokens = [{"ahead": "AHEAD", "stepopsd": "StepOPSD"}.get(n, n) for n in available("token")]
+    return f"{', '.join(bases)}; ProAS on a base; {', '.join(tokens)} token reweighting"
+
+
 def _usage() -> str:
     width = max(map(len, SUBCOMMANDS))
-    rows = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in SUBCOMMANDS.items())
+    rows = "\n".join(
+        f"  {name.ljust(width)}  {help_.format(methods=shaper_methods()) if '{methods}' in help_ else help_}"
+        for name, (_, help_) in SUBCOMMANDS.items()
+    )
     return (
         f"usage: stepgym [--debug] <command> [options]\n\ncommands:\n{rows}\n\n"
         "`stepgym <command> --help` for a command's options; --debug (or STEPGYM_DEBUG=1) shows tracebacks."

@@ -27,6 +27,7 @@ from stepgym.cli.train import (
     check_run,
     flag_given,
     parse_config,
+    progress_alias,
     show_phases,
 )
 from stepgym.errors import InvalidArgumentError
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from stepgym.cli.endpoint import main as endpoint_main
 
         return endpoint_main(argv, prog="stepgym eval")
+    argv = progress_alias(argv)
     _, _, ns = _split_preset(argv, "stepgym eval")
     if ns.list_presets:
         return _list_presets()

@@ -245,6 +245,7 @@ def show_phases(prog: str, cfg: Any) -> None:
     logger = logging.getLogger(LOGGER)
     if not cfg.run.progress or logger.handlers:
         return
+
     class _AboveBars(logging.Handler):  # written through tqdm, so a progress bar on screen is not cut
         def emit(self, record: logging.LogRecord) -> None:
             from tqdm.auto import tqdm
@@ -309,6 +310,11 @@ _COMMON_FLAGS = (
     ("rollout.group_size", "G, rollouts per task"),
     ("shaper.base", "base advantage: {bases} (registered; --shaper-module adds yours)"),
     ("optim.lr", "learning rate"),
+    (
+        "model.tokenizer_corpus_episodes",
+        "tiny model: random episodes its tokenizer learns from (fewer: faster)",
+    ),
+    ("run.progress", "progress bars and a line per phase (--run.no-progress or --no-progress: off)"),
 )
 
 
@@ -408,9 +414,15 @@ def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
     return "\n".join(lines)
 
 
+def progress_alias(argv: list[str]) -> list[str]:
+    """``--no-progress`` (the flag of ``stepgym rollout``) is ``--run.no-progress`` here too."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    return [("--run.no-progress" if a == "--no-progress" else a) for a in argv[:end]] + argv[end:]
+
+
 def train_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``stepgym train``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = progress_alias(list(sys.argv[1:] if argv is None else argv))
     _, _, ns = _split_preset(argv, "stepgym train")
     if ns.list_presets:
         return _list_presets()
