@@ -40,7 +40,7 @@ from stepgym.trainers.config import (
     WarmupConfig,
 )
 
-__all__ = ["TRAINER_PRESETS", "UnknownPresetError", "get_preset"]
+__all__ = ["TRAINER_PRESETS", "UnknownPresetError", "get_preset", "preset_table"]
 
 PAPER_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -195,6 +195,8 @@ _CPU_RECIPES: dict[str, tuple[str, EnvConfig, str, int, int, tuple[int, ...]]] =
         (2, 4, 6, 8),
     ),
     "babyai": ("BabyAI GoToLocal", _BABYAI_ENV, "{}", 16, 384, (4, 8, 12, 16)),
+    "webshop": ("WebShop", _WEBSHOP_ENV, "{}", 6, 768, (2, 4, 6)),
+    "searchqa": ("Search-QA (NQ, BM25)", _SEARCHQA_ENV, "{}", 3, 768, (1, 2, 3)),
     # the find-* tasks' gold paths are at most 16 steps (benchmarks/results/scienceworld_expert_*.md)
     "scienceworld": (
         "ScienceWorld's find-plant and find-animal tasks",
@@ -205,6 +207,12 @@ _CPU_RECIPES: dict[str, tuple[str, EnvConfig, str, int, int, tuple[int, ...]]] =
         (4, 8, 12, 16),
     ),
 }
+
+
+def _cpu_description(env_name: str) -> str:
+    return (
+        f"the tiny model on {_CPU_RECIPES[env_name][0]}: 2 GiGPO iterations on a CPU in minutes (a smoke run)"
+    )
 
 
 def _cpu_recipe(env_name: str) -> TrainConfig:
@@ -299,6 +307,8 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     )
     _graph_presets(p)
     _solver_env_presets(p)
+    for env_name in ("webshop", "searchqa"):
+        p[f"{env_name}-cpu"] = (_cpu_description(env_name), _cpu_recipe(env_name))
     credit = {
         "grpo": ShapeConfig.from_preset("grpo-alfworld"),
         "gigpo": ShapeConfig.from_preset("gigpo-alfworld"),
@@ -344,10 +354,7 @@ def _solver_env_presets(p: dict[str, tuple[str, TrainConfig]]) -> None:
     """``<env>-cpu`` (:func:`_cpu_recipe`), ``<env>-grpo`` and ``<env>-gigpo`` for each solver env, the last two with
     the GiGPO recipe's (ALFWorld's) settings."""
     for env_name, (env, what, gigpo_note) in _SOLVER_ENVS.items():
-        p[f"{env_name}-cpu"] = (
-            f"the tiny model on {_CPU_RECIPES[env_name][0]}: 2 GiGPO iterations on a CPU in minutes (a smoke run)",
-            _cpu_recipe(env_name),
-        )
+        p[f"{env_name}-cpu"] = (_cpu_description(env_name), _cpu_recipe(env_name))
         for method, preset, label in (
             ("grpo", "grpo-alfworld", "GRPO"),
             ("gigpo", "gigpo-alfworld", "GiGPO"),
@@ -399,3 +406,21 @@ def get_preset(name: str) -> TrainConfig:
         raise UnknownPresetError(
             f"unknown preset {name!r}; {hint}available: {', '.join(sorted(TRAINER_PRESETS))} (`--list-presets` describes them)"
         ) from None
+
+
+def preset_table() -> str:
+    """Every preset as a Markdown table (name, env, model, batch, step limit, description): docs/trainer.md holds
+    it between ``<!-- presets:start -->`` and ``<!-- presets:end -->`` (``python scripts/preset_table.py``
+    rewrites it; a test checks the page is current)."""
+    lines = [
+        "| preset | env | model | tasks × G | steps | reply tokens | what |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, (desc, cfg) in TRAINER_PRESETS.items():
+        steps = cfg.env.max_steps or "env's"
+        lines.append(
+            f"| `{name}` | `{cfg.env.id.removeprefix('StepGym/')}` | `{cfg.model.name}` | "
+            f"{cfg.rollout.n_tasks} × {cfg.rollout.group_size} | {steps} | {cfg.rollout.max_response_tokens} | "
+            f"{desc.replace('|', '/')} |"
+        )
+    return "\n".join(lines)
