@@ -7,7 +7,9 @@ first: a run that stopped goes on with the tasks not yet there), then a table pe
 longest gold path, the most steps the expert took.
 
 Run: ``python benchmarks/scienceworld_expert.py --split test [--per-type N] [--out FILE.jsonl]``
-(every task of the test split: ~1,800 tasks, each a gold-path generation of ~1.3 s plus its play).
+(every task of the test split: 1,819 tasks, each a gold-path generation of 0.5 s to over a minute (Mendelian
+genetics) plus its play at ~0.1-0.2 s a step). ``--gold-only`` records only each task's gold-path length, the
+survey behind the env's step-limit cap (``benchmarks/results/scienceworld_gold_<date>.jsonl``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def summary(rows: list[dict], limit: int) -> str:
     for r in rows:
         by_type[r["task_id"].rpartition("/")[0]].append(r)
     lines = [
-        f"default step limit {limit}; {sum(r['won'] for r in rows)}/{len(rows)} tasks won by the expert",
+        f"default step limit: per task (100 or the gold path, at most {limit}); "
+        f"{sum(r['won'] for r in rows)}/{len(rows)} tasks won by the expert",
         "",
         "| task type | tasks | won | longest gold path | most expert steps |",
         "|---|---:|---:|---:|---:|",

@@ -54,7 +54,8 @@ _ALFWORLD_ENV = EnvConfig(
 _WEBSHOP_ENV = EnvConfig(
     id="StepGym/WebShop-v0", train_split="train", eval_splits=("test",), max_steps=15, history=2
 )
-# ScienceWorld: upstream's test variations for evaluation, its default step limit (100).
+# ScienceWorld: upstream's test variations for evaluation, upstream's default step limit (100) for training and
+# evaluation (the env's own default is per task, up to the gold path's length: 795 steps on the longest test task).
 _SCIENCEWORLD_ENV = EnvConfig(
     id="StepGym/ScienceWorld-v0", train_split="train", eval_splits=("test",), max_steps=100, history=2
 )

@@ -5,8 +5,10 @@ Every step is upstream's own ``ScienceWorldEnv.step`` (``scienceworld`` 1.2.3, i
 reward (the change of the task score, 0-100) divided by 100, each rounded so that the rewards so far, summed in
 order, are exactly the score / 100: a won episode's rewards sum to exactly 1.0 (a failed task's score drops to -100
 upstream, so its last reward is negative); ``terminated`` is upstream's completion flag (the
-task solved, or failed: score below 0); ``truncated`` after ``max_steps`` actions (100, upstream's default step
-limit; stepgym counts every action, upstream counts the moves that take time).
+task solved, or failed: score below 0); ``truncated`` after ``max_steps`` actions (stepgym counts every action,
+upstream counts the moves that take time). The default limit is per task: the longer of 100 (upstream's default)
+and the task's gold path, so the expert can win every task (gold paths run to 795 steps on the test split:
+inclined-plane friction, Mendelian genetics, boiling); ``max_steps=N`` fixes it for every task.
 
 Tasks: upstream's 30 task types, each with its train / dev / test variations (:mod:`.tasks`); task id
 ``"<task name>/<variation>"``, task type the task name. ``simplifications`` is upstream's string ("easy", or a
@@ -52,7 +54,13 @@ from typing import Any
 from stepgym import schema
 from stepgym.envs.base import TextEnv
 from stepgym.envs.scienceworld.engine import ScienceWorldEngine, state_hash
-from stepgym.envs.scienceworld.tasks import SPLITS, parse_task_id, split_task_ids
+from stepgym.envs.scienceworld.tasks import (
+    MIN_STEPS,
+    SPLITS,
+    STEP_LIMIT_CAP,
+    parse_task_id,
+    split_task_ids,
+)
 from stepgym.errors import InvalidArgumentError
 
 __all__ = ["NO_MATCH", "ScienceWorldEnv"]
@@ -70,7 +78,9 @@ class ScienceWorldEnv(TextEnv):
     Args:
         split: ``"train"``, ``"dev"`` or ``"test"`` (upstream's variation splits; the papers evaluate on test).
         task_types: restrict to some of the 30 task names (``"boil"``, ``"find-animal"``, ...).
-        max_steps: actions before truncation (100: upstream's default step limit).
+        max_steps: actions before truncation; ``None`` (default): per task, the longer of 100 (upstream's default
+            limit) and its gold path (at most :data:`~.tasks.STEP_LIMIT_CAP`); with ``expert=False`` the gold
+            path is still generated once per task for its length.
         simplifications: upstream's simplification string (``""``, ``"easy"``, ``"teleportAction,openDoors"``...).
         expert: fill ``EXPERT_ACTION`` from upstream's gold path (generating it costs ~1.3 s the first time a task
             is reset in this env); ``False`` leaves it ``None``.
@@ -98,12 +108,13 @@ class ScienceWorldEnv(TextEnv):
         self,
         split: str = "train",
         task_types: tuple[str, ...] | list[str] | None = None,
-        max_steps: int = 100,
+        max_steps: int | None = None,
         simplifications: str = "",
         expert: bool = True,
         render_mode: str | None = None,
     ):
-        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        super().__init__(max_steps=max_steps or STEP_LIMIT_CAP, render_mode=render_mode)
+        self._fixed_limit = max_steps  # None: per task (see :attr:`max_steps`)
         if split not in SPLITS:
             raise InvalidArgumentError(
                 f"unknown ScienceWorld split {split!r}; expected one of {', '.join(SPLITS)}"
@@ -128,6 +139,17 @@ class ScienceWorldEnv(TextEnv):
 
     # -- public helpers -------------------------------------------------------------------------------------
     @property
+    def max_steps(self) -> int:
+        """The step limit of the current episode (per task unless a limit was set: ``max_steps=N``, or
+        ``gym.make(..., max_episode_steps=N)``)."""
+        return self._limit
+
+    @max_steps.setter
+    def max_steps(self, value: int) -> None:
+        self._limit = int(value)
+        self._fixed_limit = int(value)
+
+    @property
     def task_ids(self) -> list[str]:
         """Every task id of the split, in the fixed order (task types as upstream lists them, variations ascending)."""
         return list(self._task_ids)
@@ -150,7 +172,12 @@ class ScienceWorldEnv(TextEnv):
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         task_id = self._choose_task(options)
         name, variation = parse_task_id(task_id)
-        self._gold = self._engine.gold_path(name, variation) if self._use_expert else []
+        gold = (
+            self._engine.gold_path(name, variation) if self._use_expert or self._fixed_limit is None else []
+        )
+        self._gold = gold if self._use_expert else []
+        if self._fixed_limit is None:
+            self._limit = min(STEP_LIMIT_CAP, max(MIN_STEPS, len(gold)))
         obs, up = self._engine.reset(name, variation)
         self._task_id, self._task_type = task_id, name
         self._goal = _task_text(str(up["taskDesc"]))
