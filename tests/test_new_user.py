@@ -311,3 +311,18 @@ def test_getting_started_lists_every_extra_of_an_env() -> None:
     page = (REPO / "docs" / "getting_started.md").read_text(encoding="utf-8")
     for extra in ("sokoban", "textcraft", "babyai", "scienceworld"):
         assert f"`{extra}`" in page, extra
+
+
+def test_eval_budgets_fit_the_step_limit() -> None:
+    from stepgym.cli.train import parse_config
+
+    assert parse_config(["--env.max-steps", "8"]).eval.budgets == (
+        2,
+        3,
+        5,
+        6,
+        8,
+    )  # not 10..50 on an 8-step env
+    assert max(parse_config(["--env.id", "StepGym/Sokoban-v0", "--env.max-steps", "12"]).eval.budgets) == 12
+    assert parse_config(["--env.max-steps", "8", "--eval.budgets", "20", "30"]).eval.budgets == (20, 30)
+    assert parse_config(["--env.max-steps", "60"]).eval.budgets == (10, 20, 30, 40, 50)  # they fit: kept

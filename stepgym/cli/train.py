@@ -66,11 +66,36 @@ def parse_config(argv: Sequence[str], prog: str = "stepgym train", base: Any = N
     cfg = tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
     if preset and base is None:
         cfg = _drop_preset_env_options(cfg, default, preset, rest, prog)
+    if not flag_given(rest, "eval.budgets"):
+        cfg = fit_budgets(cfg)
     _, _, ns = _split_preset(argv, prog)
     if ns.shaper_option:
         cfg = dataclasses.replace(cfg, shaper=shaper_options(cfg.shaper, ns.shaper_option))
     check_config(cfg)
     return cfg
+
+
+def fit_budgets(cfg: Any) -> Any:
+    """``cfg`` with evaluation budgets that fit its step limit: budgets above the limit (the defaults 10..50 on an
+    8-step env) say nothing, so they are spread up to it instead (``--eval.budgets`` given is kept as given)."""
+    limit = cfg.eval.max_steps or cfg.env.max_steps or _registered_limit(cfg.env.id)
+    if not limit or max(cfg.eval.budgets, default=0) <= limit:
+        return cfg
+    budgets = tuple(sorted({max(1, round(limit * k / 5)) for k in range(1, 6)}))
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, budgets=budgets))
+
+
+def _registered_limit(env_id: str) -> int:
+    """The registered ``max_episode_steps`` of ``env_id`` (0 when unknown: the id is checked later, one line)."""
+    import gymnasium
+
+    from stepgym.envs import resolve_env_id
+
+    try:
+        spec = gymnasium.registry.get(resolve_env_id(env_id))
+    except InvalidArgumentError:
+        return 0
+    return int(getattr(spec, "max_episode_steps", 0) or 0)
 
 
 def flag_given(argv: Sequence[str], path: str) -> bool:
