@@ -934,7 +934,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--full", action="store_true", help="the full sweep: every env of ENVS, the default settings"
     )
-    p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 2 iterations, 4 eval tasks")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 2 seeds, 2 iterations, 4 eval tasks (its intervals are not meaningful)",
+    )
     p.add_argument("--envs", nargs="+", default=None, choices=list(ENVS), help=f"default {DEFAULT_ENVS}")
     p.add_argument(
         "--methods", nargs="+", default=None, choices=list(METHODS), help="default: DEFAULT_METHODS"
@@ -1012,7 +1016,20 @@ def main(argv: list[str] | None = None) -> int:
                 )
         print(f"# sweep wall time: {time.perf_counter() - t0:.0f} s", flush=True)
     report(out, Path(args.cells) if args.cells else cells_path, None if args.cells else keys)
+    if not args.cells and args.seeds < FEW_SEEDS:
+        print(few_seeds_warning(args.seeds), flush=True)
     return 0
+
+
+#: Below this many seeds a bootstrap interval over seeds says nothing (2 seeds give intervals like [+0.19, +0.19]).
+FEW_SEEDS = 5
+
+
+def few_seeds_warning(seeds: int) -> str:
+    return (
+        f"# warning: {seeds} seed{'s' if seeds != 1 else ''} per cell: the intervals above are not meaningful "
+        f"(a smoke run; the study uses --seeds 10)"
+    )
 
 
 if __name__ == "__main__":

@@ -127,9 +127,17 @@ def check_fuzz(
     return out
 
 
-def check_text_env(make_env: Callable[[], gym.Env], seed: int = 0, *, strict_charset: bool = False) -> None:
+def check_text_env(
+    make_env: Callable[[], gym.Env] | gym.Env, seed: int = 0, *, strict_charset: bool = False
+) -> None:
     """The whole battery: ``check_env`` on the unwrapped env, determinism, fuzz. ``strict_charset``: see the
-    module docstring (``gym.spaces.Text`` spaces)."""
+    module docstring (``gym.spaces.Text`` spaces).
+
+    ``make_env`` is a factory (``lambda: gym.make("MyOrg/My-v0")``: determinism needs fresh copies) or an env
+    made with ``gym.make``: its spec then makes the copies (the env itself is checked, never closed). An env
+    without a spec (built by calling its class) is refused with a ``TypeError`` that asks for a factory."""
+    if isinstance(make_env, gym.Env):
+        make_env = _factory_of(make_env)
     env = make_env()
     try:
         core = env.unwrapped
@@ -146,6 +154,17 @@ def check_text_env(make_env: Callable[[], gym.Env], seed: int = 0, *, strict_cha
         check_fuzz(env, seed=seed)
     finally:
         env.close()
+
+
+def _factory_of(env: gym.Env) -> Callable[[], gym.Env]:
+    """A factory of copies of ``env`` (made with ``gym.make``: its spec says how)."""
+    spec = env.spec if env.spec is not None and env.spec.entry_point is not None else None
+    if spec is None:
+        raise TypeError(
+            f"check_text_env needs a factory, e.g. check_text_env(lambda: gym.make(ID)), or an env made with "
+            f"gym.make; this {type(env.unwrapped).__name__} has no spec to make the copies the checks compare"
+        )
+    return lambda: gym.make(spec)
 
 
 def _text_spaces(env: gym.Env) -> dict[str, gym.spaces.Text]:

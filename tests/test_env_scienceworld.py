@@ -17,6 +17,7 @@ from stepgym import schema
 from stepgym.envs import env_entry
 from stepgym.envs.scienceworld import NO_MATCH, VARIATION_COUNTS, ScienceWorldEnv, split_task_ids
 from stepgym.envs.scienceworld.engine import EngineCrashed, java_bin_dir
+from stepgym.envs.scienceworld.tasks import STEP_LIMIT_CAP
 from stepgym.errors import InvalidArgumentError, ValueOracleError
 from stepgym.testing import check_determinism, check_fuzz
 
@@ -88,7 +89,7 @@ def test_bad_task_id_is_one_clear_error(env):
 # -- the Gymnasium contract ----------------------------------------------------------------------------------
 def test_gymnasium_checker(env):
     check_env(env, skip_render_check=True)
-    assert env.spec.max_episode_steps == 100
+    assert env.spec.max_episode_steps == STEP_LIMIT_CAP  # the per-task limits stay under it
 
 
 def _play(e, task_id, actions):
@@ -198,11 +199,122 @@ def test_gold_path_wins_and_the_expert_follows_it(env):
         assert info[schema.ADMISSIBLE] is True
         if term or trunc:
             break
-    assert term and info[schema.WON] and total == pytest.approx(1.0)
+    assert (
+        term and info[schema.WON] and total == 1.0
+    )  # exactly: the increments 8+9+50+8+8+17 / 100 do not add up
     assert scores[-1] == 100 and scores == sorted(scores)  # the task score only rises along the gold path
     # a deviation that takes a move ends the expert
     env.reset(options={"task_id": "find-plant/225"})
     assert env.step("wait1")[4][schema.EXPERT_ACTION] is None
+
+
+def test_the_expert_recovers_after_a_no_op_and_the_rewards_sum_to_one(env):
+    # find-animal: no timing in its gold path (find-plant's names a plant's life stage, which an extra move can pass)
+    obs, info = env.reset(options={"task_id": "find-animal/225"})
+    gold = env.gold_path
+    assert gold[0].startswith("open door to")
+    rewards = [env.step(gold[0])[1]]
+    obs, r, term, trunc, info = env.step(gold[0])  # the door is open already: a move, but the same state
+    assert "already open" in obs and not info[schema.EFFECTIVE] and r == 0.0
+    assert info[schema.EXPERT_ACTION] == gold[1]
+    while not (term or trunc):
+        obs, r, term, trunc, info = env.step(info[schema.EXPERT_ACTION])
+        rewards.append(r)
+    assert info[schema.WON] and sum(rewards) == 1.0 and sum(sorted(rewards)) == pytest.approx(1.0)
+
+
+def test_the_default_step_limit_is_per_task(env):
+    env.reset(options={"task_id": "find-plant/225"})
+    assert env.max_steps == 100 and len(env.gold_path) < 100  # a short task: upstream's 100
+    fixed = gym.make(ENV_ID, split="test", task_types=QUICK, max_steps=7)
+    try:
+        fixed.reset(options={"task_id": "find-plant/225"})
+        assert fixed.unwrapped.max_steps == 7 == fixed.spec.max_episode_steps
+    finally:
+        fixed.close()
+    assert gym.spec(ENV_ID).max_episode_steps == STEP_LIMIT_CAP
+
+
+def test_the_committed_survey_covers_the_test_split():
+    """benchmarks/scienceworld_expert.py's gold-path survey of the test split: every gold path fits the cap."""
+    import json
+    from pathlib import Path
+
+    results = sorted(
+        (Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("scienceworld_gold_*.jsonl")
+    )
+    assert results, "benchmarks/results/scienceworld_gold_<date>.jsonl is missing"
+    rows = [json.loads(line) for line in results[-1].read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert {r["task_id"] for r in rows} <= set(split_task_ids("test"))
+    longest = max(r["gold_len"] for r in rows)
+    assert 100 < longest <= STEP_LIMIT_CAP
+
+
+@pytest.mark.slow
+def test_the_expert_wins_a_task_longer_than_100_steps_at_the_default_limit():
+    env = gym.make(ENV_ID, split="test", task_types=["boil"])
+    try:
+        obs, info = env.reset(options={"task_id": "boil/24"})
+        gold = env.unwrapped.gold_path
+        assert len(gold) > 100 and env.unwrapped.max_steps == len(gold)
+        rewards, term, trunc = [], False, False
+        while not (term or trunc) and info[schema.EXPERT_ACTION] is not None:
+            obs, r, term, trunc, info = env.step(info[schema.EXPERT_ACTION])
+            rewards.append(r)
+        assert term and not trunc and info[schema.WON] and sum(rewards) == 1.0
+    finally:
+        env.close()
+
+
+_ROLLOUT = ("--limit", "30", "--env-kwarg", "expert=false", "--max-steps", "40", "--no-progress")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_rollout_is_one_line(tmp_path):
+    """A terminal's Ctrl-C reaches the whole foreground process group: stepgym and (without care) the JVM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "episodes.jsonl"
+    repo = Path(__file__).resolve().parents[1]
+    code = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); from stepgym.cli import main; sys.exit(main())"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "rollout",
+            "--env",
+            ENV_ID,
+            "--agent",
+            "random",
+            *_ROLLOUT,
+            "--out",
+            str(out),
+        ],
+        env=dict(os.environ, PYTHONPATH=str(repo)),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (out.exists() and out.read_text(encoding="utf-8").strip()) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.5)
+        time.sleep(1.0)  # inside the next episode, most likely inside a JVM call
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [err.strip()] and "interrupted" in err and "Traceback" not in err, err
 
 
 def test_failing_the_task_terminates_with_a_negative_reward(env):

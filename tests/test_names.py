@@ -165,11 +165,15 @@ def test_registered_limits_are_the_envs_defaults() -> None:
         "StepGym/ALFWorld-v0": ("stepgym.envs.alfworld", "ALFWorldEnv", "max_steps", 0),
         "StepGym/WebShop-v0": ("stepgym.envs.webshop", "WebShopEnv", "max_steps", 0),
         "StepGym/WebShopSite-v0": ("stepgym.envs.webshop", "WebShopSiteEnv", "max_steps", 0),
-        "StepGym/ScienceWorld-v0": ("stepgym.envs.scienceworld", "ScienceWorldEnv", "max_steps", 0),
     }
     for env_id, (module, name, kw, extra) in classes.items():
         cls = getattr(importlib.import_module(module), name)
         assert gym.spec(env_id).max_episode_steps == default(cls, kw) + extra, env_id
+    from stepgym.envs.scienceworld.tasks import (
+        STEP_LIMIT_CAP,
+    )  # ScienceWorld's own limit is per task, up to it
+
+    assert gym.spec("StepGym/ScienceWorld-v0").max_episode_steps == STEP_LIMIT_CAP
     from stepgym.envs.searchqa.env import step_budget  # SearchQA's default: max_turns 4 + the answer turn
 
     assert gym.spec("StepGym/SearchQA-v0").max_episode_steps == step_budget(None, None) + 1

@@ -7,6 +7,12 @@ An expected failure (:data:`EXPECTED_ERRORS`: stepgym's own errors, whose messag
 an unknown env id, a file or a server that is not there) prints one line to stderr and exits with status 1;
 its traceback is for developers, shown with ``stepgym --debug ...`` or ``STEPGYM_DEBUG=1``. Anything else is a
 bug and keeps its traceback. Ctrl-C prints what the subcommand saved and how to resume it (exit status 130).
+
+The current folder: ``python -m stepgym.cli`` has it on ``sys.path`` (Python puts it there), the ``stepgym``
+console script does not. So that ``stepgym train --env.id mymod:My-v0`` (and ``rollout``, ``eval``, ``serve``,
+``arg``: every command that takes an env id or a ``module:attr``) finds ``mymod.py`` in the folder it is run from
+with no ``PYTHONPATH``, :func:`main` appends the current folder to ``sys.path`` (last: it never shadows an
+installed package).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "arg": ("stepgym.cli.arg:main", "build, inspect and label with ProAS Agentic Reference Graphs"),
     "train": (
         "stepgym.cli.train:train_main",
-        "GRPO training with a step-level shaper (GRPO, GiGPO, ProAS, AHEAD, StepOPSD)",
+        "GRPO training with a step-level shaper ({methods})",
     ),
     "eval": (
         "stepgym.cli.eval:main",
@@ -68,9 +74,23 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def shaper_methods() -> str:
+    """The methods ``stepgym train`` offers, read from the shaper registry (the base advantages, ProAS, the token
+    reweightings), for the help line: a method registered later is listed without editing this module."""
+    from stepgym.shapers.registry import available
+    from stepgym.trainers.config import _METHOD_NAMES
+
+    bases = [_METHOD_NAMES.get(n, n) for n in available("base")]
+    tokens = [{"ahead": "AHEAD", "stepopsd": "StepOPSD"}.get(n, n) for n in available("token")]
+    return f"{', '.join(bases)}; ProAS on a base; {', '.join(tokens)} token reweighting"
+
+
 def _usage() -> str:
     width = max(map(len, SUBCOMMANDS))
-    rows = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in SUBCOMMANDS.items())
+    rows = "\n".join(
+        f"  {name.ljust(width)}  {help_.format(methods=shaper_methods()) if '{methods}' in help_ else help_}"
+        for name, (_, help_) in SUBCOMMANDS.items()
+    )
     return (
         f"usage: stepgym [--debug] <command> [options]\n\ncommands:\n{rows}\n\n"
         "`stepgym <command> --help` for a command's options; --debug (or STEPGYM_DEBUG=1) shows tracebacks."
@@ -102,8 +122,17 @@ def _silence_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def add_cwd_to_path() -> None:
+    """Append the current folder to ``sys.path`` unless it is there already (as ``''`` or by name), so a user's
+    ``module:Env-v0`` in it imports (see the module docstring)."""
+    cwd = os.getcwd()
+    if not any(p in ("", ".", cwd) or os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.append(cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv, debug = _pop_debug(list(sys.argv[1:] if argv is None else argv))
+    add_cwd_to_path()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0

@@ -91,7 +91,7 @@ def _add_prompt_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--format",
         default="",
-        help="text format: alfworld, webshop, qa, qa-lenient, credit ('': from the env id)",
+        help=f"text format: {_format_names()}, or 'module:ATTR' naming a TextFormat ('': the env's own)",
     )
     g.add_argument(
         "--history",
@@ -218,3 +218,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "stepgym eval") -> int:
         summary = evaluate_endpoint(client, config)
     _print_summary(summary)
     return 0
+
+
+def _format_names() -> str:
+    """The text formats there are: the named ones and each registered env's own (read from the registries)."""
+    from stepgym.envs import registered_envs
+    from stepgym.wrappers.text import FORMATS
+
+    names = list(FORMATS)
+    names += [
+        e.text_format for e in registered_envs().values() if e.text_format and e.text_format not in names
+    ]
+    return ", ".join(dict.fromkeys(names))

@@ -59,7 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="record the episodes for `stepgym view` (DIR/episodes.jsonl.gz)",
     )
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument(
+        "--no-progress",
+        "--run.no-progress",
+        dest="no_progress",
+        action="store_true",
+        help="no progress bar (--run.no-progress, the flag of `stepgym train`, is the same)",
+    )
     return ap
 
 

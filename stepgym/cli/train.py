@@ -21,7 +21,15 @@ from typing import Any
 from stepgym.cli._options import check_count, on_interrupt
 from stepgym.errors import InvalidArgumentError
 
-__all__ = ["check_config", "parse_config", "shaper_options", "train_main"]
+__all__ = [
+    "check_config",
+    "check_model_name",
+    "check_run",
+    "flag_given",
+    "parse_config",
+    "shaper_options",
+    "train_main",
+]
 
 
 def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str], argparse.Namespace]:
@@ -39,24 +47,136 @@ def _split_preset(argv: Sequence[str], prog: str) -> tuple[str | None, list[str]
     return ns.preset, rest, ns
 
 
-def parse_config(argv: Sequence[str], prog: str = "stepgym train") -> Any:
-    """A :class:`TrainConfig` from ``--preset`` plus tyro overrides (tyro's ``--help`` prints every field)."""
+def parse_config(argv: Sequence[str], prog: str = "stepgym train", base: Any = None) -> Any:
+    """A :class:`TrainConfig` from ``--preset`` (or ``base``: a checkpoint's stored config) plus tyro overrides
+    (tyro's ``--help`` prints every field).
+
+    A preset's env options (``env.kwargs``) belong to the preset's env: when ``--env.id`` names another env and
+    ``--env.kwargs`` is not given, they are dropped, with one line on stderr saying so."""
     import tyro
 
     from stepgym.trainers.config import TrainConfig
     from stepgym.trainers.presets import get_preset
 
     preset, rest, _ = _split_preset(argv, prog)
-    default = get_preset(preset) if preset else TrainConfig()
+    default = base if base is not None else get_preset(preset) if preset else TrainConfig()
     desc = _TRAIN_DESCRIPTION.format(preset=preset or "(defaults)", presets=_preset_names())
     if prog == "stepgym eval":
         desc = _EVAL_DESCRIPTION.format(preset=preset or "(defaults)")
     cfg = tyro.cli(TrainConfig, default=default, args=rest, prog=prog, description=desc)
+    if preset and base is None:
+        cfg = _drop_preset_env_options(cfg, default, preset, rest, prog)
+    if not flag_given(rest, "eval.budgets"):
+        cfg = fit_budgets(cfg)
     _, _, ns = _split_preset(argv, prog)
     if ns.shaper_option:
         cfg = dataclasses.replace(cfg, shaper=shaper_options(cfg.shaper, ns.shaper_option))
     check_config(cfg)
     return cfg
+
+
+def fit_budgets(cfg: Any) -> Any:
+    """``cfg`` with evaluation budgets that fit its step limit: budgets above the limit (the defaults 10..50 on an
+    8-step env) say nothing, so they are spread up to it instead (``--eval.budgets`` given is kept as given)."""
+    limit = cfg.eval.max_steps or cfg.env.max_steps or _registered_limit(cfg.env.id)
+    if not limit or max(cfg.eval.budgets, default=0) <= limit:
+        return cfg
+    budgets = tuple(sorted({max(1, round(limit * k / 5)) for k in range(1, 6)}))
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, budgets=budgets))
+
+
+def _registered_limit(env_id: str) -> int:
+    """The registered ``max_episode_steps`` of ``env_id`` (0 when unknown: the id is checked later, one line)."""
+    import gymnasium
+
+    from stepgym.envs import resolve_env_id
+
+    try:
+        spec = gymnasium.registry.get(resolve_env_id(env_id))
+    except InvalidArgumentError:
+        return 0
+    return int(getattr(spec, "max_episode_steps", 0) or 0)
+
+
+def flag_given(argv: Sequence[str], path: str) -> bool:
+    """Whether ``--section.field`` (``path`` as ``"env.kwargs"``; hyphens or underscores) is on the command line."""
+    names = {f"--{path}", f"--{path.replace('_', '-')}"}
+    return any(a.split("=", 1)[0].replace("_", "-") in {n.replace("_", "-") for n in names} for a in argv)
+
+
+def _drop_preset_env_options(cfg: Any, preset_cfg: Any, preset: str, rest: Sequence[str], prog: str) -> Any:
+    """``cfg`` without the preset's ``env.kwargs`` when ``--env.id`` moved it to another env (see
+    :func:`parse_config`)."""
+    kwargs = preset_cfg.env.kwargs
+    if cfg.env.id == preset_cfg.env.id or flag_given(rest, "env.kwargs") or kwargs.strip() in ("", "{}"):
+        return cfg
+    print(
+        f"{prog}: note: --env.id {cfg.env.id} replaces preset {preset}'s env {preset_cfg.env.id}; the preset's env "
+        f"options {kwargs} are dropped (set the new env's with --env.kwargs JSON)",
+        file=sys.stderr,
+    )
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, kwargs="{}"))
+
+
+def check_run(cfg: Any, *, preset: str | None = None, argv: Sequence[str] = ()) -> None:
+    """Check every option the run will need before anything is built or played, so that a misspelled name is one
+    :class:`~stepgym.errors.InvalidArgumentError` in seconds, not after training: the env id (with the closest
+    registered id), its options, the training split, every evaluation split (with the evaluation step limit), the
+    text format, the model name and the shaper presets the recorder compares."""
+    from stepgym.envs import check_split, env_has_splits
+
+    cfg.env.make_kwargs(cfg.env.train_split)  # id, options, the train split (each its own one-line error)
+    if env_has_splits(cfg.env.id):
+        for split in cfg.env.eval_splits:
+            try:
+                check_split(cfg.env.id, split, flag="--env.eval-splits")
+            except InvalidArgumentError as exc:
+                origin = (
+                    f"; --env.eval-splits {' '.join(cfg.env.eval_splits)} comes from preset {preset}"
+                    if preset and not flag_given(argv, "env.eval_splits")
+                    else ""
+                )
+                raise InvalidArgumentError(f"{exc}{origin}") from None
+            cfg.env.make_kwargs(split, cfg.eval.max_steps)
+    elif not cfg.env.eval_splits:
+        raise InvalidArgumentError("--env.eval-splits is empty: name at least one split")
+    if cfg.env.text_format:
+        from stepgym.wrappers.text import get_format
+
+        try:
+            get_format(cfg.env.text_format)
+        except (KeyError, ValueError, ImportError, AttributeError) as exc:
+            raise InvalidArgumentError(f"--env.text-format {cfg.env.text_format!r}: {exc}") from None
+    check_model_name(cfg.model.name)
+    from stepgym.shapers import SHAPER_PRESETS
+
+    unknown = [c for c in cfg.record.compare if c not in SHAPER_PRESETS]
+    if unknown:
+        raise InvalidArgumentError(
+            f"--record.compare: no shaper preset {', '.join(map(repr, unknown))}; the presets are "
+            f"{', '.join(SHAPER_PRESETS)}"
+        )
+
+
+def check_model_name(name: str) -> None:
+    """``--model.name``: 'tiny', 'tiny:<shape>', 'smollm2-135m-instruct', a local folder or a hub id
+    (``org/name``); anything else is refused with the closest known name (it would wait for the hub, then fail)."""
+    from pathlib import Path
+
+    from stepgym.trainers.models import REALISTIC_SHAPES, SMOLLM2_NAME
+
+    known = ["tiny", *(f"tiny:{s}" for s in REALISTIC_SHAPES), SMOLLM2_NAME]
+    if name in known or Path(name).expanduser().is_dir():
+        return
+    if name.startswith("tiny:") or "/" not in name:
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise InvalidArgumentError(
+            f"--model.name {name!r} is no model stepgym knows and no local folder; {hint}use one of "
+            f"{', '.join(known)}, a local model folder, or a hub id such as Qwen/Qwen2.5-1.5B-Instruct"
+        )
 
 
 def shaper_options(config: Any, items: Sequence[str]) -> Any:
@@ -140,6 +260,30 @@ def _check_output_dir(cfg: Any) -> Any:
     return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, resume=str(chosen)))
 
 
+def show_phases(prog: str, cfg: Any) -> None:
+    """Print each phase of the run (:mod:`stepgym.trainers.phases`) on stderr, one line as it starts and one as it
+    ends with its wall time; not with ``--run.no-progress``."""
+    import logging
+
+    from stepgym.trainers.phases import LOGGER
+
+    logger = logging.getLogger(LOGGER)
+    if not cfg.run.progress or logger.handlers:
+        return
+
+    class _AboveBars(logging.Handler):  # written through tqdm, so a progress bar on screen is not cut
+        def emit(self, record: logging.LogRecord) -> None:
+            from tqdm.auto import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+
+    handler = _AboveBars()
+    handler.setFormatter(logging.Formatter(f"{prog}: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def _show_checkpoint_warnings(prog: str) -> None:
     """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each."""
     import logging
@@ -202,6 +346,11 @@ _COMMON_FLAGS = (
     ("rollout.group_size", "G, rollouts per task"),
     ("shaper.base", "base advantage: {bases} (registered; --shaper-module adds yours)"),
     ("optim.lr", "learning rate"),
+    (
+        "model.tokenizer_corpus_episodes",
+        "tiny model: random episodes its tokenizer learns from (fewer: faster)",
+    ),
+    ("run.progress", "progress bars and a line per phase (--run.no-progress or --no-progress: off)"),
 )
 
 
@@ -301,9 +450,15 @@ def _short_help(argv: Sequence[str], prog: str = "stepgym train") -> str:
     return "\n".join(lines)
 
 
+def progress_alias(argv: list[str]) -> list[str]:
+    """``--no-progress`` (the flag of ``stepgym rollout``) is ``--run.no-progress`` here too."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    return [("--run.no-progress" if a == "--no-progress" else a) for a in argv[:end]] + argv[end:]
+
+
 def train_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``stepgym train``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = progress_alias(list(sys.argv[1:] if argv is None else argv))
     _, _, ns = _split_preset(argv, "stepgym train")
     if ns.list_presets:
         return _list_presets()
@@ -313,7 +468,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
         print(_short_help(argv, "stepgym train"))
         return 0
     cfg = parse_config(argv, "stepgym train")
+    check_run(cfg, preset=ns.preset, argv=argv)
     _show_checkpoint_warnings("stepgym train")
+    show_phases("stepgym train", cfg)
     cfg = _check_output_dir(cfg)
     from stepgym.trainers.grpo import GRPOTrainer
 

@@ -180,7 +180,7 @@ def resolve_env_id(env_id: str) -> str:
     except ModuleNotFoundError as exc:
         raise InvalidArgumentError(
             f"{env_id}: cannot import the module {module!r} that registers it ({exc}); is its folder on "
-            "PYTHONPATH?"
+            "PYTHONPATH, or the current folder?"
         ) from None
     return bare
 
@@ -297,9 +297,13 @@ def env_make_kwargs(
     Gymnasium does not know is an :class:`~stepgym.errors.InvalidArgumentError` (one line, no traceback).
     """
     if resolve_env_id(env_id) not in gymnasium.registry:
+        import difflib
+
+        close = difflib.get_close_matches(resolve_env_id(env_id), list(gymnasium.registry), n=1, cutoff=0.8)
+        hint = f"did you mean {close[0]}? Or " if close else ""
         raise InvalidArgumentError(
-            f"no env registered as {env_id!r}: register it (stepgym.envs.register or gymnasium.register) in a "
-            "module and name it as 'module:Env-v0', or import that module first"
+            f"no env registered as {env_id!r}: {hint}register it (stepgym.envs.register or gymnasium.register) "
+            "in a module and name it as 'module:Env-v0', or import that module first"
         )
     user = check_env_kwargs(env_id, dict(kwargs or {}))
     out: dict[str, Any] = {}

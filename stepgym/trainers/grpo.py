@@ -62,7 +62,8 @@ from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shapin
 from stepgym.trainers.distributed import context_from_env, group_shard, resolve_world_size
 from stepgym.trainers.evaluate import SEEDED_EVAL, eval_metrics, evaluate_policy
 from stepgym.trainers.metrics import timing_metrics, world_metrics
-from stepgym.trainers.models import precision
+from stepgym.trainers.models import precision, resolve_device
+from stepgym.trainers.phases import phase
 from stepgym.trainers.samples import PromptEncoder
 from stepgym.wrappers.text import resolve_format
 
@@ -97,6 +98,9 @@ class GRPOTrainer:
         self.eval_splits: tuple[str, ...] = (
             tuple(config.env.eval_splits) if env_has_splits(config.env.id) else (SEEDED_EVAL,)
         )
+        for split in self.eval_splits:  # a misspelled evaluation split is refused now, not after training
+            if split != SEEDED_EVAL:
+                config.env.make_kwargs(split, config.eval.max_steps)
         self.history = None if config.env.history < 0 else config.env.history
         self.iteration = 0
         self.evals: list[dict[str, Any]] = []
@@ -106,15 +110,20 @@ class GRPOTrainer:
         #: the checkpoint this run resumed from (None: a fresh run); outputs are cut back to its iteration
         self.resumed_from = resume_from
         state = read_state(resume_from) if resume_from is not None else None
-        self.model, self.tokenizer, self.model_source = load_policy(
-            config,
-            resume_from,
-            self.dist,
-            fmt=self.fmt,
-            history=self.history,
-            weights_dtype=self.weights_dtype,
-            device=self.device,
-        )
+        with phase(
+            "model (tiny: tokenizer corpus of random episodes first)"
+            if config.model.name.startswith("tiny")
+            else "model"
+        ):
+            self.model, self.tokenizer, self.model_source = load_policy(
+                config,
+                resume_from,
+                self.dist,
+                fmt=self.fmt,
+                history=self.history,
+                weights_dtype=self.weights_dtype,
+                device=self.device,
+            )
         tok = self.tokenizer
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.encoder = PromptEncoder(
@@ -138,7 +147,8 @@ class GRPOTrainer:
         if state is not None:
             load_trainer(self, resume_from, state)  # type: ignore[arg-type]
         elif config.warmup.steps > 0:
-            self.warmup_stats = warm_up(self)
+            with phase(f"format warm-up ({config.warmup.steps} SFT steps)"):
+                self.warmup_stats = warm_up(self)
         self.metrics = open_outputs(
             config, self.out, self.dist, resume_iteration=self.iteration if state is not None else None
         )
@@ -227,19 +237,20 @@ class GRPOTrainer:
     def step(self) -> dict[str, float]:
         """One iteration; returns its metrics (also logged)."""
         t = {"start": time.perf_counter()}
-        ro = self.collect()
+        where = f"iteration {self.iteration + 1}/{cfg.run.iterations}"
+        with phase("rollout", where):
+            ro = self.collect()
         t["rollout"] = time.perf_counter()
         self._check_aborts(ro)
         rows = ro.rows
-        old = self._old_logprobs(rows)
-        t["old_logp"] = time.perf_counter()
-        teacher = self.rescore(ro, old)
+        with phase("scoring", where):
+            old = self._old_logprobs(rows)
+            t["old_logp"] = time.perf_counter()
+            teacher = self.rescore(ro, old)
         labels = self.arg.label(ro) if self.arg is not None else (None, None)
         t_shape0 = time.perf_counter()
-        shaping = shape_rows(  # what the records do not hold: the ARG's labels, the teacher's gaps
-            trainer_rows(rows, self.pad_id, labels), self.row_settings(), teacher_gaps(teacher)
-        )
-        batch = shaping.batch
+        with phase("shaping", where):
+            shaping = shape_rows(batch, cfg.shaper, update_index=self.iteration, mask=mask)
         t["shape"] = time.perf_counter() - t_shape0
         ref = self._reference_logprobs(rows)
         t_upd0 = time.perf_counter()
@@ -254,7 +265,8 @@ class GRPOTrainer:
             for i, r in enumerate(rows)
             if not r.aborted
         ]
-        actor_stats = self.actor.update(upd, self.rng) if upd else {}
+        with phase("update", where):
+            actor_stats = self.actor.update(upd, self.rng) if upd else {}
         t["update"] = time.perf_counter() - t_upd0
         self.iteration += 1
         if self.stale is not None:
@@ -362,15 +374,16 @@ class GRPOTrainer:
                 self._eval_collectors[split] = self._collector(
                     self.cfg.env.make_kwargs(split, ec.max_steps), 1
                 )
-            res = evaluate_policy(
-                self._eval_collectors[split],
-                budgets=ec.budgets,
-                limit=ec.limit,
-                greedy=ec.greedy,
-                parallel=ec.parallel,
-                seed=self.cfg.run.seed,
-                progress=self.cfg.run.progress,
-            )
+            with phase(f"eval {split}", f"iteration {self.iteration}" if self.iteration else ""):
+                res = evaluate_policy(
+                    self._eval_collectors[split],
+                    budgets=ec.budgets,
+                    limit=ec.limit,
+                    greedy=ec.greedy,
+                    parallel=ec.parallel,
+                    seed=self.cfg.run.seed,
+                    progress=self.cfg.run.progress,
+                )
             res.update(split=split, iteration=self.iteration)
             results.append(res)
         self.evals += results

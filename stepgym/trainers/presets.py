@@ -40,7 +40,7 @@ from stepgym.trainers.config import (
     WarmupConfig,
 )
 
-__all__ = ["TRAINER_PRESETS", "UnknownPresetError", "get_preset"]
+__all__ = ["TRAINER_PRESETS", "UnknownPresetError", "get_preset", "preset_table"]
 
 PAPER_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -54,7 +54,8 @@ _ALFWORLD_ENV = EnvConfig(
 _WEBSHOP_ENV = EnvConfig(
     id="StepGym/WebShop-v0", train_split="train", eval_splits=("test",), max_steps=15, history=2
 )
-# ScienceWorld: upstream's test variations for evaluation, its default step limit (100).
+# ScienceWorld: upstream's test variations for evaluation, upstream's default step limit (100) for training and
+# evaluation (the env's own default is per task, up to the gold path's length: 795 steps on the longest test task).
 _SCIENCEWORLD_ENV = EnvConfig(
     id="StepGym/ScienceWorld-v0", train_split="train", eval_splits=("test",), max_steps=100, history=2
 )
@@ -179,6 +180,65 @@ def _alfworld_cpu() -> TrainConfig:
     )
 
 
+#: The CPU recipes of the solver envs and ScienceWorld (``<env>-cpu``): what each env needs to fit in minutes on a
+#: laptop's CPU: env options (a few short task types), the step limit, the prompt budget, and evaluation budgets
+#: spread up to that limit. Each: the tiny in-process model, 2 tasks × 4 rollouts of at most 32 tokens per turn, a
+#: short format warm-up, 2 iterations, 4 evaluation tasks. A smoke run of the whole pipeline, not a learning run.
+_CPU_RECIPES: dict[str, tuple[str, EnvConfig, str, int, int, tuple[int, ...]]] = {
+    # name: (what, env, env options, step limit, prompt tokens, eval budgets)
+    "sokoban": ("Sokoban 6x6", _SOKOBAN_ENV, "{}", 8, 384, (2, 4, 6, 8)),
+    "textcraft": (
+        "TextCraft, no distractor recipes",
+        _TEXTCRAFT_ENV,
+        '{"distractors": 0}',
+        8,
+        512,
+        (2, 4, 6, 8),
+    ),
+    "babyai": ("BabyAI GoToLocal", _BABYAI_ENV, "{}", 16, 384, (4, 8, 12, 16)),
+    "webshop": ("WebShop", _WEBSHOP_ENV, "{}", 6, 768, (2, 4, 6)),
+    "searchqa": ("Search-QA (NQ, BM25)", _SEARCHQA_ENV, "{}", 3, 768, (1, 2, 3)),
+    # the find-* tasks' gold paths are at most 16 steps (benchmarks/results/scienceworld_expert_*.md)
+    "scienceworld": (
+        "ScienceWorld's find-plant and find-animal tasks",
+        _SCIENCEWORLD_ENV,
+        '{"task_types": ["find-plant", "find-animal"], "expert": false}',
+        16,
+        512,
+        (4, 8, 12, 16),
+    ),
+}
+
+
+def _cpu_description(env_name: str) -> str:
+    return (
+        f"the tiny model on {_CPU_RECIPES[env_name][0]}: 2 GiGPO iterations on a CPU in minutes (a smoke run)"
+    )
+
+
+def _cpu_recipe(env_name: str) -> TrainConfig:
+    _, env, kwargs, max_steps, prompt_tokens, budgets = _CPU_RECIPES[env_name]
+    return TrainConfig(
+        run=RunConfig(output_dir=f"runs/{env_name}-cpu", iterations=2, save_every=2, threads=1),
+        env=replace(env, max_steps=max_steps, history=1, kwargs=kwargs),
+        # a small tokenizer corpus: each corpus episode is a random episode of the env (ScienceWorld: ~0.1 s a step)
+        model=ModelConfig(name="tiny", tokenizer_corpus_episodes=8),
+        rollout=RolloutConfig(
+            n_tasks=2,
+            group_size=4,
+            max_prompt_tokens=prompt_tokens,
+            max_response_tokens=32,
+            generate_batch_size=8,
+        ),
+        shaper=ShapeConfig.from_preset("gigpo-alfworld"),
+        optim=OptimConfig(lr=5e-4),
+        # the random tiny model cannot write the reply format: a few SFT steps on random admissible actions teach it
+        warmup=WarmupConfig(steps=10, episodes=4, batch_rows=16),
+        eval=EvalConfig(limit=4, max_steps=max_steps, budgets=budgets, parallel=4),
+        record=RecordConfig(compare=_COMPARE[env.id]),
+    )
+
+
 def _credit(shaper: ShapeConfig, name: str) -> TrainConfig:
     return TrainConfig(
         run=RunConfig(output_dir=f"runs/{name}", iterations=25, save_every=0, threads=1),
@@ -248,6 +308,8 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     )
     _graph_presets(p)
     _solver_env_presets(p)
+    for env_name in ("webshop", "searchqa"):
+        p[f"{env_name}-cpu"] = (_cpu_description(env_name), _cpu_recipe(env_name))
     credit = {
         "grpo": ShapeConfig.from_preset("grpo-alfworld"),
         "gigpo": ShapeConfig.from_preset("gigpo-alfworld"),
@@ -268,33 +330,39 @@ def _build() -> dict[str, tuple[str, TrainConfig]]:
     return p
 
 
-#: The solver envs (and ScienceWorld): name → (env, what the description says about it).
+#: The solver envs (and ScienceWorld): name → (env, what the description says about it, a note for GiGPO).
 _SOLVER_ENVS = {
-    "sokoban": (_SOKOBAN_ENV, "Sokoban 6x6, one box (exact state keys and step values)"),
+    "sokoban": (_SOKOBAN_ENV, "Sokoban 6x6, one box (exact state keys and step values)", ""),
     "textcraft": (
         _TEXTCRAFT_ENV,
         "TextCraft (BiPACE's evaluation env; exact step values: --env.value-labels)",
+        "",
     ),
     "babyai": (
         _BABYAI_ENV,
         "BabyAI GoToLocal (BabyAI-Text's level and view; exact step values for the ceiling)",
+        "",
     ),
     "scienceworld": (
         _SCIENCEWORLD_ENV,
-        "ScienceWorld (upstream's test variations; GiGPO anchored on the approximate state key)",
+        "ScienceWorld (upstream's test variations)",
+        "anchored on the approximate state key",
     ),
 }
 
 
 def _solver_env_presets(p: dict[str, tuple[str, TrainConfig]]) -> None:
-    """``<env>-grpo`` and ``<env>-gigpo`` for each solver env, with the GiGPO recipe's (ALFWorld's) settings."""
-    for env_name, (env, what) in _SOLVER_ENVS.items():
+    """``<env>-cpu`` (:func:`_cpu_recipe`), ``<env>-grpo`` and ``<env>-gigpo`` for each solver env, the last two with
+    the GiGPO recipe's (ALFWorld's) settings."""
+    for env_name, (env, what, gigpo_note) in _SOLVER_ENVS.items():
+        p[f"{env_name}-cpu"] = (_cpu_description(env_name), _cpu_recipe(env_name))
         for method, preset, label in (
             ("grpo", "grpo-alfworld", "GRPO"),
             ("gigpo", "gigpo-alfworld", "GiGPO"),
         ):
             name = f"{env_name}-{method}"
-            p[name] = (f"{label} on {what}", _paper(env, ShapeConfig.from_preset(preset), name))
+            note = f"; {gigpo_note}" if method == "gigpo" and gigpo_note else ""
+            p[name] = (f"{label} on {what}{note}", _paper(env, ShapeConfig.from_preset(preset), name))
 
 
 #: The graph / history credit bases (docs/shapers.md §10–§13), each with its public code's settings per env.
@@ -339,3 +407,21 @@ def get_preset(name: str) -> TrainConfig:
         raise UnknownPresetError(
             f"unknown preset {name!r}; {hint}available: {', '.join(sorted(TRAINER_PRESETS))} (`--list-presets` describes them)"
         ) from None
+
+
+def preset_table() -> str:
+    """Every preset as a Markdown table (name, env, model, batch, step limit, description): docs/trainer.md holds
+    it between ``<!-- presets:start -->`` and ``<!-- presets:end -->`` (``python scripts/preset_table.py``
+    rewrites it; a test checks the page is current)."""
+    lines = [
+        "| preset | env | model | tasks × G | steps | reply tokens | what |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, (desc, cfg) in TRAINER_PRESETS.items():
+        steps = cfg.env.max_steps or "env's"
+        lines.append(
+            f"| `{name}` | `{cfg.env.id.removeprefix('StepGym/')}` | `{cfg.model.name}` | "
+            f"{cfg.rollout.n_tasks} × {cfg.rollout.group_size} | {steps} | {cfg.rollout.max_response_tokens} | "
+            f"{desc.replace('|', '/')} |"
+        )
+    return "\n".join(lines)

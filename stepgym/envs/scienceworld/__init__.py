@@ -23,7 +23,7 @@ __all__ = [
 register(
     "StepGym/ScienceWorld-v0",
     "stepgym.envs.scienceworld:ScienceWorldEnv",
-    max_steps=100,
+    max_steps=1000,  # scienceworld.tasks.STEP_LIMIT_CAP: the env's own limit is per task, up to this
     text_format="stepgym.envs.scienceworld.prompt:FORMAT",
     splits=EnvSplits(("train", "dev", "test"), "test"),
     no_values=(

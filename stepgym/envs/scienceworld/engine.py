@@ -23,13 +23,16 @@ same either way (tested), and the expert of one task stays the same for the life
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from stepgym._deps import require
@@ -68,6 +71,50 @@ def java_bin_dir() -> str:
     )
 
 
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[list[int]]:
+    """Hold SIGINT for the block (main thread, Python's default handler only): the list it yields records the
+    signals received; the block's end raises ``KeyboardInterrupt`` if there was one. A second SIGINT raises at
+    once."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield []
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+        if len(pending) > 1:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield pending
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pending:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _py4j_quiet() -> Iterator[None]:
+    """py4j's logger off for the block: a gateway that loses its JVM while closing logs a traceback per retry."""
+    import logging
+
+    names = ["py4j", *(n for n in logging.root.manager.loggerDict if n.startswith("py4j."))]
+    loggers = [logging.getLogger(n) for n in names]
+    was = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, w in zip(loggers, was, strict=True):
+            lg.disabled = w
+
+
 def _py4j_errors() -> tuple[type[BaseException], ...]:
     from py4j.protocol import Py4JError
 
@@ -93,11 +140,17 @@ class ScienceWorldEngine:
         with _LAUNCH_LOCK:
             old = os.environ.get("PATH", "")
             os.environ["PATH"] = bin_dir + os.pathsep + old
+            # the JVM in a process group of its own: a terminal's Ctrl-C then reaches Python only, which stops
+            # between two engine calls and closes the JVM (:meth:`_call`), instead of killing it mid-call
+            module = self._scienceworld.scienceworld
+            launch = module.launch_gateway
+            module.launch_gateway = functools.partial(launch, create_new_process_group=True)
             try:
                 self._sw = self._scienceworld.ScienceWorldEnv("", envStepLimit=NO_ENGINE_STEP_LIMIT)
             except Exception as exc:
                 raise EngineCrashed(f"the ScienceWorld JVM did not start ({bin_dir}/java): {exc}") from exc
             finally:
+                module.launch_gateway = launch
                 os.environ["PATH"] = old
         self.loaded = None
 
@@ -117,14 +170,26 @@ class ScienceWorldEngine:
         return proc is not None and proc.poll() is None
 
     def _call(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the JVM. Ctrl-C during the call is held until the call returns, then raised as a plain
+        ``KeyboardInterrupt``: py4j interrupted mid-call logs a traceback and then fails in its own clean-up
+        (``'GatewayConnection' object has no attribute 'shutdown_socket'``), and a terminal's Ctrl-C also stops the
+        JVM, so the call's failure is reported as the interrupt, not as a crash. A second Ctrl-C interrupts at
+        once."""
         if not self.alive:
             raise EngineCrashed(self._dead_message("is not running"))
-        try:
-            return fn(*args)
-        except _py4j_errors() as exc:
-            raise EngineCrashed(
-                self._dead_message(f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
-            ) from exc
+        with _sigint_held() as pending:
+            try:
+                return fn(*args)
+            except _py4j_errors() as exc:
+                if pending:
+                    raise KeyboardInterrupt from None
+                raise EngineCrashed(
+                    self._dead_message(f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
+                ) from exc
+            except AttributeError as exc:  # py4j's clean-up after an interrupt inside the call (see above)
+                if pending or isinstance(exc.__context__, KeyboardInterrupt):
+                    raise KeyboardInterrupt from None
+                raise
 
     def _dead_message(self, what: str) -> str:
         proc = self.process
@@ -138,8 +203,11 @@ class ScienceWorldEngine:
         if sw is None:
             return
         proc = sw._gateway.java_process
-        with contextlib.suppress(Exception):  # a dead gateway cannot be shut down politely: ended below
-            sw.close()
+        if (
+            proc.poll() is None
+        ):  # a dead JVM (a terminal's Ctrl-C reaches it too) cannot be shut down politely
+            with contextlib.suppress(Exception), _py4j_quiet():
+                sw.close()
         try:
             proc.wait(timeout=_CLOSE_GRACE_S)
         except subprocess.TimeoutExpired:

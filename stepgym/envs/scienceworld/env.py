@@ -2,10 +2,13 @@
 
 Every step is upstream's own ``ScienceWorldEnv.step`` (``scienceworld`` 1.2.3, its jar in a JVM; see
 :mod:`stepgym.envs.scienceworld.engine`): the observation is upstream's text, unchanged; the reward is upstream's
-reward (the change of the task score, 0-100) divided by 100, so a won episode's rewards sum to 1.0 (a failed task's
-score drops to -100 upstream, so its last reward is negative); ``terminated`` is upstream's completion flag (the
-task solved, or failed: score below 0); ``truncated`` after ``max_steps`` actions (100, upstream's default step
-limit; stepgym counts every action, upstream counts the moves that take time).
+reward (the change of the task score, 0-100) divided by 100, each rounded so that the rewards so far, summed in
+order, are exactly the score / 100: a won episode's rewards sum to exactly 1.0 (a failed task's score drops to -100
+upstream, so its last reward is negative); ``terminated`` is upstream's completion flag (the
+task solved, or failed: score below 0); ``truncated`` after ``max_steps`` actions (stepgym counts every action,
+upstream counts the moves that take time). The default limit is per task: the longer of 100 (upstream's default)
+and the task's gold path, so the expert can win every task (gold paths run to 795 steps on the test split:
+inclined-plane friction, Mendelian genetics, boiling); ``max_steps=N`` fixes it for every task.
 
 Tasks: upstream's 30 task types, each with its train / dev / test variations (:mod:`.tasks`); task id
 ``"<task name>/<variation>"``, task type the task name. ``simplifications`` is upstream's string ("easy", or a
@@ -29,9 +32,10 @@ door's open/closed state enters the key only while the agent is in one of its tw
 text).
 
 The expert: the gold path upstream generates for the task (cached per env, see the engine). ``EXPERT_ACTION`` is its
-next action while every action so far either was the gold path's next action or left the world unchanged (an input
-upstream rejected, or a free action: ``look around``, ``inventory``, ``task``: no move taken, same state key).
-After any other deviation it is ``None``: a gold path cannot be recomputed from a mid-episode state (upstream
+next action while every action so far either was the gold path's next action or left the state key unchanged (an
+input upstream rejected; a free action: ``look around``, ``inventory``, ``task``; a no-op that takes a move, such as
+``open door to hallway`` on an open door: the gold path goes on from the same state). After any other deviation it
+is ``None``: a gold path cannot be recomputed from a mid-episode state (upstream
 generates it only from a task's start), and stepgym has no ScienceWorld solver. Gold paths are not optimal
 (upstream says so); they are a winning path.
 
@@ -43,13 +47,20 @@ then upstream's parser. A refused or empty action is answered with upstream's ow
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from stepgym import schema
 from stepgym.envs.base import TextEnv
 from stepgym.envs.scienceworld.engine import ScienceWorldEngine, state_hash
-from stepgym.envs.scienceworld.tasks import SPLITS, parse_task_id, split_task_ids
+from stepgym.envs.scienceworld.tasks import (
+    MIN_STEPS,
+    SPLITS,
+    STEP_LIMIT_CAP,
+    parse_task_id,
+    split_task_ids,
+)
 from stepgym.errors import InvalidArgumentError
 
 __all__ = ["NO_MATCH", "ScienceWorldEnv"]
@@ -67,7 +78,9 @@ class ScienceWorldEnv(TextEnv):
     Args:
         split: ``"train"``, ``"dev"`` or ``"test"`` (upstream's variation splits; the papers evaluate on test).
         task_types: restrict to some of the 30 task names (``"boil"``, ``"find-animal"``, ...).
-        max_steps: actions before truncation (100: upstream's default step limit).
+        max_steps: actions before truncation; ``None`` (default): per task, the longer of 100 (upstream's default
+            limit) and its gold path (at most :data:`~.tasks.STEP_LIMIT_CAP`); with ``expert=False`` the gold
+            path is still generated once per task for its length.
         simplifications: upstream's simplification string (``""``, ``"easy"``, ``"teleportAction,openDoors"``...).
         expert: fill ``EXPERT_ACTION`` from upstream's gold path (generating it costs ~1.3 s the first time a task
             is reset in this env); ``False`` leaves it ``None``.
@@ -95,12 +108,13 @@ class ScienceWorldEnv(TextEnv):
         self,
         split: str = "train",
         task_types: tuple[str, ...] | list[str] | None = None,
-        max_steps: int = 100,
+        max_steps: int | None = None,
         simplifications: str = "",
         expert: bool = True,
         render_mode: str | None = None,
     ):
-        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        super().__init__(max_steps=max_steps or STEP_LIMIT_CAP, render_mode=render_mode)
+        self._fixed_limit = max_steps  # None: per task (see :attr:`max_steps`)
         if split not in SPLITS:
             raise InvalidArgumentError(
                 f"unknown ScienceWorld split {split!r}; expected one of {', '.join(SPLITS)}"
@@ -121,8 +135,20 @@ class ScienceWorldEnv(TextEnv):
         self._state_key = ""
         self._moves = 0
         self._score = 0
+        self._reward_sum = 0.0
 
     # -- public helpers -------------------------------------------------------------------------------------
+    @property
+    def max_steps(self) -> int:
+        """The step limit of the current episode (per task unless a limit was set: ``max_steps=N``, or
+        ``gym.make(..., max_episode_steps=N)``)."""
+        return self._limit
+
+    @max_steps.setter
+    def max_steps(self, value: int) -> None:
+        self._limit = int(value)
+        self._fixed_limit = int(value)
+
     @property
     def task_ids(self) -> list[str]:
         """Every task id of the split, in the fixed order (task types as upstream lists them, variations ascending)."""
@@ -146,7 +172,12 @@ class ScienceWorldEnv(TextEnv):
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         task_id = self._choose_task(options)
         name, variation = parse_task_id(task_id)
-        self._gold = self._engine.gold_path(name, variation) if self._use_expert else []
+        gold = (
+            self._engine.gold_path(name, variation) if self._use_expert or self._fixed_limit is None else []
+        )
+        self._gold = gold if self._use_expert else []
+        if self._fixed_limit is None:
+            self._limit = min(STEP_LIMIT_CAP, max(MIN_STEPS, len(gold)))
         obs, up = self._engine.reset(name, variation)
         self._task_id, self._task_type = task_id, name
         self._goal = _task_text(str(up["taskDesc"]))
@@ -154,6 +185,7 @@ class ScienceWorldEnv(TextEnv):
         self._pending = False
         self._moves = int(up["moves"])
         self._score = int(up["score"])
+        self._reward_sum = 0.0
         info = self._info(up, feedback="", admissible=True, reason="")
         return str(obs), info
 
@@ -173,12 +205,13 @@ class ScienceWorldEnv(TextEnv):
         return self._task_ids[int(self.np_random.integers(len(self._task_ids)))]
 
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
-        before_key, before_moves, was_pending = self._state_key, self._moves, self._pending
+        before_key, was_pending = self._state_key, self._pending
         if problem:
             info = self._info(None, feedback=NO_MATCH, admissible=False, reason=problem)
             return NO_MATCH, 0.0, False, info
-        obs, delta, completed, up = self._engine.step(action)
+        obs, _, completed, up = self._engine.step(action)
         obs = str(obs)
+        score_before = self._score
         self._moves, self._score = int(up["moves"]), int(up["score"])
         self._pending = obs.startswith(_AMBIGUOUS)
         reason = ""
@@ -192,11 +225,25 @@ class ScienceWorldEnv(TextEnv):
             reason = f"{_shown(action)} is not the number of one of the choices offered"
         info = self._info(up, feedback=obs, admissible=not reason, reason=reason)
         info[schema.EFFECTIVE] = info[schema.STATE_KEY] != before_key
-        self._advance_expert(
-            action, unchanged=self._moves == before_moves and info[schema.STATE_KEY] == before_key
-        )
+        self._advance_expert(action, unchanged=info[schema.STATE_KEY] == before_key)
         info[schema.EXPERT_ACTION] = self._expert_action()
-        return obs, float(delta) / 100.0, bool(completed), info
+        return obs, self._reward(score_before), bool(completed), info
+
+    def _reward(self, score_before: int) -> float:
+        """The step's reward: the score's change / 100, chosen so that the rewards so far, summed in order, equal
+        the score / 100 exactly (a won episode's sum is exactly 1.0, not 0.9999999999999999: each increment / 100
+        is rounded, and the roundings would add up)."""
+        if self._score == score_before:
+            return 0.0
+        target = self._score / 100.0
+        reward = target - self._reward_sum
+        for _ in range(4):  # at most a few ulps away: step toward the target until the sum lands on it
+            total = self._reward_sum + reward
+            if total == target:
+                break
+            reward = math.nextafter(reward, math.inf if total < target else -math.inf)
+        self._reward_sum += reward
+        return reward
 
     def _advance_expert(self, action: str, *, unchanged: bool) -> None:
         pos = self._gold_pos

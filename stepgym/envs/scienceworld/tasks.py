@@ -13,9 +13,23 @@ from __future__ import annotations
 
 from stepgym.errors import InvalidArgumentError
 
-__all__ = ["SPLITS", "TASK_TYPES", "VARIATION_COUNTS", "parse_task_id", "split_task_ids"]
+__all__ = [
+    "MIN_STEPS",
+    "SPLITS",
+    "STEP_LIMIT_CAP",
+    "TASK_TYPES",
+    "VARIATION_COUNTS",
+    "parse_task_id",
+    "split_task_ids",
+]
 
 SPLITS = ("train", "dev", "test")
+
+#: The default step limit is per task: the longer of this (upstream's default limit) and the task's gold path.
+MIN_STEPS = 100
+#: ... and at most this (the registered ``max_episode_steps``, Gymnasium's ``TimeLimit``): the longest gold path of
+#: the test split is 795 steps (inclined-plane-friction-named-surfaces; benchmarks/scienceworld_expert.py).
+STEP_LIMIT_CAP = 1000
 
 #: task name -> (train, dev, test) variation counts, read from scienceworld 1.2.3's engine.
 VARIATION_COUNTS: dict[str, tuple[int, int, int]] = {
