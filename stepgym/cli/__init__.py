@@ -78,9 +78,9 @@ def shaper_methods() -> str:
     """The methods ``stepgym train`` offers, read from the shaper registry (the base advantages, ProAS, the token
     reweightings), for the help line: a method registered later is listed without editing this module."""
     from stepgym.shapers.registry import available
-    from stepgym.trainers.config import _METHOD_NAMES
+    from stepgym.trainers.config import METHOD_NAMES
 
-    bases = [_METHOD_NAMES.get(n, n) for n in available("base")]
+    bases = [METHOD_NAMES.get(n, n) for n in available("base")]
     tokens = [{"ahead": "AHEAD", "stepopsd": "StepOPSD"}.get(n, n) for n in available("token")]
     return f"{', '.join(bases)}; ProAS on a base; {', '.join(tokens)} token reweighting"
 

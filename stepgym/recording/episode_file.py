@@ -1,3 +1,4 @@
+# Over 400 lines: the one writer and the one tolerant reader of the recording format, kept side by side.
 """The recording file, ``episodes.jsonl.gz``: writing it safely, reading it back, each episode once.
 
 The format is deliberately plain (documented in docs/viewer.md) so any tool can read it:

@@ -1,3 +1,4 @@
+# Over 400 lines: every OpenEnv endpoint, its guards and its error mapping in one place.
 """The ASGI app of ``stepgym serve`` (Starlette; uvicorn runs it): OpenEnv 0.10's endpoints over stepgym sessions.
 
 Endpoints (the paths and payloads of OpenEnv's ``HTTPEnvServer``):

@@ -360,7 +360,7 @@ class RunConfig:
 
 
 #: Display names of the built-in base advantages (logs and reports).
-_METHOD_NAMES = {
+METHOD_NAMES = {
     "grpo": "GRPO",
     "drgrpo": "Dr.GRPO",
     "dapo": "DAPO",
@@ -413,7 +413,7 @@ class TrainConfig:
     def method(self) -> str:
         """A short name of the advantage method (for logs and reports)."""
         s = self.shaper
-        name = _METHOD_NAMES.get(s.base, s.base)
+        name = METHOD_NAMES.get(s.base, s.base)
         if s.proas:
             name = f"ProAS({name})"
         if s.token_reweight == "ahead":

@@ -1,3 +1,4 @@
+# Over 400 lines: a data table of the presets (each a few lines), not logic.
 """Presets: the papers' setups and the CPU runs, as small Python objects (``stepgym train --preset NAME``).
 
 Every preset is a :class:`~stepgym.trainers.config.TrainConfig`; any field can still be overridden on the command
