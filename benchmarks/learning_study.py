@@ -1219,6 +1219,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warm-lr", type=float, default=0.5)
     p.add_argument("--workers", type=int, default=1, help="cells run in this many processes")
     p.add_argument("--report-only", action="store_true", help="only rebuild the tables and plots")
+    p.add_argument("--no-report", action="store_true", help="run the cells only (no tables, no plots)")
     p.add_argument("--cells", default=None, help="report from this results file (.jsonl or .jsonl.gz)")
     p.add_argument("--learner", choices=("linear", "llm"), default="linear", help="llm: the bundled trainer")
     p.add_argument("--model", default="tiny", help="--learner llm: model name or folder ('tiny': in-process)")
@@ -1231,6 +1232,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.envs = args.envs or list(DEFAULT_ENVS)
     args.methods = args.methods or list(DEFAULT_METHODS)
     return args
+
+
+def append_once(path: Path, record: dict) -> bool:
+    """Append a finished cell to the cells file unless a cell of its key is there already (another process of
+    the same sweep finished it first), under an exclusive lock on ``<cells>.lock``: every cell is written once,
+    whole (one write; a torn last line of a killed run is cut off before the next append). False: not written."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (one process per cells file)
+        fcntl = None
+    with open(path.with_suffix(".lock"), "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if record["key"] in {r["key"] for r in cs.load_cells(path)}:
+            return False
+        cs.append_cell(path, record)
+        return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1258,14 +1276,15 @@ def main(argv: list[str] | None = None) -> int:
         ctx = mp.get_context("spawn")
         with ctx.Pool(args.workers) if args.workers > 1 else cs._Serial() as pool:
             for r in pool.imap_unordered(run_cell, todo):
-                cs.append_cell(cells_path, r)
                 y = held_curve(r)
                 print(
                     f"{r['env']:9s} {r['method']:15s} seed {r['seed']:2d}: held-out {y[0]:.2f} → {y[-1]:.2f} "
-                    f"({r['seconds']:.1f}s)",
+                    f"({r['seconds']:.1f}s)" + ("" if append_once(cells_path, r) else " (already written)"),
                     flush=True,
                 )
         print(f"# sweep wall time: {time.perf_counter() - t0:.0f} s", flush=True)
+        if args.no_report:
+            return 0
     report(out, Path(args.cells) if args.cells else cells_path, None if args.cells else keys)
     return 0
 
