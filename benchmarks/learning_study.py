@@ -443,8 +443,9 @@ _IDS: dict[tuple, int] = {}
 #: action for the history feature: (ids, starts, slots, "not taken before" ids, "taken before" ids). A state seen
 #: again (another rollout, another evaluation) costs one lookup instead of every action's features.
 _STATES: dict[tuple, tuple[np.ndarray, ...]] = {}
-_STATES_MAX = 50_000
-_WORD_IDS: dict[tuple, list[int]] = {}
+_STATES_MAX = 20_000
+_WORDS_MAX = 200_000
+_WORD_IDS: dict[tuple, tuple[list[int], int, int]] = {}
 
 
 def _intern(f: tuple) -> int:
@@ -479,23 +480,27 @@ class Policy:
             starts, slots, no, yes = [], [], [], []
             words_key = (ctx.goal, ctx.task_type, ctx.obs_head, ctx.obs_goal, ctx.held)
             extra = EXTRA_FEATURES[ctx.facts[0]][1] if ctx.facts[0] else None
+            get = _WORD_IDS.get
             for a in actions:
-                starts.append(len(flat))
-                # features(ctx, a): the word features (one entry per action and word context) then the env's
-                key = (words_key, a)
-                fw = _WORD_IDS.get(key)
-                if fw is None:
-                    if len(_WORD_IDS) >= _STATES_MAX:
+                # features(ctx, a): the word features (kept per action and word context) then the env's
+                e = get((words_key, a))
+                if e is None:
+                    if len(_WORD_IDS) >= _WORDS_MAX:
                         _WORD_IDS.clear()
-                    fw = _WORD_IDS[key] = [_intern(x) for x in word_features(ctx, a)]
-                flat += fw
+                    verb = parse_cached(a)[0]
+                    e = _WORD_IDS[(words_key, a)] = (
+                        [_intern(x) for x in word_features(ctx, a)],
+                        _intern(("rep", verb, False)),
+                        _intern(("rep", verb, True)),
+                    )
+                starts.append(len(flat))
+                flat += e[0]
                 if extra is not None:
                     flat += [_intern(x) for x in extra(ctx.facts, a)]
-                verb = parse_cached(a)[0]
                 slots.append(len(flat))
                 flat.append(0)
-                no.append(_intern(("rep", verb, False)))
-                yes.append(_intern(("rep", verb, True)))
+                no.append(e[1])
+                yes.append(e[2])
             hit = _STATES[key] = tuple(np.array(x, dtype=np.int64) for x in (flat, starts, slots, no, yes))
         flat, starts, slots, no, yes = hit
         ids = flat.copy()
