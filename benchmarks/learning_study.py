@@ -807,6 +807,27 @@ def evaluate(envs: dict[str, gym.Env], held: dict[str, list[str]], policy: Polic
     }
 
 
+class ExpertSeeded:
+    """ProAS's reference graph seeded with the env's expert on the training tasks, one task at a time when a cell
+    first trains on it: the graph keeps one ARG per task, so a task's labels read only the expert's path of that
+    task and the cell's own wins on it, and the expert need not play the thousands of training tasks a cell never
+    draws (what ``seed_graph_from_expert`` on every training task cost each ProAS cell)."""
+
+    def __init__(self, env: EnvRow) -> None:
+        self.graph = AgenticReferenceGraph()
+        self._row = env
+        self._env: gym.Env | None = None
+        self._seeded: set[str] = set()
+
+    def seed(self, tasks: list[str]) -> None:
+        new = [t for t in dict.fromkeys(tasks) if t not in self._seeded]
+        if new:
+            if self._env is None:
+                self._env = make_env(self._row, self._row.train_split)
+            seed_graph_from_expert(self.graph, self._env, new)
+            self._seeded.update(new)
+
+
 def run_cell(cell: dict) -> dict:
     """Train one (env, method, seed) cell and return its record (a JSON-able dict)."""
     t0 = time.perf_counter()
@@ -823,9 +844,8 @@ def run_cell(cell: dict) -> dict:
     rng = np.random.default_rng(seed)  # identical across methods: same task order and initial policy
     policy = warm_start(env, train, a["warm_tasks"], a["warm_epochs"], a["warm_lr"], steps)
     stale = policy.copy()
-    graph = AgenticReferenceGraph() if method == "proas" else None
-    if graph is not None:
-        seed_graph_from_expert(graph, make_env(env, env.train_split), train)
+    seeded = ExpertSeeded(env) if method == "proas" else None
+    graph = seeded.graph if seeded is not None else None
     eval_its, held_curve, train_curve, trained_on = (
         [0],
         [evaluate(eenvs, held, policy, seed, steps)],
@@ -843,6 +863,8 @@ def run_cell(cell: dict) -> dict:
                 e = play(tenv, policy, task, rng, steps)
                 e.group = g
                 eps.append(e)
+        if seeded is not None:  # before a task's first labels, as if every training task were seeded first
+            seeded.seed(tasks)
         adv, _ = advantages(method, env, eps, it=it, graph=graph, stale=stale, strength=a["hint_strength"])
         if method == "proas":
             cs.grow(graph, eps)

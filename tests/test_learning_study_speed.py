@@ -48,7 +48,7 @@ for g in json.loads(open(sys.argv[2]).read()):
 
 
 def test_cells_equal_the_golden_records_of_f626826(data_dir: Path) -> None:
-    """Seven small cells (ALFWorld's ceiling and both modelled teachers, Sokoban, TextCraft, BabyAI, WebShop) give
+    """Nine small cells (ALFWorld's ceiling and both modelled teachers, ProAS on Sokoban and TextCraft, BabyAI, WebShop) give
     the records the reference cell path gave (curves, training success, tasks) and the same learned weights."""
     golden = json.loads(GOLDEN.read_text())
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
@@ -61,7 +61,7 @@ def test_cells_equal_the_golden_records_of_f626826(data_dir: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = [json.loads(x[len("RECORD ") :]) for x in proc.stdout.splitlines() if x.startswith("RECORD ")]
-    assert len(got) == len(golden) == 7
+    assert len(got) == len(golden) == 9
     for g, rec in zip(golden, got, strict=True):
         want = g["record"]
         assert set(rec) == set(want)
