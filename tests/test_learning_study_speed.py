@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -160,3 +161,36 @@ def test_a_killed_two_worker_run_resumes_and_writes_every_cell_once(tmp_path: Pa
     # a record offered again (another process finished the same cell) is not written twice
     assert ls.append_once(cells, json.loads(after.decode().splitlines()[0])) is False
     assert cells.read_bytes() == after
+
+
+def _lr_cell(method: str, lr: float, seed: int, curve: list[float]) -> dict:
+    return {
+        "env": "Sokoban", "method": method, "seed": seed, "eval_its": [0, 5, 10],
+        "held": [{"test": v} for v in curve], "args": {"lr": lr}, "seconds": 1.0,
+    }  # fmt: skip
+
+
+def test_lr_selection_per_method_by_auc_or_final_gain() -> None:
+    """Each method gets its own rate; AUC prefers the fast learner, the final gain the late one; the selection
+    refuses reported seeds."""
+    import learning_study_lr as lr
+
+    cells = []
+    for s in range(6):
+        cells += [
+            _lr_cell("grpo", 5.0, 100 + s, [0.1, 0.5, 0.5]),
+            _lr_cell("grpo", 20.0, 100 + s, [0.1, 0.1, 0.6]),
+        ]
+        cells += [
+            _lr_cell("gigpo", 5.0, 100 + s, [0.1, 0.2, 0.3]),
+            _lr_cell("gigpo", 20.0, 100 + s, [0.1, 0.3, 0.4]),
+        ]
+    rng = np.random.default_rng(0)
+    by_auc = {(r["method"], r["lr"]) for r in lr.select(cells, "auc", rng) if r["chosen"]}
+    by_gain = {(r["method"], r["lr"]) for r in lr.select(cells, "gain", rng) if r["chosen"]}
+    assert by_auc == {("grpo", 5.0), ("gigpo", 20.0)}
+    assert by_gain == {("grpo", 20.0), ("gigpo", 20.0)}
+    rows = lr.select(cells, "auc", rng)
+    assert [r["seeds"] for r in rows] == [6] * 4 and rows[0]["auc"] == pytest.approx(0.4)
+    with pytest.raises(SystemExit, match="must not overlap"):
+        lr.main(["--first-seed", "95", "--seeds", "6", "--out", "/nonexistent"])
