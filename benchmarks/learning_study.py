@@ -1285,10 +1285,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.learner == "llm":
         from _learning_study_llm import run_llm
 
-        records = run_llm(args)
-        for r in records:
-            cs.append_cell(out / "llm_cells.jsonl", r)
-        print(json.dumps(records, indent=1))
+        run_llm(args)  # resumable: cells appended to <out>/llm_cells.jsonl (benchmarks/_learning_study_llm.py)
         return 0
     cells_path = out / "cells.jsonl"
     keys = {cell_key(c) for c in plan(args)}

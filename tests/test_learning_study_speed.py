@@ -5,6 +5,7 @@ features computed afresh; the runner resumes a killed run with two workers and w
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -194,3 +195,24 @@ def test_lr_selection_per_method_by_auc_or_final_gain() -> None:
     assert [r["seeds"] for r in rows] == [6] * 4 and rows[0]["auc"] == pytest.approx(0.4)
     with pytest.raises(SystemExit, match="must not overlap"):
         lr.main(["--first-seed", "95", "--seeds", "6", "--out", "/nonexistent"])
+
+
+@pytest.mark.slow
+def test_llm_learner_cell_on_credit_family_has_the_cell_schema_and_resumes(tmp_path: Path) -> None:
+    """One tiny cell of the token-level learner (the bundled trainer, the tiny in-process model) on CreditFamily:
+    the linear cells' schema with ``learner: "llm"``, a held-out curve at 0 and each eval point, the training
+    success per iteration; a rerun skips it."""
+    pytest.importorskip("torch")
+    import _learning_study_llm as llm
+
+    argv = ["--envs", "CreditFamily", "--methods", "oracle", "--seeds", "1", "--iterations", "2", "--eval-every",
+            "1", "--n-tasks", "2", "--group-size", "2", "--eval-tasks", "3", "--out", str(tmp_path)]  # fmt: skip
+    (rec,) = llm.run_llm(llm.parse(argv))
+    assert rec["learner"] == "llm" and rec["env"] == "CreditFamily" and rec["method"] == "oracle"
+    assert rec["eval_its"] == [0, 1, 2] and len(rec["held"]) == 3 and len(rec["train_curve"]) == 2
+    assert all(set(h) == {"valid"} and 0.0 <= h["valid"] <= 1.0 for h in rec["held"])
+    assert len(rec["held_tasks"]["valid"]) == 3 and rec["key"].startswith("llm/CreditFamily/oracle/0/")
+    assert math.isfinite(rec["last_step"]["actor/pg_loss"]) and rec["last_step"]["rollout/rows"] > 0
+    assert set(ls.metrics(rec, None)) >= {"auc", "final", "gain"}  # the study's metrics read it as a cell
+    assert llm.run_llm(llm.parse(argv)) == []  # resumed: nothing to run
+    assert len((tmp_path / "llm_cells.jsonl").read_text().splitlines()) == 1
