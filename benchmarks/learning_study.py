@@ -482,16 +482,18 @@ class Policy:
             extra = EXTRA_FEATURES[ctx.facts[0]][1] if ctx.facts[0] else None
             get = _WORD_IDS.get
             for a in actions:
-                # features(ctx, a): the word features (kept per action and word context) then the env's
-                e = get((words_key, a))
+                # features(ctx, a): the word features, which read the action only as parsed (verb and argument
+                # words: "drawer 3" and "drawer 4" share them), kept per parsed action and word context; then the
+                # env's features
+                parsed = parse_cached(a)
+                e = get((words_key, parsed))
                 if e is None:
                     if len(_WORD_IDS) >= _WORDS_MAX:
                         _WORD_IDS.clear()
-                    verb = parse_cached(a)[0]
-                    e = _WORD_IDS[(words_key, a)] = (
+                    e = _WORD_IDS[(words_key, parsed)] = (
                         [_intern(x) for x in word_features(ctx, a)],
-                        _intern(("rep", verb, False)),
-                        _intern(("rep", verb, True)),
+                        _intern(("rep", parsed[0], False)),
+                        _intern(("rep", parsed[0], True)),
                     )
                 starts.append(len(flat))
                 flat += e[0]
@@ -1285,7 +1287,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.learner == "llm":
         from _learning_study_llm import run_llm
 
-        run_llm(args)  # resumable: cells appended to <out>/llm_cells.jsonl (benchmarks/_learning_study_llm.py)
+        run_llm(
+            args
+        )  # resumable: cells appended to <out>/llm_cells.jsonl (benchmarks/_learning_study_llm.py)
         return 0
     cells_path = out / "cells.jsonl"
     keys = {cell_key(c) for c in plan(args)}
