@@ -45,15 +45,38 @@ def evaluate(envs, held, policy, seed, steps):
     last["w"] = policy.w.copy()
     return orig(envs, held, policy, seed, steps)
 ls.evaluate = evaluate
+prof = None
+if len(sys.argv) > 3 and sys.argv[3] == "profile":
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
 t0 = time.perf_counter()
 rec = ls.run_cell(cell)
 dt = time.perf_counter() - t0
+parts = {}
+if prof is not None:
+    import pstats
+    prof.disable()
+    st = pstats.Stats(prof).stats
+    def cum(file_end, name):
+        return sum(v[3] for (f, _, fn), v in st.items() if f.endswith(file_end) and fn == name)
+    parts = {
+        "cell": cum("learning_study.py", "run_cell"),
+        "env step": cum("envs/base.py", "step"),
+        "env reset": cum("envs/base.py", "reset"),
+        "value labels (ValueWrapper)": cum("values/wrapper.py", "step") + cum("values/wrapper.py", "reset"),
+        "features and logits": cum("learning_study.py", "ids") + cum("learning_study.py", "context"),
+        "shaping (trainer batch, shape_advantages)": cum("learning_study.py", "advantages"),
+        "policy update": cum("learning_study.py", "update_steps") + cum("learning_study.py", "update"),
+        "evaluation (held-out episodes, all of it)": cum("learning_study.py", "evaluate"),
+        "warm start": cum("learning_study.py", "warm_start"),
+    }
 rec.pop("seconds")
 names = {i: f for f, i in ls._IDS.items()}
 w = last["w"]
 items = sorted((repr(names[i]), float(w[i]).hex()) for i in range(min(len(w), len(names))) if w[i] != 0.0)
 rec["weights_sha1"] = hashlib.sha1(json.dumps(items).encode()).hexdigest()
-print("RESULT " + json.dumps({"seconds": dt, "record": rec}))
+print("RESULT " + json.dumps({"seconds": dt, "record": rec, "profile": parts}))
 """
 
 
@@ -71,11 +94,12 @@ def reference_tree(commit: str = REFERENCE) -> Path:
     return out
 
 
-def timed_cell(tree: Path, argv: list[str]) -> tuple[float, dict]:
-    """One cell in a fresh process importing ``tree``'s code: (wall seconds of the cell, its record)."""
+def timed_cell(tree: Path, argv: list[str], profile: bool = False) -> tuple[float, dict, dict]:
+    """One cell in a fresh process importing ``tree``'s code: (wall seconds of the cell, its record, and with
+    ``profile`` the cProfile cumulative seconds of its parts)."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(tree), json.dumps(argv)],
+        [sys.executable, "-c", _CHILD, str(tree), json.dumps(argv), "profile" if profile else "time"],
         capture_output=True,
         text=True,
         env=env,
@@ -85,7 +109,7 @@ def timed_cell(tree: Path, argv: list[str]) -> tuple[float, dict]:
     if proc.returncode != 0 or line is None:
         raise SystemExit(f"the cell failed under {tree}:\n{proc.stderr[-3000:]}")
     out = json.loads(line[len("RESULT ") :])
-    return out["seconds"], out["record"]
+    return out["seconds"], out["record"], out["profile"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", default="grpo")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--profile", action="store_true", help="then one cell of each under cProfile, by part")
     p.add_argument("--out", default=None, help="write the timings here (JSON)")
     a, rest = p.parse_known_args(argv)
     trees = {"old": reference_tree(), "new": REPO}
@@ -104,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         want = None
         for i in range(a.repeats):
             for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
-                dt, rec = timed_cell(trees[name], cell_argv)
+                dt, rec, _ = timed_cell(trees[name], cell_argv)
                 want = want or rec
                 if rec != want:
                     bad = [k for k in want if rec.get(k) != want[k]]
@@ -118,9 +143,22 @@ def main(argv: list[str] | None = None) -> int:
              "held_curve": want["held"], "weights_sha1": want["weights_sha1"]}
         )  # fmt: skip
         print(f"{env}: median {old:.2f} s → {new:.2f} s: {old / new:.2f}× (records equal)", flush=True)
+        if a.profile:  # one more cell of each under cProfile (its overhead inflates Python-heavy parts)
+            for name in ("old", "new"):
+                dt, rec, parts = timed_cell(trees[name], cell_argv, profile=True)
+                if rec != want:
+                    raise SystemExit(f"{env}: the profiled {name} cell's record differs")
+                results[-1][f"profile_{name}"] = parts
+                print(
+                    f"{env} {name} profile: " + ", ".join(f"{k} {v:.1f} s" for k, v in parts.items()),
+                    flush=True,
+                )
     if a.out:
         info = {
             "reference": REFERENCE,
+            "measured": subprocess.run(
+                ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True
+            ).stdout.strip(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
             "load_average_at_end": os.getloadavg(),
