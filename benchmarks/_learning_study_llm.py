@@ -1,98 +1,194 @@
-"""``learning_study.py --learner llm``: the same study cells with the bundled trainer's LLM policy
-(:class:`stepgym.trainers.grpo.GRPOTrainer`) instead of the linear learner, for a GPU.
+"""The learning study's second learner: the bundled trainer's own token-level policy
+(:class:`stepgym.trainers.grpo.GRPOTrainer`: generation, per-token advantages, the PPO loss) instead of the linear
+learner, in cells of the same schema (``learner: "llm"``), resumable.
 
-Per method the trainer runs the env's trainer preset (``alfworld-<method>``; ALFWorld's when the env has none,
-``credit_fidelity``'s rule, as :func:`learning_study.shaper_config` picks the shaper) with the study's budget:
-``--iterations``, ``--n-tasks`` × ``--group-size``, the env row's step limit (``--max-steps``), the held-out splits
-evaluated (``--eval-tasks`` tasks each, sampled as the linear learner is) before the first and after the last
-update. The ``-obs`` methods set ``env.anchor="observation"``; the ceiling sets ``env.value_labels`` (ValueWrapper's
-true gains). Here AHEAD and StepOPSD use the trainer's real teacher (the model reading the privileged context),
-not the linear learner's modelled one. On a CPU, ``--model tiny`` (a random in-process Qwen2-style model) runs one
-iteration in seconds (tests/test_learning_study.py); the learning numbers need a real model on a GPU
-(``--model smollm2-135m-instruct`` or a local folder).
+Envs (:data:`LLM_ENVS`): ``CreditFamily`` (``StepGym/CreditFamily-v0``, trained on ``train``, evaluated on
+``valid``, with the ``credit-*`` presets' tiny-model settings: prompt history, format warm-up, optimiser) and the
+study's real envs (:data:`learning_study.ENVS` rows, with their trainer presets, ALFWorld's where an env has
+none). Per method the shaper is :func:`learning_study.shaper_config`'s (the same configs as the linear learner's),
+the ``-obs`` methods set ``env.anchor="observation"``, the ceiling sets ``env.value_labels`` (ValueWrapper's true
+gains). The budget is the study's: ``--iterations`` of ``--n-tasks`` × ``--group-size``, the env row's step limit,
+held-out success (sampled, ``--eval-tasks`` tasks per split, the same tasks and random stream for every method of
+a seed) at iteration 0 and every ``--eval-every`` iterations. AHEAD and StepOPSD use the trainer's real teacher.
+``--model tiny`` (a random in-process Qwen2-style model) runs on a CPU; a real model needs a GPU.
+
+    python benchmarks/_learning_study_llm.py --envs CreditFamily Sokoban --methods grpo gigpo graphgpo oracle \
+        --seeds 10 --out runs/ls_llm                      # cells appended to runs/ls_llm/llm_cells.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import learning_study as ls
 
 from stepgym.trainers.presets import TRAINER_PRESETS, get_preset
 
+#: the token-level learner's envs: the credit-assignment family (where the tiny model learns on a CPU) and the
+#: study's envs
+LLM_ENVS: dict[str, ls.EnvRow] = {
+    "CreditFamily": ls.EnvRow("CreditFamily", "StepGym/CreditFamily-v0", "train", ("valid",), 10, "credit"),
+    **ls.ENVS,
+}
+#: the cell settings that shape an LLM cell's result (its key's fingerprint)
+LLM_ARGS = ("iterations", "n_tasks", "group_size", "eval_every", "eval_tasks", "max_steps", "model")
+
 
 def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int, out: Path) -> Any:
-    """The trainer config of one cell: the preset, the study's budget, the held-out splits."""
+    """The trainer config of one cell: the env's preset (the ``credit-*`` one on CreditFamily), the method's
+    shaper, the study's budget, the held-out splits."""
     base = method.removesuffix("-obs")
-    name = f"{env.preset}-{'grpo' if base in ('drgrpo', ls.CEILING) else base}"
-    cfg = get_preset(name if name in TRAINER_PRESETS else f"alfworld-{name.split('-', 1)[1]}")
+    if env.preset == "credit":
+        cfg = get_preset("credit-grpo")
+        kwargs = "{}"
+    else:
+        name = f"{env.preset}-{'grpo' if base in ('drgrpo', ls.CEILING) else base}"
+        cfg = get_preset(name if name in TRAINER_PRESETS else f"alfworld-{name.split('-', 1)[1]}")
+        kwargs = json.dumps(dict(env.kwargs)) if env.kwargs else cfg.env.kwargs
     shaper, _, _ = ls.shaper_config(env, method)
     tiny = args.model == "tiny" or args.model.startswith("tiny:")
     return replace(
         cfg,
         run=replace(
-            cfg.run,
-            output_dir=str(out),
-            iterations=args.iterations,
-            seed=seed,
-            save_every=0,
-            progress=False,
-            tensorboard=False,
-            report=False,
-            threads=1 if tiny else cfg.run.threads,
+            cfg.run, output_dir=str(out), iterations=args.iterations, seed=seed, save_every=0, progress=False,
+            tensorboard=False, report=False, threads=1 if tiny else cfg.run.threads,
         ),
         env=replace(
-            cfg.env,
-            id=env.env_id,
-            train_split=env.train_split,
-            eval_splits=env.held_out,
+            cfg.env, id=env.env_id, kwargs=kwargs, train_split=env.train_split, eval_splits=env.held_out,
             max_steps=args.max_steps or env.max_steps,
-            anchor="observation" if method.endswith("-obs") else "state_key",
-            value_labels=method == ls.CEILING,
+            anchor="observation" if method.endswith("-obs") else "state_key", value_labels=method == ls.CEILING,
         ),
         model=replace(cfg.model, name=args.model, **({"tokenizer_corpus_episodes": 8} if tiny else {})),
         rollout=replace(
-            cfg.rollout,
-            n_tasks=args.n_tasks,
-            group_size=args.group_size,
-            **({"max_prompt_tokens": 512, "max_response_tokens": 12} if tiny else {}),
+            cfg.rollout, n_tasks=args.n_tasks, group_size=args.group_size,
+            **({"max_prompt_tokens": 512, "max_response_tokens": 12} if tiny and env.preset != "credit" else {}),
         ),
         shaper=shaper,
         eval=replace(cfg.eval, limit=args.eval_tasks, greedy=False, parallel=max(1, args.eval_tasks)),
-    )
+    )  # fmt: skip
+
+
+def cell_key(cell: dict) -> str:
+    """llm/env/method/seed plus a fingerprint of the env row and the settings that shape the result."""
+    what = {"env": LLM_ENVS[cell["env"]].__dict__, **{k: cell["args"].get(k) for k in LLM_ARGS}}
+    fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"llm/{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
+
+
+def plan(args: argparse.Namespace) -> list[dict]:
+    a = {k: getattr(args, k) for k in LLM_ARGS}
+    return [
+        {"env": env, "method": m, "seed": seed, "args": a}
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
+        for env in args.envs
+        for m in args.methods
+    ]
+
+
+def run_llm_cell(cell: dict, out: Path) -> dict[str, Any]:
+    """Train one (env, method, seed) cell with the bundled trainer; its record (the linear cells' schema)."""
+    from stepgym.data import sample_tasks
+    from stepgym.trainers.grpo import GRPOTrainer
+
+    args = argparse.Namespace(**cell["args"])
+    env, method, seed = LLM_ENVS[cell["env"]], cell["method"], cell["seed"]
+    t0 = time.perf_counter()
+    cfg = llm_config(args, env, method, seed, out / f"{env.name}_{method}_{seed}")
+    tr = GRPOTrainer(cfg)
+    eval_its, held, train_curve = [0], [], []
+    try:
+        held.append({r["split"]: float(r["success"]) for r in tr.evaluate()})
+        last: dict[str, Any] = {}
+        for it in range(args.iterations):
+            last = tr.step()
+            train_curve.append(float(last.get("rollout/success", float("nan"))))
+            if (it + 1) % args.eval_every == 0 or it + 1 == args.iterations:
+                eval_its.append(it + 1)
+                held.append({r["split"]: float(r["success"]) for r in tr.evaluate()})
+    finally:
+        tr.close()
+    held_tasks = {}
+    for split in env.held_out:
+        e = ls.make_env(env, split) if env.name in ls.ENVS else None
+        ids = list(e.task_ids) if e is not None else list(_credit_ids(cfg, split))
+        held_tasks[split] = sample_tasks(ids, args.eval_tasks, seed=seed) if args.eval_tasks else ids
+    return {
+        "key": cell_key(cell),
+        "args": dict(cell["args"]),
+        "env": env.name,
+        "method": method,
+        "seed": seed,
+        "learner": "llm",
+        "model": args.model,
+        "eval_its": eval_its,
+        "held": held,
+        "train_curve": train_curve,
+        "held_tasks": held_tasks,
+        "last_step": {k: v for k, v in last.items() if isinstance(v, int | float)},
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _credit_ids(cfg: Any, split: str) -> tuple[str, ...]:
+    import gymnasium as gym
+
+    return gym.make(cfg.env.id, **cfg.env.make_kwargs(split)).unwrapped.task_ids
 
 
 def run_llm(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """One record per (env, method, seed): held-out success before and after training, the last step's metrics."""
-    from stepgym.trainers.grpo import GRPOTrainer
-
-    out = Path(args.out) / "llm"
+    """Every cell of ``args``'s plan not yet in ``<out>/llm_cells.jsonl`` (resumable: a finished cell is skipped,
+    every cell written once); returns the records run now."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "llm_cells.jsonl"
+    done = {r["key"] for r in ls.cs.load_cells(path)}
+    todo = [c for c in plan(args) if cell_key(c) not in done]
+    print(f"# learning study, llm learner: {len(done)} cells done, {len(todo)} to run", flush=True)
     records = []
-    for cell in ls.plan(args):
-        env, method, seed = ls.ENVS[cell["env"]], cell["method"], cell["seed"]
-        t0 = time.perf_counter()
-        tr = GRPOTrainer(llm_config(args, env, method, seed, out / f"{env.name}_{method}_{seed}"))
-        try:
-            before = {r["split"]: float(r["success"]) for r in tr.evaluate()}
-            metrics = [tr.step() for _ in range(args.iterations)]
-            after = {r["split"]: float(r["success"]) for r in tr.evaluate()}
-        finally:
-            tr.close()
-        records.append(
-            {
-                "env": env.name,
-                "method": method,
-                "seed": seed,
-                "learner": "llm",
-                "model": args.model,
-                "eval_its": [0, args.iterations],
-                "held": [before, after],
-                "last_step": {k: v for k, v in metrics[-1].items() if isinstance(v, int | float)},
-                "seconds": time.perf_counter() - t0,
-            }
+    for cell in todo:
+        r = run_llm_cell(cell, out / "llm")
+        ls.append_once(path, r)
+        records.append(r)
+        y = ls.held_curve(r)
+        print(
+            f"{r['env']} {r['method']} seed {r['seed']}: held-out {y[0]:.2f} → {y[-1]:.2f} ({r['seconds']:.0f}s)",
+            flush=True,
         )
     return records
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--envs", nargs="+", default=["CreditFamily", "Sokoban"], choices=list(LLM_ENVS))
+    p.add_argument(
+        "--methods", nargs="+", default=["grpo", "gigpo", "graphgpo", ls.CEILING], choices=list(ls.METHODS)
+    )
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--n-tasks", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--eval-tasks", type=int, default=40)
+    p.add_argument("--max-steps", type=int, default=0, help="step limit (0: the env row's)")
+    p.add_argument("--model", default="tiny", help="model name or folder ('tiny': in-process, CPU)")
+    p.add_argument("--out", default="runs/learning_study_llm")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    run_llm(parse(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

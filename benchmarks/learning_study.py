@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import multiprocessing as mp
@@ -200,6 +201,14 @@ def parse_cached(action: str) -> tuple[str, tuple[str, ...]]:
 
 def features(ctx: Context, action: str) -> list[tuple]:
     """The indicator features of (ctx, action) except the history one (``rep``: :meth:`Policy.ids` adds it)."""
+    f = word_features(ctx, action)
+    if ctx.facts[0]:
+        f += EXTRA_FEATURES[ctx.facts[0]][1](ctx.facts, action)
+    return f
+
+
+def word_features(ctx: Context, action: str) -> list[tuple]:
+    """The generic features of :func:`features` (what the words of goal, observation and action say)."""
     verb, args = parse_cached(action)
     held_goal = bool(ctx.held) and ctx.held in ctx.goal
     f: list[tuple] = [
@@ -215,8 +224,6 @@ def features(ctx: Context, action: str) -> list[tuple]:
         f.append(("vmh", verb, i, m, held_goal))
         f.append(("vmt", verb, i, m, ctx.task_type))
         f += [("va", verb, i, w, g) for g in ctx.goal]  # e.g. where a goal object is found
-    if ctx.facts[0]:
-        f += EXTRA_FEATURES[ctx.facts[0]][1](ctx.facts, action)
     return f
 
 
@@ -331,7 +338,14 @@ def _item(text: str) -> str:
 def textcraft_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
     """The goal item, the recipe tree's items with their depth below the goal (the crafting commands of the
     goal text), and the items the agent got or crafted (its own actions)."""
-    text = str(info.get(schema.GOAL) or "").lower()
+    depth, craftable = _textcraft_tree(str(info.get(schema.GOAL) or "").lower())
+    have = frozenset(textcraft_item(a) for a in taken)
+    return ("textcraft", depth, craftable, have)
+
+
+@lru_cache(maxsize=4096)
+def _textcraft_tree(text: str) -> tuple[tuple, frozenset[str]]:
+    """The recipe tree of a goal text: (item, depth) pairs in item order, and the craftable items."""
     m = re.search(r"goal: craft ([a-z ]+?)\.", text)
     goal = m.group(1) if m else ""
     recipes: dict[str, list[str]] = {}
@@ -349,10 +363,10 @@ def textcraft_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
                     depth[ing] = depth[it] + 1
                     nxt.append(ing)
         frontier = nxt
-    have = frozenset(textcraft_item(a) for a in taken)
-    return ("textcraft", tuple(sorted(depth.items())), frozenset(recipes), have)
+    return tuple(sorted(depth.items())), frozenset(recipes)
 
 
+@lru_cache(maxsize=1 << 16)
 def textcraft_item(action: str) -> str:
     """The item an action gets or crafts (``get 2 bamboo`` → bamboo; ``craft 1 stick using ...`` → stick)."""
     a = action.lower()
@@ -376,8 +390,24 @@ def textcraft_features(facts: tuple, action: str) -> list[tuple]:
 def webshop_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
     """The products of a results page (id, how many goal words its title shares, in quarters, its rank, whether
     its price is under the goal's limit) and how many options that name goal words were clicked so far."""
-    goal = set(words(str(info.get(schema.GOAL) or "")))
-    m = re.search(r"price lower than ([\d.]+)", str(info.get(schema.GOAL) or "").lower())
+    text = str(info.get(schema.GOAL) or "")
+    products, goal = _webshop_page(text, obs)
+    chosen = sum(
+        1
+        for a in taken
+        if a.startswith("click[")
+        and a not in ("click[buy now]",)
+        and set(words(a[6:-1])) <= goal
+        and words(a[6:-1])
+    )
+    return ("webshop", products, min(chosen, 3))
+
+
+@lru_cache(maxsize=8192)
+def _webshop_page(text: str, obs: str) -> tuple[tuple, frozenset[str]]:
+    """The products of a results page for a goal text (see :func:`webshop_facts`), and the goal words."""
+    goal = set(words(text))
+    m = re.search(r"price lower than ([\d.]+)", text.lower())
     limit = float(m.group(1)) if m else math.inf
     parts = [x.strip() for x in obs.split("[SEP]")]
     products = []
@@ -388,15 +418,7 @@ def webshop_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
             share = round(4 * len(title & goal) / max(1, len(goal)))
             cheap = bool(price) and float(price[0]) < limit
             products.append((x.lower(), share, min(len(products), 3), cheap))
-    chosen = sum(
-        1
-        for a in taken
-        if a.startswith("click[")
-        and a not in ("click[buy now]",)
-        and set(words(a[6:-1])) <= goal
-        and words(a[6:-1])
-    )
-    return ("webshop", tuple(products), min(chosen, 3))
+    return tuple(products), frozenset(goal)
 
 
 def webshop_features(facts: tuple, action: str) -> list[tuple]:
@@ -419,7 +441,13 @@ EXTRA_FEATURES = {
 #: feature → column of the weight vector, shared by every policy of the process (weights start at zero, so the
 #: order in which features are first seen changes nothing)
 _IDS: dict[tuple, int] = {}
-_FEATS: dict[tuple, tuple[list[int], tuple[int, int]]] = {}
+#: (the state's part of a context, its actions) → the feature ids of every action, concatenated, with a slot per
+#: action for the history feature: (ids, starts, slots, "not taken before" ids, "taken before" ids). A state seen
+#: again (another rollout, another evaluation) costs one lookup instead of every action's features.
+_STATES: dict[tuple, tuple[np.ndarray, ...]] = {}
+_STATES_MAX = 20_000
+_WORDS_MAX = 200_000
+_WORD_IDS: dict[tuple, tuple[list[int], int, int]] = {}
 
 
 def _intern(f: tuple) -> int:
@@ -443,27 +471,50 @@ class Policy:
         return p
 
     def ids(self, ctx: Context, actions: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The feature ids of every action (concatenated) and each action's start offset."""
-        base = (ctx.goal, ctx.task_type, ctx.obs_head, ctx.obs_goal, ctx.held, ctx.facts)
-        ids: list[int] = []
-        starts: list[int] = []
-        for a in actions:
-            key = (base, a)
-            f = _FEATS.get(key)
-            if f is None:
-                if len(_FEATS) > 300_000:
-                    _FEATS.clear()
-                verb = parse_cached(a)[0]
-                f = _FEATS[key] = (
-                    [_intern(x) for x in features(ctx, a)],
-                    (_intern(("rep", verb, False)), _intern(("rep", verb, True))),
-                )
-            starts.append(len(ids))
-            ids += f[0]
-            ids.append(f[1][a in ctx.taken])
+        """The feature ids of every action (concatenated: each action's :func:`features`, then its history
+        feature) and each action's start offset."""
+        key = ((ctx.goal, ctx.task_type, ctx.obs_head, ctx.obs_goal, ctx.held, ctx.facts), tuple(actions))
+        hit = _STATES.get(key)
+        if hit is None:
+            if len(_STATES) >= _STATES_MAX:
+                _STATES.clear()
+            flat: list[int] = []
+            starts, slots, no, yes = [], [], [], []
+            words_key = (ctx.goal, ctx.task_type, ctx.obs_head, ctx.obs_goal, ctx.held)
+            extra = EXTRA_FEATURES[ctx.facts[0]][1] if ctx.facts[0] else None
+            get = _WORD_IDS.get
+            for a in actions:
+                # features(ctx, a): the word features, which read the action only as parsed (verb and argument
+                # words: "drawer 3" and "drawer 4" share them), kept per parsed action and word context; then the
+                # env's features
+                parsed = parse_cached(a)
+                e = get((words_key, parsed))
+                if e is None:
+                    if len(_WORD_IDS) >= _WORDS_MAX:
+                        _WORD_IDS.clear()
+                    e = _WORD_IDS[(words_key, parsed)] = (
+                        [_intern(x) for x in word_features(ctx, a)],
+                        _intern(("rep", parsed[0], False)),
+                        _intern(("rep", parsed[0], True)),
+                    )
+                starts.append(len(flat))
+                flat += e[0]
+                if extra is not None:
+                    flat += [_intern(x) for x in extra(ctx.facts, a)]
+                slots.append(len(flat))
+                flat.append(0)
+                no.append(e[1])
+                yes.append(e[2])
+            hit = _STATES[key] = tuple(np.array(x, dtype=np.int64) for x in (flat, starts, slots, no, yes))
+        flat, starts, slots, no, yes = hit
+        ids = flat.copy()
+        if ctx.taken:
+            ids[slots] = np.where([a in ctx.taken for a in actions], yes, no)
+        else:
+            ids[slots] = no
         if len(_IDS) > len(self.w):
             self.w = np.concatenate([self.w, np.zeros(max(len(_IDS), 2 * len(self.w)) - len(self.w))])
-        return np.array(ids, dtype=np.int64), np.array(starts, dtype=np.int64)
+        return ids, starts
 
     def logits(self, ctx: Context, actions: list[str]) -> np.ndarray:
         ids, starts = self.ids(ctx, actions)
@@ -477,16 +528,57 @@ class Policy:
         counts = np.diff(np.append(starts, len(ids)))
         np.add.at(self.w, ids, coef * np.repeat(g, counts))
 
+    def update_steps(self, steps: list[Step], advs: np.ndarray, coef: float) -> None:
+        """:meth:`update` for every step with a nonzero advantage (``coef`` × advantage each, π at the rollout
+        weights), as one ``np.add.at`` over the steps' ids in order: the same additions in the same order as one
+        :meth:`update` per step, so the same weights to the bit."""
+        ids, vals = [], []
+        for s, av in zip(steps, advs, strict=True):
+            if av != 0.0:
+                g = -s.probs
+                g[s.chosen] += 1.0
+                counts = np.diff(np.append(s.starts, len(s.ids)))
+                ids.append(s.ids)
+                vals.append((coef * float(av)) * np.repeat(g, counts))
+        if ids:
+            np.add.at(self.w, np.concatenate(ids), np.concatenate(vals))
+
+
+_WORD = re.compile(r"[a-z]+")
+
+
+@lru_cache(maxsize=4096)
+def _goal_words(goal: str) -> frozenset[str]:
+    return frozenset(words(goal))
+
+
+#: which of (goal, observation, actions taken) each env's facts read: their cache key
+_FACTS_READ = {"sokoban": (False, True, False), "babyai": (True, True, False)}
+_FACTS: dict[tuple, tuple] = {}
+
 
 def context(info: dict, obs: str, held: str, taken: frozenset[str], feats: str = "") -> Context:
-    goal = frozenset(words(str(info.get(schema.GOAL) or "")))
-    head = " ".join(re.findall(r"[a-z]+", obs.lower())[:3])
-    facts = EXTRA_FEATURES[feats][0](info, obs, taken) if feats else ("",)
+    goal_text = str(info.get(schema.GOAL) or "")
+    goal = _goal_words(goal_text)
+    low = obs.lower()
+    head = " ".join(m.group() for m in itertools.islice(_WORD.finditer(low), 3))
+    if not feats:
+        facts: tuple = ("",)
+    elif feats in _FACTS_READ:  # facts of the text alone: one parse per (goal, observation)
+        g, o, _ = _FACTS_READ[feats]
+        key = (feats, goal_text if g else None, obs if o else None)
+        facts = _FACTS.get(key)  # type: ignore[assignment]
+        if facts is None:
+            if len(_FACTS) >= _STATES_MAX:
+                _FACTS.clear()
+            facts = _FACTS[key] = EXTRA_FEATURES[feats][0](info, obs, taken)
+    else:
+        facts = EXTRA_FEATURES[feats][0](info, obs, taken)
     return Context(
         goal,
         str(info.get(schema.TASK_TYPE) or ""),
         head,
-        any(g in obs.lower() for g in goal),
+        any(g in low for g in goal),
         held,
         taken,
         facts,
@@ -501,7 +593,7 @@ def feature_set(env: gym.Env) -> str:
 
 def carried(held: str, action: str, obs: str) -> str:
     """The carried object after ``action`` (the take/put verbs of ALFWorld; other envs never carry)."""
-    verb, args = parse_action(action)
+    verb, args = parse_cached(action)
     low = obs.lower()
     if verb == "take" and args and low.startswith("you pick up"):
         return args[0]
@@ -517,12 +609,15 @@ def admissible(info: dict) -> list[str]:
     """The env's admissible actions; a free-text placeholder (WebShop's ``search[<your query>]``) gets the goal
     text as its query (the learner writes no text)."""
     goal = str(info.get(schema.GOAL) or "")
-    return [a.replace("<your query>", goal) for a in info[schema.ADMISSIBLE_ACTIONS]]
+    return [a.replace("<your query>", goal) if "<" in a else a for a in info[schema.ADMISSIBLE_ACTIONS]]
 
 
 @dataclass
 class Step(cs.Step):
     ctx: Context | None = None
+    probs: np.ndarray | None = None  #: π(· | ctx) at the rollout weights (``softmax(logits)``)
+    ids: np.ndarray | None = None  #: the actions' feature ids (:meth:`Policy.ids`)
+    starts: np.ndarray | None = None
 
 
 def play(env: gym.Env, policy: Policy, task_id: str, rng: np.random.Generator, max_steps: int) -> cs.Episode:
@@ -533,9 +628,11 @@ def play(env: gym.Env, policy: Policy, task_id: str, rng: np.random.Generator, m
     for _ in range(max_steps):
         actions = admissible(info)
         ctx = context(info, obs, held, taken, feats)
-        z = policy.logits(ctx, actions)
-        k = min(int(np.searchsorted(cs.softmax(z).cumsum(), rng.random())), len(z) - 1)
-        step = Step(obs, actions, k, z, info, ctx=ctx)
+        ids, starts = policy.ids(ctx, actions)
+        z = np.add.reduceat(policy.w[ids], starts)  # Policy.logits
+        p = cs.softmax(z)
+        k = min(int(np.searchsorted(p.cumsum(), rng.random())), len(z) - 1)
+        step = Step(obs, actions, k, z, info, ctx=ctx, probs=p, ids=ids, starts=starts)
         obs, reward, terminated, truncated, info = env.step(actions[k])
         step.reward, step.next_info, step.next_obs, step.done = float(reward), info, obs, bool(terminated)
         steps.append(step)
@@ -680,7 +777,17 @@ def advantages(
 def make_env(env: EnvRow, split: str, values: bool = False, expert: bool = True) -> gym.Env:
     kw = {**dict(env.kwargs), **({} if expert else dict(env.no_expert))}
     e = gym.make(env.env_id, split=split, **kw).unwrapped
+    if not expert and not values and env.name == "BabyAI":
+        # BabyAI has no switch for its expert: every info runs the solver for EXPERT_ACTION, which no method
+        # but AHEAD reads (and ValueWrapper's values, which keep it); here the info says None instead (speed)
+        e._search = _no_search  # type: ignore[attr-defined]
     return ValueWrapper(e) if values else e
+
+
+def _no_search() -> Any:
+    from stepgym.envs.babyai.solver import Solution
+
+    return Solution(None, False, None)
 
 
 def task_lists(env: EnvRow, args: dict) -> tuple[list[str], dict[str, list[str]]]:
@@ -706,6 +813,27 @@ def evaluate(envs: dict[str, gym.Env], held: dict[str, list[str]], policy: Polic
     }
 
 
+class ExpertSeeded:
+    """ProAS's reference graph seeded with the env's expert on the training tasks, one task at a time when a cell
+    first trains on it: the graph keeps one ARG per task, so a task's labels read only the expert's path of that
+    task and the cell's own wins on it, and the expert need not play the thousands of training tasks a cell never
+    draws (what ``seed_graph_from_expert`` on every training task cost each ProAS cell)."""
+
+    def __init__(self, env: EnvRow) -> None:
+        self.graph = AgenticReferenceGraph()
+        self._row = env
+        self._env: gym.Env | None = None
+        self._seeded: set[str] = set()
+
+    def seed(self, tasks: list[str]) -> None:
+        new = [t for t in dict.fromkeys(tasks) if t not in self._seeded]
+        if new:
+            if self._env is None:
+                self._env = make_env(self._row, self._row.train_split)
+            seed_graph_from_expert(self.graph, self._env, new)
+            self._seeded.update(new)
+
+
 def run_cell(cell: dict) -> dict:
     """Train one (env, method, seed) cell and return its record (a JSON-able dict)."""
     t0 = time.perf_counter()
@@ -722,9 +850,8 @@ def run_cell(cell: dict) -> dict:
     rng = np.random.default_rng(seed)  # identical across methods: same task order and initial policy
     policy = warm_start(env, train, a["warm_tasks"], a["warm_epochs"], a["warm_lr"], steps)
     stale = policy.copy()
-    graph = AgenticReferenceGraph() if method == "proas" else None
-    if graph is not None:
-        seed_graph_from_expert(graph, make_env(env, env.train_split), train)
+    seeded = ExpertSeeded(env) if method == "proas" else None
+    graph = seeded.graph if seeded is not None else None
     eval_its, held_curve, train_curve, trained_on = (
         [0],
         [evaluate(eenvs, held, policy, seed, steps)],
@@ -742,15 +869,14 @@ def run_cell(cell: dict) -> dict:
                 e = play(tenv, policy, task, rng, steps)
                 e.group = g
                 eps.append(e)
+        if seeded is not None:  # before a task's first labels, as if every training task were seeded first
+            seeded.seed(tasks)
         adv, _ = advantages(method, env, eps, it=it, graph=graph, stale=stale, strength=a["hint_strength"])
         if method == "proas":
             cs.grow(graph, eps)
         train_curve.append(float(np.mean([e.won for e in eps])))
         rows = [s for e in eps for s in e.steps]
-        coef = a["lr"] / len(rows)  # token-mean loss, one token per step
-        for s, av in zip(rows, adv, strict=True):
-            if av != 0.0:
-                policy.update(s.ctx, s.actions, cs.softmax(s.logits), s.chosen, coef * float(av))
+        policy.update_steps(rows, adv, a["lr"] / len(rows))  # token-mean loss, one token per step
         if (it + 1) % a["eval_every"] == 0 or it + 1 == a["iterations"]:
             eval_its.append(it + 1)
             held_curve.append(evaluate(eenvs, held, policy, seed, steps))
@@ -968,6 +1094,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warm-lr", type=float, default=0.5)
     p.add_argument("--workers", type=int, default=1, help="cells run in this many processes")
     p.add_argument("--report-only", action="store_true", help="only rebuild the tables and plots")
+    p.add_argument("--no-report", action="store_true", help="run the cells only (no tables, no plots)")
     p.add_argument("--cells", default=None, help="report from this results file (.jsonl or .jsonl.gz)")
     p.add_argument("--learner", choices=("linear", "llm"), default="linear", help="llm: the bundled trainer")
     p.add_argument("--model", default="tiny", help="--learner llm: model name or folder ('tiny': in-process)")
@@ -982,6 +1109,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def append_once(path: Path, record: dict) -> bool:
+    """Append a finished cell to the cells file unless a cell of its key is there already (another process of
+    the same sweep finished it first), under an exclusive lock on ``<cells>.lock``: every cell is written once,
+    whole (one write; a torn last line of a killed run is cut off before the next append). False: not written."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (one process per cells file)
+        fcntl = None
+    with open(path.with_suffix(".lock"), "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if record["key"] in {r["key"] for r in cs.load_cells(path)}:
+            return False
+        cs.append_cell(path, record)
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out)
@@ -989,10 +1133,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.learner == "llm":
         from _learning_study_llm import run_llm
 
-        records = run_llm(args)
-        for r in records:
-            cs.append_cell(out / "llm_cells.jsonl", r)
-        print(json.dumps(records, indent=1))
+        run_llm(
+            args
+        )  # resumable: cells appended to <out>/llm_cells.jsonl (benchmarks/_learning_study_llm.py)
         return 0
     cells_path = out / "cells.jsonl"
     keys = {cell_key(c) for c in plan(args)}
@@ -1007,14 +1150,15 @@ def main(argv: list[str] | None = None) -> int:
         ctx = mp.get_context("spawn")
         with ctx.Pool(args.workers) if args.workers > 1 else cs._Serial() as pool:
             for r in pool.imap_unordered(run_cell, todo):
-                cs.append_cell(cells_path, r)
                 y = held_curve(r)
                 print(
                     f"{r['env']:9s} {r['method']:15s} seed {r['seed']:2d}: held-out {y[0]:.2f} → {y[-1]:.2f} "
-                    f"({r['seconds']:.1f}s)",
+                    f"({r['seconds']:.1f}s)" + ("" if append_once(cells_path, r) else " (already written)"),
                     flush=True,
                 )
         print(f"# sweep wall time: {time.perf_counter() - t0:.0f} s", flush=True)
+        if args.no_report:
+            return 0
     report(out, Path(args.cells) if args.cells else cells_path, None if args.cells else keys)
     if not args.cells and args.seeds < FEW_SEEDS:
         print(few_seeds_warning(args.seeds), flush=True)

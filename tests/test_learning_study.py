@@ -213,6 +213,6 @@ def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data
     )
     args.methods = ["gigpo"]
     (rec,) = run_llm(args)
-    assert rec["method"] == "gigpo" and rec["eval_its"] == [0, 1]
+    assert rec["method"] == "gigpo" and rec["eval_its"] == [0, 1] and rec["learner"] == "llm"
     assert set(rec["held"][0]) == set(rec["held"][1]) == {"valid_seen", "valid_unseen"}
     assert rec["last_step"]["rollout/rows"] > 0 and math.isfinite(rec["last_step"]["actor/pg_loss"])

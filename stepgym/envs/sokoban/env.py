@@ -15,6 +15,7 @@ generation's search depth is not upstream's 300). The splits are disjoint seed r
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from stepgym import schema
@@ -155,8 +156,7 @@ class SokobanEnv(TextEnv):
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
         seed = self.seed_of(task_id)
-        room = generate_room(seed, self.dim_room, self.num_boxes, search_depth=self.search_depth)
-        self.level, self.state = Level.from_rooms(room.fixed, room.state)
+        self.level, self.state = _start(seed, self.dim_room, self.num_boxes, self.search_depth)
         self._task_id = str(task_id)
         obs = self.level.render(self.state)
         return obs, self._info("", True, False, "")
@@ -175,3 +175,11 @@ class SokobanEnv(TextEnv):
         reward = self.level.reward(before, self.state)
         obs = self.level.render(self.state)
         return obs, reward, self.level.solved(self.state), self._info(obs, True, moved, "")
+
+
+@lru_cache(maxsize=4096)
+def _start(seed: int, dim_room: tuple[int, int], num_boxes: int, search_depth: int) -> tuple[Level, State]:
+    """A task's level and start state: the room is a pure function of its seed and settings (and immutable), so
+    it is generated once per process, not on every reset of the task."""
+    room = generate_room(seed, dim_room, num_boxes, search_depth=search_depth)
+    return Level.from_rooms(room.fixed, room.state)
