@@ -53,10 +53,14 @@ from scipy import stats as sps
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-#: the committed cells the page reports (the reported run, seeds 0-9; the default run again on seeds 20-29)
+#: the committed cells the page reports: the reported run (seeds 0-9, 5 envs x 12 methods); the default run again on
+#: seeds 20-29 (ALFWorld, Sokoban); the core methods on new seeds (Sokoban 10-19 and 30-39, ALFWorld 10-19 and
+#: 30-31 (32 partial); TextCraft and WebShop 20-39)
 CELLS = (
     RESULTS / "learning_study_2026-12-06b_cells.jsonl.gz",
     RESULTS / "learning_study_2026-12-06_seeds20-29_cells.jsonl.gz",
+    RESULTS / "learning_study_2026-12-06c_seeds10-19_30-39_cells.jsonl.gz",
+    RESULTS / "learning_study_2026-12-06c_seeds20-39_cells.jsonl.gz",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
 POWER = RESULTS / "learning_study_power_2026-12-06.json"
