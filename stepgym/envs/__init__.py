@@ -375,6 +375,19 @@ def register_envs() -> None:
         value_oracle="stepgym.values.base:StepsToWinOracle",
     )
     _register_solver_envs()
+    _register_tool_envs()
+
+
+def _register_tool_envs() -> None:
+    """The tool-use conversations (upstream's code, tools, databases and evaluator)."""
+    register(
+        "StepGym/Tau2-v0",
+        "stepgym.envs.tau2:Tau2Env",
+        max_steps=50,
+        text_format="stepgym.envs.tau2.prompt:FORMAT",
+        splits=EnvSplits(("test", "train", "base", "small", "full"), "test"),
+        task_types=("airline", "retail", "telecom", "mock"),
+    )
 
 
 def _register_solver_envs() -> None:
