@@ -29,11 +29,11 @@ from stepgym.envs.tau2.gold import GoldPath, db_hashes
 from stepgym.envs.tau2.prompt import render_tools
 from stepgym.envs.tau2.upstream import DOMAINS, SOLO_DOMAINS, domain_splits, load_tasks, tau2
 from stepgym.envs.tau2.users import (
-    STOP,
-    TRANSFER,
     USER_MODES,
     ScenarioUser,
     llm_user,
+    said_flags,
+    stand_in_verdict,
     user_failure,
 )
 from stepgym.errors import InvalidArgumentError
@@ -259,17 +259,15 @@ class Tau2Env(TextEnv):
         return text
 
     def _verdict(self) -> str | None:
-        """The stand-in user's end of the call: the agent transferred it, or the goal is met."""
-        called = self._calls()
-        if any(c.name == "transfer_to_human_agents" for c in called if c.requestor == "assistant"):
-            return "Okay, I will wait for a human agent. " + TRANSFER
-        gold = self.gold()
-        if self._hashes() != gold.hashes[-1] or not self._info_said():
-            return None
-        return "Thank you, that is all I needed. " + STOP
+        """The stand-in user's end of the call (:func:`~stepgym.envs.tau2.users.stand_in_verdict`)."""
+        return stand_in_verdict(self._orch, self.gold().hashes[-1], self._task, self._hashes())
 
     def _hashes(self) -> tuple[str | None, str | None]:
         """Both databases' hashes now (computed once per orchestrator step: hashing a database is costly)."""
+        if (
+            not self._started
+        ):  # solo mode before the first call: the task's initial state, as the gold replay's
+            return self.gold().hashes[0]
         key = (id(self._orch), self._orch.step_count, self._orch.done)
         if self._hash_at != key:
             self._hash_at, self._hash = key, db_hashes(self.environment)
@@ -283,24 +281,8 @@ class Tau2Env(TextEnv):
                 out.extend(msg.tool_calls)
         return out
 
-    def _info_said(self) -> list[bool] | bool:
-        info = (
-            list(self._task.evaluation_criteria.communicate_info or [])
-            if self._task.evaluation_criteria
-            else []
-        )
-        said = self._said_flags(info)
-        return all(said) if said else True
-
     def _said_flags(self, info: list[str]) -> list[bool]:
-        # upstream's CommunicateEvaluator: the info, lower-cased and without commas, in an agent text message
-        m = tau2().message
-        texts = [
-            (msg.content or "").lower().replace(",", "")
-            for msg in self._orch.trajectory
-            if isinstance(msg, m.AssistantMessage) and msg.has_text_content()
-        ]
-        return [any(i.lower().replace(",", "") in t for t in texts) for i in info]
+        return said_flags(self._orch.trajectory, info)
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------
     def _clean_action(self, action: Any) -> tuple[str, str]:
@@ -493,16 +475,11 @@ class Tau2Env(TextEnv):
         )
 
     def _evaluate(self) -> float:
-        t = tau2()
         sim = self.simulation()
-        got = t.evaluator.evaluate_simulation(
-            simulation=sim,
-            task=self._task,
-            evaluation_type=t.evaluator.EvaluationType.ALL,
-            solo_mode=self.solo_mode,
-            domain=self._constructor_name(),
-        )
+        got, error = evaluate(sim, self._task, self.solo_mode, self._constructor_name())
         self._reward_info = reward_breakdown(got, sim.termination_reason, self._task, self._user_label)
+        if error:
+            self._reward_info["evaluator_error"] = error
         return float(got.reward)
 
     # -- step truth -----------------------------------------------------------------------------------------
@@ -639,6 +616,26 @@ def _func_text(name: str, arguments: dict[str, Any]) -> str:
     import json
 
     return f"{name}({json.dumps(arguments, sort_keys=True)})" if arguments else f"{name}()"
+
+
+def evaluate(simulation: Any, task: Any, solo_mode: bool, domain: str) -> tuple[Any, str]:
+    """(upstream's RewardInfo, '') of a finished simulation; when upstream's evaluator raises (an env assertion on
+    a record the conversation never created), reward 0 and the error, as upstream's runner scores a failed sample
+    (``skip_failed_samples``)."""
+    t = tau2()
+    try:
+        got = t.evaluator.evaluate_simulation(
+            simulation=simulation,
+            task=task,
+            evaluation_type=t.evaluator.EvaluationType.ALL,
+            solo_mode=solo_mode,
+            domain=domain,
+        )
+    except Exception as exc:  # upstream's evaluator raising is upstream's failed sample, scored 0
+        return t.simulation.RewardInfo(
+            reward=0.0, info={"note": "evaluator raised"}
+        ), f"{type(exc).__name__}: {exc}"[:300]
+    return got, ""
 
 
 def reward_breakdown(got: Any, termination: str, task: Any, user_label: str) -> dict[str, Any]:

@@ -171,6 +171,39 @@ def llm_user(task: Any, user_tools: list[Any] | None, endpoint: dict[str, Any]) 
     )
 
 
+def said_flags(trajectory: list[Any], info: list[str]) -> list[bool]:
+    """Which of ``info`` an agent text message of ``trajectory`` says (upstream's CommunicateEvaluator's test: the
+    info lower-cased, in the message lower-cased and without commas)."""
+    m = tau2().message
+    texts = [
+        (x.content or "").lower().replace(",", "")
+        for x in trajectory
+        if isinstance(x, m.AssistantMessage) and x.has_text_content()
+    ]
+    return [any(str(i).lower() in t for t in texts) for i in info]
+
+
+def stand_in_verdict(
+    orchestrator: Any, gold_end: tuple[Any, Any], task: Any, hashes: tuple[Any, Any]
+) -> str | None:
+    """How the stand-in user ends the call, or None to go on: a transfer once the agent called
+    ``transfer_to_human_agents``; a stop once ``hashes`` (the databases now) equal the gold end state ``gold_end``
+    and the agent has said every piece of info the task requires."""
+    m = tau2().message
+    for x in orchestrator.trajectory:
+        calls = x.tool_calls if isinstance(x, m.AssistantMessage) and x.is_tool_call() else []
+        if any(c.name == "transfer_to_human_agents" for c in calls):
+            return "Okay, I will wait for a human agent. " + TRANSFER
+    if hashes != gold_end:
+        return None
+    info = (
+        list(task.evaluation_criteria.communicate_info or []) if task.evaluation_criteria is not None else []
+    )
+    if not all(said_flags(orchestrator.trajectory, info)):
+        return None
+    return "Thank you, that is all I needed. " + STOP
+
+
 def user_failure(exc: BaseException) -> UserUnavailableError:
     """The abort error of a user LLM call that raised ``exc`` (one line)."""
     detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
