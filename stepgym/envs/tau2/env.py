@@ -416,6 +416,17 @@ class Tau2Env(TextEnv):
         return m.AssistantMessage(role="assistant", content=action), "", None
 
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
+        if (
+            self._started and self._orch.done
+        ):  # the user ended the call before the agent spoke (a task's history)
+            reward = self._evaluate()
+            obs = "The user has ended the conversation."
+            return (
+                obs,
+                reward,
+                True,
+                self._info(obs, False, False, "the conversation had already ended", reward),
+            )
         if not problem:
             msg, problem, tool = self._message_of(action)
         if problem:

@@ -28,7 +28,7 @@ __all__ = ["FORMAT", "TEMPLATE", "parse_tool_reply", "render_tools", "tool_call_
 
 INSTRUCTION = (
     "Now it is your turn. You may think first inside <think> </think>. Then either call one tool, written as "
-    '<tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>, or write a message to the user '
+    '<tool_call>{{"name": <tool name>, "arguments": <JSON object>}}</tool_call>, or write a message to the user '
     "(plain text). Never both in one turn."
 )
 
