@@ -2,7 +2,7 @@
 
 ``import stepgym`` registers the envs (``stepgym.ENV_IDS``: ``StepGym/ALFWorld-v0``, ``StepGym/WebShop-v0``,
 ``StepGym/WebShopSite-v0``, ``StepGym/SearchQA-v0``, ``StepGym/CreditToy-v0``, ``StepGym/CreditFamily-v0``,
-``StepGym/Sokoban-v0``, ``StepGym/TextCraft-v0``, ``StepGym/ScienceWorld-v0``, ``StepGym/BabyAI-v0``) and nothing
+``StepGym/Sokoban-v0``, ``StepGym/TextCraft-v0``, ``StepGym/ScienceWorld-v0``, ``StepGym/BabyAI-v0``, ``StepGym/Tau2-v0``) and nothing
 heavier: torch, TextWorld, FAISS, Lucene and selenium are imported only by the component that needs them, and the
 names below that need more (``GroupEnv`` needs PettingZoo) load on first use. ``step_batch_from_trajectories``
 (:mod:`stepgym.steps`) turns a loop of one's own's recorded episodes into the shapers' ``StepBatch``.

@@ -386,6 +386,7 @@ def _register_tool_envs() -> None:
         max_steps=50,
         text_format="stepgym.envs.tau2.prompt:FORMAT",
         splits=EnvSplits(("test", "train", "base", "small", "full"), "test"),
+        value_oracle="stepgym.envs.tau2.values:Tau2BoundOracle",
         task_types=("airline", "retail", "telecom", "mock"),
     )
 
@@ -455,6 +456,7 @@ ENV_IDS = (
     "StepGym/ScienceWorld-v0",
     "StepGym/TextCraft-v0",
     "StepGym/BabyAI-v0",
+    "StepGym/Tau2-v0",
 )
 
 

@@ -123,14 +123,14 @@ _AGENT: list[type] = []
 class Tau2Env(TextEnv):
     """tau2-bench's customer-service tasks, played one agent message per step, scored by upstream's evaluator.
 
-    Example (the expert's first call on an airline task, against the deterministic stand-in user)::
+    Example (the expert's first call on a mock task, against the deterministic stand-in user)::
 
         >>> import gymnasium as gym, stepgym
         >>> from stepgym import schema
         >>> env = gym.make("StepGym/Tau2-v0", domain="mock", split="base")
         >>> obs, info = env.reset(options={"task_id": "mock/create_task_1"})
         >>> info[schema.EXPERT_ACTION]
-        '{"arguments": {"user_id": "user_1", "title": "Important Meeting"}, "name": "create_task"}'
+        '{"arguments": {"title": "Important Meeting", "user_id": "user_1"}, "name": "create_task"}'
 
     Args:
         domain: ``airline``, ``retail``, ``telecom`` or ``mock``.
@@ -600,12 +600,6 @@ class Tau2Env(TextEnv):
         if reward is not None:
             info[schema.REWARD_INFO] = dict(self._reward_info)
         return info
-
-    def value_oracle(self, budget: int = 0) -> Any:
-        """The steps-to-go bound as a :class:`~stepgym.values.ValueWrapper` oracle (values marked inexact)."""
-        from stepgym.envs.tau2.values import Tau2BoundOracle
-
-        return Tau2BoundOracle(self)
 
 
 def t_role() -> Any:
