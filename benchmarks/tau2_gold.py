@@ -66,6 +66,23 @@ def summarise(path: Path) -> dict:
     return out
 
 
+def table(summaries: list[Path]) -> str:
+    """The docs table (docs/envs/tau2.md) from summary files."""
+    lines = [
+        "| domain / play | episodes | rewards equal to upstream's run | conversations equal | expert won |",
+        "|---|---|---|---|---|",
+    ]
+    for path in summaries:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for key, s in sorted(data["by_domain"].items()):
+            won = f"{s['won']}/{s['episodes']}"
+            lines.append(
+                f"| {key} | {s['episodes']} | {s['rewards_equal']}/{s['episodes']} | "
+                f"{s['conversations_equal']}/{s['episodes']} | {won} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--domains", nargs="+", default=["mock", "airline", "retail", "telecom"])
@@ -79,8 +96,14 @@ def main() -> None:
         default="full",
         help="telecom's split (full: all 2,285 tasks; base: upstream's 114)",
     )
-    ap.add_argument("--out", required=True, help="path prefix: <out>.jsonl rows, <out>.json summary")
+    ap.add_argument("--table", nargs="+", help="print the docs table of these summary files and exit")
+    ap.add_argument("--out", required=False, help="path prefix: <out>.jsonl rows, <out>.json summary")
     args = ap.parse_args()
+    if args.table:
+        print(table([Path(p) for p in args.table]))
+        return
+    if not args.out:
+        ap.error("--out is required")
     rows_path = Path(args.out + ".jsonl")
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     done = rows_done(rows_path)

@@ -88,5 +88,5 @@ def _function_args(body: str) -> dict[str, Any] | str:
         try:
             out[kw.arg] = ast.literal_eval(kw.value)
         except (ValueError, SyntaxError):
-            return f"the value of {kw.arg} is not a literal (a string, number, list, object, true/false/null)"
+            return f"the value of {kw.arg} is not a Python literal (a string, number, list, dict, True/False/None)"
     return out

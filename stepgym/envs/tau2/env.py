@@ -216,16 +216,6 @@ class Tau2Env(TextEnv):
         """Upstream's messages of the episode so far, in upstream's order (what its evaluator reads)."""
         return self._orch.get_trajectory()
 
-    def _agent_tool_names(self) -> set[str]:
-        names = {t.name for t in self.environment.get_tools()}
-        if self.solo_mode:
-            names |= self._user_tool_names() | {STOP_TOOL}
-        return names
-
-    def _user_tool_names(self) -> set[str]:
-        env = self.environment
-        return {t.name for t in env.get_user_tools()} if env.user_tools is not None else set()
-
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The OpenAI/JSON schemas of the tools the agent may call (upstream's ``Tool.openai_schema``; solo mode adds
         the user's device tools and ``done``)."""
@@ -326,7 +316,7 @@ class Tau2Env(TextEnv):
             self._user_label = USER_STAND_IN
         self._orch = t.orchestrator.Orchestrator(
             domain=self.domain,
-            agent=self.agent_for_orchestrator(),
+            agent=self._agent,
             user=user,
             environment=environment,
             task=self._task,
@@ -343,9 +333,6 @@ class Tau2Env(TextEnv):
             self._observation() if not self.solo_mode else "The ticket is in your instructions. Call a tool."
         )
         return obs, self._info(obs, True, False, "", None)
-
-    def agent_for_orchestrator(self) -> Any:
-        return self._agent
 
     def _start(self) -> None:
         self._started = True
@@ -408,7 +395,6 @@ class Tau2Env(TextEnv):
             name, args = got
             if self.solo_mode and name == STOP_TOOL:
                 return m.AssistantMessage(role="assistant", content=STOP_TOKEN), "", name
-            self._n_calls = getattr(self, "_n_calls", 0) + 1
             call = m.ToolCall(id=f"call-{self._steps}", name=name, arguments=args, requestor="assistant")
             return m.AssistantMessage(role="assistant", tool_calls=[call]), "", name
         if self.solo_mode and STOP_TOKEN not in action:

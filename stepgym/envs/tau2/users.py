@@ -10,7 +10,6 @@ upstream's simulation guidelines), which :func:`llm_user` builds against any Ope
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -166,7 +165,7 @@ def llm_user(task: Any, user_tools: list[Any] | None, endpoint: dict[str, Any]) 
     return tau2().user.UserSimulator(
         tools=user_tools or None,
         instructions=str(task.user_scenario),
-        llm=model if "/" in model.split(":")[0] and model.startswith("openai/") else f"openai/{model}",
+        llm=model if model.startswith("openai/") else f"openai/{model}",  # litellm's OpenAI-compatible route
         llm_args=args,
     )
 
@@ -210,7 +209,3 @@ def user_failure(exc: BaseException) -> UserUnavailableError:
     return UserUnavailableError(
         f"the user simulator's endpoint did not answer: {type(exc).__name__}: {detail}"
     )
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)
