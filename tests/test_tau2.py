@@ -404,3 +404,15 @@ def test_stepgym_serve_plays_an_episode_as_in_process() -> None:
             done = term or trunc
         assert r == 1.0
         ws.send(json.dumps({"type": "close"}))
+
+
+def test_the_env_docstring_example_runs() -> None:
+    import doctest
+    import importlib
+
+    module = importlib.import_module("stepgym.envs.tau2.env")
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in doctest.DocTestFinder().find(module, module.__name__):
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted and result.failed == 0
