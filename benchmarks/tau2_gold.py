@@ -69,7 +69,7 @@ def summarise(path: Path) -> dict:
 def table(summaries: list[Path]) -> str:
     """The docs table (docs/envs/tau2.md) from summary files."""
     lines = [
-        "| domain / play | episodes | rewards equal to upstream's run | conversations equal | expert won |",
+        "| domain / play | episodes | rewards equal to upstream's run | conversations equal | won |",
         "|---|---|---|---|---|",
     ]
     for path in summaries:
