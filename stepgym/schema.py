@@ -284,6 +284,7 @@ ABORT_CAUSES: tuple[str, ...] = (
     "site_unavailable",  # WebShop's web site did not answer
     "hint_llm_unavailable",  # the hint / analyzer LLM endpoint did not answer
     "session_lost",  # a `stepgym serve` session (or a NeMo Gym resource server's) was lost
+    "user_unavailable",  # a tool-use env's simulated user (an LLM endpoint) did not answer
 )
 ABORTED = _key(
     "aborted",
@@ -297,7 +298,7 @@ ABORT_CAUSE = _key(
     "abort_cause",
     str,
     "Why the episode was aborted: one of schema.ABORT_CAUSES (env_exception, worker_death, step_timeout, "
-    "retriever_unavailable, site_unavailable, hint_llm_unavailable, session_lost).",
+    "retriever_unavailable, site_unavailable, hint_llm_unavailable, session_lost, user_unavailable).",
     when="episode",
     producer="GroupEnv",
 )

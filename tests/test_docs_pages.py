@@ -36,7 +36,7 @@ def test_every_registered_env_has_a_row_and_a_page():
     for env_id in stepgym.ENV_IDS:
         row = next((line for line in envs.splitlines() if line.startswith(f"| `{env_id}`")), None)
         assert row is not None, f"docs/envs.md has no row for {env_id}"
-        pages = re.findall(r"\]\(([\w.]+\.md)\)", row)
+        pages = re.findall(r"\]\(([\w./]+\.md)\)", row)
         assert pages and all((DOCS / p).is_file() for p in pages), (env_id, pages)
 
 

