@@ -289,7 +289,9 @@ def _show_checkpoint_warnings(prog: str) -> None:
     """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each."""
     import logging
 
-    class _Stderr(logging.StreamHandler):  # the stderr of the moment (a caller may swap sys.stderr between runs)
+    class _Stderr(
+        logging.StreamHandler
+    ):  # the stderr of the moment (a caller may swap sys.stderr between runs)
         @property
         def stream(self):  # type: ignore[override]
             return sys.stderr

@@ -62,7 +62,7 @@ from stepgym.trainers.diagnostics import credit_payload, rollout_metrics, shapin
 from stepgym.trainers.distributed import context_from_env, group_shard, resolve_world_size
 from stepgym.trainers.evaluate import SEEDED_EVAL, eval_metrics, evaluate_policy
 from stepgym.trainers.metrics import timing_metrics, world_metrics
-from stepgym.trainers.models import precision, resolve_device
+from stepgym.trainers.models import precision
 from stepgym.trainers.phases import phase
 from stepgym.trainers.samples import PromptEncoder
 from stepgym.wrappers.text import resolve_format
@@ -237,7 +237,7 @@ class GRPOTrainer:
     def step(self) -> dict[str, float]:
         """One iteration; returns its metrics (also logged)."""
         t = {"start": time.perf_counter()}
-        where = f"iteration {self.iteration + 1}/{cfg.run.iterations}"
+        where = f"iteration {self.iteration + 1}/{self.cfg.run.iterations}"
         with phase("rollout", where):
             ro = self.collect()
         t["rollout"] = time.perf_counter()
@@ -250,7 +250,10 @@ class GRPOTrainer:
         labels = self.arg.label(ro) if self.arg is not None else (None, None)
         t_shape0 = time.perf_counter()
         with phase("shaping", where):
-            shaping = shape_rows(batch, cfg.shaper, update_index=self.iteration, mask=mask)
+            shaping = shape_rows(  # what the records do not hold: the ARG's labels, the teacher's gaps
+                trainer_rows(rows, self.pad_id, labels), self.row_settings(), teacher_gaps(teacher)
+            )
+        batch = shaping.batch
         t["shape"] = time.perf_counter() - t_shape0
         ref = self._reference_logprobs(rows)
         t_upd0 = time.perf_counter()
