@@ -54,7 +54,7 @@ import stepgym  # noqa: E402, F401  (registers the envs)
 from stepgym import schema  # noqa: E402
 from stepgym.agents import NoisyExpertAgent, RandomAgent  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
-from stepgym.group import GroupEnv  # noqa: E402
+from stepgym.group import GroupConfig, GroupEnv  # noqa: E402
 from stepgym.hindsight import NO_PEER, first_correct_peers  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
 from stepgym.shapers import GRAPH_BASES, ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402
@@ -331,14 +331,36 @@ def collect(spec: EnvSpec, args: argparse.Namespace, kinds: list[str], llm: Any)
     for kind in kinds:
         text = kind == "llm"
         ws = wrappers + (text_wrappers(spec) if text else [])
-        genv = GroupEnv(spec.env_id, group_size=args.group, env_kwargs=spec.kwargs, wrappers=ws)
+        # failure semantics (docs/failures.md): an env failure aborts that rollout's episode, which is left out of
+        # the scores (its steps have no credit to compare), and the benchmark goes on
+        genv = GroupEnv(
+            spec.env_id,
+            group_size=args.group,
+            env_kwargs=spec.kwargs,
+            wrappers=ws,
+            config=GroupConfig(on_failure="abort"),
+        )
+        aborted: dict[str, int] = {}
         for ti, task in enumerate(tasks):
             seed = 1000 * ti + 17 * len(out)
             agents = make_agents(kind, spec, args.group, seed, llm)
             trajs = play_group(genv, agents, task, seed, text)
-            ttype = str(trajs[0].initial_info.get(schema.TASK_TYPE) or "")
-            out.append(Group(spec.name, task, ttype, kind, trajs))
+            for t in trajs:
+                if t.aborted:
+                    cause = t.abort_cause or "aborted"
+                    aborted[cause] = aborted.get(cause, 0) + 1
+            finished = [t for t in trajs if not t.aborted]
+            if not finished:
+                continue
+            ttype = str(finished[0].initial_info.get(schema.TASK_TYPE) or "")
+            out.append(Group(spec.name, task, ttype, kind, finished))
         genv.close()
+        if aborted:
+            causes = ", ".join(f"{n} {c}" for c, n in sorted(aborted.items()))
+            print(
+                f"credit_fidelity: {spec.name} ({kind}): episodes aborted and left out: {causes}",
+                file=sys.stderr,
+            )
     return out
 
 

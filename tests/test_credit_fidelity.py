@@ -228,3 +228,24 @@ def test_group_stats_singletons_and_purity_by_hand() -> None:
     assert got["purity"] == 5 / 6  # the 'b' row is not its group's majority state
     pure = cf.group_stats(np.array([0, 1, 2]), ["a", "a", "a"])
     assert pure["singleton_share"] == 1.0 and pure["purity"] == 1.0
+
+
+def test_an_env_failure_aborts_that_episode_and_the_benchmark_goes_on(monkeypatch, capsys) -> None:
+    """Failure semantics in the benchmark's own loop: a flaky env (an exception on some steps) aborts those
+    episodes, which are left out of the groups and counted in one line; nothing raises."""
+    import argparse
+
+    from stepgym.wrappers.faults import FaultInjectionWrapper
+
+    real = cf.ValueWrapper
+    monkeypatch.setattr(
+        cf, "ValueWrapper", lambda e, **kw: FaultInjectionWrapper(real(e, **kw), exception=0.05, seed=1)
+    )
+    spec = cf.EnvSpec("CreditToy", "StepGym/CreditToy-v0", {}, "credit", 4)  # as the quick run has it
+    groups = cf.collect(spec, argparse.Namespace(group=4), ["random"], None)
+    kept = [t for g in groups for t in g.trajs]
+    assert kept and not any(t.aborted for t in kept)
+    assert sum(len(g.trajs) for g in groups) < 4 * spec.tasks  # some episodes were aborted and left out
+    assert re.search(
+        r"CreditToy \(random\): episodes aborted and left out: \d+ env_exception", capsys.readouterr().err
+    )
