@@ -17,11 +17,10 @@ from stepgym.agents import ExpertAgent, NoisyExpertAgent, RandomAgent
 from stepgym.group import (
     GroupConfig,
     GroupEnv,
-    hindsight_block,
     peer_hindsight,
     render_trajectory_text,
 )
-from stepgym.hindsight import NO_PEER, first_correct_peers
+from stepgym.hindsight import NO_PEER, first_correct_peers, hindsight_block
 from stepgym.testing import assert_same_infos
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper
