@@ -14,13 +14,8 @@ from pettingzoo.test import parallel_api_test
 import stepgym
 from stepgym import schema
 from stepgym.agents import ExpertAgent, NoisyExpertAgent, RandomAgent
-from stepgym.group import (
-    GroupConfig,
-    GroupEnv,
-    peer_hindsight,
-    render_trajectory_text,
-)
-from stepgym.hindsight import NO_PEER, first_correct_peers, hindsight_block
+from stepgym.group import GroupConfig, GroupEnv, peer_hindsight
+from stepgym.hindsight import NO_PEER, first_correct_peers, hindsight_block, render_trajectory_text
 from stepgym.testing import assert_same_infos
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper
