@@ -1,3 +1,4 @@
+# Over 400 lines: the env, its step truth (validity, expert, sub-goals, state key, bound) and its upstream orchestration in one class.
 """``StepGym/Tau2-v0``: tau2-bench (Barres et al., 2025) on its own code, tools, databases, policies and evaluator.
 
 One env step is one agent message: a tool call (the canonical JSON of :mod:`stepgym.envs.tau2.calls`, which the
