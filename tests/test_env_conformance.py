@@ -41,6 +41,11 @@ from stepgym.testing import FUZZ_ACTIONS, assert_same_infos
 CHEAP: dict[str, dict[str, Any]] = {
     "StepGym/ScienceWorld-v0": {"task_types": ["find-plant"]},
 }
+#: Envs whose step limit is per task, up to the registered one (ScienceWorld: the task's gold path, at least 100).
+PER_TASK_LIMIT = {"StepGym/ScienceWorld-v0"}
+#: Envs whose actions include free text (tau2-bench: a message to the user is a legitimate turn), so a junk string
+#: is a (useless) message, not an invalid action; values that are not text are still refused.
+FREE_TEXT = {"StepGym/Tau2-v0"}
 SEED = 3
 STEPS = 4  # per episode
 VALUE_BUDGET = 100  # ALFWorld's search budget for the value labels (others ignore it)
@@ -104,7 +109,7 @@ def _same(a: list[tuple], b: list[tuple]) -> None:
         assert_same_infos(x[-1], y[-1], where=f"step {i}")
 
 
-def _fuzz(env: gym.Env) -> None:
+def _fuzz(env: gym.Env, free_text: bool = False) -> None:
     env.reset(seed=SEED + 1)
     for action in _junk():
         obs, reward, terminated, truncated, info = env.step(action)
@@ -112,6 +117,10 @@ def _fuzz(env: gym.Env) -> None:
         assert isinstance(obs, str) and obs.strip(), where
         assert isinstance(reward, float) and math.isfinite(reward), where
         assert isinstance(terminated, bool) and isinstance(truncated, bool), where
+        if free_text and isinstance(action, str):
+            if terminated or truncated:  # a message can end the conversation (the user hangs up)
+                env.reset(seed=SEED + 1)
+            continue  # a message to the user: any text is a legitimate (if useless) turn
         assert info.get(schema.ADMISSIBLE) is False, f"{where} was accepted: {info.get(schema.ADMISSIBLE)!r}"
         assert str(info.get(schema.INVALID_REASON, "")).strip(), f"{where}: no invalid_reason"
         assert not info.get(schema.WON), where
@@ -124,7 +133,10 @@ def _check_capabilities(env_id: str, entry: EnvEntry, env: gym.Env, trace: list[
     assert gym.spec(env_id).max_episode_steps == entry.max_steps, (
         "the spec's step limit is not the registered one"
     )
-    assert core.max_steps == entry.max_steps, "the env's own step limit is not the registered one"
+    if env_id in PER_TASK_LIMIT:
+        assert 0 < core.max_steps <= entry.max_steps, "the task's step limit is above the registered cap"
+    else:
+        assert core.max_steps == entry.max_steps, "the env's own step limit is not the registered one"
     infos = [row[-1] for row in trace]
     for i, info in enumerate(infos):
         assert isinstance(info.get(schema.STATE_KEY), str) and info[schema.STATE_KEY], (
@@ -137,7 +149,7 @@ def _check_capabilities(env_id: str, entry: EnvEntry, env: gym.Env, trace: list[
     for t, (action, *_, info) in enumerate(trace[1:]):
         if action == infos[t].get(schema.EXPERT_ACTION):
             assert info[schema.ADMISSIBLE] is True, f"step {t}: the expert's action {action!r} was refused"
-        elif t == 1:
+        elif t == 1 and env_id not in FREE_TEXT:
             assert info[schema.ADMISSIBLE] is False, "the junk turn was accepted"
     task_ids = getattr(core, "task_ids", None)
     if task_ids is not None:
@@ -173,7 +185,7 @@ def _check_values(entry: EnvEntry, env: gym.Env) -> None:
             assert info[schema.VALUE_GAIN] == 0.0, f"the junk turn has gain {info[schema.VALUE_GAIN]}"
 
 
-def _check_text_format(entry: EnvEntry, env: gym.Env) -> None:
+def _check_text_format(entry: EnvEntry, env: gym.Env, free_text: bool = False) -> None:
     from stepgym.text_format import TextFormat
     from stepgym.wrappers.text import make_text_env
 
@@ -182,7 +194,9 @@ def _check_text_format(entry: EnvEntry, env: gym.Env) -> None:
     assert isinstance(text_env.fmt, TextFormat) and text_env.fmt.name != "plain"
     prompt, info = text_env.reset(seed=SEED)
     assert isinstance(prompt, str) and prompt.strip()
-    obs, *_, info = text_env.step("an unformatted junk reply")
+    # free text is a message where the env takes one: there, a malformed tool call is the unformatted reply
+    junk = "<tool_call>{not json</tool_call>" if free_text else "an unformatted junk reply"
+    obs, *_, info = text_env.step(junk)
     assert isinstance(obs, str) and info.get(schema.ADMISSIBLE) is False
 
 
@@ -190,8 +204,8 @@ def test_env_conforms(made: tuple[str, EnvEntry, gym.Env]) -> None:
     env_id, entry, env = made
     check_env(env.unwrapped, skip_render_check=True)
     first = _episode(env)
-    _fuzz(env)
+    _fuzz(env, free_text=env_id in FREE_TEXT)
     _same(first, _episode(env))  # the same seed and actions replay the episode, junk in between or not
     _check_capabilities(env_id, entry, env, first)
     _check_values(entry, env)
-    _check_text_format(entry, env)
+    _check_text_format(entry, env, free_text=env_id in FREE_TEXT)

@@ -1,4 +1,4 @@
-"""StepGym/Tau2-v0's values for :class:`~stepgym.values.ValueWrapper`: the expert's steps to go, as a bound.
+"""StepGym/Tau2-v0's values for :class:`~stepgym.wrappers.ValueWrapper`: the expert's steps to go, as a bound.
 
 The user is a person (an LLM, or the deterministic stand-in), so no search can prove the fewest agent messages to
 success: the value is the gold path's remaining length from the current databases
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepgym.values.base import Value
+from stepgym.envs.oracle import Value
 
 __all__ = ["Tau2BoundOracle"]
 
