@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -285,29 +286,23 @@ def show_phases(prog: str, cfg: Any) -> None:
     logger.propagate = False
 
 
+class _CheckpointWarnings(logging.Handler):
+    """One line per checkpoint warning, on the stderr of the moment (a caller may swap ``sys.stderr`` between runs)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr)
+
+
 def _show_checkpoint_warnings(prog: str) -> None:
-    """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each."""
-    import logging
+    """The checkpoint module's warnings (a damaged file skipped, the checkpoint taken instead) as one line each.
 
-    class _Stderr(
-        logging.StreamHandler
-    ):  # the stderr of the moment (a caller may swap sys.stderr between runs)
-        @property
-        def stream(self):  # type: ignore[override]
-            return sys.stderr
-
-        @stream.setter
-        def stream(self, _value: Any) -> None:
-            pass
-
+    The logger still propagates: the CLI configures no root handler, so each warning prints once, and a host
+    application's logging (or pytest's capture) sees it too."""
     logger = logging.getLogger("stepgym.trainers.checkpoint")
-    if not any(isinstance(h, _Stderr) or getattr(h, "_stepgym_cli", False) for h in logger.handlers):
-        handler = _Stderr()
-        handler._stepgym_cli = True  # type: ignore[attr-defined]
+    if not any(isinstance(h, _CheckpointWarnings) for h in logger.handlers):
+        handler = _CheckpointWarnings()
         handler.setFormatter(logging.Formatter(f"{prog}: warning: %(message)s"))
         logger.addHandler(handler)
-    # the logger still propagates: the CLI configures no root handler, so each warning prints once; a host
-    # application's logging (or pytest's capture) sees it too
 
 
 def _train_interrupt_note(cfg: Any) -> str:
