@@ -41,7 +41,7 @@ Student-t intervals, Holm per family, the discovery/confirmation rule), written 
     python benchmarks/learning_study.py --full --out runs/learning_full       # the full sweep (resumable)
     python benchmarks/learning_study.py --report-only --out /tmp/ls \
         --cells benchmarks/results/learning_study_2026-12-06b_cells.jsonl.gz  # the committed figures
-    python benchmarks/learning_study.py --learner llm --iterations 1 ...      # the bundled trainer's LLM policy
+    python benchmarks/learning_study_llm.py ...                              # the second learner: the bundled trainer
 """
 
 from __future__ import annotations
@@ -148,6 +148,18 @@ ENVS: dict[str, EnvRow] = {
             feats="webshop",
             lr=5.0,
             warm_tasks=40,
+        ),
+        # the credit-assignment toy (a line of 5 stations, one decisive choice of 3, 10 steps): not a benchmark, the
+        # common ground of the two learners (benchmarks/learning_study_llm.py: the tiny model learns on it on a CPU)
+        EnvRow(
+            "CreditFamily",
+            "StepGym/CreditFamily-v0",
+            "train",
+            ("valid",),
+            10,
+            "credit",
+            kwargs=(("horizon", 5),),
+            lr=100.0,  # chosen on GRPO by AUC on seeds 100-105 (learning_study_lr_creditfamily_2026-12-07.md)
         ),
     )
 }
@@ -1096,8 +1108,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only rebuild the tables and plots")
     p.add_argument("--no-report", action="store_true", help="run the cells only (no tables, no plots)")
     p.add_argument("--cells", default=None, help="report from this results file (.jsonl or .jsonl.gz)")
-    p.add_argument("--learner", choices=("linear", "llm"), default="linear", help="llm: the bundled trainer")
-    p.add_argument("--model", default="tiny", help="--learner llm: model name or folder ('tiny': in-process)")
     args = p.parse_args(argv)
     if args.full:
         args.envs = args.envs or list(ENVS)
@@ -1130,13 +1140,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if args.learner == "llm":
-        from _learning_study_llm import run_llm
-
-        run_llm(
-            args
-        )  # resumable: cells appended to <out>/llm_cells.jsonl (benchmarks/_learning_study_llm.py)
-        return 0
     cells_path = out / "cells.jsonl"
     keys = {cell_key(c) for c in plan(args)}
     if not args.report_only:

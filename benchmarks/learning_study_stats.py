@@ -88,6 +88,8 @@ ENV_ORDER = ("ALFWorld", "Sokoban", "TextCraft", "BabyAI", "WebShop")
 FAMILIES = (("auc", REFERENCE), ("final", REFERENCE), ("auc", CEILING), ("gain", None))
 N_BOOT = 10_000
 N_PERM = 20_000
+#: the thresholds of the performance profiles (final held-out success)
+PROFILE_TAUS = (0.2, 0.4, 0.6, 0.8)
 
 VERDICTS = {
     "confirmed": "significant after Holm on the discovery seeds, same sign and one-sided p < 0.05 on the "
@@ -186,6 +188,13 @@ def prob_improvement(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.nd
     eq = (x[..., :, None] == y[..., None, :]).sum(axis=(-2, -1))
     v = (gt + 0.5 * eq) / (x.shape[-1] * y.shape[-1])
     return float(v) if np.ndim(v) == 0 else v
+
+
+def performance_profile(x: Sequence[float] | np.ndarray, taus: Sequence[float]) -> np.ndarray:
+    """rliable's performance profile (the run-score distribution): for each threshold τ, the fraction of runs whose
+    score exceeds τ, over the last axis (leading axes: a batch; the thresholds become the last axis)."""
+    x = np.asarray(x, dtype=float)
+    return (x[..., None, :] > np.asarray(taus, dtype=float)[:, None]).mean(axis=-1)
 
 
 def boot_mean(d: np.ndarray) -> np.ndarray:
@@ -509,6 +518,11 @@ def analyse(
                 r["incomplete"] = incomplete
                 out_rows.append(r)
     fid = fidelity_relation(by, fidelity_path, rng) if fidelity_path is not None else []
+    profiles = [
+        profile_row(by, env, learner, m, rng, n_boot)
+        for env, learner in groups
+        for m in sorted({m for e, lrn, m in by if (e, lrn) == (env, learner)}, key=lambda m: _order(env, m))
+    ]
     return {
         "study": "learning_study",
         "design": {
@@ -524,7 +538,24 @@ def analyse(
         },
         "comparisons": out_rows,
         "fidelity": fid,
+        "profiles": profiles,
     }
+
+
+def profile_row(by: dict, env: str, learner: str, method: str, rng: np.random.Generator, n_boot: int) -> dict:
+    """One method's performance profile on final held-out success over every seed of the design (discovery and
+    confirmation: a description of the runs, not a test), each fraction with a 95% bootstrap interval over seeds."""
+    runs = by[(env, learner, method)]
+    seeds = sorted(s for s in runs if s in DISCOVERY or s in CONFIRMATION)
+    x = np.array([runs[s]["final"] for s in seeds])
+    frac = performance_profile(x, PROFILE_TAUS)
+    ivs = [stratified_bootstrap([[x]], lambda b, t=t: performance_profile(b, [t])[..., 0], rng, n_boot)
+           for t in PROFILE_TAUS]  # fmt: skip
+    return {
+        "env": env, "learner": learner, "method": method, "metric": "final", "n": len(seeds),
+        "taus": list(PROFILE_TAUS), "fraction": [_r(f) for f in frac],
+        "lo": [_r(lo) for lo, _ in ivs], "hi": [_r(hi) for _, hi in ivs],
+    }  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -799,6 +830,91 @@ def _fewest(rows: list[dict]) -> list[str]:
         f"{env} {v['discovery']} of {len(DISCOVERY)} discovery, {v['confirmation']} of {len(CONFIRMATION)} confirmation"
         for env, v in by.items()
     ]
+
+
+def _conclusion(r: dict) -> str:
+    """A comparison's direction as the rule reads it: "faster"/"slower" (or "higher"/"lower" for the gain) when
+    significant after Holm on the discovery seeds, else "no difference detected"."""
+    if r["verdict"] == "no difference detected":
+        return "no difference detected"
+    up = r["discovery"]["mean"] > 0
+    if r["metric"] == "auc":
+        return "faster" if up else "slower"
+    return "higher" if up else "lower"
+
+
+def learners_table(c: dict) -> list[dict]:
+    """Where the two learners can be compared: every (env, metric, reference, method) that both the linear learner
+    and another learner ran, with each learner's conclusion and whether they agree (the same direction, or neither
+    detects a difference)."""
+    rows = [
+        r
+        for r in c["comparisons"]
+        if (r["metric"], r["reference"]) in (("auc", REFERENCE), ("gain", "start"))
+    ]
+    by = {(r["env"], r["learner"], r["metric"], r["reference"], r["method"]): r for r in rows}
+    out = []
+    for (env, learner, metric, ref, method), other in by.items():
+        lin = by.get((env, "linear", metric, ref, method))
+        if learner == "linear" or lin is None:
+            continue
+        a, b = _conclusion(lin), _conclusion(other)
+        out.append({"env": env, "learner": learner, "metric": metric, "reference": ref, "method": method,
+                    "linear": lin, "other": other, "agree": a == b})  # fmt: skip
+    return out
+
+
+def learners_markdown(c: dict) -> str:
+    """The two learners side by side: per env both ran, each comparison's estimate, verdict and whether the
+    learners agree."""
+    rows = learners_table(c)
+    if not rows:
+        return "No env has cells of both learners in the claims file."
+    out = [
+        "| env | comparison | method | linear: seeds | Δ [95% t CI] | verdict | token-level: seeds | Δ [95% t CI] | "
+        "verdict | learners |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        what = "Δ AUC vs GRPO" if r["metric"] == "auc" else "gain over the start"
+        lin, oth = r["linear"], r["other"]
+
+        def seeds(x: dict) -> str:
+            k = x["confirmation"]["n"] if x["confirmation"] else 0
+            return f"{x['discovery']['n']} + {k}"
+
+        agree = (
+            f"agree ({_conclusion(lin)})"
+            if r["agree"]
+            else f"**disagree** ({_conclusion(lin)} / {_conclusion(oth)})"
+        )
+        out.append(
+            f"| {r['env']} | {what} | {r['method']} | {seeds(lin)} | {_iv(lin['discovery'])} | {MARK[lin['verdict']]} "
+            f"| {seeds(oth)} | {_iv(oth['discovery'])} | {MARK[oth['verdict']]} | {agree} |"
+        )
+    n_agree = sum(r["agree"] for r in rows)
+    out += ["", f"{n_agree} of {len(rows)} comparisons agree. Seeds: discovery + confirmation; Δ on the discovery "
+            "seeds; a learner's direction is read after Holm on its discovery seeds (confirmed or not)."]  # fmt: skip
+    return "\n".join(out)
+
+
+def profiles_markdown(c: dict) -> str:
+    """The performance profiles of the claims file: per env and learner, the fraction of runs whose final held-out
+    success exceeds each threshold, with its 95% bootstrap interval."""
+    rows = c.get("profiles") or []
+    if not rows:
+        return "No performance profiles in this claims file."
+    taus = rows[0]["taus"]
+    out = [
+        "| env | learner | method | runs | " + " | ".join(f"final > {t:g}" for t in taus) + " |",
+        "|---|---|---|---|" + "---|" * len(taus),
+    ]
+    for r in rows:
+        cells = [
+            f"{f:.2f} [{lo:.2f}, {hi:.2f}]" for f, lo, hi in zip(r["fraction"], r["lo"], r["hi"], strict=True)
+        ]
+        out.append(f"| {r['env']} | {r['learner']} | {r['method']} | {r['n']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def fidelity_markdown(c: dict) -> str:

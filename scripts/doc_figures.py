@@ -150,6 +150,19 @@ def learning_study_fidelity() -> str:
     return st.fidelity_markdown(_json(st.CLAIMS))
 
 
+def learning_study_learners() -> str:
+    """docs/learning_study.md's two-learner table (linear vs the bundled trainer's token-level policy), from the
+    committed claims file."""
+    st = _learning_study_stats()
+    return st.learners_markdown(_json(st.CLAIMS))
+
+
+def learning_study_profiles() -> str:
+    """docs/learning_study.md's performance profiles, from the committed claims file."""
+    st = _learning_study_stats()
+    return st.profiles_markdown(_json(st.CLAIMS))
+
+
 def learning_study_power() -> str:
     """docs/learning_study.md's power analysis, from the committed power file."""
     st = _learning_study_stats()
@@ -257,6 +270,8 @@ FIGURES = {
         Figure("learning-study", learning_study, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-fidelity", learning_study_fidelity, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-power", learning_study_power, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-learners", learning_study_learners, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-profiles", learning_study_profiles, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-headline", learning_study_headline, README),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
         Figure("env-table", env_table, ROOT / "docs" / "envs.md"),

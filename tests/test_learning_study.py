@@ -1,6 +1,6 @@
 """benchmarks/learning_study.py on a tiny budget: its advantages are stepgym's shape_advantages on the trainer's
 batch, held-out tasks are never trained on, finished cells are skipped on resume, the report is built from the
-cells, and ``--learner llm`` runs the bundled trainer for one iteration with the tiny in-process model."""
+cells, and the second learner (``learning_study_llm.py``) runs the bundled trainer for one iteration with the tiny in-process model."""
 
 from __future__ import annotations
 
@@ -194,25 +194,10 @@ def test_report_statistics_on_known_cells() -> None:
 @pytest.mark.slow
 def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data_dir: Path, capsys) -> None:
     pytest.importorskip("torch")
-    from _learning_study_llm import run_llm
+    import learning_study_llm as llm
 
-    args = ls.parse(
-        [
-            "--learner",
-            "llm",
-            "--model",
-            "tiny",
-            "--out",
-            str(tmp_path),
-            *TINY,
-            "--iterations",
-            "1",
-            "--envs",
-            "ALFWorld",
-        ]
-    )
-    args.methods = ["gigpo"]
-    (rec,) = run_llm(args)
+    argv = ["--model", "tiny", "--out", str(tmp_path), *TINY[:-2], "--iterations", "1", "--envs", "ALFWorld"]
+    (rec,) = llm.run_llm(llm.parse([*argv, "--methods", "gigpo"]))
     assert rec["method"] == "gigpo" and rec["eval_its"] == [0, 1] and rec["learner"] == "llm"
     assert set(rec["held"][0]) == set(rec["held"][1]) == {"valid_seen", "valid_unseen"}
     assert rec["last_step"]["rollout/rows"] > 0 and math.isfinite(rec["last_step"]["actor/pg_loss"])

@@ -203,7 +203,7 @@ def test_llm_learner_cell_on_credit_family_has_the_cell_schema_and_resumes(tmp_p
     the linear cells' schema with ``learner: "llm"``, a held-out curve at 0 and each eval point, the training
     success per iteration; a rerun skips it."""
     pytest.importorskip("torch")
-    import _learning_study_llm as llm
+    import learning_study_llm as llm
 
     argv = ["--envs", "CreditFamily", "--methods", "oracle", "--seeds", "1", "--iterations", "2", "--eval-every",
             "1", "--n-tasks", "2", "--group-size", "2", "--eval-tasks", "3", "--out", str(tmp_path)]  # fmt: skip

@@ -85,6 +85,20 @@ def test_iqm_and_probability_of_improvement_match_scipy(n: int) -> None:
     np.testing.assert_allclose(st.iqm(batch), [st.iqm(x)] * 2)
 
 
+def test_performance_profile_counts_the_runs_above_each_threshold() -> None:
+    x = np.array([0.1, 0.2, 0.5, 0.9])
+    np.testing.assert_allclose(
+        st.performance_profile(x, [0.0, 0.2, 0.45, 0.9, 1.0]), [1.0, 0.5, 0.5, 0.0, 0.0]
+    )
+    # the empirical survival function of the scores, and a batch gives one profile per row
+    rng = np.random.default_rng(3)
+    y = rng.uniform(size=50)
+    taus = np.linspace(0, 1, 11)
+    np.testing.assert_allclose(st.performance_profile(y, taus), [np.mean(y > t) for t in taus])
+    batch = st.performance_profile(np.stack([x, 1 - x]), [0.5])
+    np.testing.assert_allclose(batch, [[0.25], [0.5]])
+
+
 def test_stratified_bootstrap_resamples_within_strata_and_pairs() -> None:
     rng = np.random.default_rng(0)
     a, b = np.zeros(6), np.ones(9)
@@ -237,6 +251,40 @@ def test_claims_follow_the_discovery_confirmation_rule(tmp_path: Path) -> None:
     assert not only_conf["comparisons"] and "No comparison" in st.claims_markdown(only_conf)
     head = st.headline(c)
     assert "faster than GRPO by learning-curve AUC: Toy: real (+0.07" in head and "fluke" not in head
+
+
+def test_the_two_learners_table_says_where_they_agree(tmp_path: Path) -> None:
+    """The same design run by a second learner (cells with ``learner: "llm"``): ``real`` is faster for both, ``same``
+    for neither; for the second learner ``fluke`` is slower on the discovery seeds, so the learners disagree there."""
+    a, b = _design(tmp_path)
+    llm = []
+    for path in (a, b):
+        for c in st.read_cells(path):
+            if c["method"] == "fluke":  # the second learner: slower than GRPO on the discovery seeds
+                c["held"] = [
+                    {"test": v["test"] - (0.15 if i and c["seed"] < 10 else 0.0)}
+                    for i, v in enumerate(c["held"])
+                ]
+            llm.append({**c, "learner": "llm"})
+    c = st.claims([a, b, _write(tmp_path / "llm.jsonl", llm)], fidelity_path=None, n_boot=200)
+    rows = {(r["method"], r["metric"]): r for r in st.learners_table(c)}
+    assert {r["learner"] for r in rows.values()} == {"llm"}
+    assert rows[("real", "auc")]["agree"] and st._conclusion(rows[("real", "auc")]["other"]) == "faster"
+    assert (
+        rows[("same", "auc")]["agree"]
+        and st._conclusion(rows[("same", "auc")]["other"]) == "no difference detected"
+    )
+    fluke = rows[("fluke", "auc")]
+    assert not fluke["agree"] and st._conclusion(fluke["linear"]) == "faster"
+    assert st._conclusion(fluke["other"]) == "slower"
+    assert ("grpo", "gain") in rows  # each learner's gain over its start
+    md = st.learners_markdown(c)
+    assert "| Toy | Δ AUC vs GRPO | fluke | 10 + 10 |" in md and "**disagree** (faster / slower)" in md
+    assert st.learners_markdown(st.claims([a, b], fidelity_path=None, n_boot=200)).startswith(
+        "No env has cells"
+    )
+    # the claims tables label the second learner's rows
+    assert "| Toy (llm) | real |" in st.claims_markdown(c)
 
 
 def test_merge_keeps_a_cell_once_and_refuses_mixed_settings(tmp_path: Path) -> None:

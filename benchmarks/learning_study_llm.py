@@ -12,8 +12,8 @@ held-out success (sampled, ``--eval-tasks`` tasks per split, the same tasks and 
 a seed) at iteration 0 and every ``--eval-every`` iterations. AHEAD and StepOPSD use the trainer's real teacher.
 ``--model tiny`` (a random in-process Qwen2-style model) runs on a CPU; a real model needs a GPU.
 
-    python benchmarks/_learning_study_llm.py --envs CreditFamily Sokoban --methods grpo gigpo graphgpo oracle \
-        --seeds 10 --out runs/ls_llm                      # cells appended to runs/ls_llm/llm_cells.jsonl
+    python benchmarks/learning_study_llm.py --envs CreditFamily Sokoban --methods grpo gigpo graphgpo oracle \
+        --seeds 10 --workers 2 --out runs/ls_llm          # cells appended to runs/ls_llm/llm_cells.jsonl
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing as mp
 import sys
 import time
 from dataclasses import replace
@@ -33,14 +34,22 @@ import learning_study as ls
 
 from stepgym.trainers.presets import TRAINER_PRESETS, get_preset
 
-#: the token-level learner's envs: the credit-assignment family (where the tiny model learns on a CPU) and the
-#: study's envs
-LLM_ENVS: dict[str, ls.EnvRow] = {
-    "CreditFamily": ls.EnvRow("CreditFamily", "StepGym/CreditFamily-v0", "train", ("valid",), 10, "credit"),
-    **ls.ENVS,
-}
+#: the token-level learner's envs: the study's (the credit-assignment toy ``CreditFamily``, where the tiny model
+#: learns on a CPU, and the real envs)
+LLM_ENVS: dict[str, ls.EnvRow] = ls.ENVS
+#: the env-row fields an LLM cell reads (the linear learner's rate, features and warm start are not among them)
+ROW_FIELDS = ("name", "env_id", "train_split", "held_out", "max_steps", "preset", "kwargs")
 #: the cell settings that shape an LLM cell's result (its key's fingerprint)
-LLM_ARGS = ("iterations", "n_tasks", "group_size", "eval_every", "eval_tasks", "max_steps", "model")
+LLM_ARGS = (
+    "iterations",
+    "n_tasks",
+    "group_size",
+    "eval_every",
+    "eval_tasks",
+    "max_steps",
+    "model",
+    "invalid_penalty",
+)
 
 
 def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int, out: Path) -> Any:
@@ -49,12 +58,13 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
     base = method.removesuffix("-obs")
     if env.preset == "credit":
         cfg = get_preset("credit-grpo")
-        kwargs = "{}"
+        kwargs = json.dumps(dict(env.kwargs))
     else:
         name = f"{env.preset}-{'grpo' if base in ('drgrpo', ls.CEILING) else base}"
         cfg = get_preset(name if name in TRAINER_PRESETS else f"alfworld-{name.split('-', 1)[1]}")
         kwargs = json.dumps(dict(env.kwargs)) if env.kwargs else cfg.env.kwargs
     shaper, _, _ = ls.shaper_config(env, method)
+    shaper = replace(shaper, invalid_penalty=args.invalid_penalty)
     tiny = args.model == "tiny" or args.model.startswith("tiny:")
     return replace(
         cfg,
@@ -79,7 +89,8 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
 
 def cell_key(cell: dict) -> str:
     """llm/env/method/seed plus a fingerprint of the env row and the settings that shape the result."""
-    what = {"env": LLM_ENVS[cell["env"]].__dict__, **{k: cell["args"].get(k) for k in LLM_ARGS}}
+    row = LLM_ENVS[cell["env"]]
+    what = {"env": {k: getattr(row, k) for k in ROW_FIELDS}, **{k: cell["args"].get(k) for k in LLM_ARGS}}
     fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"llm/{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
 
@@ -154,16 +165,22 @@ def run_llm(args: argparse.Namespace) -> list[dict[str, Any]]:
     todo = [c for c in plan(args) if cell_key(c) not in done]
     print(f"# learning study, llm learner: {len(done)} cells done, {len(todo)} to run", flush=True)
     records = []
-    for cell in todo:
-        r = run_llm_cell(cell, out / "llm")
-        ls.append_once(path, r)
-        records.append(r)
-        y = ls.held_curve(r)
-        print(
-            f"{r['env']} {r['method']} seed {r['seed']}: held-out {y[0]:.2f} → {y[-1]:.2f} ({r['seconds']:.0f}s)",
-            flush=True,
-        )
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(args.workers) if args.workers > 1 and len(todo) > 1 else ls.cs._Serial() as pool:
+        for r in pool.imap_unordered(_run_one, [(cell, out / "llm") for cell in todo]):
+            written = ls.append_once(path, r)
+            records.append(r)
+            y = ls.held_curve(r)
+            print(
+                f"{r['env']} {r['method']} seed {r['seed']}: held-out {y[0]:.2f} → {y[-1]:.2f} ({r['seconds']:.0f}s)"
+                + ("" if written else " (already written)"),
+                flush=True,
+            )
     return records
+
+
+def _run_one(job: tuple[dict, Path]) -> dict[str, Any]:
+    return run_llm_cell(*job)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -180,7 +197,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--eval-tasks", type=int, default=40)
     p.add_argument("--max-steps", type=int, default=0, help="step limit (0: the env row's)")
+    p.add_argument(
+        "--invalid-penalty",
+        type=float,
+        default=0.0,
+        help="every method's invalid-action penalty (0: none; with the presets' 0.1 the tiny model collapses onto "
+        "a harmless distractor on CreditFamily, docs/learning_study.md)",
+    )
     p.add_argument("--model", default="tiny", help="model name or folder ('tiny': in-process, CPU)")
+    p.add_argument(
+        "--workers", type=int, default=1, help="cells run in this many processes (one thread each)"
+    )
     p.add_argument("--out", default="runs/learning_study_llm")
     return p.parse_args(argv)
 
