@@ -27,7 +27,8 @@ import gymnasium as gym
 
 import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
-from stepgym.group import GroupEnv, peer_hindsight
+from stepgym.group import GroupEnv
+from stepgym.hindsight import peer_hindsight
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.hints import HintWrapper, OracleAnalyzer
 from stepgym.wrappers.text import TextInterfaceWrapper, parse_action, prompt_for_step, render_prompt

@@ -1,7 +1,8 @@
 """Print the package's shape in numbers: lines of code, imports running up the layers, private names imported
 across packages, public names exported from more than one module, and functions with more than 8 parameters.
 
-Run from a checkout: ``python scripts/api_report.py [--root PATH]`` (``PATH``: another checkout, to compare).
+Run from a checkout: ``python scripts/api_report.py [--root PATH] [--list]`` (``PATH``: another checkout, to
+compare; ``--list``: each name exported from more than one module, with those modules, instead of the counts).
 The layer rules are tests/test_layers.py's (the numbers of the first two lines are what those tests hold at 0).
 """
 
@@ -37,6 +38,22 @@ def _wide_functions(path: Path, limit: int = 8) -> list[str]:
     return out
 
 
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def exporters(root: Path) -> dict[str, list[str]]:
+    """Each public name exported from more than one module of ``root``'s package: the modules' dotted names,
+    sorted (names and modules alike)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((root / "stepgym").rglob("*.py")):
+        for name in set(_public_exports(path)):
+            if not name.startswith("_"):
+                found.setdefault(name, []).append(_module_name(path, root))
+    return {name: sorted(mods) for name, mods in sorted(found.items()) if len(mods) > 1}
+
+
 def report(root: Path) -> dict[str, int]:
     package = root / "stepgym"
     files = sorted(package.rglob("*.py"))
@@ -67,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--root", type=Path, default=Path(__file__).resolve().parents[1], help="a stepgym checkout"
     )
+    ap.add_argument(
+        "--list", action="store_true", help="list the names exported from more than one module, and where"
+    )
     args = ap.parse_args(argv)
+    if args.list:
+        for name, modules in exporters(args.root).items():
+            print(f"{name:30s} {' '.join(modules)}")
+        return 0
     for name, value in report(args.root).items():
         print(f"{name:50s} {value}")
     return 0

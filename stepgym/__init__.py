@@ -39,7 +39,7 @@ __getattr__, __dir__ = lazy_exports(
         "AgenticReferenceGraph": "stepgym.reference_graph",
         "ARG": "stepgym.reference_graph",
         "GroupEnv": "stepgym.group",
-        "peer_hindsight": "stepgym.group",
+        "peer_hindsight": "stepgym.hindsight",
         "step_batch_from_trajectories": "stepgym.steps.batch",
         "wrappers": "stepgym.wrappers:",
     },

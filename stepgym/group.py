@@ -52,7 +52,6 @@ from stepgym.wrappers.protocols import ParentState, split_parent_states
 __all__ = [
     "GroupConfig",
     "GroupEnv",
-    "peer_hindsight",
 ]
 
 EnvFactory = Callable[..., gym.Env]

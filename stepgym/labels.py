@@ -1,7 +1,7 @@
 """Small pure label computations shared by the wrappers (which attach them) and the shapers (which consume them).
 
 They live at the bottom of the dependency graph so both sides import one definition. StepOPSD's hindsight
-block moved to :mod:`stepgym.hindsight` with the rest of StepOPSD's peer hindsight (re-exported here).
+block is :mod:`stepgym.hindsight`'s, with the rest of StepOPSD's peer hindsight.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stepgym.hindsight import hindsight_block
-
-__all__ = ["future_drift", "hindsight_block"]
+__all__ = ["future_drift"]
 
 
 def future_drift(progress: Sequence[bool] | np.ndarray) -> np.ndarray:

@@ -24,8 +24,9 @@ is a fixed (seeded) order of the split, so no episode is lost or counted twice. 
 resuming with different settings is refused.
 
 Pieces usable from Python: :class:`LLMAgent` (a :class:`stepgym.agents.Agent` that asks the endpoint),
-:class:`EndpointBackend` (a trainer rollout backend, ``make_backend("openai", ...)``, defined in
-:mod:`stepgym.trainers.endpoint_backend` and re-exported here), :func:`evaluate_endpoint` (with an :class:`EndpointEvalConfig`).
+:class:`~stepgym.trainers.endpoint_backend.EndpointBackend` (a trainer rollout backend,
+``make_backend("openai", ...)``, in :mod:`stepgym.trainers.endpoint_backend`, with :class:`Sampling`, which is
+re-exported here), :func:`evaluate_endpoint` (with an :class:`EndpointEvalConfig`).
 The command line (``stepgym eval --model``, ``stepgym rollout --agent llm``) is :mod:`stepgym.cli.endpoint`.
 """
 
@@ -58,16 +59,14 @@ from stepgym.recording import (
     read_recording,
     trajectory_records,
 )
-from stepgym.trainers.endpoint_backend import EndpointBackend, Sampling, chat_messages
+from stepgym.trainers.endpoint_backend import Sampling, chat_messages
 from stepgym.wrappers.text import make_text_env
 
 __all__ = [
-    "EndpointBackend",
     "EndpointEvalConfig",
     "EvalRunError",
     "LLMAgent",
     "Sampling",
-    "chat_messages",
     "default_budgets",
     "evaluate_endpoint",
     "served_identity",

@@ -7,6 +7,7 @@ and the machinery that renders prompts and parses replies are in :mod:`stepgym.w
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "ACTION_REPLY",
+    "OBSERVATION_STEPS",
     "REACT_INSTRUCTION",
     "REACT_REPLY",
     "SPAN_MODES",
@@ -23,6 +25,7 @@ __all__ = [
     "invalid_parse",
     "parse_react",
     "react_feedback",
+    "react_format",
 ]
 
 
@@ -208,3 +211,26 @@ def react_feedback(reason: str) -> str:
         f"Invalid format: {reason}. Reply with your reasoning inside <think> </think> followed by exactly one "
         "admissible action inside <action> </action>."
     )
+
+
+#: verl-agent's wording (its ALFWorld prompt) of the history and the current step, for an env whose observations
+#: are text: ``PromptTemplate(intro=..., admissible=..., instruction=..., **OBSERVATION_STEPS)``.
+OBSERVATION_STEPS: Mapping[str, str] = {
+    "history_header": (
+        "You have taken {step_count} action(s) so far. Here are the last {history_count} observation(s) and the "
+        "action you took after each:"
+    ),
+    "history_item": "[Step {n}] Observation: {observation}\n[Step {n}] Action: {action}",
+    "current": "You are now at step {step_number}. Your current observation is: {observation}",
+    "current_first": "Your current observation is: {observation}",
+}
+
+
+def react_format(name: str, template: PromptTemplate, *, lowercase: bool = False) -> TextFormat:
+    """A ReAct format as the verl-agent envs' (ALFWorld, WebShop, Sokoban, ...): the reply
+    ``<think>…</think><action>…</action>`` read strictly by :func:`parse_react` (the action lowercased with
+    ``lowercase``), :func:`react_feedback` on an invalid one, the last 2 steps in the prompt and StepOPSD's target on
+    the ``<action>`` tag. The parser is a ``functools.partial`` of a module-level function, so the format pickles to
+    env workers."""
+    parse = functools.partial(parse_react, lowercase=True) if lowercase else parse_react
+    return TextFormat(name, template, parse, react_feedback, history_length=2, reply_shape=REACT_REPLY)

@@ -208,7 +208,7 @@ def test_corrupt_archive_is_reported(tmp_path):
 def test_manifest_hashes_match_what_the_env_loads(data_dir):
     """The shared data's manifest sha256 agrees with the files the index lists (guards against a racy copy)."""
     from stepgym.data import file_sha256
-    from stepgym.envs.alfworld import list_games
+    from stepgym.envs.alfworld.games import list_games
 
     manifest = [
         json.loads(line) for line in (data_dir / "alfworld" / "manifest.jsonl").read_text().splitlines()

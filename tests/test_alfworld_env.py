@@ -12,7 +12,8 @@ import pytest
 import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
 from stepgym.agents import NoisyExpertAgent, RandomAgent
-from stepgym.envs.alfworld import NOTHING_HAPPENS, TASK_TYPES, list_games
+from stepgym.envs.alfworld.env import NOTHING_HAPPENS
+from stepgym.envs.alfworld.games import TASK_TYPES, list_games
 from stepgym.rollout import play_episode
 from stepgym.testing import FUZZ_ACTIONS, check_determinism, check_fuzz
 

@@ -15,9 +15,10 @@ from gymnasium.utils.env_checker import check_env
 import stepgym  # noqa: F401 - registers the envs
 from stepgym import schema
 from stepgym.envs import env_entry
-from stepgym.envs.scienceworld import NO_MATCH, VARIATION_COUNTS, ScienceWorldEnv, split_task_ids
+from stepgym.envs.scienceworld import ScienceWorldEnv
 from stepgym.envs.scienceworld.engine import EngineCrashed, java_bin_dir
-from stepgym.envs.scienceworld.tasks import STEP_LIMIT_CAP
+from stepgym.envs.scienceworld.env import NO_MATCH
+from stepgym.envs.scienceworld.tasks import STEP_LIMIT_CAP, VARIATION_COUNTS, split_task_ids
 from stepgym.errors import InvalidArgumentError, ValueOracleError
 from stepgym.testing import check_determinism, check_fuzz
 

@@ -333,7 +333,7 @@ def test_group_value_and_text_interface_run() -> None:
 
     fmt = resolve_format(ENV_ID)
     assert fmt.name == "sokoban"
-    env = make_text_env(ENV_ID, prompt_as_observation=True, wrappers=[ValueWrapper])
+    env = make_text_env(ENV_ID, prompt_as_observation=True, inner_wrappers=[ValueWrapper])
     prompt, info = env.reset(options={"task_id": "sokoban-6x6-1-0"})
     assert (
         "'√' box on a target" in prompt and "######" in prompt and "'up', 'down', 'left', 'right'" in prompt

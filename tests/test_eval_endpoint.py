@@ -34,7 +34,6 @@ from stepgym.data import sample_tasks
 from stepgym.errors import CorruptDataError
 from stepgym.llm_client import ChatClient, LLMConfigError, LLMUnavailableError, RetryPolicy
 from stepgym.llm_eval import (
-    EndpointBackend,
     EndpointEvalConfig,
     EvalRunError,
     Sampling,
@@ -44,6 +43,7 @@ from stepgym.llm_eval import (
 from stepgym.recording import FILE_NAME, EpisodeWriter, episode_trajectory, read_recording, read_records
 from stepgym.trainers.backends import GenerationRequest, ScriptedBackend, make_backend
 from stepgym.trainers.collector import Collector
+from stepgym.trainers.endpoint_backend import EndpointBackend
 from stepgym.trainers.evaluate import summarise
 from stepgym.trainers.samples import PromptEncoder
 from stepgym.wrappers.text import resolve_format

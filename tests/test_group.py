@@ -14,8 +14,14 @@ from pettingzoo.test import parallel_api_test
 import stepgym
 from stepgym import schema
 from stepgym.agents import ExpertAgent, NoisyExpertAgent, RandomAgent
-from stepgym.group import GroupConfig, GroupEnv, peer_hindsight
-from stepgym.hindsight import NO_PEER, first_correct_peers, hindsight_block, render_trajectory_text
+from stepgym.group import GroupConfig, GroupEnv
+from stepgym.hindsight import (
+    NO_PEER,
+    first_correct_peers,
+    hindsight_block,
+    peer_hindsight,
+    render_trajectory_text,
+)
 from stepgym.testing import assert_same_infos
 from stepgym.wrappers.feedback import EnvFeedbackWrapper
 from stepgym.wrappers.text import TextInterfaceWrapper
@@ -85,13 +91,17 @@ def test_hindsight_block_text() -> None:
 
 
 def test_block_and_peer_choice_are_the_shapers_own() -> None:
-    """GroupEnv and the shapers use one §5.6 rule and one block text (stepgym.hindsight), not two copies."""
-    from stepgym import hindsight
+    """GroupEnv and the shapers use one §5.6 rule and one block text (stepgym.hindsight), not two copies, and
+    only stepgym.hindsight exports them."""
+    import stepgym.group
+    import stepgym.labels
+    from stepgym import hindsight, shapers
     from stepgym.shapers import stepopsd_text
 
     for name in ("first_correct_peers", "hindsight_block", "hindsight_blocks"):
-        assert getattr(stepopsd_text, name) is getattr(hindsight, name)
-    assert hindsight_block is hindsight.hindsight_block and peer_hindsight is hindsight.peer_hindsight
+        assert not hasattr(stepopsd_text, name) and name not in shapers.__all__, name
+    assert "hindsight_block" not in stepgym.labels.__all__ and "peer_hindsight" not in stepgym.group.__all__
+    assert stepgym.group.peer_hindsight is hindsight.peer_hindsight is stepgym.peer_hindsight
     trajs = [_toy_traj(["look"]), _toy_traj(expert_actions(TASKS[0])), _toy_traj(["look"])]
     texts = [render_trajectory_text(t) for t in trajs]
     blocks = hindsight.hindsight_blocks(texts, [False, True, False], [0, 0, 0])

@@ -93,7 +93,7 @@ def _executor(**kw: Any) -> tuple[Any, list[Any]]:
             return await super().reset(states, **kwargs)
 
         async def step(self, states, **kwargs):
-            self.prompts.append(self.env.prompt)
+            self.prompts.append(self.env.get_wrapper_attr("prompt"))
             return await super().step(states, **kwargs)
 
     class Exec(Executor):
@@ -166,6 +166,49 @@ def test_concurrent_episodes_task_from_prompt_and_arg_labels(tok: Any) -> None:
     executor, _ = _executor()
     with pytest.raises(ValueError, match="label_key"):
         _run(executor, tok, engine, "no task here", "not-a-task")
+
+
+class _Probe(gym.Wrapper):
+    """Notes what it wraps and the actions it is given."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.actions: list[Any] = []
+
+    def step(self, action: Any):
+        self.actions.append(action)
+        return super().step(action)
+
+
+def test_wrappers_go_outside_the_text_interface_as_everywhere_else(tok: Any) -> None:
+    """``agent_classes(wrappers=...)`` means what ``Episode.make``'s, TRL's and verl's ``wrappers=`` mean: wrappers
+    of the text env, first = innermost, that see the model's reply text as the action."""
+    from stepgym.steps.episode import Episode
+    from stepgym.wrappers.text import TextInterfaceWrapper
+
+    row = task_rows(TOY, KW)[0]
+    executor, made = _executor(wrappers=[_Probe, gym.wrappers.RecordEpisodeStatistics])
+    engine = StandInEngine(tok, script=["I will just wander"])
+    _run(executor, tok, engine, "p", row["task_id"])
+    (agent,) = made
+    outer = agent.env
+    assert isinstance(outer, gym.wrappers.RecordEpisodeStatistics) and isinstance(outer.env, _Probe)
+    assert isinstance(outer.env.env, TextInterfaceWrapper)
+    assert outer.env.actions == engine.replies[id(agent)]  # the reply texts, as the model wrote them
+    # the same stack as Episode.make's
+    same = Episode.make(TOY, KW, fmt="alfworld", wrappers=[_Probe, gym.wrappers.RecordEpisodeStatistics])
+    try:
+        layers = lambda e: [type(w).__name__ for w in _chain(e)]  # noqa: E731
+        assert layers(outer) == layers(same.env)
+    finally:
+        same.close()
+
+
+def _chain(env: gym.Env) -> list[gym.Env]:
+    out = [env]
+    while isinstance(out[-1], gym.Wrapper):
+        out.append(out[-1].env)
+    return out
 
 
 def test_the_docs_agent_file_loads_the_way_openrlhf_loads_it(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def test_old_names_are_gone_not_deprecated() -> None:
     # what an oracle returns and its interface are stepgym.envs.oracle's (also exported by stepgym.values)
     for name in ("StepsToWinOracle", "Remember", "ValueOracle"):
         assert not hasattr(stepgym.values.base, name), name
-    assert not hasattr(stepgym.envs, "ALFWORLD_TASK_TYPES")  # stepgym.envs.alfworld.TASK_TYPES
+    assert not hasattr(stepgym.envs, "ALFWORLD_TASK_TYPES")  # stepgym.envs.alfworld.games.TASK_TYPES
     import stepgym.integrations
     import stepgym.steps.record
     import stepgym.steps.row
@@ -196,6 +196,20 @@ def test_wrappers_package_exports_only_wrappers() -> None:
     for name in wrappers.__all__:
         assert issubclass(getattr(wrappers, name), gym.Wrapper), name
     assert not hasattr(wrappers, "parse_action")  # functions live in the wrapper's own module
+
+
+@pytest.mark.parametrize(
+    "family", ["alfworld", "babyai", "scienceworld", "searchqa", "sokoban", "textcraft", "webshop"]
+)
+def test_env_package_exports_its_envs_and_their_configs_only(family: str) -> None:
+    """An env folder's package registers its env and exports the env classes (and their configs); every other
+    name is imported from the module that defines it (one home per name)."""
+    package = importlib.import_module(f"stepgym.envs.{family}")
+    assert package.__all__, family
+    for name in package.__all__:
+        obj = getattr(package, name)
+        assert isinstance(obj, type) and (issubclass(obj, gym.Env) or name.endswith("Config")), name
+    assert set(package.__all__) <= set(dir(package))
 
 
 def test_group_exports_no_private_helper() -> None:

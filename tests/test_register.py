@@ -21,7 +21,7 @@ from stepgym.errors import InvalidArgumentError, ValueOracleError
 
 MODULE = '''
 from stepgym.text_format import REACT_REPLY, PromptTemplate, TextFormat, parse_react, react_feedback
-from stepgym.values import Value
+from stepgym.envs.oracle import Value
 from stepgym.envs.credit import CreditToyEnv
 
 class CountdownEnv(CreditToyEnv):

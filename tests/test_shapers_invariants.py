@@ -13,6 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from stepgym import hindsight
 from stepgym import shapers as S
 
 EPS = 1e-6
@@ -388,7 +389,7 @@ def test_mismatched_and_empty_inputs() -> None:
     # empty batches give empty results
     assert S.grpo_advantage([], []).shape == (0,)
     assert S.gigpo_advantage([], [], [], []).shape == (0,)
-    assert S.first_correct_peers([], []).shape == (0,)
+    assert hindsight.first_correct_peers([], []).shape == (0,)
     assert S.dynamic_sampling_keep([], []).shape == (0,)
     with pytest.raises(ValueError, match="episode groups"):
         S.gigpo_terms([1.0, 0.0], [0, 1], ["t", "t"], ["a", "b"])
@@ -543,7 +544,7 @@ def test_import_does_not_pull_torch() -> None:
 def test_first_correct_peer_properties(items) -> None:
     g = np.array([x for x, _ in items])
     ok = np.array([y for _, y in items])
-    peers = S.first_correct_peers(ok, g)
+    peers = hindsight.first_correct_peers(ok, g)
     for i, p in enumerate(peers):
         sel = g == g[i]
         mixed = 0 < ok[sel].sum() < sel.sum()

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from stepgym import hindsight
 from stepgym import shapers as S
 
 EPS = 1e-6
@@ -279,7 +280,7 @@ def test_equal_step_mean_abs_modification() -> None:
 
 
 def test_hindsight_block_exact_text() -> None:
-    block = S.hindsight_block(
+    block = hindsight.hindsight_block(
         "<search> q </search>\n<information>doc</information>\n<answer> x </answer>  \n"
     )
     assert block == (
@@ -287,12 +288,12 @@ def test_hindsight_block_exact_text() -> None:
         "<search> q </search>\n<information>doc</information>\n<answer> x </answer>\n"
         "</peer_correct_trajectory>\n</hindsight>\n"
     )
-    assert S.hindsight_block(None) == ""
+    assert hindsight.hindsight_block(None) == ""
     assert (
-        S.hindsight_block(None, final_correctness=False)
+        hindsight.hindsight_block(None, final_correctness=False)
         == "\n<hindsight>\nfinal_correctness: incorrect\n</hindsight>\n"
     )
-    assert S.hindsight_block("p", final_correctness="correct", golden_rollout="g \n") == (
+    assert hindsight.hindsight_block("p", final_correctness="correct", golden_rollout="g \n") == (
         "\n<hindsight>\nfinal_correctness: correct\npeer_correct_trajectory:\n<peer_correct_trajectory>\np\n"
         "</peer_correct_trajectory>\ngolden_rollout:\n<golden_rollout>\ng\n</golden_rollout>\n</hindsight>\n"
     )
@@ -301,9 +302,11 @@ def test_hindsight_block_exact_text() -> None:
 def test_first_correct_peers() -> None:
     correct = [0, 1, 0, 1, 1, 1, 0, 0, 0]
     groups = ["a", "a", "a", "a", "b", "b", "c", "c", "d"]
-    assert S.first_correct_peers(correct, groups).tolist() == [1, -1, 1, -1, -1, -1, -1, -1, -1]
-    blocks = S.hindsight_blocks(["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"], correct, groups)
-    assert blocks[0] == blocks[2] == S.hindsight_block("t1") and blocks[1] == "" and blocks[6] == ""
+    assert hindsight.first_correct_peers(correct, groups).tolist() == [1, -1, 1, -1, -1, -1, -1, -1, -1]
+    blocks = hindsight.hindsight_blocks(
+        ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"], correct, groups
+    )
+    assert blocks[0] == blocks[2] == hindsight.hindsight_block("t1") and blocks[1] == "" and blocks[6] == ""
 
 
 SEARCH_RESPONSE = (

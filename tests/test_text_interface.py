@@ -390,6 +390,16 @@ def test_make_text_env_builds_the_one_stack_and_closes_a_refused_env(caplog) -> 
     assert env.fmt.name == "credit" and env.history_length == 1
     stack = text_wrappers("qa", history=3)
     assert stack[0] is EnvFeedbackWrapper and stack[-1].keywords["fmt"] == "qa"
+    # inner_wrappers go inside the text interface (named apart from the adapters' outer wrappers=)
+    inner = make_text_env("StepGym/CreditToy-v0", inner_wrappers=[gym.wrappers.RecordEpisodeStatistics])
+    assert isinstance(inner.env, gym.wrappers.RecordEpisodeStatistics)
+    assert isinstance(inner.env.env, EnvFeedbackWrapper)
+    assert (
+        text_wrappers(inner_wrappers=[gym.wrappers.RecordEpisodeStatistics])[1]
+        is gym.wrappers.RecordEpisodeStatistics
+    )
+    with pytest.raises(TypeError):
+        make_text_env("StepGym/CreditToy-v0", wrappers=[gym.wrappers.RecordEpisodeStatistics])
     with pytest.raises(ValueError, match="env_kwargs apply to an env id only"):
         make_text_env(gym.make("StepGym/CreditToy-v0"), {"seed": 1})
     # a user's env without a declared format gets the plain one, and the log names it

@@ -13,8 +13,9 @@ import pytest
 import stepgym  # noqa: F401  (registers the envs)
 from stepgym import schema
 from stepgym.envs.base import TextEnv
+from stepgym.envs.oracle import Value
 from stepgym.errors import StepGymError, ValueOracleError
-from stepgym.values import Value, ValueCache, step_gain, step_value_class
+from stepgym.values import ValueCache, step_gain, step_value_class
 from stepgym.wrappers import ValueWrapper
 
 VALUE_KEYS = (

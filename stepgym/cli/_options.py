@@ -14,7 +14,14 @@ from typing import Any
 
 from stepgym.errors import InvalidArgumentError
 
-__all__ = ["check_count", "check_probability", "interrupt_note", "on_interrupt", "parse_kv"]
+__all__ = [
+    "check_count",
+    "check_probability",
+    "interrupt_note",
+    "on_interrupt",
+    "parse_kv",
+    "serve_until_interrupted",
+]
 
 
 def parse_kv(items: Sequence[str], flag: str = "--env-kwarg") -> dict[str, Any]:
@@ -66,3 +73,14 @@ def interrupt_note() -> str:
         return _interrupt_note[0]()
     except Exception as exc:  # the note must never hide the interrupt itself
         return f"(could not tell what was saved: {type(exc).__name__}: {exc})"
+
+
+def serve_until_interrupted(serve: Callable[[], None], close: Callable[[], None]) -> int:
+    """Run ``serve`` (a server's ``serve_forever``) until Ctrl-C, then ``close``, whatever happened; exit status 0."""
+    try:
+        serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        close()
+    return 0

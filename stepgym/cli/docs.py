@@ -16,6 +16,7 @@ import sys
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from stepgym.cli._options import serve_until_interrupted
 from stepgym.errors import DependencyNotInstalled, StepGymError
 
 __all__ = ["build_site", "find_root", "main", "serve_site"]
@@ -90,10 +91,4 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     server = serve_site(site, args.port)
     print(f"http://127.0.0.1:{server.server_address[1]}/  (Ctrl-C to stop)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
+    return serve_until_interrupted(server.serve_forever, server.server_close)

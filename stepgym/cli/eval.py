@@ -21,12 +21,10 @@ from typing import Any
 from stepgym.atomic import atomic_write_text
 from stepgym.cli._options import on_interrupt
 from stepgym.cli.train import (
-    _list_presets,
-    _short_help,
-    _split_preset,
     check_run,
     flag_given,
     parse_config,
+    presets_and_help,
     progress_alias,
     show_phases,
 )
@@ -49,14 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return endpoint_main(argv, prog="stepgym eval")
     argv = progress_alias(argv)
-    _, _, ns = _split_preset(argv, "stepgym eval")
-    if ns.list_presets:
-        return _list_presets()
-    if "--help-all" in argv:
-        argv = ["--help" if a == "--help-all" else a for a in argv]
-    elif "-h" in argv or "--help" in argv:
-        print(_short_help(argv, "stepgym eval"))
-        return 0
+    ns, argv, done = presets_and_help(argv, "stepgym eval")
+    if done is not None:
+        return done
     if ns.checkpoint:
         checkpoint, stored = stored_config(ns.checkpoint)
         cfg = parse_config(argv, "stepgym eval", base=stored)

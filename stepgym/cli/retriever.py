@@ -18,6 +18,8 @@ import sys
 import time
 from typing import Any
 
+from stepgym.cli._options import serve_until_interrupted
+
 __all__ = ["main", "parse_spec"]
 
 _EVAL_DATASETS = "nq,triviaqa,popqa,bamboogle,hotpotqa"
@@ -98,14 +100,12 @@ def _serve(args: argparse.Namespace) -> int:
     # The first line tells a parent process where we listen (port 0 picks a free one).
     print(f"serving {r.backend} retrieval on {server.url}/retrieve (health: {server.url}/health)", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
+
+    def close() -> None:
         server.server_close()
         r.close()
-    return 0
+
+    return serve_until_interrupted(server.serve_forever, close)
 
 
 def _say(text: str) -> None:

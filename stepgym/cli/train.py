@@ -454,17 +454,27 @@ def progress_alias(argv: list[str]) -> list[str]:
     return [("--run.no-progress" if a == "--no-progress" else a) for a in argv[:end]] + argv[end:]
 
 
-def train_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``stepgym train``."""
-    argv = progress_alias(list(sys.argv[1:] if argv is None else argv))
-    _, _, ns = _split_preset(argv, "stepgym train")
+def presets_and_help(argv: list[str], prog: str) -> tuple[Any, list[str], int | None]:
+    """What ``stepgym train`` and ``stepgym eval`` read first: the preset flags (``ns.preset``), ``argv`` with
+    ``--help-all`` turned into argparse's full ``--help``, and the exit code when the command is done already
+    (``--list-presets`` listed, the short help printed), else None."""
+    _, _, ns = _split_preset(argv, prog)
     if ns.list_presets:
-        return _list_presets()
+        return ns, argv, _list_presets()
     if "--help-all" in argv:
         argv = ["--help" if a == "--help-all" else a for a in argv]
     elif "-h" in argv or "--help" in argv:
-        print(_short_help(argv, "stepgym train"))
-        return 0
+        print(_short_help(argv, prog))
+        return ns, argv, 0
+    return ns, argv, None
+
+
+def train_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``stepgym train``."""
+    argv = progress_alias(list(sys.argv[1:] if argv is None else argv))
+    ns, argv, done = presets_and_help(argv, "stepgym train")
+    if done is not None:
+        return done
     cfg = parse_config(argv, "stepgym train")
     check_run(cfg, preset=ns.preset, argv=argv)
     _show_checkpoint_warnings("stepgym train")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from stepgym.cli._options import serve_until_interrupted
 from stepgym.viewer.data import load_run
 from stepgym.viewer.server import ViewerServer, export_html
 
@@ -36,10 +37,4 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     server = ViewerServer(run, port=args.port)
     print(f"stepgym view: {summary}\n{server.url}  (Ctrl-C to stop)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.httpd.server_close()
-    return 0
+    return serve_until_interrupted(server.serve_forever, server.httpd.server_close)

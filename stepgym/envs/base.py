@@ -127,6 +127,20 @@ class TextEnv(gym.Env[str, str]):
         """Apply a sanitised action. ``problem`` is non-empty when sanitising already found it unusable."""
         raise NotImplementedError
 
+    def _task_id_of(self, options: dict[str, Any], *, known: bool = False) -> Any:
+        """The task of the episode ``reset(options=...)`` starts: ``options["task_id"]``, else one of the env's
+        ``task_ids`` drawn with its seeded generator. ``known``: refuse a task id that is not in ``task_ids``
+        (``ValueError`` naming the env's ``split``)."""
+        task_id = options.get("task_id")
+        if task_id is None:
+            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]  # type: ignore[attr-defined]
+        if known and task_id not in self.task_ids:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"unknown task_id {task_id!r} for split {getattr(self, 'split', None)!r} "
+                f"({len(self.task_ids)} tasks)"  # type: ignore[attr-defined]
+            )
+        return task_id
+
     def _clean_action(self, action: Any) -> tuple[str, str]:
         """``(text, problem)`` for a raw action: :func:`sanitize_action` unless an env reads actions as its upstream."""
         return sanitize_action(action)

@@ -255,13 +255,7 @@ class CreditFamilyEnv(TextEnv):
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        task_id = options.get("task_id")
-        if task_id is None:
-            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
-        if task_id not in self.task_ids:
-            raise ValueError(
-                f"unknown task_id {task_id!r} for split {self.split!r} ({len(self.task_ids)} tasks)"
-            )
+        task_id = self._task_id_of(options, known=True)
         self._task_id = task_id
         index = int(task_id.rsplit("-", 1)[1])
         self._stations = _task(index, self.horizon, self.n_decisive, self.n_choices)

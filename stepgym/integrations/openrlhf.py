@@ -38,7 +38,7 @@ import numpy as np
 
 from stepgym import _deps, schema
 from stepgym.steps.episode import Episode
-from stepgym.wrappers.text import TextInterfaceWrapper, resolve_format
+from stepgym.wrappers.text import resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
 torch = _deps.require("torch", "openrlhf")
@@ -122,6 +122,7 @@ class _Engine:
 class _Spec:
     make: Callable[[], gym.Env]
     fmt: str
+    wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
     history_length: int | None
     system_prompt: str | None
     rng: np.random.Generator
@@ -151,9 +152,9 @@ class _StepGymAgent(AgentInstanceBase):
         self.episode_return = 0.0
 
     @property
-    def env(self) -> TextInterfaceWrapper | None:
-        """The text env of the episode (``None`` before :meth:`reset`)."""
-        return None if self.episode is None else self.episode.env  # type: ignore[return-value]
+    def env(self) -> gym.Env | None:
+        """The text env of the episode, inside the ``wrappers`` (``None`` before :meth:`reset`)."""
+        return None if self.episode is None else self.episode.env
 
     @property
     def info(self) -> dict[str, Any]:
@@ -170,7 +171,9 @@ class _StepGymAgent(AgentInstanceBase):
         call.agent = self
         spec = self.spec
         task = spec.task_of(states.get("label"), states.get("observation"))
-        self.episode = episode = Episode.make(spec.make(), fmt=spec.fmt, history=spec.history_length)
+        self.episode = episode = Episode.make(
+            spec.make(), fmt=spec.fmt, history=spec.history_length, wrappers=spec.wrappers
+        )
         seed = int(spec.rng.integers(2**31 - 1))
         prompt = await asyncio.to_thread(episode.reset, task, seed)  # "seed:N": a task drawn by seed
         messages = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
@@ -295,30 +298,24 @@ def agent_classes(
     """``(AgentInstance, AgentExecutor)`` for a stepgym env, to bind at the top of an ``--train.agent_func_path``
     file (OpenRLHF looks up the name ``AgentExecutor`` there).
 
-    ``env``: an env id or factory (with ``env_kwargs``); ``wrappers`` are applied to the raw env in order (e.g.
-    ``ARGWrapper`` for ProAS labels in ``extra_logs``); ``fmt`` / ``history_length``: the text interface;
+    ``env``: an env id or factory (with ``env_kwargs``); ``wrappers`` go outside the text interface, first =
+    innermost, as in :meth:`~stepgym.steps.episode.Episode.make`, TRL's ``GroupRollout`` and verl's agent loop
+    (e.g. ``ARGWrapper`` for ProAS labels in ``extra_logs``); ``fmt`` / ``history_length``: the text interface;
     ``system_prompt``: an optional system turn; ``seed`` seeds the per-episode env seeds.
     """
     kwargs = dict(env_kwargs or {})
-    base = (
+    make = (
         functools.partial(gym.make, env, **kwargs)
         if isinstance(env, str)
         else functools.partial(env, **kwargs)
     )
-
-    def make() -> gym.Env:
-        e = base()
-        for w in wrappers:
-            e = w(e)
-        return e
-
     probe = make()
     try:
         name = fmt if fmt is not None else resolve_format(probe).name
         ids = [str(t) for t in getattr(probe.unwrapped, "task_ids", [])]
     finally:
         probe.close()
-    spec = _Spec(make, name, history_length, system_prompt, np.random.default_rng(seed), ids)
+    spec = _Spec(make, name, tuple(wrappers), history_length, system_prompt, np.random.default_rng(seed), ids)
     instance = type("AgentInstance", (_StepGymAgent,), {"spec": spec, "__module__": __name__})
     executor = type("AgentExecutor", (_StepGymExecutor,), {"instance_cls": instance, "__module__": __name__})
     return instance, executor

@@ -65,6 +65,13 @@ def success_rows(
     return won & last
 
 
+def require_anchor(batch: Any, method: str) -> Sequence[Any]:
+    """``batch.anchor_obs``, or the ``ValueError`` saying that ``base=method`` needs it."""
+    if batch.anchor_obs is None:
+        raise ValueError(f"base={method!r} needs StepBatch.anchor_obs (the state before each step)")
+    return batch.anchor_obs
+
+
 def require_next(batch: Any, method: str) -> Sequence[Any]:
     if batch.anchor_obs is None or batch.next_obs is None:
         raise ValueError(

@@ -68,7 +68,6 @@ from stepgym.shapers.tokens import TokenLayout
 __all__ = [
     "GRAPH_BASES",
     "SHAPER_PRESETS",
-    "AbortCounts",
     "ShapeConfig",
     "ShapedAdvantages",
     "StepBatch",

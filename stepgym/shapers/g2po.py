@@ -31,7 +31,13 @@ from stepgym.shapers._common import (
     check_same_length,
     check_traj_in_one_group,
 )
-from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows, success_rows
+from stepgym.shapers._graph import (
+    check_step_index,
+    coded_groups,
+    prev_next_rows,
+    require_anchor,
+    success_rows,
+)
 from stepgym.shapers.gigpo import GiGPOTerms, build_step_groups
 from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
@@ -85,8 +91,7 @@ def g2po_terms(
     """
     opts = G2POOptions() if options is None else options
     sh = SharedOptions() if shared is None else shared
-    if batch.anchor_obs is None:
-        raise ValueError("base='g2po' needs StepBatch.anchor_obs (the state before each step)")
+    require_anchor(batch, "g2po")
     group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
     success_reward, mode, eps = opts.success_reward, opts.step_mode, sh.eps
     r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
@@ -142,8 +147,7 @@ class G2POOptions:
 )
 def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     opts = config.options_for("g2po")
-    if batch.anchor_obs is None:
-        raise ValueError("base='g2po' needs StepBatch.anchor_obs (the state before each step)")
+    require_anchor(batch, "g2po")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
     terms = g2po_terms(batch, options=opts, shared=SharedOptions.of(config))
     return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -26,12 +26,9 @@ from stepgym.shapers._common import (
     check_traj_in_one_group,
 )
 from stepgym.shapers.registry import BaseAdvantage, register
-from stepgym.shapers.rewards import apply_invalid_action_penalty, episode_scores
 
 __all__ = [
-    "apply_invalid_action_penalty",
     "drgrpo_advantage",
-    "episode_scores",
     "group_normalize",
     "grpo_advantage",
 ]

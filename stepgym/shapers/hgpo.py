@@ -25,7 +25,7 @@ from stepgym.shapers._common import (
     check_same_length,
     check_traj_in_one_group,
 )
-from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows
+from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows, require_anchor
 from stepgym.shapers.gigpo import build_step_groups, step_discounted_returns
 from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
@@ -67,8 +67,7 @@ def hgpo_advantage(
     """
     opts = HGPOOptions() if options is None else options
     sh = SharedOptions() if shared is None else shared
-    if batch.anchor_obs is None:
-        raise ValueError("base='hgpo' needs StepBatch.anchor_obs (the state before each step)")
+    require_anchor(batch, "hgpo")
     group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
     history, alpha, mode = opts.history, opts.alpha, opts.step_mode
     eps, invalid_penalty = sh.eps, sh.invalid_penalty
@@ -143,7 +142,6 @@ class HGPOOptions:
 )
 def _hgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     opts = config.options_for("hgpo")
-    if batch.anchor_obs is None:
-        raise ValueError("base='hgpo' needs StepBatch.anchor_obs (the state before each step)")
+    require_anchor(batch, "hgpo")
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
     return BaseAdvantage(hgpo_advantage(batch, options=opts, shared=SharedOptions.of(config)))

@@ -1,6 +1,6 @@
 """StepOPSD's text side: step segmentation and target spans (docs/shapers.md §5.1). Tokenizer-agnostic: a callback counts the
 tokens of a text prefix. Peer selection and the hindsight block (docs/shapers.md §5.6) are :mod:`stepgym.hindsight`'s
-(``first_correct_peers``, ``hindsight_block``, ``hindsight_blocks``; re-exported here), shared with ``GroupEnv``.
+(``first_correct_peers``, ``hindsight_block``, ``hindsight_blocks``), shared with ``GroupEnv``.
 
 Source: ``OPSD_experiment_SearchR1`` @ 79c114c, ``verl/trainer/main_ppo.py``: ``RewardManager``'s
 ``_find_invalid_feedback_spans``, ``_advance_past_invalid_feedback``, ``_find_next_observation_span``,
@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from stepgym.hindsight import first_correct_peers, hindsight_block, hindsight_blocks
-
 __all__ = [
     "ACTION_PATTERN",
     "INVALID_FEEDBACK_PREFIX",
@@ -32,9 +30,6 @@ __all__ = [
     "TargetSpan",
     "char_span_to_token_span",
     "extract_response_steps",
-    "first_correct_peers",
-    "hindsight_block",
-    "hindsight_blocks",
     "structural_target_span",
     "target_token_spans",
 ]

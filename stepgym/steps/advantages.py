@@ -37,6 +37,7 @@ __all__ = [
     "mask_spans",
     "needs_records",
     "refuse_missing",
+    "rows_batch",
     "shape_rows",
     "step_means",
 ]
@@ -151,10 +152,10 @@ def mask_spans(
     return spans, recs
 
 
-def shape_rows(rows: Rows, settings: RowSettings, gaps: TokenGaps | None = None) -> Shaped:
-    """stepgym's token advantages for the rows: ``build_step_batch`` → (the caller's ARG labels, the teacher's
-    gaps) → ``shape_advantages`` → the (B, L) token advantages, zero outside ``rows.mask`` when given."""
-    batch = build_step_batch(
+def rows_batch(rows: Rows, options: StepBatchOptions | None = None) -> StepBatch:
+    """The shapers' batch of the rows: :func:`~stepgym.steps.batch.build_step_batch` over their spans, groups,
+    records, rewards, abort flags and observations."""
+    return build_step_batch(
         rows.spans,
         rows.groups,
         rows.width,
@@ -162,8 +163,14 @@ def shape_rows(rows: Rows, settings: RowSettings, gaps: TokenGaps | None = None)
         rewards=rows.rewards,
         aborted=rows.aborted,
         observations=rows.observations,
-        options=settings.options,
+        options=options,
     )
+
+
+def shape_rows(rows: Rows, settings: RowSettings, gaps: TokenGaps | None = None) -> Shaped:
+    """stepgym's token advantages for the rows: ``build_step_batch`` → (the caller's ARG labels, the teacher's
+    gaps) → ``shape_advantages`` → the (B, L) token advantages, zero outside ``rows.mask`` when given."""
+    batch = rows_batch(rows, settings.options)
     if rows.labels is not None:
         batch.reasonable, batch.progress = rows.labels
     if gaps is not None and gaps.delta is not None:

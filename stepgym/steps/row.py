@@ -27,8 +27,8 @@ import numpy as np
 
 from stepgym.errors import StepRecordError
 from stepgym.shapers import StepBatch
-from stepgym.steps.advantages import Rows
-from stepgym.steps.batch import StepBatchOptions, build_step_batch
+from stepgym.steps.advantages import Rows, rows_batch
+from stepgym.steps.batch import StepBatchOptions
 from stepgym.steps.record import StepRecord
 
 __all__ = [
@@ -135,13 +135,5 @@ def rows_step_batch(
     """The shapers' batch of the rows as the bundled trainer reads them (:data:`TRAINER_LAYOUT`, states keyed by
     ``anchor``, the records' ARG labels) and the (B, R) response mask, without shaping it."""
     r = trainer_rows(rows, pad_id)
-    batch = build_step_batch(
-        r.spans,
-        r.groups,
-        r.width,
-        records=r.records,
-        aborted=r.aborted,
-        observations=r.observations,
-        options=StepBatchOptions(reward_scale, invalid_rule, anchor, **TRAINER_LAYOUT),  # type: ignore[arg-type]
-    )
-    return batch, r.mask
+    options = StepBatchOptions(reward_scale, invalid_rule, anchor, **TRAINER_LAYOUT)  # type: ignore[arg-type]
+    return rows_batch(r, options), r.mask

@@ -1,9 +1,9 @@
 """A rollout backend that asks a model served behind an OpenAI-compatible endpoint (vLLM, SGLang, llama.cpp, ...).
 
-It lives with the other backends, below both the trainer's evaluation and :mod:`stepgym.llm_eval` (which
-re-exports it), so every import between them points one way: ``llm_eval`` → ``trainers.evaluate`` →
-``trainers.collector`` → ``trainers.backends`` → this module → :mod:`stepgym.llm_client`. :class:`Sampling` and
-:func:`chat_messages` are here too, because the backend and the endpoint evaluation must build the same requests.
+It lives with the other backends, below both the trainer's evaluation and :mod:`stepgym.llm_eval`, so every
+import between them points one way: ``llm_eval`` → ``trainers.evaluate`` → ``trainers.collector`` →
+``trainers.backends`` → this module → :mod:`stepgym.llm_client`. :class:`Sampling` and :func:`chat_messages` are
+here too, because the backend and the endpoint evaluation must build the same requests.
 """
 
 from __future__ import annotations

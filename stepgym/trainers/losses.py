@@ -17,7 +17,7 @@ import torch
 
 from stepgym.shapers.dapo import AGG_MODES, DAPO_CLIP_HIGH, DAPO_CLIP_LOW, LOG_RATIO_CLAMP, AggMode
 
-__all__ = ["AGG_MODES", "agg_loss", "clipped_surrogate", "policy_loss"]
+__all__ = ["agg_loss", "clipped_surrogate", "policy_loss"]
 
 
 def clipped_surrogate(

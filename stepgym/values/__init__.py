@@ -20,24 +20,21 @@ env's folder:
 * :mod:`stepgym.envs.babyai.values` — BabyAI: A* over the level's full state (exact within the env's search
   budget, else the shorter of the best success found and the BabyAI bot's completion, as an upper bound).
 
-What an oracle returns (:class:`Value`) and its interface (:class:`ValueOracle`) are :mod:`stepgym.envs.oracle`.
+What an oracle returns (:class:`~stepgym.envs.oracle.Value`) and its interface
+(:class:`~stepgym.envs.oracle.ValueOracle`) are :mod:`stepgym.envs.oracle`'s (import them from there).
 
 See docs/values.md for the definitions, the gain rule and the measured cost.
 """
 
 from __future__ import annotations
 
-from stepgym.envs.oracle import Value, ValueOracle
 from stepgym.values.base import ValueCache, step_gain, step_value_class
-from stepgym.values.wrapper import DEFAULT_BUDGET, ValueWrapper, oracle_for
+from stepgym.values.wrapper import DEFAULT_BUDGET, ValueWrapper
 
 __all__ = [
     "DEFAULT_BUDGET",
-    "Value",
     "ValueCache",
-    "ValueOracle",
     "ValueWrapper",
-    "oracle_for",
     "step_gain",
     "step_value_class",
 ]

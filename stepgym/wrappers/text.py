@@ -434,18 +434,18 @@ def text_wrappers(
     *,
     history: int | str | None = "default",
     prompt_as_observation: bool = False,
-    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    inner_wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
 ) -> list[Callable[[gym.Env], gym.Env]]:
-    """The text-env stack as a list of wrappers, innermost first: ``EnvFeedbackWrapper``, then ``wrappers``, then
-    the :class:`TextInterfaceWrapper` (a ``functools.partial``, so the list pickles for env workers when
-    ``wrappers`` do). :func:`make_text_env` applies it; :class:`stepgym.GroupEnv` takes it as its wrapper recipe."""
+    """The text-env stack as a list of wrappers, innermost first: ``EnvFeedbackWrapper``, then ``inner_wrappers``,
+    then the :class:`TextInterfaceWrapper` (a ``functools.partial``, so the list pickles for env workers when
+    ``inner_wrappers`` do). :func:`make_text_env` applies it; :class:`stepgym.GroupEnv` takes it as its wrapper recipe."""
     text = functools.partial(
         TextInterfaceWrapper,
         fmt=fmt or None,
         history_length=history,
         prompt_as_observation=prompt_as_observation,
     )
-    return [EnvFeedbackWrapper, *wrappers, text]
+    return [EnvFeedbackWrapper, *inner_wrappers, text]
 
 
 def make_text_env(
@@ -455,9 +455,9 @@ def make_text_env(
     fmt: str | TextFormat | None = None,
     history: int | str | None = "default",
     prompt_as_observation: bool = False,
-    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    inner_wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
 ) -> TextInterfaceWrapper:
-    """The env as an LLM policy sees it: ``TextInterfaceWrapper(*wrappers(EnvFeedbackWrapper(env)))``.
+    """The env as an LLM policy sees it: ``TextInterfaceWrapper(*inner_wrappers(EnvFeedbackWrapper(env)))``.
 
     The one place the text-env stack is built (the bundled trainer's collector and warm-up, ``stepgym eval`` and
     every trainer adapter use it or :func:`text_wrappers`), so all of them render the same prompts and apply the
@@ -470,7 +470,9 @@ def make_text_env(
             ``""``: the env's declared one (:func:`declared_format`), else ``"plain"``.
         history: K, the steps the prompt shows (``"default"``: the format's).
         prompt_as_observation: return the rendered prompt as the observation.
-        wrappers: more wrappers between the feedback wrapper and the text interface, innermost first.
+        inner_wrappers: more wrappers between the feedback wrapper and the text interface, innermost first (named
+            apart from the ``wrappers=`` of :meth:`~stepgym.steps.episode.Episode.make` and the trainer adapters,
+            which go outside the text interface).
 
     The inner env is closed when a wrapper refuses it (an unknown ``fmt``, say), so a
     refused build leaks no engine, browser or server. Raises ``ValueError`` for ``env_kwargs`` with an env object.
@@ -494,7 +496,7 @@ def make_text_env(
     try:
         wrapped: gym.Env = core
         for wrap in text_wrappers(
-            fmt, history=history, prompt_as_observation=prompt_as_observation, wrappers=wrappers
+            fmt, history=history, prompt_as_observation=prompt_as_observation, inner_wrappers=inner_wrappers
         ):
             wrapped = wrap(wrapped)
         return wrapped  # type: ignore[return-value]

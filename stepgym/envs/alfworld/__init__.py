@@ -9,16 +9,7 @@ from __future__ import annotations
 from stepgym.envs import EnvSplits, register
 from stepgym.lazy import lazy_exports
 
-__all__ = [
-    "NOTHING_HAPPENS",
-    "SHORT_NAMES",
-    "SPLITS",
-    "TASK_TYPES",
-    "ALFWorldConfig",
-    "ALFWorldEnv",
-    "GameRecord",
-    "list_games",
-]
+__all__ = ["ALFWorldConfig", "ALFWorldEnv"]
 
 register(
     "StepGym/ALFWorld-v0",
@@ -36,11 +27,5 @@ __getattr__, __dir__ = lazy_exports(
     {
         "ALFWorldConfig": "stepgym.envs.alfworld.env",
         "ALFWorldEnv": "stepgym.envs.alfworld.env",
-        "GameRecord": "stepgym.envs.alfworld.games",
-        "NOTHING_HAPPENS": "stepgym.envs.alfworld.env",
-        "SHORT_NAMES": "stepgym.envs.alfworld.games",
-        "SPLITS": "stepgym.envs.alfworld.games",
-        "TASK_TYPES": "stepgym.envs.alfworld.games",
-        "list_games": "stepgym.envs.alfworld.games",
     },
 )

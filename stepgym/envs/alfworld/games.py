@@ -23,7 +23,7 @@ from pathlib import Path
 from stepgym.data import data_root
 from stepgym.errors import CorruptDataError, DataNotFoundError
 
-__all__ = ["SPLITS", "TASK_TYPES", "GameRecord", "list_games", "resolve_root"]
+__all__ = ["SHORT_NAMES", "SPLITS", "TASK_TYPES", "GameRecord", "list_games", "resolve_root"]
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 #: The six ALFWorld task types (the prefix of its task ids' second part; the env's registration reads them here);

@@ -10,12 +10,7 @@ from __future__ import annotations
 from stepgym.envs import EnvSplits, register
 from stepgym.lazy import lazy_exports
 
-__all__ = [
-    "DEFAULT_LEVEL",
-    "SPLIT_SEEDS",
-    "BabyAIEnv",
-    "task_type_of",
-]
+__all__ = ["BabyAIEnv"]
 
 register(
     "StepGym/BabyAI-v0",
@@ -32,8 +27,5 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "BabyAIEnv": "stepgym.envs.babyai.env",
-        "DEFAULT_LEVEL": "stepgym.envs.babyai.env",
-        "SPLIT_SEEDS": "stepgym.envs.babyai.env",
-        "task_type_of": "stepgym.envs.babyai.env",
     },
 )

@@ -193,9 +193,7 @@ class BabyAIEnv(TextEnv):
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        task_id = options.get("task_id")
-        if task_id is None:
-            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        task_id = self._task_id_of(options)
         seed = self._seed_of(task_id)
         self._task_id = str(task_id)
         self._mg.max_steps = self.max_steps  # the limit may have been set after construction (gym.make)

@@ -9,16 +9,7 @@ steps and the current observation) and asks for the reply in the ReAct tags ever
 
 from __future__ import annotations
 
-import functools
-
-from stepgym.text_format import (
-    REACT_INSTRUCTION,
-    REACT_REPLY,
-    PromptTemplate,
-    TextFormat,
-    parse_react,
-    react_feedback,
-)
+from stepgym.text_format import REACT_INSTRUCTION, PromptTemplate, react_format
 
 __all__ = ["FORMAT", "TEMPLATE"]
 
@@ -35,14 +26,4 @@ TEMPLATE = PromptTemplate(
     instruction=REACT_INSTRUCTION,
 )
 
-_parse = functools.partial(parse_react, lowercase=True)
-
-FORMAT = TextFormat(
-    "babyai",
-    TEMPLATE,
-    _parse,
-    react_feedback,
-    history_length=2,
-    reply_shape=REACT_REPLY,
-    span_mode="action_only",
-)
+FORMAT = react_format("babyai", TEMPLATE, lowercase=True)

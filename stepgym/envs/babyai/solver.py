@@ -74,6 +74,16 @@ def turns_to_face(direction: int, directions: set[int]) -> int:
     return _COVER[direction][sum(1 << d for d in directions)]
 
 
+def _headings(u: int, dx: int, dy: int) -> int:
+    """The bit mask of the headings a walk ``(dx, dy)`` long that ends facing ``u`` turns through."""
+    mask = 1 << u
+    if dx:
+        mask |= 1 << (0 if dx > 0 else 2)
+    if dy:
+        mask |= 1 << (1 if dy > 0 else 3)
+    return mask
+
+
 def _nav(ax: int, ay: int, d: int, targets: list[tuple[int, int]]) -> int:
     """A lower bound on the turns and forward moves that end facing one of ``targets`` from a neighbouring cell."""
     best = _INF
@@ -81,12 +91,7 @@ def _nav(ax: int, ay: int, d: int, targets: list[tuple[int, int]]) -> int:
         for u, (ux, uy) in enumerate(_VEC):
             nx, ny = tx - ux, ty - uy  # stand here, facing u
             dx, dy = nx - ax, ny - ay
-            mask = 1 << u
-            if dx:
-                mask |= 1 << (0 if dx > 0 else 2)
-            if dy:
-                mask |= 1 << (1 if dy > 0 else 3)
-            cost = abs(dx) + abs(dy) + _COVER[d][mask]
+            cost = abs(dx) + abs(dy) + _COVER[d][_headings(u, dx, dy)]
             if cost < best:
                 best = cost
     return best
@@ -214,13 +219,7 @@ class WallDistances:
                 dist = self._map(ny * self.width + nx)
                 if dist is None or dist[ay * self.width + ax] >= _INF:
                     continue
-                dx, dy = nx - ax, ny - ay
-                mask = 1 << u
-                if dx:
-                    mask |= 1 << (0 if dx > 0 else 2)
-                if dy:
-                    mask |= 1 << (1 if dy > 0 else 3)
-                cost = dist[ay * self.width + ax] + _COVER[d][mask]
+                cost = dist[ay * self.width + ax] + _COVER[d][_headings(u, nx - ax, ny - ay)]
                 if cost < best:
                     best = cost
         return best

@@ -9,16 +9,7 @@ from __future__ import annotations
 from stepgym.envs import EnvSplits, register
 from stepgym.lazy import lazy_exports
 
-__all__ = [
-    "NO_MATCH",
-    "SPLITS",
-    "TASK_TYPES",
-    "VARIATION_COUNTS",
-    "EngineCrashed",
-    "ScienceWorldEnv",
-    "parse_task_id",
-    "split_task_ids",
-]
+__all__ = ["ScienceWorldEnv"]
 
 register(
     "StepGym/ScienceWorld-v0",
@@ -37,13 +28,6 @@ register(
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "EngineCrashed": "stepgym.envs.scienceworld.engine",
-        "NO_MATCH": "stepgym.envs.scienceworld.env",
-        "SPLITS": "stepgym.envs.scienceworld.tasks",
         "ScienceWorldEnv": "stepgym.envs.scienceworld.env",
-        "TASK_TYPES": "stepgym.envs.scienceworld.tasks",
-        "VARIATION_COUNTS": "stepgym.envs.scienceworld.tasks",
-        "parse_task_id": "stepgym.envs.scienceworld.tasks",
-        "split_task_ids": "stepgym.envs.scienceworld.tasks",
     },
 )

@@ -8,16 +8,7 @@ ScienceWorld paper's LLM baselines are prompted; the full list stays in the info
 
 from __future__ import annotations
 
-import functools
-
-from stepgym.text_format import (
-    REACT_INSTRUCTION,
-    REACT_REPLY,
-    PromptTemplate,
-    TextFormat,
-    parse_react,
-    react_feedback,
-)
+from stepgym.text_format import OBSERVATION_STEPS, REACT_INSTRUCTION, PromptTemplate, react_format
 
 __all__ = ["ACTION_TEMPLATES", "FORMAT", "TEMPLATE"]
 
@@ -57,25 +48,9 @@ TEMPLATE = PromptTemplate(
         "{task}\nActions are commands of these forms: " + "; ".join(ACTION_TEMPLATES) + ". "
         "'focus on OBJ' commits to an object as the task's answer: focus only on what the task asks for."
     ),
-    history_header=(
-        "You have taken {step_count} action(s) so far. Here are the last {history_count} observation(s) and the "
-        "action you took after each:"
-    ),
-    history_item="[Step {n}] Observation: {observation}\n[Step {n}] Action: {action}",
-    current="You are now at step {step_number}. Your current observation is: {observation}",
-    current_first="Your current observation is: {observation}",
     admissible="",
     instruction=REACT_INSTRUCTION.replace("admissible action", "action"),
+    **OBSERVATION_STEPS,
 )
 
-_parse = functools.partial(parse_react, lowercase=True)
-
-FORMAT = TextFormat(
-    "scienceworld",
-    TEMPLATE,
-    _parse,
-    react_feedback,
-    history_length=2,
-    reply_shape=REACT_REPLY,
-    span_mode="action_only",
-)
+FORMAT = react_format("scienceworld", TEMPLATE, lowercase=True)

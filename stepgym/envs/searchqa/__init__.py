@@ -10,26 +10,7 @@ from __future__ import annotations
 from stepgym.envs import EnvSplits, register
 from stepgym.lazy import lazy_exports
 
-__all__ = [
-    "DATASETS",
-    "SPLITS",
-    "TRAIN_DATASETS",
-    "Corpus",
-    "Hit",
-    "QARecord",
-    "Retriever",
-    "SearchQAConfig",
-    "SearchQAEnv",
-    "exact_match",
-    "f1_score",
-    "load_corpus",
-    "load_questions",
-    "load_split",
-    "make_prompt",
-    "make_retriever",
-    "normalize_answer",
-    "parse_turn",
-]
+__all__ = ["SearchQAConfig", "SearchQAEnv"]
 
 register(
     "StepGym/SearchQA-v0",
@@ -44,23 +25,7 @@ register(
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "Corpus": "stepgym.envs.searchqa.corpus",
-        "DATASETS": "stepgym.envs.searchqa.datasets",
-        "Hit": "stepgym.envs.searchqa.retrievers",
-        "QARecord": "stepgym.envs.searchqa.datasets",
-        "Retriever": "stepgym.envs.searchqa.retrievers",
-        "SPLITS": "stepgym.envs.searchqa.datasets",
         "SearchQAConfig": "stepgym.envs.searchqa.env",
         "SearchQAEnv": "stepgym.envs.searchqa.env",
-        "TRAIN_DATASETS": "stepgym.envs.searchqa.datasets",
-        "exact_match": "stepgym.envs.searchqa.protocol",
-        "f1_score": "stepgym.envs.searchqa.protocol",
-        "load_corpus": "stepgym.envs.searchqa.corpus",
-        "load_questions": "stepgym.envs.searchqa.datasets",
-        "load_split": "stepgym.envs.searchqa.datasets",
-        "make_prompt": "stepgym.envs.searchqa.protocol",
-        "make_retriever": "stepgym.envs.searchqa.factory",
-        "normalize_answer": "stepgym.envs.searchqa.protocol",
-        "parse_turn": "stepgym.envs.searchqa.protocol",
     },
 )

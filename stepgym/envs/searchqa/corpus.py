@@ -24,7 +24,7 @@ from stepgym.data import data_root, file_sha256
 from stepgym.envs.searchqa.protocol import normalize_answer
 from stepgym.errors import CorruptDataError, DataNotFoundError
 
-__all__ = ["DEFAULT_CORPUS", "Corpus", "default_corpus_path", "load_corpus"]
+__all__ = ["DEFAULT_CORPUS", "Corpus", "default_corpus_path", "load_corpus", "read_jsonl"]
 
 #: The corpus kept with the data, relative to the searchqa data root.
 DEFAULT_CORPUS = "wiki18_subset/corpus.jsonl"
@@ -72,7 +72,7 @@ class Corpus:
             )
         ids: list[str] = []
         contents: list[str] = []
-        for lineno, rec in _read_jsonl(p):
+        for lineno, rec in read_jsonl(p):
             pid, text = _passage(rec, p, lineno)
             ids.append(pid)
             contents.append(text)
@@ -118,7 +118,15 @@ class Corpus:
         return sorted(found)[:limit]
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+_CORPUS_FIX = "Fix: re-download it (`stepgym download searchqa`) or rebuild it."
+
+
+def read_jsonl(
+    path: Path, fix: str = _CORPUS_FIX, unreadable: tuple[type[BaseException], ...] = (OSError,)
+) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a UTF-8 jsonl file (gzip-compressed when its name ends
+    in ``.gz``). A line that is not a JSON object, bad bytes, a truncated gzip or an ``unreadable`` error is a
+    :class:`~stepgym.errors.CorruptDataError` that names the file and line and ends with ``fix``."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -130,16 +138,16 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                 except json.JSONDecodeError as exc:
                     raise CorruptDataError(
                         f"{path}, line {lineno}: not valid JSON ({exc.msg}). The file is truncated or not a jsonl "
-                        "corpus. Fix: re-download it (`stepgym download searchqa`) or rebuild it."
+                        f"file. {fix}"
                     ) from exc
                 if not isinstance(rec, dict):
                     raise CorruptDataError(
-                        f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}."
+                        f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}. {fix}"
                     )
                 yield lineno, rec
-    except (OSError, EOFError, UnicodeDecodeError) as exc:  # truncated gzip, bad bytes
+    except (*unreadable, EOFError, UnicodeDecodeError) as exc:  # truncated gzip, bad bytes
         raise CorruptDataError(
-            f"{path} cannot be read as UTF-8 jsonl{' (gzip)' if path.suffix == '.gz' else ''}: {exc}"
+            f"{path} cannot be read as UTF-8 jsonl{' (gzip)' if path.suffix == '.gz' else ''}: {exc}. {fix}"
         ) from exc
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from stepgym._deps import require
 from stepgym.data import data_root
+from stepgym.envs.searchqa.corpus import read_jsonl
 from stepgym.errors import CorruptDataError, DataNotFoundError
 
 __all__ = [
@@ -70,24 +71,7 @@ class QARecord:
 # File readers (one per stored format)
 # ---------------------------------------------------------------------------------------------------------------
 def _jsonl(path: Path) -> list[dict]:
-    rows = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise CorruptDataError(
-                        f"{path}, line {lineno}: not valid JSON ({exc.msg}). {_FIX}"
-                    ) from exc
-                if not isinstance(rec, dict):
-                    raise CorruptDataError(f"{path}, line {lineno}: expected a JSON object. {_FIX}")
-                rows.append(rec)
-    except UnicodeDecodeError as exc:
-        raise CorruptDataError(f"{path} is not UTF-8 text: {exc}. {_FIX}") from exc
-    return rows
+    return [rec for _, rec in read_jsonl(path, _FIX, unreadable=())]
 
 
 def _json_array(path: Path) -> list[dict]:

@@ -11,10 +11,7 @@ from __future__ import annotations
 from stepgym.envs import EnvSplits, register
 from stepgym.lazy import lazy_exports
 
-__all__ = [
-    "SPLIT_SEEDS",
-    "SokobanEnv",
-]
+__all__ = ["SokobanEnv"]
 
 register(
     "StepGym/Sokoban-v0",
@@ -30,7 +27,6 @@ register(
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "SPLIT_SEEDS": "stepgym.envs.sokoban.env",
         "SokobanEnv": "stepgym.envs.sokoban.env",
     },
 )

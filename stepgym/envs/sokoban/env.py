@@ -152,9 +152,7 @@ class SokobanEnv(TextEnv):
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        task_id = options.get("task_id")
-        if task_id is None:
-            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        task_id = self._task_id_of(options)
         seed = self.seed_of(task_id)
         self.level, self.state = _start(seed, self.dim_room, self.num_boxes, self.search_depth)
         self._task_id = str(task_id)

@@ -8,16 +8,7 @@ as ALFWorld's (the action lowercased, so ``Up`` and ``up`` are one action). The 
 
 from __future__ import annotations
 
-import functools
-
-from stepgym.text_format import (
-    REACT_INSTRUCTION,
-    REACT_REPLY,
-    PromptTemplate,
-    TextFormat,
-    parse_react,
-    react_feedback,
-)
+from stepgym.text_format import REACT_INSTRUCTION, PromptTemplate, react_format
 
 __all__ = ["FORMAT", "TEMPLATE"]
 
@@ -42,15 +33,5 @@ TEMPLATE = PromptTemplate(
     instruction=REACT_INSTRUCTION,
 )
 
-_parse = functools.partial(parse_react, lowercase=True)
-
 #: The format ``make_text_env`` / ``stepgym train`` use for the env (history K = 2, as verl-agent's).
-FORMAT = TextFormat(
-    "sokoban",
-    TEMPLATE,
-    _parse,
-    react_feedback,
-    history_length=2,
-    reply_shape=REACT_REPLY,
-    span_mode="action_only",
-)
+FORMAT = react_format("sokoban", TEMPLATE, lowercase=True)

@@ -10,11 +10,7 @@ from __future__ import annotations
 from stepgym.envs import EnvSplits, register
 from stepgym.lazy import lazy_exports
 
-__all__ = [
-    "SPLITS",
-    "TextCraftEnv",
-    "task_goals",
-]
+__all__ = ["TextCraftEnv"]
 
 register(
     "StepGym/TextCraft-v0",
@@ -30,8 +26,6 @@ register(
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "SPLITS": "stepgym.envs.textcraft.env",
         "TextCraftEnv": "stepgym.envs.textcraft.env",
-        "task_goals": "stepgym.envs.textcraft.env",
     },
 )

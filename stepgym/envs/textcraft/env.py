@@ -210,9 +210,7 @@ class TextCraftEnv(TextEnv):
         return read_text_action(action, MAX_ACTION_CHARS)
 
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        task_id = options.get("task_id")
-        if task_id is None:
-            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        task_id = self._task_id_of(options)
         if task_id not in self._goal_of:
             raise ValueError(
                 f"unknown task_id {task_id!r} for split {self.split!r} ({len(self.task_ids)} tasks, e.g. "

@@ -8,14 +8,7 @@ lower-casing (TextCraft's commands are case-sensitive, as upstream reads them).
 
 from __future__ import annotations
 
-from stepgym.text_format import (
-    REACT_INSTRUCTION,
-    REACT_REPLY,
-    PromptTemplate,
-    TextFormat,
-    parse_react,
-    react_feedback,
-)
+from stepgym.text_format import OBSERVATION_STEPS, REACT_INSTRUCTION, PromptTemplate, react_format
 
 __all__ = ["FORMAT", "TEMPLATE"]
 
@@ -26,23 +19,9 @@ TEMPLATE = PromptTemplate(
         "below (name a concrete item for a group such as planks), 'inventory' lists what you hold. Your task:\n"
         "{task}"
     ),
-    history_header=(
-        "You have taken {step_count} action(s) so far. Here are the last {history_count} observation(s) and the "
-        "action you took after each:"
-    ),
-    history_item="[Step {n}] Observation: {observation}\n[Step {n}] Action: {action}",
-    current="You are now at step {step_number}. Your current observation is: {observation}",
-    current_first="Your current observation is: {observation}",
     admissible="Some admissible actions here are: [{admissible}].",
     instruction=REACT_INSTRUCTION,
+    **OBSERVATION_STEPS,
 )
 
-FORMAT = TextFormat(
-    "textcraft",
-    TEMPLATE,
-    parse_react,
-    react_feedback,
-    history_length=2,
-    reply_shape=REACT_REPLY,
-    span_mode="action_only",
-)
+FORMAT = react_format("textcraft", TEMPLATE)

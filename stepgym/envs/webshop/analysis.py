@@ -28,13 +28,10 @@ def goal_query(goal: Goal) -> str:
     return goal.instruction_text.split(", and price lower than")[0].lower()
 
 
-def target_hits(backend: SearchBackend, goals: Iterable[Goal]) -> dict[str, Any]:
-    goals = list(goals)
-    top10 = top50 = 0
-    for g in goals:
-        hits = backend.search(goal_query(g), 50)
-        top10 += g.asin in hits[:10]
-        top50 += g.asin in hits
+def _hit_rates(goals: list[Goal], hits: list[list[str]]) -> dict[str, Any]:
+    """How often each goal's target is in its search's top 10 and top 50 (``hits[i]``: goal ``i``'s results)."""
+    top10 = sum(g.asin in h[:10] for g, h in zip(goals, hits, strict=True))
+    top50 = sum(g.asin in h for g, h in zip(goals, hits, strict=True))
     n = max(1, len(goals))
     return {
         "goals": len(goals),
@@ -43,6 +40,11 @@ def target_hits(backend: SearchBackend, goals: Iterable[Goal]) -> dict[str, Any]
         "top10_rate": top10 / n,
         "top50_rate": top50 / n,
     }
+
+
+def target_hits(backend: SearchBackend, goals: Iterable[Goal]) -> dict[str, Any]:
+    goals = list(goals)
+    return _hit_rates(goals, [backend.search(goal_query(g), 50) for g in goals])
 
 
 def compare_backends(
@@ -55,37 +57,31 @@ def compare_backends(
     rb = {q: b.search(q, 50) for q in queries}
 
     def hits(res: dict[str, list[str]]) -> dict[str, Any]:
-        top10 = sum(g.asin in res[goal_query(g)][:10] for g in goals)
-        top50 = sum(g.asin in res[goal_query(g)] for g in goals)
-        n = max(1, len(goals))
-        return {
-            "goals": len(goals),
-            "top10": top10,
-            "top50": top50,
-            "top10_rate": top10 / n,
-            "top50_rate": top50 / n,
-        }
+        return _hit_rates(goals, [res[goal_query(g)] for g in goals])
 
+    agreement = _agreement([(ra[q][:k], rb[q][:k]) for q in queries], k)
+    return {
+        a.name: hits(ra),
+        b.name: hits(rb),
+        "agreement": {"queries": len(queries), "k": k, **agreement},
+    }
+
+
+def _agreement(pairs: list[tuple[list[str], list[str]]], k: int) -> dict[str, float]:
+    """Over the (A, B) top-k pairs: mean overlap |A ∩ B| / k and Jaccard, share of identical top-1 and lists."""
     overlap = jaccard = same1 = same_list = 0.0
-    for q in queries:
-        la, lb = ra[q][:k], rb[q][:k]
+    for la, lb in pairs:
         sa, sb = set(la), set(lb)
         overlap += len(sa & sb) / k
         jaccard += len(sa & sb) / len(sa | sb) if sa | sb else 1.0
         same1 += la[:1] == lb[:1]
         same_list += la == lb
-    n = max(1, len(queries))
+    n = max(1, len(pairs))
     return {
-        a.name: hits(ra),
-        b.name: hits(rb),
-        "agreement": {
-            "queries": len(queries),
-            "k": k,
-            "overlap": overlap / n,
-            "jaccard": jaccard / n,
-            "same_top1": same1 / n,
-            "same_list": same_list / n,
-        },
+        "overlap": overlap / n,
+        "jaccard": jaccard / n,
+        "same_top1": same1 / n,
+        "same_list": same_list / n,
     }
 
 
@@ -94,22 +90,7 @@ def backend_agreement(
 ) -> dict[str, Any]:
     """Mean overlap |A ∩ B| / k and Jaccard of the top-k lists, share of identical top-1 and identical lists."""
     queries = list(dict.fromkeys(queries))
-    overlap = jaccard = same1 = same_list = 0.0
-    for q in queries:
-        ra, rb = a.search(q, k), b.search(q, k)
-        sa, sb = set(ra), set(rb)
-        overlap += len(sa & sb) / k
-        jaccard += len(sa & sb) / len(sa | sb) if sa | sb else 1.0
-        same1 += ra[:1] == rb[:1]
-        same_list += ra == rb
-    n = max(1, len(queries))
-    return {
-        "queries": len(queries),
-        "overlap": overlap / n,
-        "jaccard": jaccard / n,
-        "same_top1": same1 / n,
-        "same_list": same_list / n,
-    }
+    return {"queries": len(queries), **_agreement([(a.search(q, k), b.search(q, k)) for q in queries], k)}
 
 
 def run_oracle(env: Any, task_ids: Iterable[str]) -> dict[str, Any]:

@@ -5,14 +5,7 @@ reply, ``<think>…</think><action>…</action>``, read strictly. StepOPSD's tar
 
 from __future__ import annotations
 
-from stepgym.text_format import (
-    REACT_INSTRUCTION,
-    REACT_REPLY,
-    PromptTemplate,
-    TextFormat,
-    parse_react,
-    react_feedback,
-)
+from stepgym.text_format import REACT_INSTRUCTION, PromptTemplate, react_format
 
 __all__ = ["FORMAT", "TEMPLATE"]
 
@@ -33,12 +26,4 @@ TEMPLATE = PromptTemplate(
 )
 
 #: The format ``make_text_env`` / ``stepgym train`` use for the env.
-FORMAT = TextFormat(
-    "webshop",
-    TEMPLATE,
-    parse_react,
-    react_feedback,
-    history_length=2,
-    reply_shape=REACT_REPLY,
-    span_mode="action_only",
-)
+FORMAT = react_format("webshop", TEMPLATE)

@@ -25,8 +25,8 @@ from stepgym import _deps
 from stepgym.errors import StepRecordError
 from stepgym.shapers import SHAPER_PRESETS, ShapeConfig, StepBatch, TokenLayout
 from stepgym.shapers.registry import available as available_shapers
-from stepgym.steps.advantages import Rows, RowSettings, TokenGaps, refuse_missing, shape_rows
-from stepgym.steps.batch import StepBatchOptions, build_step_batch, mask_runs
+from stepgym.steps.advantages import Rows, RowSettings, TokenGaps, refuse_missing, rows_batch, shape_rows
+from stepgym.steps.batch import StepBatchOptions, mask_runs
 from stepgym.steps.record import FORMAT_OR_INADMISSIBLE, INVALID_RULES
 
 _deps.require("verl", "verl", what="the verl integration")
@@ -115,15 +115,7 @@ def step_batch_from_verl(
     if invalid_rule not in INVALID_RULES:
         raise ValueError(f"invalid_rule must be one of {INVALID_RULES}, got {invalid_rule!r}")
     rows = _rows(token_level_rewards, response_mask, index, steps)
-    return build_step_batch(
-        rows.spans,
-        rows.groups,
-        rows.width,
-        records=rows.records,
-        rewards=rows.rewards,
-        aborted=rows.aborted,
-        options=StepBatchOptions(invalid_rule=invalid_rule),
-    )
+    return rows_batch(rows, StepBatchOptions(invalid_rule=invalid_rule))
 
 
 def _numpy(x: Any, dtype: Any) -> np.ndarray:
