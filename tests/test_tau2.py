@@ -473,3 +473,24 @@ def test_the_env_docstring_example_runs() -> None:
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.attempted and result.failed == 0
+
+
+def test_a_trainers_tool_call_becomes_the_envs_action() -> None:
+    """stepgym.integrations.tool_use: a parsed call (arguments as an object or OpenAI's JSON string) is the env's
+    canonical call; the message tool is the message itself; a broken arguments string reaches the env, which names
+    the fault; solo mode offers no message tool."""
+    from stepgym.integrations.tool_use import MESSAGE_TOOL, agent_tools, call_action
+
+    call = call_text("get_user_details", {"user_id": "u1"})
+    assert call_action("get_user_details", {"user_id": "u1"}) == call
+    assert call_action("get_user_details", '{"user_id": "u1"}') == call
+    assert call_action(MESSAGE_TOOL, {"content": "Hello?"}) == "Hello?"
+    broken = parse_tool_reply(call_action("get_user_details", '{"user_id": '))
+    assert not broken.format_valid and "arguments string is not valid JSON" in broken.error
+    env = gym.make(ID, domain="mock", split="base")
+    env.reset(options={"task_id": "mock/create_task_1"})
+    names = [t["function"]["name"] for t in agent_tools(env)]
+    assert names[-1] == MESSAGE_TOOL and "create_task" in names
+    solo = gym.make(ID, domain="telecom", split="small", solo_mode=True)
+    solo.reset()
+    assert MESSAGE_TOOL not in [t["function"]["name"] for t in agent_tools(solo)]
