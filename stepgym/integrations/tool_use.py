@@ -20,16 +20,20 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from stepgym import schema
 from stepgym.envs.tau2.calls import call_text
 
 __all__ = [
     "MESSAGE_TOOL",
     "agent_tools",
+    "answer_message",
     "call_action",
     "env_tool_schemas",
+    "is_call",
     "message_tool_schema",
     "python_tool",
     "takes_messages",
+    "tool_use_opening",
 ]
 
 #: The tool that sends a message to the user (its answer is the user's reply).
@@ -99,6 +103,27 @@ def call_action(name: str, arguments: Mapping[str, Any] | str | None) -> str:
         content = args.get("content")
         return content if isinstance(content, str) else json.dumps(args)
     return call_text(name, args)
+
+
+def is_call(action: Any) -> bool:
+    """Whether an env action (a parsed reply) is a tool call (the canonical JSON), not a message."""
+    return isinstance(action, str) and action.lstrip().startswith("{")
+
+
+def answer_message(action: Any, observation: Any) -> dict[str, str]:
+    """The chat message carrying the env's answer to one step of a tool-use env: a ``tool`` message after a call
+    (the tool's answer), else a ``user`` message (the user's reply, or the feedback on an unreadable reply)."""
+    return {"role": "tool" if is_call(action) else "user", "content": str(observation)}
+
+
+def tool_use_opening(episode: Any) -> str:
+    """The first user turn of a tool-use episode whose tools the chat template renders: the env's instructions
+    (``system_prompt()`` of its core, else the goal) and its first observation."""
+    core = episode.env.unwrapped
+    system = getattr(core, "system_prompt", None)
+    goal = system() if callable(system) else str(episode.info.get(schema.GOAL) or "")
+    first = str(episode.trajectory.initial_observation)
+    return f"{goal}\n\n{first}" if goal else first
 
 
 def _shape(schema: Mapping[str, Any], defs: Mapping[str, Any], depth: int = 0) -> str:
