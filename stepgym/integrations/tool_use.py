@@ -33,6 +33,7 @@ __all__ = [
     "message_tool_schema",
     "python_tool",
     "takes_messages",
+    "tool_methods",
     "tool_use_opening",
 ]
 
