@@ -144,7 +144,7 @@ def environment_factory(
 
     name = env if isinstance(env, str) else getattr(env, "__name__", "Env")
     cls_name = "StepGym_" + "".join(ch if ch.isalnum() else "_" for ch in str(name))
-    tools = _probe_tools(build)
+    tools = _probe_tools(build) if _may_have_tools(env) else None
     if tools is not None:  # a tool-use env: its own tools (and the message tool), one method each
         body: dict[str, Any] = dict(tool_methods(tools, _call_tool))
         return type(cls_name, (StepGymToolEnv,), {**body, "_make": staticmethod(build), "_tool_use": True})
@@ -158,6 +158,22 @@ def environment_factory(
         "Returns:\n    The environment's answer: the new observation and the admissible actions.\n"
     )
     return type(cls_name, (StepGymToolEnv,), {tool_name: tool, "_make": staticmethod(build)})
+
+
+def _may_have_tools(env: str | EnvFactory) -> bool:
+    """False when the env's class is known without building it and has no ``tool_schemas`` (a registered id whose
+    entry point is a class, or a class given as the factory), so no probe env is built for it."""
+    cls: Any = env
+    if isinstance(env, str):
+        import stepgym.envs
+
+        stepgym.envs.register_envs()
+        try:
+            entry = gym.spec(stepgym.envs.resolve_env_id(env)).entry_point
+            cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        except Exception:  # an id gym does not know: the probe (gym.make) names the error
+            return True
+    return not isinstance(cls, type) or callable(getattr(cls, "tool_schemas", None))
 
 
 def _probe_tools(build: Callable[[], gym.Env]) -> list[dict[str, Any]] | None:
