@@ -466,6 +466,58 @@ def test_factory_gives_a_tool_use_env_its_own_tools_with_upstreams_schemas() -> 
     assert not hasattr(solo, MESSAGE_TOOL) and hasattr(solo, "done")  # solo mode: no user to message
 
 
+def test_group_rollout_gives_a_tool_use_env_its_tools_and_tool_messages() -> None:
+    """GroupRollout on StepGym/Tau2-v0: the chat template renders the domain's tools (the first turn is the
+    instructions and the first observation, without the text format's tool list), each call's answer comes back as
+    a tool message and each message's as a user message, and each step's span is exactly its reply (the call)."""
+    pytest.importorskip("tau2")
+    from stepgym.envs.tau2.prompt import FORMAT
+
+    env_kwargs = {"domain": "mock", "split": "base"}
+    tok, _ = tiny_chat_model([{"messages": [{"role": "user", "content": "hi"}]}], vocab=400)
+
+    class ExpertRollout(GroupRollout):
+        """Replies with the env's expert action in tau2's reply shape (a call in <tool_call>, a message as text)."""
+
+        def _groups(self, sizes):
+            self.live_groups = super()._groups(sizes)
+            return self.live_groups
+
+        def _replies(self, trainer, live):
+            out = []
+            for r in live:
+                group = self.live_groups[r.block]
+                info = group.trajectories[group.possible_agents.index(r.agent)].infos()[-1]
+                text = FORMAT.reply(info[schema.EXPERT_ACTION])
+                out.append(([*tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id], None))
+            return out
+
+    rows = task_dataset("StepGym/Tau2-v0", env_kwargs)
+    prompt = next(r["prompt"] for r in rows if r["task_id"] == "mock/create_task_1")
+    trainer = _fake_trainer(tok, g=2)
+    trainer.max_completion_length = 100_000
+    out = ExpertRollout("StepGym/Tau2-v0", env_kwargs, max_turn_tokens=2000, seed=0)(
+        [prompt, prompt], trainer
+    )
+    for prompt_ids, completion, mask, steps, episode in zip(
+        out["prompt_ids"], out["completion_ids"], out["env_mask"], out["stepgym_steps"], out["stepgym_episode"],
+        strict=True,
+    ):  # fmt: skip
+        opening = tok.decode(prompt_ids)
+        assert '"name": "create_task"' in opening and "You may call these tools" not in opening
+        assert "<policy>" in opening
+        assert episode["won"] and [s["admissible"] for s in steps] == [True] * len(steps)
+        calls = [s for s in steps if str(s["action"]).startswith("{")]
+        text = tok.decode(completion)
+        assert calls and text.count("<tool_response>") == len(calls)  # the last step is the closing message
+        trained = np.zeros(len(completion), dtype=bool)
+        for s in steps:
+            span = tok.decode(completion[s["start"] : s["stop"]], skip_special_tokens=True)
+            assert span == FORMAT.reply(s["action"])
+            trained[s["start"] : s["stop"]] = True
+        assert (np.asarray(mask, dtype=bool) == trained).all()
+
+
 def _docs_block(marker: str) -> str:
     text = (Path(__file__).resolve().parents[1] / "docs" / "trl.md").read_text()
     after = text[text.index(marker) :]
