@@ -3,6 +3,7 @@ instantiates per rollout (``reset``, one action tool, ``get_reward``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -162,7 +163,8 @@ def environment_factory(
 
 def _may_have_tools(env: str | EnvFactory) -> bool:
     """False when the env's class is known without building it and has no ``tool_schemas`` (a registered id whose
-    entry point is a class, or a class given as the factory), so no probe env is built for it."""
+    entry point is a class, or a class given as the factory, bare or in a ``functools.partial``), so no probe env
+    is built for it."""
     cls: Any = env
     if isinstance(env, str):
         import stepgym.envs
@@ -173,6 +175,8 @@ def _may_have_tools(env: str | EnvFactory) -> bool:
             cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
         except Exception:  # an id gym does not know: the probe (gym.make) names the error
             return True
+    while isinstance(cls, functools.partial):  # a class with bound arguments (a served env's client, say)
+        cls = cls.func
     return not isinstance(cls, type) or callable(getattr(cls, "tool_schemas", None))
 
 
