@@ -185,6 +185,9 @@ class EnvSpec:
     preset: str  # preset family of the shaper configs: credit / alfworld / webshop / searchqa / sokoban
     tasks: int
     budget: int = 500
+    #: what the gain is scored against: ``exact`` values (only ``VALUE_EXACT`` steps count), or τ²-bench's
+    #: ``bound`` (its steps-to-go bound's change, with a step that leaves the gold path counted harmful)
+    truth: str = "exact"
 
 
 def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
@@ -214,6 +217,16 @@ def env_specs(args: argparse.Namespace) -> list[EnvSpec]:
         ),
         # BabyAI-Text's GoToLocal, exact values everywhere (docs/babyai.md); 24 steps keep a group short
         EnvSpec("BabyAI", "StepGym/BabyAI-v0", {"split": "test", "max_steps": 24}, "babyai", 2 if q else 8),
+        # τ²-bench's airline tasks with the deterministic stand-in user; its values are a bound (docs/tau2.md), so
+        # it is scored against the bound's change, said as such (docs/credit_fidelity.md)
+        EnvSpec(
+            "Tau2",
+            "StepGym/Tau2-v0",
+            {"domain": "airline", "split": "test", "max_steps": 30},
+            "tau2",
+            1 if q else 8,
+            truth="bound",
+        ),
     ]
     only = set(filter(None, args.only.split(",")))
     return [s for s in specs if not only or s.name.lower() in only]
@@ -270,11 +283,69 @@ class SearchQANoise:
         return f"<search>{' '.join(pick)}</search>"
 
 
+class Tau2Noise:
+    """The noisy gold agent on τ²-bench, which lists no admissible actions (a message is free text): with
+    probability 1 − e the expert's next action (a gold call, or the closing message); otherwise one of three errors,
+    equally likely: a tool of the domain (from the tool list in the goal) with its required arguments drawn from the
+    values the expert's calls used so far, else made-up ids (mostly an invalid call, sometimes a needless read or a
+    wrong write); the expert's call with one argument changed; or a message to the user that asks nothing useful.
+    The random agent is this agent with e = 1 (stated in docs/credit_fidelity.md)."""
+
+    MESSAGES = ("Could you tell me a bit more about that?", "One moment, please.", "Thanks for waiting.")
+
+    def __init__(self, error_rate: float, seed: int):
+        self.error_rate, self.rng = error_rate, np.random.default_rng(seed)
+        self.values: dict[str, list[Any]] = {}
+        self.tools: dict[str, list[str]] = {}
+
+    def reset(self) -> None:
+        self.values, self.tools = {}, {}
+
+    def _read_tools(self, goal: str) -> None:
+        if self.tools or "<tools>" not in goal:
+            return
+        for line in goal.split("<tools>", 1)[1].split("</tools>", 1)[0].splitlines():
+            if line.strip():
+                fn = json.loads(line)["function"]
+                self.tools[fn["name"]] = list(fn.get("parameters", {}).get("required") or [])
+
+    def _value(self, key: str) -> Any:
+        seen = self.values.get(key) or []
+        if seen and self.rng.random() < 0.7:
+            return seen[int(self.rng.integers(len(seen)))]
+        return f"{key.split('_')[0]}_{int(self.rng.integers(1000))}"
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        from stepgym.envs.tau2.calls import call_text
+
+        self._read_tools(str(info.get(schema.GOAL) or ""))
+        expert = info.get(schema.EXPERT_ACTION)
+        call = json.loads(expert) if isinstance(expert, str) and expert.startswith("{") else None
+        for k, v in (call or {}).get("arguments", {}).items():
+            if isinstance(v, (str, int, float)) and v not in self.values.setdefault(k, []):
+                self.values[k].append(v)
+        if expert and self.rng.random() >= self.error_rate:
+            return str(expert)
+        pick = int(self.rng.integers(3))
+        if pick == 0 and self.tools:
+            names = sorted(self.tools)
+            name = names[int(self.rng.integers(len(names)))]
+            return call_text(name, {k: self._value(k) for k in self.tools[name]})
+        if pick == 1 and call and call["arguments"]:
+            keys = sorted(call["arguments"])
+            k = keys[int(self.rng.integers(len(keys)))]
+            return call_text(call["name"], {**call["arguments"], k: self._value(k + "_other")})
+        return self.MESSAGES[int(self.rng.integers(len(self.MESSAGES)))]
+
+
 def make_agents(kind: str, spec: EnvSpec, n: int, seed: int, llm: Any = None) -> list[Any]:
-    if kind == "random":
-        return [RandomAgent(seed + i) for i in range(n)]
     if kind == "llm":
         return [llm() for _ in range(n)]
+    if spec.name == "Tau2":
+        e = 1.0 if kind == "random" else float(kind.split("-")[1])
+        return [Tau2Noise(e, seed + i) for i in range(n)]
+    if kind == "random":
+        return [RandomAgent(seed + i) for i in range(n)]
     e = float(kind.split("-")[1])
     if spec.name == "Search-QA":
         return [SearchQANoise(e, seed + i) for i in range(n)]
@@ -423,7 +494,24 @@ class Rows:
     won: list[bool] = field(default_factory=list)
 
 
-def flatten(groups: list[Group]) -> Rows:
+#: τ²-bench's sub-goal key once the databases left the gold path (a write the gold path never makes)
+OFF_GOLD_PATH = "off_gold_path"
+
+
+def bound_gain(pre: dict[str, Any], info: dict[str, Any]) -> float | None:
+    """The truth of a step on an env scored against its bound (``EnvSpec.truth == "bound"``, τ²-bench): the bound's
+    gain (``VALUE_GAIN``: the steps-to-go bound's decrease, −1 for an episode ended lost), and −1 for the step
+    that leaves the gold path (where the bound becomes unknown and the gain rule makes no claim)."""
+    left = pre.get(schema.SUBGOAL_KEY) != OFF_GOLD_PATH and info.get(schema.SUBGOAL_KEY) == OFF_GOLD_PATH
+    if left:
+        return -1.0
+    if pre.get(schema.SUBGOAL_KEY) == OFF_GOLD_PATH:
+        return None  # off the gold path: no bound, no claim
+    gain = info.get(schema.VALUE_GAIN)
+    return None if gain is None else float(gain)
+
+
+def flatten(groups: list[Group], truth: str = "exact") -> Rows:
     r = Rows()
     for gi, g in enumerate(groups):
         for ti, t in enumerate(g.trajs):
@@ -437,9 +525,13 @@ def flatten(groups: list[Group]) -> Rows:
                 r.obs.append(step.observation)
                 r.next_obs.append(step.next_observation)
                 r.done.append(bool(step.terminated))
-                gain = step.info.get(schema.VALUE_GAIN)
+                if truth == "bound":
+                    gain = bound_gain(pre, step.info)
+                    r.exact.append(gain is not None)  # "exact" here: scored against the bound
+                else:
+                    gain = step.info.get(schema.VALUE_GAIN)
+                    r.exact.append(bool(step.info.get(schema.VALUE_EXACT)) and gain is not None)
                 r.gain.append(float("nan") if gain is None else float(gain))
-                r.exact.append(bool(step.info.get(schema.VALUE_EXACT)) and gain is not None)
                 r.task_type.append(g.task_type)
                 r.kind.append(g.kind)
                 r.won.append(t.success)
@@ -639,6 +731,7 @@ def score_env(spec: EnvSpec, rows: Rows, cred: dict[str, np.ndarray], args: argp
         row = {
             "env": spec.name,
             "subset": name,
+            "truth": spec.truth,
             "steps": int(mask.sum()),
             "exact_steps": int(m.sum()),
             "harmful": int((g < 0).sum()),
@@ -701,6 +794,28 @@ def report_tables(results: list[dict]) -> str:
     parts.append(f"**AUROC, each method minus GRPO (paired)**\n\n{table(results, 'auroc', 'all', diff=True)}")
     parts.append(f"**AUROC per ALFWorld task type**\n\n{table(results, 'auroc', 'type:')}")
     return "\n\n".join(parts)
+
+
+def env_method_table(results: list[dict], env: str, subset: str = "all") -> str:
+    """One env's scores, one row per method: AUROC, its paired difference to GRPO, Spearman and the negative-credit
+    share, each with its interval (docs/credit_fidelity.md's τ²-bench table)."""
+    r = next(x for x in results if x["env"] == env and x["subset"] == subset)
+    sc, ci = r["scores"], r["ci"]
+    lines = [
+        f"{env}, {subset}: {r['exact_steps']} scored steps ({r['harmful']} harmful / {r['zero']} zero / "
+        f"{r['helpful']} helpful) in {r['groups']} groups; truth: {r.get('truth', 'exact')}",
+        "",
+        "| method | AUROC | AUROC − GRPO | Spearman | negative-credit share on harmful steps |",
+        "|---|---|---|---|---|",
+    ]
+    for m in methods_in([r]):
+        diff = (
+            fmt_cell(sc[m]["auroc"] - sc["grpo"]["auroc"], ci[f"{m}-grpo"]["auroc"]) if m != "grpo" else "—"
+        )
+        cells = [fmt_cell(sc[m]["auroc"], ci[m]["auroc"]), diff]
+        cells += [fmt_cell(sc[m][k], ci[m][k]) for k in ("spearman", "neg_share")]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def method_table(results: list[dict], metric: str, subset: str = "all", ref: str = "") -> str:
@@ -786,7 +901,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--only", default="", help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,alfworld"
+        "--only",
+        default="",
+        help="comma-separated envs: credittoy,creditfamily,webshop,search-qa,textcraft,alfworld,sokoban,babyai,tau2",
     )
     ap.add_argument("--model", default="", help="also play groups with this model behind --base-url")
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1"))
@@ -828,7 +945,7 @@ def run_env(
 ) -> tuple[list[dict], list[dict]]:
     t0 = time.perf_counter()
     groups = collect(spec, args, kinds, llm)
-    rows = flatten(groups)
+    rows = flatten(groups, spec.truth)
     cred = credits(spec, groups, rows, args.hint_strength)
     out = score_env(spec, rows, cred, args)
     diagnostics = grouping(spec, rows)

@@ -111,6 +111,21 @@ def credit_fidelity_grouping() -> str:
     return cf.grouping_table(json.loads(CREDIT_FIDELITY_ALL.read_text(encoding="utf-8"))["grouping"])
 
 
+CREDIT_FIDELITY_TAU2 = ROOT / "benchmarks" / "results" / "credit_fidelity_tau2_2026-12-07.json"
+
+
+def credit_fidelity_tau2() -> str:
+    """docs/credit_fidelity.md's τ²-bench tables (scored against the steps-to-go bound), rebuilt from the committed
+    results file of ``python benchmarks/credit_fidelity.py --only tau2``."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import json
+
+    import credit_fidelity as cf
+
+    data = json.loads(CREDIT_FIDELITY_TAU2.read_text(encoding="utf-8"))
+    return cf.env_method_table(data["results"], "Tau2") + "\n\n" + cf.grouping_table(data["grouping"])
+
+
 def credit_study_methods() -> str:
     """docs/credit_study.md's table of every method per CreditFamily setting (learning-curve AUC, its paired
     differences to GRPO and to the ceiling), rebuilt from the committed cells."""
@@ -266,6 +281,7 @@ FIGURES = {
         Figure("credit-fidelity", credit_fidelity),
         Figure("credit-fidelity-methods", credit_fidelity_methods, ROOT / "docs" / "credit_fidelity.md"),
         Figure("credit-fidelity-grouping", credit_fidelity_grouping, ROOT / "docs" / "credit_fidelity.md"),
+        Figure("credit-fidelity-tau2", credit_fidelity_tau2, ROOT / "docs" / "credit_fidelity.md"),
         Figure("credit-study-methods", credit_study_methods, ROOT / "docs" / "credit_study.md"),
         Figure("learning-study", learning_study, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-fidelity", learning_study_fidelity, ROOT / "docs" / "learning_study.md"),

@@ -199,10 +199,15 @@ class TextFormat:
 
     def reply(self, action: str) -> str:
         """The whole reply that takes ``action``: :attr:`reply_shape` with the action in it, or ``action`` itself
-        when it already is a valid reply (a policy that writes whole turns: Search-QA's expert)."""
-        if self.parse(action).format_valid:
-            return action
-        return self.reply_shape.replace("{action}", action)
+        when it already is a valid reply that the shape would not carry as the same action (a policy that writes
+        whole turns: Search-QA's expert; a tool-use format's message to the user, which its ``<tool_call>`` shape
+        does not hold, while a call, also readable bare, is written in the shape)."""
+        shaped = self.reply_shape.replace("{action}", action)
+        bare = self.parse(action)
+        if not bare.format_valid:
+            return shaped
+        wrapped = self.parse(shaped)
+        return shaped if wrapped.format_valid and wrapped.action == bare.action else action
 
 
 def react_feedback(reason: str) -> str:

@@ -19,6 +19,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import credit_fidelity as cf  # noqa: E402
 
+from stepgym import schema  # noqa: E402
+
 
 def brute_auroc(score: np.ndarray, positive: np.ndarray) -> float:
     pos, neg = score[positive], score[~positive]
@@ -249,3 +251,24 @@ def test_an_env_failure_aborts_that_episode_and_the_benchmark_goes_on(monkeypatc
     assert re.search(
         r"CreditToy \(random\): episodes aborted and left out: \d+ env_exception", capsys.readouterr().err
     )
+
+
+def test_tau2_bound_truth_and_noisy_gold_agent() -> None:
+    """τ²-bench is scored against its bound: the bound's gain, −1 for the step that leaves the gold path, no claim
+    once off it; the noisy gold agent plays the expert at e = 0 and never raises on a goal without tools."""
+    on, off = {schema.SUBGOAL_KEY: "gold_writes:1/2"}, {schema.SUBGOAL_KEY: cf.OFF_GOLD_PATH}
+    assert cf.bound_gain(on, {**on, schema.VALUE_GAIN: 1.0}) == 1.0
+    assert cf.bound_gain(on, {**off, schema.VALUE_GAIN: 0.0}) == -1.0
+    assert cf.bound_gain(off, {**off, schema.VALUE_GAIN: 0.0}) is None
+    assert cf.bound_gain(on, {**on}) is None
+    call = '{"arguments": {"user_id": "u1"}, "name": "get_user_details"}'
+    goal = '<tools>\n{"function": {"name": "cancel", "parameters": {"required": ["order_id"]}}}\n</tools>'
+    info = {schema.EXPERT_ACTION: call, schema.GOAL: goal}
+    assert cf.Tau2Noise(0.0, 0).act("", info) == call
+    outs = [cf.Tau2Noise(1.0, s).act("", info) for s in range(30)]
+    assert call not in outs and any(o.startswith('{"arguments": {"order_id"') for o in outs)
+    assert any(o in cf.Tau2Noise.MESSAGES for o in outs) and any(
+        '"name": "get_user_details"' in o for o in outs
+    )
+    assert outs == [cf.Tau2Noise(1.0, s).act("", info) for s in range(30)]  # seeded
+    assert isinstance(cf.Tau2Noise(1.0, 0).act("", {}), str)

@@ -194,6 +194,12 @@ def _check_text_format(entry: EnvEntry, env: gym.Env, free_text: bool = False) -
     assert isinstance(text_env.fmt, TextFormat) and text_env.fmt.name != "plain"
     prompt, info = text_env.reset(seed=SEED)
     assert isinstance(prompt, str) and prompt.strip()
+    expert = info.get(schema.EXPERT_ACTION)
+    if isinstance(
+        expert, str
+    ):  # the reply the warm-up and the scripted policies write carries the very action
+        parsed = text_env.fmt.parse(text_env.fmt.reply(expert))
+        assert parsed.format_valid and parsed.action == expert, (expert, text_env.fmt.reply(expert), parsed)
     # free text is a message where the env takes one: there, a malformed tool call is the unformatted reply
     junk = "<tool_call>{not json</tool_call>" if free_text else "an unformatted junk reply"
     obs, *_, info = text_env.step(junk)

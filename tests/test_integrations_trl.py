@@ -403,6 +403,121 @@ def test_factory_plays_a_real_alfworld_task(data_dir: Path) -> None:
     env.env.close()
 
 
+def test_factory_gives_a_tool_use_env_its_own_tools_with_upstreams_schemas() -> None:
+    """StepGym/Tau2-v0 through environment_factory: one method per domain tool (plus send_message), whose
+    signature and docstring give TRL the tool's schema (names, required arguments, types, enums; nested shapes in
+    the descriptions), rendered by a real tool-calling chat template; the expert played through those methods wins,
+    and each call is one recorded step whose action is the call."""
+    pytest.importorskip("tau2")
+    import json
+
+    from transformers.utils import get_json_schema
+
+    from stepgym.integrations.tool_use import MESSAGE_TOOL
+
+    Airline = environment_factory("StepGym/Tau2-v0", {"domain": "airline", "split": "test"})
+    probe = Airline()
+    probe.reset(task_id="airline/2")
+    upstream = probe.env.unwrapped.tool_schemas()
+    public = {
+        n for n, _ in inspect.getmembers(Airline, predicate=inspect.isfunction) if not n.startswith("_")
+    }
+    assert public == {"reset", "get_reward", MESSAGE_TOOL} | {s["function"]["name"] for s in upstream}
+    for up in upstream:
+        got = get_json_schema(getattr(probe, up["function"]["name"]))["function"]
+        params, want = got["parameters"], up["function"]["parameters"]
+        assert sorted(params.get("required", [])) == sorted(want.get("required", []))
+        assert set(params["properties"]) == set(want["properties"])
+        for key, prop in want["properties"].items():
+            if prop.get("type") in ("string", "integer", "number", "boolean", "array", "object"):
+                assert prop["type"] in json.dumps(params["properties"][key]["type"]), (up, key)
+            if "enum" in prop:
+                assert params["properties"][key]["enum"] == prop["enum"]
+    book = get_json_schema(probe.book_reservation)["function"]["parameters"]["properties"]
+    assert '"first_name": string' in book["passengers"]["description"]  # the nested shape, in words
+    tok, _ = tiny_chat_model([{"messages": [{"role": "user", "content": "hi"}]}], vocab=300)
+    rendered = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=[getattr(probe, n) for n in sorted(public - {"reset", "get_reward"})],
+        tokenize=False,
+    )  # fmt: skip
+    assert '"name": "book_reservation"' in rendered and f'"name": "{MESSAGE_TOOL}"' in rendered
+
+    Mock = environment_factory("StepGym/Tau2-v0", {"domain": "mock", "split": "base"})
+    env = Mock()
+    first = env.reset(task_id="mock/create_task_1", prompt=[{"role": "user", "content": ""}])
+    assert "<policy>" in first and "<tools>" not in first  # the chat template renders the tools
+    sent = []
+    while not env.trajectory.done:
+        expert = env.trajectory.infos()[-1][schema.EXPERT_ACTION]
+        if expert.startswith("{"):
+            call = json.loads(expert)
+            answer = getattr(env, call["name"])(**call["arguments"])
+        else:
+            answer = env.send_message(content=expert)
+        sent.append(expert)
+        assert isinstance(answer, str) and answer
+    steps = env.annotations["steps"]
+    assert env.get_reward() == 1.0 and [s["action"] for s in steps] == sent
+    assert all(s["admissible"] for s in steps) and any(a.startswith("{") for a in sent)
+    env.reset(task_id="mock/create_task_1")
+    answer = env.create_task(user_id="no_such_user", title="x")  # a tool error: an invalid call, said so
+    assert env.annotations["steps"][-1]["admissible"] is False and "Tool result" in answer
+    solo = environment_factory("StepGym/Tau2-v0", {"domain": "telecom", "split": "small", "solo_mode": True})
+    assert not hasattr(solo, MESSAGE_TOOL) and hasattr(solo, "done")  # solo mode: no user to message
+
+
+def test_group_rollout_gives_a_tool_use_env_its_tools_and_tool_messages() -> None:
+    """GroupRollout on StepGym/Tau2-v0: the chat template renders the domain's tools (the first turn is the
+    instructions and the first observation, without the text format's tool list), each call's answer comes back as
+    a tool message and each message's as a user message, and each step's span is exactly its reply (the call)."""
+    pytest.importorskip("tau2")
+    from stepgym.envs.tau2.prompt import FORMAT
+
+    env_kwargs = {"domain": "mock", "split": "base"}
+    tok, _ = tiny_chat_model([{"messages": [{"role": "user", "content": "hi"}]}], vocab=400)
+
+    class ExpertRollout(GroupRollout):
+        """Replies with the env's expert action in tau2's reply shape (a call in <tool_call>, a message as text)."""
+
+        def _groups(self, sizes):
+            self.live_groups = super()._groups(sizes)
+            return self.live_groups
+
+        def _replies(self, trainer, live):
+            out = []
+            for r in live:
+                group = self.live_groups[r.block]
+                info = group.trajectories[group.possible_agents.index(r.agent)].infos()[-1]
+                text = FORMAT.reply(info[schema.EXPERT_ACTION])
+                out.append(([*tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id], None))
+            return out
+
+    rows = task_dataset("StepGym/Tau2-v0", env_kwargs)
+    prompt = next(r["prompt"] for r in rows if r["task_id"] == "mock/create_task_1")
+    trainer = _fake_trainer(tok, g=2)
+    trainer.max_completion_length = 100_000
+    out = ExpertRollout("StepGym/Tau2-v0", env_kwargs, max_turn_tokens=2000, seed=0)(
+        [prompt, prompt], trainer
+    )
+    for prompt_ids, completion, mask, steps, episode in zip(
+        out["prompt_ids"], out["completion_ids"], out["env_mask"], out["stepgym_steps"], out["stepgym_episode"],
+        strict=True,
+    ):  # fmt: skip
+        opening = tok.decode(prompt_ids)
+        assert '"name": "create_task"' in opening and "You may call these tools" not in opening
+        assert "<policy>" in opening
+        assert episode["won"] and [s["admissible"] for s in steps] == [True] * len(steps)
+        calls = [s for s in steps if str(s["action"]).startswith("{")]
+        text = tok.decode(completion)
+        assert calls and text.count("<tool_response>") == len(calls)  # the last step is the closing message
+        trained = np.zeros(len(completion), dtype=bool)
+        for s in steps:
+            span = tok.decode(completion[s["start"] : s["stop"]], skip_special_tokens=True)
+            assert span == FORMAT.reply(s["action"])
+            trained[s["start"] : s["stop"]] = True
+        assert (np.asarray(mask, dtype=bool) == trained).all()
+
+
 def _docs_block(marker: str) -> str:
     text = (Path(__file__).resolve().parents[1] / "docs" / "trl.md").read_text()
     after = text[text.index(marker) :]

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import importlib
 import sys
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -257,6 +258,126 @@ def test_missing_task_id_and_env_id_are_refused(tok) -> None:
         _play(tok, {"prompt": []}, server)
     with pytest.raises(ValueError, match="no stepgym env id"):
         _play(tok, {"prompt": [], "extra_info": {"task_id": "x"}}, server)
+
+
+class ToolToy(gym.Env):
+    """A tool-use env shaped like StepGym/Tau2-v0 (whose package is not in verl's virtualenv): the user asks to
+    close a record; the gold path is ``lookup``, ``close_record``, then a message saying it is closed. Actions are
+    tau2's canonical calls or messages, ``tool_schemas()`` lists the tools, ``system_prompt()`` the instructions."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+    task_ids = ("t0", "t1")
+
+    def __init__(self) -> None:
+        from stepgym.spaces import UnicodeText
+
+        self.observation_space, self.action_space = UnicodeText(), UnicodeText()
+        self.record, self.done_calls = "", []
+
+    def tool_schemas(self) -> list[dict]:
+        arg = {
+            "type": "object",
+            "properties": {"record_id": {"type": "string", "description": "The record."}},
+        }
+        return [
+            {"type": "function", "function": {"name": n, "description": d, "parameters": {**arg, "required": ["record_id"]}}}
+            for n, d in (("lookup", "Read a record."), ("close_record", "Close a record."))
+        ]  # fmt: skip
+
+    def system_prompt(self) -> str:
+        return "You are a support agent. Close the record the user names."
+
+    def _expert(self) -> str:
+        from stepgym.envs.tau2.calls import call_text
+
+        gold = [
+            call_text("lookup", {"record_id": self.record}),
+            call_text("close_record", {"record_id": self.record}),
+        ]
+        return gold[len(self.done_calls)] if len(self.done_calls) < 2 else f"Record {self.record} is closed."
+
+    def _info(self, ok: bool = True) -> dict:
+        return {
+            schema.TASK_ID: self.task, schema.GOAL: self.system_prompt(), schema.ADMISSIBLE: ok,
+            schema.STATE_KEY: f"{self.task}:{len(self.done_calls)}", schema.EXPERT_ACTION: self._expert(),
+        }  # fmt: skip
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.task = (options or {}).get("task_id", "t0")
+        self.record, self.done_calls = "r" + self.task[1:], []
+        return f"User: please close record {self.record}.", self._info()
+
+    def step(self, action):
+        from stepgym.envs.tau2.calls import read_call
+
+        if action.startswith("{"):
+            name, args = read_call(action)
+            good = len(self.done_calls) < 2 and action == self._expert()
+            if good:
+                self.done_calls.append(name)
+            return (
+                f"Tool result: {name}({args}) {'ok' if good else 'error'}",
+                0.0,
+                False,
+                False,
+                self._info(good),
+            )
+        if len(self.done_calls) == 2 and self.record in action:
+            return "User: thanks, bye.", 1.0, True, False, self._info()
+        return "User: please go on.", 0.0, False, False, self._info()
+
+
+TOOL_TOY = "StepGymTest/ToolToy-v0"
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools></s>{% endif %}"
+    + CHATML
+)
+
+
+class ToolCallServer(ScriptedServerManager):
+    """The stand-in server for the tool toy: the expert's action in tau2's reply shape (a call in ``<tool_call>``,
+    a message as plain text)."""
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        from stepgym.envs.tau2.prompt import FORMAT
+
+        text = FORMAT.reply(self.agent.info[schema.EXPERT_ACTION])
+        self.calls += 1
+        self.replies.append(text)
+        ids = [*self.tok(text, add_special_tokens=False)["input_ids"], self.tok.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+def test_agent_loop_gives_a_tool_use_env_its_tools_and_tool_messages(tok) -> None:
+    """A tool-use env through verl's agent loop: its tool schemas are rendered by the chat template (not the text
+    format's tool list), each call's answer comes back as a ``tool`` message and each message's as a ``user`` one,
+    and every step's span is exactly its reply (the call, tags included)."""
+    if TOOL_TOY not in gym.registry:
+        gym.register(TOOL_TOY, entry_point=ToolToy)
+    tok.chat_template = TOOL_TEMPLATE
+    try:
+        row = {
+            "prompt": [{"role": "user", "content": ""}],
+            "data_source": TOOL_TOY,
+            "extra_info": {"task_id": "t1", "env_id": TOOL_TOY, "env_kwargs": "{}"},
+        }
+        server = ToolCallServer(tok, np.random.default_rng(0), malformed=())
+        out = _play(tok, row, server, fmt="stepgym.envs.tau2.prompt:FORMAT")
+    finally:
+        tok.chat_template = CHATML
+    steps = out.extra_fields["stepgym_steps"]
+    assert out.reward_score == 1.0 and [s["admissible"] for s in steps] == [True] * 3
+    assert server.replies[0].startswith("<tool_call>") and not server.replies[2].startswith("<tool_call>")
+    prompt = tok.decode(out.prompt_ids)
+    assert '"name": "close_record"' in prompt and "Close the record the user names." in prompt
+    assert "# Tools" not in prompt  # the format's own tool list is left out: the template renders the tools
+    response = tok.decode(out.response_ids)
+    assert response.count("<|im_start|>tool\nTool result: lookup") == 1
+    assert (
+        response.count("<|im_start|>tool\n") == 2 and "<|im_start|>user" not in response
+    )  # the last is done
+    _check_tokens(tok, out, server)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -236,6 +236,63 @@ def test_text_interface_plays_the_env_from_model_replies(envs: dict) -> None:
     )
 
 
+def test_scripted_replies_are_tool_calls_and_stepopsd_targets_the_call() -> None:
+    """The format declares the Hermes/Qwen reply (``<tool_call>{call}</tool_call>``) and StepOPSD's span on that tag:
+    the scripted expert's rows (the warm-up's kind) write each call in the tag, each parses back to the very call,
+    the messages to the user stay plain text, and each call row's StepOPSD target is the call's tokens."""
+    pytest.importorskip("tokenizers")
+    import numpy as np
+
+    from stepgym.steps.teacher_context import span_rule, target_span
+    from stepgym.trainers.backends import ScriptedBackend
+    from stepgym.trainers.collector import Collector
+    from stepgym.trainers.models import train_tokenizer
+    from stepgym.trainers.samples import PromptEncoder
+
+    assert span_rule(FORMAT) == ("action_only", "tool_call")
+    tokenizer = train_tokenizer(
+        ['<tool_call>{"name": "create_task", "arguments": {}}</tool_call>'], vocab_size=300
+    )
+    col = Collector(
+        ID,
+        {"domain": "mock", "split": "base"},
+        FORMAT,
+        history=None,
+        group_size=1,
+        encoder=PromptEncoder(tokenizer, max_prompt_tokens=128),
+        backend=ScriptedBackend(tokenizer, "expert", render=FORMAT.reply),
+    )
+    try:
+        ro = col.collect([("mock/create_task_1", 1)], seed_rng=np.random.default_rng(0))
+    finally:
+        col.close()
+    rows = ro.rows
+    assert rows and all(r.record["format_valid"] and r.record["admissible"] for r in rows)
+    calls = [r for r in rows if r.record["action"].startswith("{")]
+    said = [r for r in rows if not r.record["action"].startswith("{")]
+    assert calls and said and rows[-1].record["reward"] == 1.0
+    for r in calls:
+        assert r.response_text == f"<tool_call>{r.record['action']}</tool_call>"
+        assert parse_tool_reply(r.response_text).action == r.record["action"]
+        span = target_span(tokenizer, r.response_ids, span_rule(FORMAT), r.response_text)
+        assert span is not None
+        covered = tokenizer.decode(r.response_ids[span[0] : span[1]]).replace(" ", "")
+        assert covered == r.response_text.replace(" ", "")  # the whole call, tags included
+    for (
+        r
+    ) in said:  # a message is its own reply (no tag, so no StepOPSD target: its tokens keep the advantage)
+        assert r.response_text == r.record["action"] and "<tool_call>" not in r.response_text
+        assert target_span(tokenizer, r.response_ids, span_rule(FORMAT), r.response_text) is None
+    rng = np.random.default_rng(0)
+    for _ in range(30):  # any call the env could be given: its reply is the tag, read back as that call
+        name = "".join(rng.choice(list("abcxyz_"), size=int(rng.integers(1, 8))))
+        call = call_text("t" + name, {"k": int(rng.integers(100)), "s": "x y"})
+        assert (
+            FORMAT.reply(call).startswith("<tool_call>")
+            and parse_tool_reply(FORMAT.reply(call)).action == call
+        )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Upstream's LLM user against a real OpenAI-compatible server on 127.0.0.1
 # ---------------------------------------------------------------------------------------------------------------
@@ -416,3 +473,24 @@ def test_the_env_docstring_example_runs() -> None:
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.attempted and result.failed == 0
+
+
+def test_a_trainers_tool_call_becomes_the_envs_action() -> None:
+    """stepgym.integrations.tool_use: a parsed call (arguments as an object or OpenAI's JSON string) is the env's
+    canonical call; the message tool is the message itself; a broken arguments string reaches the env, which names
+    the fault; solo mode offers no message tool."""
+    from stepgym.integrations.tool_use import MESSAGE_TOOL, agent_tools, call_action
+
+    call = call_text("get_user_details", {"user_id": "u1"})
+    assert call_action("get_user_details", {"user_id": "u1"}) == call
+    assert call_action("get_user_details", '{"user_id": "u1"}') == call
+    assert call_action(MESSAGE_TOOL, {"content": "Hello?"}) == "Hello?"
+    broken = parse_tool_reply(call_action("get_user_details", '{"user_id": '))
+    assert not broken.format_valid and "arguments string is not valid JSON" in broken.error
+    env = gym.make(ID, domain="mock", split="base")
+    env.reset(options={"task_id": "mock/create_task_1"})
+    names = [t["function"]["name"] for t in agent_tools(env)]
+    assert names[-1] == MESSAGE_TOOL and "create_task" in names
+    solo = gym.make(ID, domain="telecom", split="small", solo_mode=True)
+    solo.reset()
+    assert MESSAGE_TOOL not in [t["function"]["name"] for t in agent_tools(solo)]

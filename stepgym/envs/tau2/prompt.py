@@ -24,7 +24,7 @@ from typing import Any
 from stepgym.envs.tau2.calls import call_text, looks_like_call, read_call
 from stepgym.text_format import ParseResult, PromptTemplate, TextFormat, invalid_parse, parse_react
 
-__all__ = ["FORMAT", "TEMPLATE", "parse_tool_reply", "render_tools", "tool_call_spans"]
+__all__ = ["FORMAT", "TEMPLATE", "TOOL_CALL_REPLY", "parse_tool_reply", "render_tools", "tool_call_spans"]
 
 INSTRUCTION = (
     "Now it is your turn. You may think first inside <think> </think>. Then either call one tool, written as "
@@ -120,4 +120,16 @@ def invalid_feedback(reason: str) -> str:
     )
 
 
-FORMAT = TextFormat("tau2", TEMPLATE, parse_tool_reply, invalid_feedback, history_length=None)
+#: The reply a scripted policy or the warm-up writes for a call (Hermes/Qwen's tag around the call's JSON); a
+#: message to the user is written as it is (:meth:`TextFormat.reply`). StepOPSD's span is the call's tag.
+TOOL_CALL_REPLY = "<tool_call>{action}</tool_call>"
+
+FORMAT = TextFormat(
+    "tau2",
+    TEMPLATE,
+    parse_tool_reply,
+    invalid_feedback,
+    history_length=None,
+    reply_shape=TOOL_CALL_REPLY,
+    span_mode="action_only",
+)

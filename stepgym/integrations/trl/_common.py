@@ -11,21 +11,24 @@ import gymnasium as gym
 
 from stepgym import _deps
 from stepgym.group import EnvFactory
-from stepgym.wrappers.text import resolve_format
+from stepgym.wrappers.text import FORMATS, resolve_format
 
 _deps.require("trl", "trl", what="the TRL integration")
 
 
 def format_name(make: Callable[[], gym.Env], fmt: Any) -> Any:
     """The text format for the envs ``make`` builds: ``fmt`` when given, else the env's declared one
-    (:func:`~stepgym.wrappers.text.resolve_format`'s rule and error, read on a probe copy)."""
+    (:func:`~stepgym.wrappers.text.resolve_format`'s rule and error, read on a probe copy): its name when it is one
+    of :data:`~stepgym.wrappers.text.FORMATS`, else the format itself (an env's own, such as tau2's, which no
+    name resolves)."""
     if fmt is not None:
         return fmt
     probe = make()
     try:
-        return resolve_format(probe).name
+        found = resolve_format(probe)
     finally:
         probe.close()
+    return found.name if found.name in FORMATS else found
 
 
 def env_maker(env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None) -> Callable[[], gym.Env]:

@@ -35,19 +35,22 @@ def use_tool_chat_template(tokenizer: Any, template: str = "qwen2_5") -> Any:
     return tokenizer
 
 
-def template_ids(tokenizer: Any, messages: list[dict[str, Any]], *, generation_prompt: bool) -> list[int]:
+def template_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], *, generation_prompt: bool, tools: Any = None
+) -> list[int]:
     ids = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=False
+        messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=False, tools=tools
     )
     return list(ids[0] if ids and isinstance(ids[0], list) else ids)
 
 
-def user_turn_ids(tokenizer: Any, content: str) -> list[int]:
-    """The tokens the chat template puts after a finished assistant turn (ending in EOS) for a new user message
-    ``content``, up to and including the next assistant header."""
+def user_turn_ids(tokenizer: Any, content: str, role: str = "user") -> list[int]:
+    """The tokens the chat template puts after a finished assistant turn (ending in EOS) for a new message
+    ``content`` (a user message, or with ``role="tool"`` a tool's answer), up to and including the next assistant
+    header."""
     base = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
     prefix = template_ids(tokenizer, base, generation_prompt=False)
-    full = template_ids(tokenizer, [*base, {"role": "user", "content": content}], generation_prompt=True)
+    full = template_ids(tokenizer, [*base, {"role": role, "content": content}], generation_prompt=True)
     eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
     if eos:
         prefix = prefix[: eos[-1] + 1]

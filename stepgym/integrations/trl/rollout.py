@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from stepgym import _deps
+from stepgym import _deps, schema
 from stepgym.errors import ServiceUnavailableError, StepRecordError
 from stepgym.group import EnvFactory, GroupConfig, GroupEnv, WrapperFn
+from stepgym.integrations.tool_use import answer_message, env_tool_schemas
 from stepgym.steps.episode import span_records
 from stepgym.steps.tasks import reset_args, task_id_of_prompt
 from stepgym.wrappers.text import text_wrappers
@@ -38,6 +39,9 @@ class _Rollout:
         self.sampled = False
         self.row = 0  # the global row index in TRL's batch (set by the rollout)
         self.live = True
+        self.tools: list[dict[str, Any]] | None = (
+            None  # a tool-use env's tool schemas (the template renders them)
+        )
 
     def add(self, ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None) -> None:
         self.completion.extend(int(i) for i in ids)
@@ -46,6 +50,16 @@ class _Rollout:
         self.logprobs.extend(list(logprobs) if logprobs is not None else [None] * len(ids))
         if logprobs is not None:
             self.sampled = True
+
+
+def _opening(group: GroupEnv, agent: str) -> str:
+    """A tool-use rollout's first user turn: the env's instructions (without the format's tool list) and its first
+    observation."""
+    core = group.env_of(agent).unwrapped
+    traj = group.trajectories[group.possible_agents.index(agent)]
+    system = getattr(core, "system_prompt", None)
+    goal = system() if callable(system) else str(traj.initial_info.get(schema.GOAL) or "")
+    return f"{goal}\n\n{traj.initial_observation}" if goal else str(traj.initial_observation)
 
 
 class GroupRollout:
@@ -275,9 +289,15 @@ class GroupRollout:
                 for m in prompts[rows[0]]
                 if isinstance(m, Mapping) and m.get("role") == "system"
             ]
+            tools = env_tool_schemas(group.env_of(group.possible_agents[0]))
             for agent, text in group.prompts().items():
+                if (
+                    tools is not None
+                ):  # a tool-use env: the template renders its tools, answers come as messages
+                    text = _opening(group, agent)
                 messages = [*system, {"role": "user", "content": text}]
-                r = _Rollout(b, agent, template_ids(tok, messages, generation_prompt=True))
+                r = _Rollout(b, agent, template_ids(tok, messages, generation_prompt=True, tools=tools))
+                r.tools = tools
                 r.group, r.row = k, offset + len(rollouts)
                 rollouts.append(r)
         while True:
@@ -314,7 +334,12 @@ class GroupRollout:
 
     def _next_turn(self, r: _Rollout, group: GroupEnv, tok: Any, max_len: int) -> None:
         closing = [] if r.completion and r.completion[-1] == tok.eos_token_id else [tok.eos_token_id]
-        turn = closing + user_turn_ids(tok, group.env_of(r.agent).get_wrapper_attr("prompt"))
+        if r.tools is not None:  # a tool-use env: the tool's answer (or the user's reply) as its own message
+            step = group.trajectories[group.possible_agents.index(r.agent)].steps[-1]
+            answer = answer_message(step.info.get(schema.PARSED_ACTION), step.next_observation)
+            turn = closing + user_turn_ids(tok, answer["content"], role=answer["role"])
+        else:
+            turn = closing + user_turn_ids(tok, group.env_of(r.agent).get_wrapper_attr("prompt"))
         if len(r.completion) + len(turn) + self.max_turn_tokens > max_len:
             r.live = False  # no room for another turn: the episode is cut here, unfinished
             return

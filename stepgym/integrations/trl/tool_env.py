@@ -3,6 +3,7 @@ instantiates per rollout (``reset``, one action tool, ``get_reward``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from stepgym.wrappers.feedback import EnvFeedbackWrapper
 _deps.require("trl", "trl", what="the TRL integration")
 
 
+from stepgym.integrations.tool_use import agent_tools, call_action, tool_methods  # noqa: E402
 from stepgym.integrations.trl._common import env_maker  # noqa: E402
 
 
@@ -35,11 +37,13 @@ def _observation_text(obs: Any, info: Mapping[str, Any], *, goal: bool) -> str:
 class StepGymToolEnv:
     """Base of the classes :func:`environment_factory` builds (TRL makes one instance per concurrent rollout).
 
-    Only ``reset``, ``get_reward`` and the action tool are public methods (TRL exposes every public method as a
-    tool); the recorded episode is read through the :attr:`trajectory` and :attr:`annotations` properties.
+    Only ``reset``, ``get_reward`` and the action tool (for a tool-use env: one method per env tool) are public
+    methods (TRL exposes every public method as a tool); the recorded episode is read through the
+    :attr:`trajectory` and :attr:`annotations` properties.
     """
 
     _make: Callable[[], gym.Env]
+    _tool_use: bool = False  #: one method per env tool (a tool-use env), not the one action tool
 
     def __init__(self) -> None:
         # TRL's tool loop handles a tool's exception itself (it shows the error to the model): no abort here
@@ -51,7 +55,11 @@ class StepGymToolEnv:
         prompt). ``row`` holds the row's other columns (TRL passes them all)."""
         self._episode.reset(task_id, seed)
         self._started = True
-        return _observation_text(self._episode.trajectory.initial_observation, self._episode.info, goal=True)
+        info = self._episode.info
+        system = getattr(self._episode.env.unwrapped, "system_prompt", None)
+        if self._tool_use and callable(system):  # the chat template renders the tools: the goal without them
+            info = {**info, schema.GOAL: system()}
+        return _observation_text(self._episode.trajectory.initial_observation, info, goal=True)
 
     def _act(self, action: str) -> str:
         if not self._started:
@@ -115,6 +123,12 @@ def environment_factory(
     observation with the goal and the admissible actions; the tool steps the env with its ``action`` argument and
     returns the next observation (after the episode has ended it answers without stepping, so a model that keeps
     calling cannot move a finished env); ``get_reward()`` is the episode return.
+
+    A tool-use env (one whose core has ``tool_schemas()``: ``StepGym/Tau2-v0``) gets its own tools instead of the
+    one action tool: a method per tool, whose signature and docstring give TRL the tool's schema (read from one
+    probe reset), plus ``send_message(content)`` when the env talks with a user
+    (:mod:`stepgym.integrations.tool_use`); each call becomes the env's action, and TRL's own loop carries the
+    assistant tool-call and tool-response messages. ``tool_name`` and the descriptions do not apply then.
     """
     if not tool_name.isidentifier() or tool_name.startswith("_") or tool_name in ("reset", "get_reward"):
         raise ValueError(
@@ -129,6 +143,13 @@ def environment_factory(
             e = w(e)
         return e
 
+    name = env if isinstance(env, str) else getattr(env, "__name__", "Env")
+    cls_name = "StepGym_" + "".join(ch if ch.isalnum() else "_" for ch in str(name))
+    tools = _probe_tools(build) if _may_have_tools(env) else None
+    if tools is not None:  # a tool-use env: its own tools (and the message tool), one method each
+        body: dict[str, Any] = dict(tool_methods(tools, _call_tool))
+        return type(cls_name, (StepGymToolEnv,), {**body, "_make": staticmethod(build), "_tool_use": True})
+
     def tool(self, action: str) -> str:  # no annotation on self: TRL builds the schema from the hints
         return self._act(action)
 
@@ -137,6 +158,41 @@ def environment_factory(
         f"{tool_description}\n\nArgs:\n    action: {action_description}\n\n"
         "Returns:\n    The environment's answer: the new observation and the admissible actions.\n"
     )
-    name = env if isinstance(env, str) else getattr(env, "__name__", "Env")
-    cls_name = "StepGym_" + "".join(ch if ch.isalnum() else "_" for ch in str(name))
     return type(cls_name, (StepGymToolEnv,), {tool_name: tool, "_make": staticmethod(build)})
+
+
+def _may_have_tools(env: str | EnvFactory) -> bool:
+    """False when the env's class is known without building it and has no ``tool_schemas`` (a registered id whose
+    entry point is a class, or a class given as the factory, bare or in a ``functools.partial``), so no probe env
+    is built for it."""
+    cls: Any = env
+    if isinstance(env, str):
+        import stepgym.envs
+
+        stepgym.envs.register_envs()
+        try:
+            entry = gym.spec(stepgym.envs.resolve_env_id(env)).entry_point
+            cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        except Exception:  # an id gym does not know: the probe (gym.make) names the error
+            return True
+    while isinstance(cls, functools.partial):  # a class with bound arguments (a served env's client, say)
+        cls = cls.func
+    return not isinstance(cls, type) or callable(getattr(cls, "tool_schemas", None))
+
+
+def _probe_tools(build: Callable[[], gym.Env]) -> list[dict[str, Any]] | None:
+    """The tools of a tool-use env (:func:`~stepgym.integrations.tool_use.agent_tools`, read from one env reset
+    on its first task), or ``None`` for an env without tools (no probe episode is played then)."""
+    probe = build()
+    try:
+        if not callable(getattr(probe.unwrapped, "tool_schemas", None)):
+            return None
+        probe.reset(seed=0)
+        return agent_tools(probe)
+    finally:
+        probe.close()
+
+
+def _call_tool(self: StepGymToolEnv, name: str, arguments: dict[str, Any]) -> str:
+    """A tool method's body: the call as the env's action (:func:`~stepgym.integrations.tool_use.call_action`)."""
+    return self._act(call_action(name, arguments))

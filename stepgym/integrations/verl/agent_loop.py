@@ -25,6 +25,7 @@ import gymnasium as gym
 
 from stepgym import _deps, schema
 from stepgym.group import WrapperFn
+from stepgym.integrations.tool_use import answer_message, env_tool_schemas, tool_use_opening
 from stepgym.steps.episode import Episode, span_records
 from stepgym.steps.tasks import task_rows
 
@@ -74,8 +75,9 @@ def _row_value(row: Mapping[str, Any], key: str) -> Any:
 class _Chat:
     """One rollout's token row while it is played: verl's tokens, response mask, log-probs and reply spans."""
 
-    def __init__(self, tokens: list[int]) -> None:
+    def __init__(self, tokens: list[int], tools: list[dict[str, Any]] | None = None) -> None:
         self.tokens = tokens
+        self.tools = tools  # a tool-use env's tool schemas (rendered by the chat template), else None
         self.mask: list[int] = []
         self.logprobs: list[float] | None = None
         self.spans: list[tuple[int, int]] = []
@@ -181,8 +183,13 @@ class StepGymAgentLoop(AgentLoopBase):
             for m in (row.get("raw_prompt") if row.get("raw_prompt") is not None else [])
             if isinstance(m, Mapping) and m.get("role") == "system"
         ]
+        # a tool-use env: its tools go to the chat template (the first turn is its instructions and its first
+        # observation, without the format's tool list), and its answers come back as tool / user messages
+        tools = await self._in_thread(lambda: env_tool_schemas(episode.env))
+        if tools is not None:
+            prompt = tool_use_opening(episode)
         messages = [*system, {"role": "user", "content": prompt}]
-        chat = _Chat(await self.ct_build_initial_tokens(messages))
+        chat = _Chat(await self.ct_build_initial_tokens(messages, tools=tools), tools)
         request_id = uuid4().hex
         while True:
             reply = await self._reply(chat, request_id, params)
@@ -194,7 +201,11 @@ class StepGymAgentLoop(AgentLoopBase):
             messages.append({"role": "assistant", "content": reply})
             if turn.done or len(chat.mask) >= self.response_length:
                 break
-            if not await self._env_turn(chat, messages, episode.prompt):
+            if chat.tools is not None:
+                answer = answer_message(turn.record["action"], turn.observation)
+            else:
+                answer = {"role": "user", "content": episode.prompt}
+            if not await self._env_turn(chat, messages, answer):
                 break  # no room for another turn: the episode is cut here, unfinished
         return self._output(episode.trajectory, chat)
 
@@ -214,12 +225,13 @@ class StepGymAgentLoop(AgentLoopBase):
         chat.spans.append((len(chat.mask) - merged.appended_token_count, len(chat.mask)))
         return self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
 
-    async def _env_turn(self, chat: _Chat, messages: list[dict[str, str]], prompt: str) -> bool:
-        """The env's next prompt appended to the chat (``response_mask`` 0); False when it leaves no room."""
+    async def _env_turn(self, chat: _Chat, messages: list[dict[str, str]], answer: dict[str, str]) -> bool:
+        """The env's answer appended to the chat (``response_mask`` 0): its next prompt as a user turn, or for a
+        tool-use env the tool's answer or the user's reply; False when it leaves no room."""
         previous = list(messages)
-        messages.append({"role": "user", "content": prompt})
+        messages.append(answer)
         merged, new_mask, new_logprobs = await self.ct_merge_context_msg(
-            previous, messages, chat.tokens, chat.mask, chat.logprobs
+            previous, messages, chat.tokens, chat.mask, chat.logprobs, tools=chat.tools
         )
         if len(new_mask) >= self.response_length:
             return False
