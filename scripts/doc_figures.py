@@ -3,7 +3,9 @@
 Each figure is a region of a docs page (``Figure.page``; docs/benchmarks.md by default) between
 ``<!-- figure:NAME -->`` and ``<!-- /figure:NAME -->`` (``# figure:NAME`` and ``# /figure:NAME`` in mkdocs.yml),
 rebuilt from the output of stepgym's own commands, from a committed results file or from the env registry (the
-env table of docs/envs.md and the env pages in the site's navigation: ``env-table``, ``env-pages``). ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a diff when a page
+env table of docs/envs.md and the env pages in the site's navigation: ``env-table``, ``env-pages``). A built-in
+env's page is written in its folder, ``stepgym/envs/<name>/README.md``, and ``docs/<name>.md`` is generated from it
+whole (``env-page-<name>``: its links made relative to docs/). ``--check`` (what ``tests/test_doc_figures.py`` runs) exits 1 with a diff when a page
 differs from a fresh run; ``--write`` puts the fresh figures in.
 
     STEPGYM_DATA=../shared/data python scripts/doc_figures.py --check
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
+import os
 import re
 import subprocess
 import sys
@@ -215,6 +219,34 @@ def _registry() -> tuple[str, ...]:
     return stepgym.ENV_IDS
 
 
+#: The env pages written in their env's folder (a built-in env is one folder): ``docs/<name>.md`` is generated from
+#: ``stepgym/envs/<name>/README.md`` (:func:`env_page`); the other env pages are written in docs/.
+ENV_READMES = {path.parent.name: path for path in sorted((ROOT / "stepgym" / "envs").glob("*/README.md"))}
+_LINK = re.compile(r"(\]\()([^)\s]+)(\))")
+
+
+def _docs_link(target: str, folder: Path) -> str:
+    """A link of a page in ``folder``, made relative to docs/ (a URL, an anchor or an absolute path unchanged)."""
+    if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|#|/", target):
+        return target
+    path, sep, anchor = target.partition("#")
+    rel = os.path.relpath(os.path.normpath(folder / path), ROOT / "docs")
+    return rel.replace(os.sep, "/") + sep + anchor
+
+
+def env_page(readme: Path) -> str:
+    """``docs/<name>.md`` from ``stepgym/envs/<name>/README.md``: the same text with its relative links made
+    relative to docs/, and a line after the front matter naming the file to edit."""
+    text = readme.read_text(encoding="utf-8")
+    text = _LINK.sub(lambda m: m.group(1) + _docs_link(m.group(2), readme.parent) + m.group(3), text)
+    note = (
+        f"<!-- generated from {readme.relative_to(ROOT).as_posix()} by scripts/doc_figures.py --write: "
+        "edit that file -->\n"
+    )
+    end = text.index("\n---\n", 4) + 5 if text.startswith("---\n") else 0
+    return text[:end] + note + text[end:]
+
+
 def env_pages() -> dict[str, dict]:
     """Each env page's front matter (``title``, and ``envs``: per env id it documents, the ``what`` and ``speed``
     cells of the env table and ``see_also`` pages), by page name, in the registry's order of their first env.
@@ -223,12 +255,15 @@ def env_pages() -> dict[str, dict]:
     import yaml
 
     pages: dict[str, dict] = {}
-    for path in sorted(ENV_PAGES.glob("*.md")):
-        text = path.read_text(encoding="utf-8")
+    for stem in sorted({path.stem for path in ENV_PAGES.glob("*.md")} | set(ENV_READMES)):
+        readme = ENV_READMES.get(stem)  # a generated page: read from its source
+        text = (
+            env_page(readme) if readme is not None else (ENV_PAGES / f"{stem}.md").read_text(encoding="utf-8")
+        )
         if text.startswith("---\n"):
             meta = yaml.safe_load(text[4 : text.index("\n---\n", 4)]) or {}
             if "envs" in meta:
-                pages[path.name] = meta
+                pages[f"{stem}.md"] = meta
     owner: dict[str, str] = {}
     for name, meta in pages.items():
         for env_id in meta["envs"]:
@@ -272,6 +307,7 @@ class Figure:
     build: Callable[[], str]
     page: Path = BENCHMARKS  # the file holding the figure's region
     comment: tuple[str, str] = ("<!-- ", " -->")  # how the page writes the region's markers
+    whole: bool = False  # the figure is the whole file (a generated page), not a region
 
 
 FIGURES = {
@@ -292,6 +328,15 @@ FIGURES = {
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
         Figure("env-table", env_table, ROOT / "docs" / "envs.md"),
         Figure("env-pages", env_nav, ROOT / "mkdocs.yml", ("# ", "")),
+        *(
+            Figure(
+                f"env-page-{name}",
+                functools.partial(env_page, readme),
+                ROOT / "docs" / f"{name}.md",
+                whole=True,
+            )
+            for name, readme in ENV_READMES.items()
+        ),
     )
 }
 
@@ -315,9 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for name in args.only or sorted(FIGURES):
         page = FIGURES[name].page
-        text = texts.setdefault(page, page.read_text(encoding="utf-8"))
+        text = texts.setdefault(page, page.read_text(encoding="utf-8") if page.exists() else "")
         open_, close = FIGURES[name].comment
-        match = _region(name, FIGURES[name].comment).search(text)
+        pattern = (
+            re.compile("()(.*)()", re.S) if FIGURES[name].whole else _region(name, FIGURES[name].comment)
+        )
+        match = pattern.search(text)
         if match is None:
             raise SystemExit(
                 f"{page.name} has no {open_}figure:{name}{close} … {open_}/figure:{name}{close} region"

@@ -62,6 +62,36 @@ def test_the_env_table_and_the_env_nav_are_generated_from_the_registry(monkeypat
         doc_figures.env_nav()
 
 
+def test_a_built_in_envs_page_lives_in_its_folder_and_docs_holds_its_generated_copy(monkeypatch, tmp_path):
+    """docs/<env>.md is generated from stepgym/envs/<env>/README.md (links made relative to docs/); a hand edit of
+    the generated page, or a README edited without regenerating, fails the check; the README's own links resolve
+    from its folder."""
+    import dataclasses
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import doc_figures
+
+    folders = {"alfworld", "babyai", "scienceworld", "searchqa", "sokoban", "textcraft", "webshop"}
+    assert folders <= set(doc_figures.ENV_READMES)
+    only = [arg for name in doc_figures.ENV_READMES for arg in ("--only", f"env-page-{name}")]
+    assert doc_figures.main(["--check", *only]) == 0, "run `python scripts/doc_figures.py --write`"
+    for name, readme in doc_figures.ENV_READMES.items():
+        for target in re.findall(r"\]\(([^)\s#:]+)(?:#[^)]*)?\)", readme.read_text(encoding="utf-8")):
+            assert (readme.parent / target).is_file(), (readme, target)
+        assert "../../../docs/" not in _page(f"{name}.md")
+    sokoban = doc_figures.env_page(doc_figures.ENV_READMES["sokoban"])
+    assert (
+        "](values.md)" in sokoban and "stepgym/envs/sokoban/README.md" in sokoban.split("\n---\n", 1)[1][:200]
+    )
+    figure = doc_figures.FIGURES["env-page-sokoban"]
+    edited = tmp_path / "sokoban.md"
+    edited.write_text(figure.page.read_text(encoding="utf-8").replace("# Sokoban", "# Sokoban (edited)", 1))
+    monkeypatch.setitem(doc_figures.FIGURES, "env-page-sokoban", dataclasses.replace(figure, page=edited))
+    assert doc_figures.main(["--check", "--only", "env-page-sokoban"]) == 1
+    assert doc_figures.main(["--write", "--only", "env-page-sokoban"]) == 0
+    assert edited.read_text(encoding="utf-8") == sokoban
+
+
 def test_every_stepgym_command_and_preset_in_the_guides_exists():
     from stepgym.trainers.presets import TRAINER_PRESETS
 

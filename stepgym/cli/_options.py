@@ -15,8 +15,10 @@ from typing import Any
 from stepgym.errors import InvalidArgumentError
 
 __all__ = [
+    "add_task_args",
     "check_count",
     "check_probability",
+    "check_task_args",
     "interrupt_note",
     "on_interrupt",
     "parse_kv",
@@ -36,6 +38,39 @@ def parse_kv(items: Sequence[str], flag: str = "--env-kwarg") -> dict[str, Any]:
         except json.JSONDecodeError:
             out[k] = v
     return out
+
+
+def add_task_args(parser: Any, *, overrides: bool = True) -> None:
+    """The options that name the tasks of a command playing an env (``parser``: a parser or an argument group):
+    ``--env``, ``--split``, ``--limit``, ``--data-root`` and, with ``overrides``, ``--max-steps`` and
+    ``--env-kwarg``; :func:`check_task_args` checks them."""
+    parser.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
+    parser.add_argument("--split", default=None, help="the split (default: the env's evaluation split)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="a fixed sample of N tasks, stratified by task type and seeded with --seed (0: the whole split)",
+    )
+    parser.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
+    if overrides:
+        parser.add_argument(
+            "--max-steps", type=int, default=0, help="step limit per episode (0: the env's default)"
+        )
+        parser.add_argument(
+            "--env-kwarg",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="extra env kwargs (JSON values)",
+        )
+
+
+def check_task_args(args: Any) -> None:
+    """One line (:class:`~stepgym.errors.InvalidArgumentError`) for a negative ``--limit`` or ``--max-steps``."""
+    check_count("--limit", args.limit, meaning_of_zero="the whole split")
+    if hasattr(args, "max_steps"):
+        check_count("--max-steps", args.max_steps, meaning_of_zero="the env's default")
 
 
 def check_count(flag: str, value: int | None, *, meaning_of_zero: str = "", minimum: int = 0) -> int | None:

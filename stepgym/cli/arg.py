@@ -19,7 +19,7 @@ import gymnasium as gym
 
 from stepgym import schema
 from stepgym.agents import make_agent
-from stepgym.cli._options import check_count, check_probability
+from stepgym.cli._options import add_task_args, check_probability, check_task_args
 from stepgym.data import sample_tasks
 from stepgym.envs import check_split
 from stepgym.graph_seeding import seed_graph_from_agent, seed_graph_from_walkthroughs
@@ -30,7 +30,7 @@ from stepgym.rollout import play_episode
 def _make_env(args: argparse.Namespace) -> gym.Env:
     import stepgym  # noqa: F401 - registers the envs
 
-    check_count("--limit", args.limit, meaning_of_zero="the whole split")
+    check_task_args(args)
     if args.cmd == "stats":
         check_probability("--error-rate", args.error_rate)
     args.split = check_split(args.env, args.split)
@@ -142,21 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, help_ in _HELP.items():
         p = sub.add_parser(name, help=help_, description=help_)
-        p.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
-        p.add_argument("--split", default=None, help="the split (default: the env's evaluation split)")
+        add_task_args(p, overrides=False)
         p.add_argument(
             "--source",
             choices=["walkthroughs", "expert", "walkthroughs+expert"],
             default="walkthroughs",
             help="what seeds the graphs: the stored walkthroughs (ALFWorld), the env's expert, or both",
         )
-        p.add_argument(
-            "--limit",
-            type=int,
-            default=0,
-            help="a fixed sample of N tasks, stratified by task type (seeded with --seed; 0: the whole split)",
-        )
-        p.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
         if name == "build":
             p.add_argument("--out", required=True, help="JSON file to write")
         else:

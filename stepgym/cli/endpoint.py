@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stepgym.cli._options import check_count, on_interrupt, parse_kv
+from stepgym.cli._options import add_task_args, check_count, check_task_args, on_interrupt, parse_kv
 from stepgym.errors import InvalidArgumentError
 
 __all__ = ["build_parser", "main"]
@@ -62,19 +62,7 @@ def _add_server_args(ap: argparse.ArgumentParser) -> None:
 
 def _add_task_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("tasks")
-    g.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
-    g.add_argument("--split", default=None, help="the split (default: the env's evaluation split)")
-    g.add_argument(
-        "--limit",
-        type=int,
-        default=0,
-        help="a fixed sample of N tasks, stratified by task type and seeded with --seed (0: the whole split)",
-    )
-    g.add_argument("--max-steps", type=int, default=0, help="step limit per episode (0: the env's default)")
-    g.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
-    g.add_argument(
-        "--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON)"
-    )
+    add_task_args(g)
     g.add_argument(
         "--seed", type=int, default=0, help="env reset seed of every episode (and of the --limit sample)"
     )
@@ -139,8 +127,7 @@ def _checked(args: argparse.Namespace) -> dict[str, Any]:
     """The library's keyword arguments from the parsed flags, each value checked (one-line errors)."""
     from stepgym.envs import check_split
 
-    check_count("--limit", args.limit, meaning_of_zero="the whole split")
-    check_count("--max-steps", args.max_steps, meaning_of_zero="the env's default")
+    check_task_args(args)
     check_count("--concurrency", args.concurrency, minimum=1)
     check_count("--max-tokens", args.max_tokens, minimum=1)
     check_count("--max-retries", args.max_retries)

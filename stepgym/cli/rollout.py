@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from stepgym.cli._options import check_count, check_probability, on_interrupt, parse_kv
+from stepgym.cli._options import add_task_args, check_probability, check_task_args, on_interrupt, parse_kv
 
 __all__ = ["main"]
 
@@ -27,8 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run an agent on a stepgym env and print success per task type. The options of "
         "`--agent llm` (a served model) are listed after these.",
     )
-    ap.add_argument("--env", default="StepGym/ALFWorld-v0", help="a registered env id")
-    ap.add_argument("--split", default=None, help="the split to play (default: the env's evaluation split)")
+    add_task_args(ap)
     ap.add_argument(
         "--agent",
         default="expert",
@@ -40,17 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--seed", type=int, default=0, help="seed of the agent's random choices and of the --limit sample"
-    )
-    ap.add_argument(
-        "--limit",
-        type=int,
-        default=0,
-        help="a fixed sample of N tasks, stratified by task type and seeded with --seed (0: the whole split)",
-    )
-    ap.add_argument("--max-steps", type=int, default=0, help="step limit (0: the env's default)")
-    ap.add_argument("--data-root", default=None, help="data folder (default: $STEPGYM_DATA / user cache)")
-    ap.add_argument(
-        "--env-kwarg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs (JSON values)"
     )
     ap.add_argument("--out", default=None, help="write one JSON line per episode here")
     ap.add_argument(
@@ -83,8 +71,7 @@ def _help_with_llm_options(ap: argparse.ArgumentParser) -> int:
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     from stepgym.envs import check_split
 
-    check_count("--limit", args.limit, meaning_of_zero="the whole split")
-    check_count("--max-steps", args.max_steps, meaning_of_zero="the env's default")
+    check_task_args(args)
     check_probability("--error-rate", args.error_rate)
     kwargs: dict[str, Any] = {"split": check_split(args.env, args.split), **parse_kv(args.env_kwarg)}
     if not kwargs["split"]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -140,6 +141,22 @@ class TextEnv(gym.Env[str, str]):
                 f"({len(self.task_ids)} tasks)"  # type: ignore[attr-defined]
             )
         return task_id
+
+    def _task_record(self, records: Sequence[Any], by_id: Mapping[str, Any], options: dict[str, Any]) -> Any:
+        """The record (with a ``task_id``) of the task ``reset(options=...)`` starts, of an env that holds its
+        split's ``records`` and ``by_id`` (task id → record): ``options["task_id"]`` (``ValueError`` for one not in
+        the split), else ``options["task_index"]`` (modulo the count), else one drawn with the seeded generator."""
+        task_id = options.get("task_id")
+        if task_id is not None:
+            if task_id not in by_id:
+                raise ValueError(
+                    f"unknown task_id {task_id!r} for split {getattr(self, 'split', None)!r} ({len(records)} "
+                    f"tasks; ids look like {records[0].task_id!r})"
+                )
+            return by_id[task_id]
+        if "task_index" in options:
+            return records[int(options["task_index"]) % len(records)]
+        return records[int(self.np_random.integers(len(records)))]
 
     def _clean_action(self, action: Any) -> tuple[str, str]:
         """``(text, problem)`` for a raw action: :func:`sanitize_action` unless an env reads actions as its upstream."""

@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from stepgym import _deps, schema
-from stepgym.steps.episode import Episode
+from stepgym.steps.episode import Episode, EpisodeHolder
 from stepgym.wrappers.text import resolve_format
 
 _deps.require("openrlhf", "openrlhf", what="the OpenRLHF integration")
@@ -141,7 +141,7 @@ class _Spec:
         )
 
 
-class _StepGymAgent(AgentInstanceBase):
+class _StepGymAgent(EpisodeHolder, AgentInstanceBase):
     """One episode of a stepgym env per OpenRLHF prompt (made by :func:`agent_classes`)."""
 
     spec: _Spec
@@ -150,16 +150,6 @@ class _StepGymAgent(AgentInstanceBase):
         self.episode: Episode | None = None
         self.steps: list[dict[str, Any]] = []  #: the step records, each with its ``task_id``
         self.episode_return = 0.0
-
-    @property
-    def env(self) -> gym.Env | None:
-        """The text env of the episode, inside the ``wrappers`` (``None`` before :meth:`reset`)."""
-        return None if self.episode is None else self.episode.env
-
-    @property
-    def info(self) -> dict[str, Any]:
-        """The info of the episode's current state."""
-        return {} if self.episode is None else self.episode.info
 
     @property
     def abort_cause(self) -> str | None:

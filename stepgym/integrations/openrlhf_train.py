@@ -32,14 +32,14 @@ from stepgym import _deps
 from stepgym.errors import StepRecordError
 from stepgym.shapers import ShapeConfig, StepBatch
 from stepgym.steps.advantages import (
-    Rows,
     RowSettings,
     check_group_sizes,
-    mask_spans,
+    masked_rows,
     refuse_missing,
+    rows_batch,
     shape_rows,
 )
-from stepgym.steps.batch import REWARD_SCALE, StepBatchOptions, build_step_batch
+from stepgym.steps.batch import REWARD_SCALE, StepBatchOptions
 from stepgym.steps.record import FORMAT_OR_INADMISSIBLE
 
 torch = _deps.require("torch", "openrlhf")
@@ -111,10 +111,8 @@ def step_batch(
     the context length cut off entirely have no run and take no part; more runs than records is an error, except
     in an ``aborted`` row, whose values are never read: docs/failures.md)."""
     cut = [False] * len(masks) if aborted is None else [bool(a) for a in aborted]
-    spans, recs = mask_spans(masks, records, cut, what="sample")
-    return build_step_batch(
-        spans, groups, width, records=recs, aborted=cut, options=StepBatchOptions(reward_scale, invalid_rule)
-    )
+    rows = masked_rows(masks, records, groups, cut, width=width, what="sample")
+    return rows_batch(rows, StepBatchOptions(reward_scale, invalid_rule))
 
 
 class StepExperienceMaker(RemoteExperienceMaker):
@@ -136,9 +134,7 @@ class StepExperienceMaker(RemoteExperienceMaker):
         masks = [experiences[e].action_mask[r].cpu().numpy() for e, r, _ in where]
         records = [decode_label(experiences[e].labels[r]) for e, r, _ in where]
         aborted = [decode_abort(experiences[e].labels[r]) for e, r, _ in where]
-        spans, recs = mask_spans(masks, records, aborted, what="sample")
-        width = max(len(m) for m in masks)
-        shaped = shape_rows(Rows(spans, groups, width, records=recs, aborted=aborted), settings)
+        shaped = shape_rows(masked_rows(masks, records, groups, aborted, what="sample"), settings)
         batch, adv = shaped.batch, shaped.token_advantages
         ep_return = np.bincount(batch.traj_ids, weights=batch.rewards, minlength=len(where))
         for e, exp in enumerate(experiences):

@@ -31,10 +31,9 @@ import numpy as np
 from stepgym import _deps, schema
 from stepgym.errors import StepRecordError
 from stepgym.steps.advantages import (
-    Rows,
     RowSettings,
     check_group_sizes,
-    mask_spans,
+    masked_rows,
     refuse_missing,
     shape_rows,
 )
@@ -216,8 +215,7 @@ def step_advantages(
             raise StepRecordError(
                 f"row {b} has no stepgym_steps in its env metrics: was it played by StepGymTextEnv?"
             )
-    spans, recs = mask_spans(mask, steps, cut)  # type: ignore[arg-type]
-    rows = Rows(spans, uids, mask.shape[1], records=recs, aborted=cut, mask=mask)
+    rows = masked_rows(mask, steps, uids, cut, zero_outside=True)  # type: ignore[arg-type]
     return shape_rows(rows, RowSettings(cfg, StepBatchOptions(reward_scale, invalid_rule))).token_advantages
 
 

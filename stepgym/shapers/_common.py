@@ -249,3 +249,19 @@ def check_mode(mode: str, what: str = "step_mode") -> None:
     """``ValueError`` unless ``mode`` is one of the two normalisations every step term uses."""
     if mode not in ("mean_norm", "mean_std_norm"):
         raise ValueError(f"{what} must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+
+
+def episode_inputs(
+    rewards: Any, group_ids: Any, traj_ids: Any, mode: str, what: str, **arrays: Any
+) -> tuple[np.ndarray, Groups, Groups]:
+    """A step-credit method's common inputs, checked: the rewards as a finite (N,) float array, then the episode
+    groups and the trajectories as :class:`Groups`. Every array of ``arrays`` (None: absent) has N entries, ``mode``
+    is one of the two normalisations (``what`` names the method in the error), each trajectory lies in one group.
+    """
+    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
+    check_same_length(len(r), group_ids=group_ids, traj_ids=traj_ids, **arrays)
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"{what} mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+    eg, tg = Groups(group_ids), Groups(traj_ids)
+    check_traj_in_one_group(eg, tg, traj_ids)
+    return r, eg, tg

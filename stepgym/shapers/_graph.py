@@ -116,6 +116,24 @@ def check_chain(anchor: np.ndarray, nxt_state: np.ndarray, next_row: np.ndarray)
         )
 
 
+def chained_states(
+    eg: Groups, tg: Groups, anchor: Sequence[Any], nxt: Sequence[Any], success: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`code_states`, checked by :func:`check_chain` along each trajectory of ``tg`` (a success row's next
+    node, the success node, is not compared with a next row)."""
+    a, b, node_group = code_states(eg, anchor, nxt, success)
+    _, next_row = prev_next_rows(tg)
+    check_chain(a, b if success is None else np.where(success, -1, b), next_row)
+    return a, b, node_group
+
+
+def require_states(batch: Any, method: str, *, with_next: bool) -> None:
+    """The checks of a graph method's stage: ``batch`` has its states (:func:`require_next` with ``with_next``, else
+    :func:`require_anchor`) and its rows in time order along each trajectory (:func:`check_step_index`)."""
+    (require_next if with_next else require_anchor)(batch, method)
+    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
+
+
 def reverse_hops(n_nodes: int, src: np.ndarray, dst: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Fewest edges from each node to any of ``targets`` (inf where unreachable), frontier by frontier."""
     dist = np.full(n_nodes, np.inf)

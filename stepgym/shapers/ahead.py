@@ -40,10 +40,13 @@ from stepgym.shapers.registry import register
 
 __all__ = [
     "AHEADOptions",
+    "advantages_and_gaps",
     "ahead_delta",
     "ahead_lambda",
     "ahead_reweight",
     "ahead_weights",
+    "exp_weight",
+    "masked_weights",
     "reweight_tokens",
     "signed_delta",
 ]
@@ -59,7 +62,9 @@ def ahead_lambda(update_index: int, lam0: float = 0.5, decay_steps: int = 50) ->
     return linear_decay(update_index, lam0, decay_steps)
 
 
-def _exp_weight(eps: float) -> Any:
+def exp_weight(eps: float) -> Any:
+    """The weight ``(A, δ) -> clip(exp(sign(A)·δ), 1 − eps, 1 + eps)`` per token (AHEAD's; StepOPSD's ``"exp"``)."""
+
     def fn(a: np.ndarray, d: np.ndarray) -> np.ndarray:
         w = signed_delta(a, d)
         with quiet():
@@ -70,18 +75,30 @@ def _exp_weight(eps: float) -> Any:
     return fn
 
 
+def advantages_and_gaps(advantages: Any, delta: Any, **masks: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The token advantages A (finite) and the teacher's gaps δ as float arrays, checked to have one shape with
+    the ``masks`` (each an array or None)."""
+    a = as_float_array(advantages, "advantages", finite=True)
+    d = as_float_array(delta, "delta")
+    check_same_shape(a.shape, delta=d, **masks)
+    return a, d
+
+
+def masked_weights(advantages: Any, delta: Any, weight: Any, mask: Any = None) -> np.ndarray:
+    """``weight(A, δ)`` per token (a clipped weight of sign(A)·δ), 1 where ``mask`` is false."""
+    a, d = advantages_and_gaps(advantages, delta, mask=mask)
+    w = weight(a, d)
+    if mask is not None:
+        np.copyto(w, 1.0, where=~np.asarray(mask, dtype=bool))
+    return w
+
+
 def ahead_weights(advantages: Any, delta: Any, eps: float = 0.2, mask: Any = None) -> np.ndarray:
     """w = clip(exp(sign(A)·δ), 1 − ε, 1 + ε) per token; 1 where ``mask`` is false or δ is NaN.
 
     ``advantages`` and ``delta`` (any equal shape, typically (B, L)); ``mask`` the same shape or None.
     """
-    a = as_float_array(advantages, "advantages", finite=True)
-    d = as_float_array(delta, "delta")
-    check_same_shape(a.shape, delta=d, mask=mask)
-    w = _exp_weight(check_clip(eps, "eps"))(a, d)
-    if mask is not None:
-        np.copyto(w, 1.0, where=~np.asarray(mask, dtype=bool))
-    return w
+    return masked_weights(advantages, delta, exp_weight(check_clip(eps, "eps")), mask)
 
 
 def ahead_reweight(
@@ -102,10 +119,8 @@ def ahead_reweight(
     Returns (B, L) float64. Invariants: sign(Ã) = sign(A); Ã/A ∈ [1 − λε, 1 + λε]; λ = 0 gives Ã = A.
     """
     lam = check_lambda(lam)
-    a = as_float_array(advantages, "advantages", finite=True)
-    d = as_float_array(delta, "delta")
-    check_same_shape(a.shape, delta=d, mask=mask)
-    return reweight_tokens(a, d, lam, _exp_weight(check_clip(eps, "eps")), mask)
+    a, d = advantages_and_gaps(advantages, delta, mask=mask)
+    return reweight_tokens(a, d, lam, exp_weight(check_clip(eps, "eps")), mask)
 
 
 def ahead_delta(

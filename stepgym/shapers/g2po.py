@@ -26,16 +26,13 @@ import numpy as np
 from stepgym.shapers._common import (
     Groups,
     as_bool_array,
-    as_float_array,
     check_mode,
-    check_same_length,
-    check_traj_in_one_group,
+    episode_inputs,
 )
 from stepgym.shapers._graph import (
-    check_step_index,
-    coded_groups,
     prev_next_rows,
     require_anchor,
+    require_states,
     success_rows,
 )
 from stepgym.shapers.gigpo import GiGPOTerms, build_step_groups
@@ -94,16 +91,12 @@ def g2po_terms(
     require_anchor(batch, "g2po")
     group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
     success_reward, mode, eps = opts.success_reward, opts.step_mode, sh.eps
-    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
-    n = len(r)
-    check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
-    if mode not in ("mean_norm", "mean_std_norm"):
-        raise ValueError(f"G2PO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
-    if n == 0:
+    r, eg, tg = episode_inputs(
+        batch.rewards, group_ids, traj_ids, mode, "G2PO", anchor_obs=anchor_obs, valid=valid
+    )
+    if len(r) == 0:
         empty = np.zeros(0)
         return GiGPOTerms(empty, empty, empty, empty, np.zeros(0, dtype=np.int64))
-    eg, tg = Groups(group_ids), Groups(traj_ids)
-    check_traj_in_one_group(eg, tg, traj_ids)
     std = mode == "mean_std_norm"
     episode_r = episode_scores(r, tg)
     succ = success_rows(batch.success, tg, episode_r, "equal", success_reward)
@@ -147,7 +140,6 @@ class G2POOptions:
 )
 def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     opts = config.options_for("g2po")
-    require_anchor(batch, "g2po")
-    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
+    require_states(batch, "g2po", with_next=False)
     terms = g2po_terms(batch, options=opts, shared=SharedOptions.of(config))
     return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -38,7 +38,7 @@ from stepgym.shapers._common import (
     as_float_array,
     check_mode,
     check_same_length,
-    check_traj_in_one_group,
+    episode_inputs,
     hashable,
 )
 from stepgym.shapers.grpo import group_normalize
@@ -187,13 +187,10 @@ def gigpo_terms(
     (``shared.step_weight`` is not read: ``terms.combined(w)`` applies it)."""
     opts = GiGPOOptions() if options is None else options
     sh = SharedOptions() if shared is None else shared
-    mode = _check_mode(opts.mode)
-    r = as_float_array(rewards, "rewards", ndim=1, finite=True)
-    n = len(r)
-    check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
-    tg = Groups(traj_ids)
-    eg = Groups(group_ids)
-    check_traj_in_one_group(eg, tg, traj_ids)
+    mode = opts.mode
+    r, eg, tg = episode_inputs(
+        rewards, group_ids, traj_ids, mode, "GiGPO", anchor_obs=anchor_obs, valid=valid
+    )
     scores = apply_invalid_action_penalty(
         episode_scores(r, tg), valid, sh.invalid_penalty
     )  # R_i − c(1 − v) (§2.1)

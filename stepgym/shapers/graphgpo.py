@@ -29,18 +29,13 @@ import numpy as np
 
 from stepgym.shapers._common import (
     Groups,
-    as_float_array,
     check_mode,
-    check_same_length,
-    check_traj_in_one_group,
+    episode_inputs,
 )
 from stepgym.shapers._graph import (
-    check_chain,
-    check_step_index,
-    code_states,
-    coded_groups,
-    prev_next_rows,
+    chained_states,
     require_next,
+    require_states,
     reverse_hops,
     success_rows,
 )
@@ -79,9 +74,7 @@ def graph_distances(
         both[1::2] = ["success" if s else o for o, s in zip(next_obs, success.tolist(), strict=True)]
         codes = build_step_groups(np.repeat(eg.codes, 2), both, similarity=True, tau=tau)
         anchor_obs, next_obs = codes[0::2].tolist(), codes[1::2].tolist()
-    a, b, node_group = code_states(eg, anchor_obs, next_obs, success)
-    _, nxt_row = prev_next_rows(tg)
-    check_chain(a, np.where(success, -1, b), nxt_row)
+    a, b, node_group = chained_states(eg, tg, anchor_obs, next_obs, success)
     n_nodes = len(node_group)
     targets = np.unique(b[success])
     dist = reverse_hops(n_nodes, a, b, targets)
@@ -110,16 +103,11 @@ def graphgpo_terms(
     next_obs = require_next(batch, "graphgpo")
     group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
     gamma, scale, mode, eps = sh.gamma, opts.scale, opts.step_mode, sh.eps
-    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
-    check_same_length(
-        len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, next_obs=next_obs
+    r, eg, tg = episode_inputs(
+        batch.rewards, group_ids, traj_ids, mode, "GraphGPO", anchor_obs=anchor_obs, next_obs=next_obs
     )
-    if mode not in ("mean_norm", "mean_std_norm"):
-        raise ValueError(f"GraphGPO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
     if not (np.isfinite(gamma) and np.isfinite(scale)):
         raise ValueError(f"gamma and the return scale must be finite, got {gamma}, {scale}")
-    eg, tg = Groups(group_ids), Groups(traj_ids)
-    check_traj_in_one_group(eg, tg, traj_ids)
     episode_r = episode_scores(r, tg)
     succ = success_rows(batch.success, tg, episode_r, "positive")
     d_cur, d_next = graph_distances(
@@ -170,7 +158,6 @@ class GraphGPOOptions:
     needs=("state_keys", "state_chain"),
 )
 def _graphgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
-    require_next(batch, "graphgpo")
-    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
+    require_states(batch, "graphgpo", with_next=True)
     terms = graphgpo_terms(batch, options=config.options_for("graphgpo"), shared=SharedOptions.of(config))
     return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -20,12 +20,10 @@ import numpy as np
 
 from stepgym.shapers._common import (
     Groups,
-    as_float_array,
     check_mode,
-    check_same_length,
-    check_traj_in_one_group,
+    episode_inputs,
 )
-from stepgym.shapers._graph import check_step_index, coded_groups, prev_next_rows, require_anchor
+from stepgym.shapers._graph import prev_next_rows, require_anchor, require_states
 from stepgym.shapers.gigpo import build_step_groups, step_discounted_returns
 from stepgym.shapers.grpo import group_normalize
 from stepgym.shapers.registry import BaseAdvantage, register
@@ -71,14 +69,11 @@ def hgpo_advantage(
     group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
     history, alpha, mode = opts.history, opts.alpha, opts.step_mode
     eps, invalid_penalty = sh.eps, sh.invalid_penalty
-    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
-    check_same_length(len(r), group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, valid=valid)
-    if mode not in ("mean_norm", "mean_std_norm"):
-        raise ValueError(f"HGPO mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+    r, eg, tg = episode_inputs(
+        batch.rewards, group_ids, traj_ids, mode, "HGPO", anchor_obs=anchor_obs, valid=valid
+    )
     if history < 0 or not np.isfinite(alpha):
         raise ValueError(f"HGPO needs history >= 0 and a finite alpha, got {history}, {alpha}")
-    eg, tg = Groups(group_ids), Groups(traj_ids)
-    check_traj_in_one_group(eg, tg, traj_ids)
     std = mode == "mean_std_norm"
     returns = apply_invalid_action_penalty(
         step_discounted_returns(r, tg.codes, sh.gamma), valid, invalid_penalty
@@ -142,6 +137,5 @@ class HGPOOptions:
 )
 def _hgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
     opts = config.options_for("hgpo")
-    require_anchor(batch, "hgpo")
-    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
+    require_states(batch, "hgpo", with_next=False)
     return BaseAdvantage(hgpo_advantage(batch, options=opts, shared=SharedOptions.of(config)))

@@ -29,15 +29,13 @@ from stepgym.shapers._common import (
     as_float_array,
     check_mode,
     check_same_length,
-    check_traj_in_one_group,
+    episode_inputs,
 )
 from stepgym.shapers._graph import (
-    check_chain,
-    check_step_index,
-    code_states,
-    coded_groups,
+    chained_states,
     prev_next_rows,
     require_next,
+    require_states,
 )
 from stepgym.shapers.gigpo import GiGPOTerms, step_relative_advantage
 from stepgym.shapers.grpo import group_normalize
@@ -137,20 +135,15 @@ def rewardflow_terms(
     group_ids, traj_ids, anchor_obs, valid = batch.group_ids, batch.traj_ids, batch.anchor_obs, batch.valid
     gamma, rounds, mode = sh.gamma, opts.rounds, opts.step_mode
     eps, invalid_penalty = sh.eps, sh.invalid_penalty
-    r = as_float_array(batch.rewards, "rewards", ndim=1, finite=True)
+    r, eg, tg = episode_inputs(
+        batch.rewards, group_ids, traj_ids, mode, "RewardFlow", anchor_obs=anchor_obs, next_obs=next_obs
+    )
     n = len(r)
-    check_same_length(n, group_ids=group_ids, traj_ids=traj_ids, anchor_obs=anchor_obs, next_obs=next_obs)
-    if mode not in ("mean_norm", "mean_std_norm"):
-        raise ValueError(f"RewardFlow mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
     if not (np.isfinite(gamma) and rounds >= 0):
         raise ValueError(f"RewardFlow needs a finite gamma and rounds >= 0, got {gamma}, {rounds}")
-    eg, tg = Groups(group_ids), Groups(traj_ids)
-    check_traj_in_one_group(eg, tg, traj_ids)
     ended = np.ones(n, dtype=bool) if batch.dones is None else as_bool_array(batch.dones, "dones")
     check_same_length(n, dones=ended)
-    a, b, node_group = code_states(eg, anchor_obs, next_obs)
-    _, nxt = prev_next_rows(tg)
-    check_chain(a, b, nxt)
+    a, b, node_group = chained_states(eg, tg, anchor_obs, next_obs)
     rows, src, dst, sr, dr, has_next = _edges(r, tg, a, b, ended)
     if opts.alfworld_clean:
         actions = batch.actions
@@ -201,8 +194,7 @@ class RewardFlowOptions:
     needs=("state_keys", "state_chain"),
 )
 def _rewardflow_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
-    require_next(batch, "rewardflow")
+    require_states(batch, "rewardflow", with_next=True)
     opts = config.options_for("rewardflow")
-    check_step_index(batch.step_index, coded_groups(batch.traj_ids))
     terms = rewardflow_terms(batch, options=opts, shared=SharedOptions.of(config))
     return BaseAdvantage(terms.combined(config.step_weight), terms)

@@ -38,7 +38,13 @@ from stepgym.shapers._common import (
     linear_decay,
     quiet,
 )
-from stepgym.shapers.ahead import reweight_tokens, signed_delta
+from stepgym.shapers.ahead import (
+    advantages_and_gaps,
+    exp_weight,
+    masked_weights,
+    reweight_tokens,
+    signed_delta,
+)
 from stepgym.shapers.registry import register
 from stepgym.shapers.tokens import TokenLayout
 
@@ -71,16 +77,16 @@ def _weight_fn(alpha: float, fn: str) -> Any:
     if fn not in ("sigmoid", "exp"):
         raise ValueError(f"weight fn must be 'sigmoid' or 'exp', got {fn!r}")
 
+    if fn == "exp":
+        return exp_weight(alpha)
+
     def weight(a: np.ndarray, d: np.ndarray) -> np.ndarray:
         w = signed_delta(a, d)
-        with quiet():
-            if fn == "sigmoid":  # 2σ(s) = 2/(1 + e^(−s)); e^(−s) = inf gives 0, clipped to 1 − α
-                np.negative(w, out=w)
-                np.exp(w, out=w)
-                w += 1.0
-                np.divide(2.0, w, out=w)
-            else:
-                np.exp(w, out=w)
+        with quiet():  # 2σ(s) = 2/(1 + e^(−s)); e^(−s) = inf gives 0, clipped to 1 − α
+            np.negative(w, out=w)
+            np.exp(w, out=w)
+            w += 1.0
+            np.divide(2.0, w, out=w)
         np.clip(w, 1.0 - alpha, 1.0 + alpha, out=w)
         return w
 
@@ -94,13 +100,7 @@ def stepopsd_weights(
 
     Shapes: ``advantages``, ``delta`` and ``mask`` equal (typically (B, L)).
     """
-    a = as_float_array(advantages, "advantages", finite=True)
-    d = as_float_array(delta, "delta")
-    check_same_shape(a.shape, delta=d, mask=mask)
-    w = _weight_fn(check_clip(alpha, "alpha"), fn)(a, d)
-    if mask is not None:
-        np.copyto(w, 1.0, where=~np.asarray(mask, dtype=bool))
-    return w
+    return masked_weights(advantages, delta, _weight_fn(check_clip(alpha, "alpha"), fn), mask)
 
 
 def stepopsd_reweight(
@@ -128,9 +128,7 @@ def stepopsd_reweight(
     Returns (B, L) float64; sign(Ã) = sign(A) and Ã/A ∈ [1 − λα, 1 + λα].
     """
     lam = check_lambda(lam)
-    a = as_float_array(advantages, "advantages", finite=True)
-    d = as_float_array(delta, "delta")
-    check_same_shape(a.shape, delta=d, delta_mask=delta_mask, response_mask=response_mask)
+    a, d = advantages_and_gaps(advantages, delta, delta_mask=delta_mask, response_mask=response_mask)
     return reweight_tokens(a, d, lam, _weight_fn(check_clip(alpha, "alpha"), fn), delta_mask, response_mask)
 
 

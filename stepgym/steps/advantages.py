@@ -35,6 +35,7 @@ __all__ = [
     "TokenGaps",
     "check_group_sizes",
     "mask_spans",
+    "masked_rows",
     "needs_records",
     "refuse_missing",
     "rows_batch",
@@ -150,6 +151,25 @@ def mask_spans(
         spans.append(runs)
         recs.append(list(row) if aborted[b] else list(row[: len(runs)]))
     return spans, recs
+
+
+def masked_rows(
+    masks: Sequence[Any],
+    records: Sequence[Sequence[Mapping[str, Any]]],
+    groups: Sequence[Any],
+    aborted: Sequence[bool],
+    *,
+    width: int | None = None,
+    what: str = "row",
+    zero_outside: bool = False,
+) -> Rows:
+    """The :class:`Rows` of a trainer that marks each row's reply tokens in a mask: the steps are the runs of
+    ``masks[b]`` lined up with ``records[b]`` (:func:`mask_spans`); ``width`` (default: the longest mask) is the
+    padded length; ``zero_outside``: the masks are also :attr:`Rows.mask` (advantages 0 outside the replies)."""
+    spans, recs = mask_spans(masks, records, aborted, what)
+    width = max(len(m) for m in masks) if width is None else width
+    mask = masks if zero_outside else None
+    return Rows(spans, groups, width, records=recs, aborted=aborted, mask=mask)
 
 
 def rows_batch(rows: Rows, options: StepBatchOptions | None = None) -> StepBatch:

@@ -34,7 +34,7 @@ from stepgym.steps.record import ABORTED_STEP, episode_annotations, step_annotat
 from stepgym.steps.tasks import reset_args
 from stepgym.wrappers.text import make_text_env
 
-__all__ = ["Episode", "Turn", "span_records"]
+__all__ = ["Episode", "EpisodeHolder", "Turn", "span_records"]
 
 
 class Turn(NamedTuple):
@@ -179,3 +179,20 @@ def span_records(
     for rec, (s, e) in zip(steps, spans, strict=True):
         rec.update(start=s, stop=e)
     return episode, steps
+
+
+class EpisodeHolder:
+    """Mixin of an adapter's object that plays one :class:`Episode` at a time (:attr:`episode`, ``None`` before
+    the first): the env and the current info of that episode."""
+
+    episode: Episode | None = None
+
+    @property
+    def env(self) -> gym.Env | None:
+        """The text env of the episode being played, inside its wrappers (``None`` before the first)."""
+        return None if self.episode is None else self.episode.env
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The info of the episode's current state (``{}`` before the first)."""
+        return {} if self.episode is None else self.episode.info

@@ -306,25 +306,15 @@ def backend_from_config(
 
         fmt = resolve_format(cfg.env.id, cfg.env.text_format)
         return make_backend("scripted", tokenizer=tokenizer, policy=rc.scripted_policy, render=fmt.reply)
-    if rc.backend == "vllm":
-        if cfg.model.lora_rank > 0:
-            raise ValueError("the vLLM backend syncs full weights; use --rollout.backend hf with LoRA")
-        return make_backend(
-            "vllm",
-            model=model,
-            tokenizer=tokenizer,
-            max_new_tokens=rc.max_response_tokens,
-            temperature=rc.temperature,
-            top_p=rc.top_p,
-            gpu_memory_utilization=rc.vllm_gpu_memory_utilization,
-        )
-    return make_backend(
-        "hf",
+    sampling = dict(
         model=model,
         tokenizer=tokenizer,
         max_new_tokens=rc.max_response_tokens,
         temperature=rc.temperature,
         top_p=rc.top_p,
-        batch_size=rc.generate_batch_size,
-        autocast_dtype=autocast_dtype,
     )
+    if rc.backend == "vllm":
+        if cfg.model.lora_rank > 0:
+            raise ValueError("the vLLM backend syncs full weights; use --rollout.backend hf with LoRA")
+        return make_backend("vllm", **sampling, gpu_memory_utilization=rc.vllm_gpu_memory_utilization)
+    return make_backend("hf", **sampling, batch_size=rc.generate_batch_size, autocast_dtype=autocast_dtype)

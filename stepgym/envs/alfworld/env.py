@@ -196,7 +196,7 @@ class ALFWorldEnv(TextEnv):
 
     # -- TextEnv hooks --------------------------------------------------------------------------------------
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        game = self._choose_game(options)
+        game: GameRecord = self._task_record(self.games, self._by_id, options)
         if game is not self._game:
             self._engine.load(game.game_file)
             self._targets = TaskTargets(game.task_params())
@@ -214,19 +214,6 @@ class ALFWorldEnv(TextEnv):
             feedback="", admissible=True, effective=False, expert_action=expert_action, reason=""
         )
         return obs, info
-
-    def _choose_game(self, options: dict[str, Any]) -> GameRecord:
-        task_id = options.get("task_id")
-        if task_id is not None:
-            if task_id not in self._by_id:
-                raise ValueError(
-                    f"unknown task_id {task_id!r} for split {self.split!r} ({len(self.games)} games; "
-                    f"ids look like {self.games[0].task_id!r})"
-                )
-            return self._by_id[task_id]
-        if "task_index" in options:
-            return self.games[int(options["task_index"]) % len(self.games)]
-        return self.games[int(self.np_random.integers(len(self.games)))]
 
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
         before = self._state_key

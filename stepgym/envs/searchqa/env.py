@@ -240,23 +240,10 @@ class SearchQAEnv(TextEnv):
         self._raw_action: Any = None
 
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        self._task = self._choose_task(options)
+        self._task = self._task_record(self.tasks, self._by_id, options)
         self._reset_episode()
         info = self._info(turn=None, hits=[], feedback="", final=False)
         return make_prompt(self._task.question), info
-
-    def _choose_task(self, options: dict[str, Any]) -> QARecord:
-        task_id = options.get("task_id")
-        if task_id is not None:
-            if task_id not in self._by_id:
-                raise ValueError(
-                    f"unknown task_id {task_id!r} ({len(self.tasks)} tasks; ids look like "
-                    f"{self.tasks[0].task_id!r})"
-                )
-            return self._by_id[task_id]
-        if "task_index" in options:
-            return self.tasks[int(options["task_index"]) % len(self.tasks)]
-        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     def _step_action(self, action: str, problem: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._task is not None

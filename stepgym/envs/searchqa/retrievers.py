@@ -165,10 +165,10 @@ def _build_atomically(target: Path, build: Callable[[Path], None]) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # BM25 (bm25s)
 # ---------------------------------------------------------------------------------------------------------------
-class BM25Retriever(LocalRetriever):
-    """BM25 over ``contents`` with bm25s (see the module docstring for the parameters)."""
-
-    backend = "bm25"
+class _BM25Index(LocalRetriever):
+    """BM25 (``k1``, ``b``) over ``contents`` with its index built once into a cache folder: a subclass loads its
+    engine and names the folder by what the index depends on (:meth:`_prepare`), builds the index into a folder
+    (:meth:`_build`), opens the finished one (:meth:`_open_index`) and names its engine (:meth:`_engine`)."""
 
     def __init__(
         self,
@@ -180,16 +180,47 @@ class BM25Retriever(LocalRetriever):
         progress: bool = False,
     ):
         super().__init__(corpus)
+        self.k1, self.b = float(k1), float(b)
+        self.path = _cache_folder(corpus, self._prepare(), cache)
+        self.built_now = not (self.path / "DONE").is_file()
+        _build_atomically(self.path, lambda tmp: self._build(tmp, progress))
+        self._open_index()
+
+    @abstractmethod
+    def _prepare(self) -> str:
+        """Load the engine; the name of the index folder."""
+
+    @abstractmethod
+    def _build(self, folder: Path, progress: bool) -> None:
+        """Write the index into ``folder``."""
+
+    @abstractmethod
+    def _open_index(self) -> None:
+        """Open the finished index at :attr:`path` for searching."""
+
+    @abstractmethod
+    def _engine(self) -> str:
+        """What :meth:`describe` names as the engine."""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "k1": self.k1, "b": self.b, "engine": self._engine()}
+
+
+class BM25Retriever(_BM25Index):
+    """BM25 over ``contents`` with bm25s (see the module docstring for the parameters)."""
+
+    backend = "bm25"
+
+    def _prepare(self) -> str:
         self._bm25s = require("bm25s", "searchqa", what="BM25 retrieval")
         stemmer_mod = require("Stemmer", "searchqa", what="BM25 stemming (PyStemmer)")
         from bm25s.tokenization import Tokenizer
 
-        self.k1, self.b = float(k1), float(b)
         self._tokenizer = Tokenizer(stemmer=stemmer_mod.Stemmer("english"), stopwords="en")
         version = getattr(self._bm25s, "__version__", "unknown")
-        self.path = _cache_folder(corpus, f"bm25s-{version}-k1_{self.k1:g}-b_{self.b:g}", cache)
-        self.built_now = not (self.path / "DONE").is_file()
-        _build_atomically(self.path, lambda tmp: self._build(tmp, progress))
+        return f"bm25s-{version}-k1_{self.k1:g}-b_{self.b:g}"
+
+    def _open_index(self) -> None:
         self._tokenizer.load_vocab(str(self.path))
         self._model = self._bm25s.BM25.load(str(self.path), show_progress=False)
         self._lock = threading.Lock()  # PyStemmer objects are not thread-safe
@@ -212,8 +243,8 @@ class BM25Retriever(LocalRetriever):
             for dr, sr in zip(docs, scores, strict=True)
         ]
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "k1": self.k1, "b": self.b, "engine": "bm25s"}
+    def _engine(self) -> str:
+        return "bm25s"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -246,30 +277,20 @@ def _lucene_runtime() -> tuple[str, str]:
     return java, jars[-1]
 
 
-class LuceneRetriever(LocalRetriever):
+class LuceneRetriever(_BM25Index):
     """BM25 on Lucene (Anserini's ``SimpleSearcher``), Search-R1's sparse retriever."""
 
     backend = "lucene"
 
-    def __init__(
-        self,
-        corpus: Corpus,
-        *,
-        k1: float = 0.9,
-        b: float = 0.4,
-        cache: str | os.PathLike[str] | None = None,
-        progress: bool = False,
-    ):
-        super().__init__(corpus)
+    def _prepare(self) -> str:
         self.java, self.jar = _lucene_runtime()
-        self.k1, self.b = float(k1), float(b)
-        self.path = _cache_folder(corpus, f"lucene-{Path(self.jar).stem}", cache)
-        self.built_now = not (self.path / "DONE").is_file()
-        _build_atomically(self.path, self._build)
+        return f"lucene-{Path(self.jar).stem}"
+
+    def _open_index(self) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepgym-jvm")
         self._searcher = self._pool.submit(self._open).result()
 
-    def _build(self, folder: Path) -> None:
+    def _build(self, folder: Path, progress: bool) -> None:  # Anserini shows no progress
         docs = folder / "docs"
         docs.mkdir()
         with open(docs / "corpus.jsonl", "w", encoding="utf-8") as f:
@@ -321,8 +342,8 @@ class LuceneRetriever(LocalRetriever):
 
         return self._pool.submit(run).result()
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "k1": self.k1, "b": self.b, "engine": Path(self.jar).stem}
+    def _engine(self) -> str:
+        return Path(self.jar).stem
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

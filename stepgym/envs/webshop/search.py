@@ -110,8 +110,12 @@ class _Analyzer:
         return out
 
 
-def _atomic_build(final: Path, build) -> None:
-    """Run ``build(tmp_dir)`` and rename the result to ``final`` (never leaves a half index under ``final``)."""
+def _build_once(final: Path, build) -> float:
+    """Unless ``final`` holds a finished index, run ``build(tmp_dir)`` and rename the result to ``final`` (never
+    leaves a half index under ``final``); the seconds the build took (0.0 when the index was there)."""
+    if (final / "COMPLETE").exists():
+        return 0.0
+    t0 = time.perf_counter()
     try:
         with atomic_path(final, folder=True) as tmp:
             build(tmp)
@@ -119,6 +123,7 @@ def _atomic_build(final: Path, build) -> None:
     except OSError:  # another process won the race; its index is as good as ours
         if not (final / "COMPLETE").exists():
             raise
+    return time.perf_counter() - t0
 
 
 class BM25sBackend:
@@ -133,11 +138,7 @@ class BM25sBackend:
         self._asins = [p["asin"] for p in catalogue.products]
         root = cache_root if cache_root is not None else index_dir("webshop-bm25s")
         self.path = root / f"{catalogue.sha256[:24]}-{ANALYZER_VERSION}"
-        self.build_seconds = 0.0
-        if not (self.path / "COMPLETE").exists():
-            t0 = time.perf_counter()
-            _atomic_build(self.path, lambda tmp: self._build(catalogue, tmp))
-            self.build_seconds = time.perf_counter() - t0
+        self.build_seconds = _build_once(self.path, lambda tmp: self._build(catalogue, tmp))
         self._retriever = self._bm25s.BM25.load(
             str(self.path / "bm25"), load_corpus=False, show_progress=False
         )
@@ -188,11 +189,7 @@ class LuceneBackend:
 
         root = cache_root if cache_root is not None else index_dir("webshop-lucene")
         self.path = root / f"{catalogue.sha256[:24]}-pyserini"
-        self.build_seconds = 0.0
-        if not (self.path / "COMPLETE").exists():
-            t0 = time.perf_counter()
-            _atomic_build(self.path, lambda tmp: self._build(catalogue, tmp))
-            self.build_seconds = time.perf_counter() - t0
+        self.build_seconds = _build_once(self.path, lambda tmp: self._build(catalogue, tmp))
         self._searcher = LuceneSearcher(str(self.path / "index"))
 
     @staticmethod

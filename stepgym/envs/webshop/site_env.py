@@ -38,13 +38,11 @@ from typing import Any
 
 from stepgym import schema
 from stepgym._deps import require
-from stepgym.envs.base import TextEnv
-from stepgym.envs.options import env_config
-from stepgym.envs.webshop.core import SEARCH_PLACEHOLDER, WebShopCore, shared_core
+from stepgym.envs.webshop.core import SEARCH_PLACEHOLDER
 from stepgym.envs.webshop.engine import ShopState, click_key, parse_shop_action
-from stepgym.envs.webshop.goals import Goal
 from stepgym.envs.webshop.pages_html import html_to_text
 from stepgym.envs.webshop.server import ShopSite, state_from_url
+from stepgym.envs.webshop.text_env import ShopEnvBase
 from stepgym.errors import SiteUnavailableError
 
 __all__ = ["CHROMIUM_FLAGS", "WebShopSiteConfig", "WebShopSiteEnv"]
@@ -268,7 +266,7 @@ class WebShopSiteConfig:
     """Seconds to wait for a page."""
 
 
-class WebShopSiteEnv(TextEnv):
+class WebShopSiteEnv(ShopEnvBase):
     """The WebShop site in a real browser; same observations, annotations and reward as :class:`WebShopEnv`.
 
     Takes :class:`~stepgym.envs.webshop.WebShopEnv`'s keywords (no ``search_anywhere``); ``config`` is a
@@ -290,32 +288,9 @@ class WebShopSiteEnv(TextEnv):
 
     options_class = WebShopSiteConfig
 
-    def __init__(
-        self,
-        split: str = "train",
-        goals: str = "synthetic",
-        search: str = "bm25s",
-        *,
-        data_root: str | os.PathLike[str] | None = None,
-        max_steps: int = 15,
-        render_mode: str | None = None,
-        config: WebShopSiteConfig | None = None,
-        **options: Any,
-    ) -> None:
-        cfg = env_config(WebShopSiteConfig, config, options, type(self))
-        self.config = cfg
-        super().__init__(max_steps=max_steps, render_mode=render_mode)
+    def _open(self, cfg: WebShopSiteConfig) -> None:
         self._webdriver = require("selenium.webdriver", "webshop", what="the WebShop site env (selenium)")
-        self.core: WebShopCore = shared_core(
-            data_root, goals, search, cfg.title_nouns, cfg.option_match, False, cfg.catalogue_file
-        )
-        self.split_goals = self.core.split(split)
-        if not self.split_goals:
-            raise ValueError(f"the {goals} goals of this catalogue have no '{split}' split")
-        self.invalid_feedback = cfg.invalid_feedback
         self.page_timeout = cfg.page_timeout
-        self.goal: Goal | None = None
-        self.state = ShopState()
         self.driver: Any = None
         self._broken = ""  # why the env cannot go on (a part died), once known
         self._html, self._url, self._has_search, self._keys, self._reward_json = "", "", False, [], None
@@ -328,10 +303,6 @@ class WebShopSiteEnv(TextEnv):
         except BaseException:
             self.close()
             raise
-
-    @property
-    def task_ids(self) -> list[str]:
-        return [g.task_id for g in self.split_goals]
 
     # -- browser ----------------------------------------------------------------------------------------------
     def _start_browser(self, chromium: str, chromedriver: str, timeout: float) -> Any:
@@ -424,12 +395,7 @@ class WebShopSiteEnv(TextEnv):
 
     # -- Gymnasium hooks --------------------------------------------------------------------------------------
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if "task_id" in options:
-            self.goal = self.core.goal_by_task_id(str(options["task_id"]))
-        elif "goal_index" in options:
-            self.goal = self.core.goal_by_index(int(options["goal_index"]))
-        else:
-            self.goal = self.split_goals[int(self.np_random.integers(len(self.split_goals)))]
+        self.goal = self._pick_goal(options)
         with self._browser_call("resetting"):
             sid = self.site.new_session(self.goal)
             self.driver.get(f"{self.site.last_url}/s/{sid}/")

@@ -45,7 +45,65 @@ class WebShopConfig:
     """Prefix an invalid action's observation with ``Invalid action: <reason> [SEP]`` (False: the page alone)."""
 
 
-class WebShopEnv(TextEnv):
+class ShopEnvBase(TextEnv):
+    """What :class:`WebShopEnv` and :class:`~stepgym.envs.webshop.WebShopSiteEnv` share: the constructor (the
+    settings, the loaded catalogue :attr:`core` and the split's goals) and the goal draw of ``reset``. A subclass
+    sets :attr:`options_class` and starts its own parts in :meth:`_open`."""
+
+    options_class: type[Any] = WebShopConfig
+
+    def __init__(
+        self,
+        split: str = "train",
+        goals: str = "synthetic",
+        search: str = "bm25s",
+        *,
+        data_root: str | os.PathLike[str] | None = None,
+        max_steps: int = 15,
+        render_mode: str | None = None,
+        config: Any = None,
+        **options: Any,
+    ) -> None:
+        cfg = env_config(self.options_class, config, options, type(self))
+        self.config = cfg
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        self.core: WebShopCore = shared_core(
+            data_root,
+            goals,
+            search,
+            cfg.title_nouns,
+            cfg.option_match,
+            getattr(cfg, "search_anywhere", False),
+            cfg.catalogue_file,
+        )
+        self.split = split
+        self.split_goals = self.core.split(split)
+        if not self.split_goals:
+            raise ValueError(
+                f"the {goals} goals of this catalogue have no '{split}' split "
+                f"({len(self.core.goals)} goals; see docs/webshop.md on human goals and the 1k catalogue)"
+            )
+        self.invalid_feedback = cfg.invalid_feedback
+        self.goal: Goal | None = None
+        self.state = ShopState()
+        self._open(cfg)
+
+    def _open(self, cfg: Any) -> None:
+        """Start what the env needs beyond the catalogue (called last by the constructor; nothing here)."""
+
+    @property
+    def task_ids(self) -> list[str]:
+        return [g.task_id for g in self.split_goals]
+
+    def _pick_goal(self, options: dict[str, Any]) -> Goal:
+        if "task_id" in options:
+            return self.core.goal_by_task_id(str(options["task_id"]))
+        if "goal_index" in options:
+            return self.core.goal_by_index(int(options["goal_index"]))
+        return self.split_goals[int(self.np_random.integers(len(self.split_goals)))]
+
+
+class WebShopEnv(ShopEnvBase):
     """WebShop in text mode, with step annotations (see :mod:`stepgym.envs.webshop.core`).
 
     Args:
@@ -71,52 +129,6 @@ class WebShopEnv(TextEnv):
     """
 
     options_class = WebShopConfig
-
-    def __init__(
-        self,
-        split: str = "train",
-        goals: str = "synthetic",
-        search: str = "bm25s",
-        *,
-        data_root: str | os.PathLike[str] | None = None,
-        max_steps: int = 15,
-        render_mode: str | None = None,
-        config: WebShopConfig | None = None,
-        **options: Any,
-    ) -> None:
-        cfg = env_config(WebShopConfig, config, options, type(self))
-        self.config = cfg
-        super().__init__(max_steps=max_steps, render_mode=render_mode)
-        self.core: WebShopCore = shared_core(
-            data_root,
-            goals,
-            search,
-            cfg.title_nouns,
-            cfg.option_match,
-            cfg.search_anywhere,
-            cfg.catalogue_file,
-        )
-        self.split = split
-        self.split_goals = self.core.split(split)
-        if not self.split_goals:
-            raise ValueError(
-                f"the {goals} goals of this catalogue have no '{split}' split "
-                f"({len(self.core.goals)} goals; see docs/webshop.md on human goals and the 1k catalogue)"
-            )
-        self.invalid_feedback = cfg.invalid_feedback
-        self.goal: Goal | None = None
-        self.state = ShopState()
-
-    @property
-    def task_ids(self) -> list[str]:
-        return [g.task_id for g in self.split_goals]
-
-    def _pick_goal(self, options: dict[str, Any]) -> Goal:
-        if "task_id" in options:
-            return self.core.goal_by_task_id(str(options["task_id"]))
-        if "goal_index" in options:
-            return self.core.goal_by_index(int(options["goal_index"]))
-        return self.split_goals[int(self.np_random.integers(len(self.split_goals)))]
 
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         self.goal = self._pick_goal(options)

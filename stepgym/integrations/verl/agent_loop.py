@@ -21,12 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from uuid import uuid4
 
-import gymnasium as gym
-
 from stepgym import _deps, schema
 from stepgym.group import WrapperFn
 from stepgym.integrations.tool_use import answer_message, env_tool_schemas, tool_use_opening
-from stepgym.steps.episode import Episode, span_records
+from stepgym.steps.episode import Episode, EpisodeHolder, span_records
 from stepgym.steps.tasks import task_rows
 
 _deps.require("verl", "verl", what="the verl integration")
@@ -85,7 +83,7 @@ class _Chat:
 
 
 @register("stepgym")
-class StepGymAgentLoop(AgentLoopBase):
+class StepGymAgentLoop(EpisodeHolder, AgentLoopBase):
     """A verl agent loop that plays one stepgym episode per dataset row.
 
     verl builds it with ``hydra.utils.instantiate`` from its registry entry, so the keyword arguments below can be
@@ -128,16 +126,6 @@ class StepGymAgentLoop(AgentLoopBase):
         self.wrappers = list(wrappers)
         self.response_length = int(self.rollout_config.response_length)
         self.episode: Episode | None = None
-
-    @property
-    def env(self) -> gym.Env | None:
-        """The env of the episode being played."""
-        return None if self.episode is None else self.episode.env
-
-    @property
-    def info(self) -> dict[str, Any]:
-        """The info of the episode's current state."""
-        return {} if self.episode is None else self.episode.info
 
     def _make_episode(self, row: Mapping[str, Any]) -> Episode:
         env_id = self.env_id or _row_value(row, "env_id")
