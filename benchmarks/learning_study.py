@@ -904,6 +904,7 @@ def run_cell(cell: dict) -> dict:
         "trained_tasks": sorted(trained_on),
         "held_tasks": held,
         "seconds": time.perf_counter() - t0,
+        **({"learner": a["learner"]} if a.get("learner") else {}),
     }
 
 
@@ -928,7 +929,8 @@ def cell_key(cell: dict) -> str:
     never mistaken for one of this sweep)."""
     what = {"env": ENVS[cell["env"]].__dict__, **{k: cell["args"].get(k) for k in TRAIN_ARGS}}
     fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return f"{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
+    learner = cell["args"].get("learner")
+    return f"{learner + '/' if learner else ''}{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
 
 
 def env_args(args: argparse.Namespace, env: str) -> dict:
@@ -941,13 +943,35 @@ def env_args(args: argparse.Namespace, env: str) -> dict:
     return a
 
 
+#: the learner label of cells run at a learning rate per method (``--rates``): a family of its own in the statistics
+OWN_RATE = "linear-own-lr"
+
+
 def plan(args: argparse.Namespace) -> list[dict]:
-    return [
+    cells = [
         {"env": env, "method": m, "seed": seed, "args": env_args(args, env)}
         for seed in range(args.first_seed, args.first_seed + args.seeds)
         for env in args.envs
         for m in args.methods
     ]
+    if getattr(args, "rates", None):
+        chosen = read_rates(Path(args.rates))
+        for c in cells:
+            name = f"{c['env']}/{c['method']}"
+            if name not in chosen:
+                raise SystemExit(
+                    f"{args.rates} has no learning rate for {name} (it has {', '.join(sorted(chosen))})"
+                )
+            c["args"] = {**c["args"], "lr": chosen[name], "learner": OWN_RATE}
+    return cells
+
+
+def read_rates(path: Path) -> dict[str, float]:
+    """The chosen rate per ``env/method`` of a ``learning_study_lr.py --json`` file."""
+    try:
+        return {k: float(v) for k, v in json.loads(path.read_text(encoding="utf-8"))["chosen"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(f"--rates {path}: not a learning_study_lr.py --json file ({e})") from None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1108,6 +1132,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only rebuild the tables and plots")
     p.add_argument("--no-report", action="store_true", help="run the cells only (no tables, no plots)")
     p.add_argument("--cells", default=None, help="report from this results file (.jsonl or .jsonl.gz)")
+    p.add_argument(
+        "--rates",
+        default=None,
+        help="a learning rate per method: the --json file of learning_study_lr.py; the cells are the "
+        f"'{OWN_RATE}' learner (their own family in the statistics)",
+    )
     args = p.parse_args(argv)
     if args.full:
         args.envs = args.envs or list(ENVS)

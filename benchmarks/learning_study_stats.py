@@ -843,6 +843,14 @@ def _conclusion(r: dict) -> str:
     return "higher" if up else "lower"
 
 
+#: how the tables name a learner (cells carry the key)
+LEARNERS = {
+    "linear": "linear",
+    "llm": "token-level (bundled trainer, tiny model)",
+    "linear-own-lr": "linear, a rate per method",
+}
+
+
 def learners_table(c: dict) -> list[dict]:
     """Where the two learners can be compared: every (env, metric, reference, method) that both the linear learner
     and another learner ran, with each learner's conclusion and whether they agree (the same direction, or neither
@@ -871,9 +879,9 @@ def learners_markdown(c: dict) -> str:
     if not rows:
         return "No env has cells of both learners in the claims file."
     out = [
-        "| env | comparison | method | linear: seeds | Δ [95% t CI] | verdict | token-level: seeds | Δ [95% t CI] | "
-        "verdict | learners |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| env | comparison | method | linear: seeds | Δ [95% t CI] | verdict | other learner | seeds | "
+        "Δ [95% t CI] | verdict | learners |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         what = "Δ AUC vs GRPO" if r["metric"] == "auc" else "gain over the start"
@@ -890,7 +898,8 @@ def learners_markdown(c: dict) -> str:
         )
         out.append(
             f"| {r['env']} | {what} | {r['method']} | {seeds(lin)} | {_iv(lin['discovery'])} | {MARK[lin['verdict']]} "
-            f"| {seeds(oth)} | {_iv(oth['discovery'])} | {MARK[oth['verdict']]} | {agree} |"
+            f"| {LEARNERS.get(r['learner'], r['learner'])} | {seeds(oth)} | {_iv(oth['discovery'])} "
+            f"| {MARK[oth['verdict']]} | {agree} |"
         )
     n_agree = sum(r["agree"] for r in rows)
     out += ["", f"{n_agree} of {len(rows)} comparisons agree. Seeds: discovery + confirmation; Δ on the discovery "

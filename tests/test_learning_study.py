@@ -168,6 +168,32 @@ def _cell(method: str, seed: int, curve: list[float]) -> dict:
     }  # fmt: skip
 
 
+def test_a_rate_per_method_plans_its_own_learner(tmp_path: Path) -> None:
+    """``--rates`` (learning_study_lr.py's --json) gives each method its chosen rate, labels the cells
+    ``linear-own-lr`` (a family of their own in the statistics, keys that never meet the shared-rate cells) and
+    refuses a method it has no rate for in one line."""
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"chosen": {"Sokoban/grpo": 5.0, "Sokoban/gigpo": 2.0}}))
+    args = ls.parse(
+        ["--envs", "Sokoban", "--methods", "grpo", "gigpo", "--seeds", "1", "--rates", str(rates)]
+    )
+    cells = {c["method"]: c for c in ls.plan(args)}
+    assert cells["grpo"]["args"]["lr"] == 5.0 and cells["gigpo"]["args"]["lr"] == 2.0
+    assert {c["args"]["learner"] for c in cells.values()} == {ls.OWN_RATE}
+    shared = {
+        c["method"]: c for c in ls.plan(ls.parse(["--envs", "Sokoban", "--methods", "grpo", "--seeds", "1"]))
+    }
+    assert ls.cell_key(cells["grpo"]).startswith("linear-own-lr/Sokoban/grpo/0/")
+    assert (
+        ls.cell_key(cells["grpo"]) != ls.cell_key(shared["grpo"]) and "learner" not in shared["grpo"]["args"]
+    )
+    with pytest.raises(SystemExit, match="has no learning rate for Sokoban/proas"):
+        ls.plan(ls.parse(["--envs", "Sokoban", "--methods", "proas", "--rates", str(rates)]))
+    rates.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match=r"not a learning_study_lr\.py --json file"):
+        ls.plan(ls.parse(["--envs", "Sokoban", "--methods", "grpo", "--rates", str(rates)]))
+
+
 def test_report_statistics_on_known_cells() -> None:
     """The reach metric on hand-made cells, and the report's tables: learning_study_stats' comparisons of the cells
     (tests/test_learning_study_stats.py tests the procedures), one row per method and family."""

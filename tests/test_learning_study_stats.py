@@ -280,6 +280,7 @@ def test_the_two_learners_table_says_where_they_agree(tmp_path: Path) -> None:
     assert ("grpo", "gain") in rows  # each learner's gain over its start
     md = st.learners_markdown(c)
     assert "| Toy | Δ AUC vs GRPO | fluke | 10 + 10 |" in md and "**disagree** (faster / slower)" in md
+    assert "| token-level (bundled trainer, tiny model) | 10 + 10 |" in md
     assert st.learners_markdown(st.claims([a, b], fidelity_path=None, n_boot=200)).startswith(
         "No env has cells"
     )
