@@ -12,7 +12,7 @@ held-out success (sampled, ``--eval-tasks`` tasks per split, the same tasks and 
 a seed) at iteration 0 and every ``--eval-every`` iterations. AHEAD and StepOPSD use the trainer's real teacher.
 ``--model tiny`` (a random in-process Qwen2-style model) runs on a CPU; a real model needs a GPU.
 
-    python benchmarks/learning_study_llm.py --envs CreditFamily Sokoban --methods grpo gigpo graphgpo oracle \
+    python benchmarks/learning_study_llm.py --envs CreditFamily --methods grpo gigpo graphgpo oracle \
         --seeds 10 --workers 2 --out runs/ls_llm          # cells appended to runs/ls_llm/llm_cells.jsonl
 """
 
@@ -185,7 +185,7 @@ def _run_one(job: tuple[dict, Path]) -> dict[str, Any]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--envs", nargs="+", default=["CreditFamily", "Sokoban"], choices=list(LLM_ENVS))
+    p.add_argument("--envs", nargs="+", default=["CreditFamily"], choices=list(LLM_ENVS))
     p.add_argument(
         "--methods", nargs="+", default=["grpo", "gigpo", "graphgpo", ls.CEILING], choices=list(ls.METHODS)
     )
