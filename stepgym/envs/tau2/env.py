@@ -18,6 +18,7 @@ phase) and a steps-to-go *bound*.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,13 +87,15 @@ def task_ids(domain: str, split: str) -> tuple[str, ...]:
     return tuple(splits[split])
 
 
-def _agent_class() -> type:
+@functools.cache
+def gym_agent_class() -> type:
+    """Upstream's agent interface (``tau2().agent_base.BaseAgent``) answering with the message it was handed in
+    ``pending``: the env hands it the step's message; :mod:`stepgym.envs.tau2.reference`'s scripted agent, each
+    message of a script in turn. Upstream's solo mode accepts an agent of this class name, as its own gym interface
+    does. Made once per process."""
     base = tau2().agent_base
 
     class GymAgent(base.BaseAgent):
-        """Hands upstream's orchestrator the message the env was given (upstream's solo mode accepts an agent of
-        this class name, as its own gym interface does)."""
-
         def __init__(self) -> None:
             self.pending: Any = None
 
@@ -116,9 +119,6 @@ def _agent_class() -> type:
             pass
 
     return GymAgent
-
-
-_AGENT: list[type] = []
 
 
 class Tau2Env(TextEnv):
@@ -296,9 +296,7 @@ class Tau2Env(TextEnv):
         self._task = self.tasks[bare]
         self._reward_info = {}
         environment = t.registry.get_env_constructor(self._constructor_name())(solo_mode=self.solo_mode)
-        if not _AGENT:
-            _AGENT.append(_agent_class())
-        self._agent = _AGENT[0]()
+        self._agent = gym_agent_class()()
         user: Any
         if self.solo_mode:
             user = t.user.DummyUser()

@@ -15,7 +15,7 @@ from typing import Any
 
 from stepgym import schema
 from stepgym.envs.tau2.calls import call_text, looks_like_call, read_call
-from stepgym.envs.tau2.env import evaluate
+from stepgym.envs.tau2.env import evaluate, gym_agent_class
 from stepgym.envs.tau2.upstream import tau2
 from stepgym.envs.tau2.users import ScenarioUser, stand_in_verdict
 
@@ -51,31 +51,21 @@ def conversation(trajectory: list[Any]) -> list[tuple[str, str]]:
 
 
 def _scripted_agent(messages: list[Any]) -> Any:
-    base = tau2().agent_base
+    """The env's agent (:func:`~stepgym.envs.tau2.env.gym_agent_class`) handed ``messages`` one per request, each a
+    copy with a fresh timestamp."""
+    base = gym_agent_class()
 
-    class GymAgent(base.BaseAgent):  # upstream's solo mode accepts an agent of this class name
+    class GymAgent(base):  # the subclass keeps the name upstream's solo mode accepts
         def __init__(self) -> None:
+            super().__init__()
             self.queue = [copy.deepcopy(x) for x in messages]
 
         def generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
             if not self.queue:
                 raise RuntimeError("the scripted agent ran out of messages")
-            out = self.queue.pop(0)
-            out.timestamp = tau2().message.AssistantMessage(role="assistant", content="x").timestamp
-            return out, state
-
-        def get_init_state(self, message_history: Any = None) -> Any:
-            return None
-
-        def stop(self, message: Any = None, state: Any = None) -> None:
-            pass
-
-        @classmethod
-        def is_stop(cls, message: Any) -> bool:
-            return bool(message.content) and "###STOP###" in message.content
-
-        def set_seed(self, seed: int) -> None:
-            pass
+            self.pending = self.queue.pop(0)
+            self.pending.timestamp = tau2().message.AssistantMessage(role="assistant", content="x").timestamp
+            return super().generate_next_message(message, state)
 
     return GymAgent()
 
