@@ -222,29 +222,24 @@ class KeyFacts:
 
     def add(self, texts: tuple[str, tuple[str, ...], str]) -> None:
         """Add one fact: its ``fact_texts`` (or the same three fields as a plain tuple)."""
-        name, args, world = texts
-        if world:
-            _count_in(self._world, world)
-            self._state_key = ""
-        if name in _KEYED_PREDICATES:
-            _count_in(self._by_pred.setdefault(name, {}), args)
-            if self._targets is not None and name in _PROGRESS_PREDICATES:
-                progress = _progress_fact(name, args, self._targets)
-                if progress:
-                    _count_in(self._progress, progress)
+        self._count(texts, _count_in)
 
     def discard(self, texts: tuple[str, tuple[str, ...], str]) -> None:
         """Remove one fact added before."""
+        self._count(texts, _count_out)
+
+    def _count(self, texts: tuple[str, tuple[str, ...], str], count: Any) -> None:
+        """Count one fact in (``_count_in``) or out (``_count_out``) of every table that reads it."""
         name, args, world = texts
         if world:
-            _count_out(self._world, world)
+            count(self._world, world)
             self._state_key = ""
         if name in _KEYED_PREDICATES:
-            _count_out(self._by_pred[name], args)
+            count(self._by_pred.setdefault(name, {}), args)
             if self._targets is not None and name in _PROGRESS_PREDICATES:
                 progress = _progress_fact(name, args, self._targets)
                 if progress:
-                    _count_out(self._progress, progress)
+                    count(self._progress, progress)
 
     def copy(self) -> KeyFacts:
         new = KeyFacts.__new__(KeyFacts)
