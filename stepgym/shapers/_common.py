@@ -245,6 +245,20 @@ def quiet() -> Any:
     return np.errstate(over="ignore")
 
 
+def scatter_flat(base: np.ndarray, flat: np.ndarray, values: np.ndarray, keep: Any = None) -> np.ndarray:
+    """A C-ordered copy of ``base`` with ``values`` written at the flat indices ``flat`` (AHEAD's and StepOPSD's
+    masked token updates touch only those tokens). ``keep`` (bool, ``base``'s shape) zeroes the copy outside it,
+    ``values`` included, in the same pass; ``values`` (a fresh array) may be scaled in place."""
+    if keep is None:
+        out = np.array(base, order="C")
+    else:
+        keep_b = np.asarray(keep, dtype=bool)
+        out = np.multiply(base, keep_b, order="C")
+        values *= keep_b.reshape(-1)[flat]
+    out.reshape(-1)[flat] = values
+    return out
+
+
 def check_mode(mode: str, what: str = "step_mode") -> None:
     """``ValueError`` unless ``mode`` is one of the two normalisations every step term uses."""
     if mode not in ("mean_norm", "mean_std_norm"):

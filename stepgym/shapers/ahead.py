@@ -35,6 +35,7 @@ from stepgym.shapers._common import (
     check_same_shape,
     linear_decay,
     quiet,
+    scatter_flat,
 )
 from stepgym.shapers.registry import register
 
@@ -191,14 +192,7 @@ def reweight_tokens(
     w *= lam if np.ndim(lam) == 0 else np.broadcast_to(lam, adv.shape)[np.unravel_index(flat, adv.shape)]
     w += 1.0
     w *= a_sub
-    if keep is None:
-        out = np.array(adv, order="C")
-    else:
-        keep_b = np.asarray(keep, dtype=bool)
-        out = np.multiply(adv, keep_b, order="C")
-        w *= keep_b.reshape(-1)[flat]
-    out.reshape(-1)[flat] = w
-    return out
+    return scatter_flat(adv, flat, w, keep)
 
 
 @dataclass(frozen=True)

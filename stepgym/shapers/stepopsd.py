@@ -37,6 +37,7 @@ from stepgym.shapers._common import (
     check_same_shape,
     linear_decay,
     quiet,
+    scatter_flat,
 )
 from stepgym.shapers.ahead import (
     advantages_and_gaps,
@@ -284,14 +285,7 @@ def equal_step_mean_abs(
     else:  # A + c·d written as x + (c − 1)·d: bit-exact x where c = 1
         factor -= 1.0
         new = x_s + factor * dev_s
-    if valid_mask is None:
-        out = np.array(x, order="C")
-    else:  # copy and re-mask in one pass
-        keep = np.asarray(valid_mask, dtype=bool)
-        out = np.multiply(x, keep, order="C")
-        new *= keep.reshape(-1)[nz]
-    out.reshape(-1)[nz] = new
-    return out
+    return scatter_flat(x, nz, new, valid_mask)  # copy and re-mask in one pass
 
 
 @dataclass(frozen=True)
