@@ -495,6 +495,43 @@ class _ShardedExecutor(Executor):
         cause = self.restart_causes[self._slots[w][0]] or "worker_death"
         return self._lost(w, "was restarted while this call was queued", ops, "its copies are fresh", cause)
 
+    def _start(self, w: int) -> None:
+        """Start worker ``w`` building its copies (without waiting for it)."""
+        raise NotImplementedError
+
+    def _await_ready(self, w: int) -> None:
+        """Wait (``start_timeout``) for worker ``w`` to have built its copies, or raise :class:`EnvWorkerError`."""
+        raise NotImplementedError
+
+    def _kill(self, w: int) -> None:
+        """End worker ``w`` (best effort: it may already be gone)."""
+        raise NotImplementedError
+
+    def _start_all(self) -> None:
+        """Start every worker, then wait for each; a failure ends the ones started and propagates."""
+        try:
+            for w in range(len(self._slots)):
+                self._start(w)
+            for w in range(len(self._slots)):
+                self._await_ready(w)
+        except BaseException:
+            self.close()
+            raise
+
+    def _restart(
+        self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], cause: str = "worker_death"
+    ) -> EnvWorkerError:
+        """End worker ``w`` and start it with fresh copies; the error for the operations it held (``why``)."""
+        self._kill(w)
+        self._bump(w, cause)
+        try:
+            self._start(w)
+            self._await_ready(w)
+            state = "it was restarted with fresh (un-reset) copies"
+        except EnvWorkerError as e:
+            state = f"restarting it failed too ({e})"
+        return self._lost(w, why, ops, state, cause)
+
     _label = "env worker"
 
 
@@ -528,14 +565,7 @@ class ProcessExecutor(_ShardedExecutor):
         self.timeout, self.start_timeout = float(timeout), float(start_timeout)
         self._procs: list[Any] = [None] * len(self._slots)
         self._conns: list[Any] = [None] * len(self._slots)
-        try:
-            for w in range(len(self._slots)):
-                self._start(w)
-            for w in range(len(self._slots)):
-                self._await_ready(w)
-        except BaseException:
-            self.close()
-            raise
+        self._start_all()
 
     @property
     def pids(self) -> list[int]:
@@ -585,19 +615,6 @@ class ProcessExecutor(_ShardedExecutor):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(10)
         self._procs[w] = self._conns[w] = None
-
-    def _restart(
-        self, w: int, why: str, ops: Sequence[tuple[str, int, Any]], cause: str = "worker_death"
-    ) -> EnvWorkerError:
-        self._kill(w)
-        self._bump(w, cause)
-        try:
-            self._start(w)
-            self._await_ready(w)
-            state = "it was restarted with fresh (un-reset) copies"
-        except EnvWorkerError as e:
-            state = f"restarting it failed too ({e})"
-        return self._lost(w, why, ops, state, cause)
 
     def _send_batches(self, batches):
         # Each batch's connection (a restart replaces it) and whether the send went through. A worker found dead
@@ -689,13 +706,11 @@ class RayExecutor(_ShardedExecutor):
         RayExecutor._ray_users += self._uses_our_ray
         self._actor_cls = self._ray.remote(num_cpus=num_cpus)(_Shard)
         self.start_timeout = float(start_timeout)
-        self._actors = [self._actor_cls.remote(recipe, ss, remote=True) for ss in self._slots]
-        try:
-            for w in range(len(self._actors)):
-                self._await_ready(w)
-        except BaseException:
-            self.close()
-            raise
+        self._actors: list[Any] = [None] * len(self._slots)
+        self._start_all()
+
+    def _start(self, w: int) -> None:
+        self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w], remote=True)
 
     def _await_ready(self, w: int) -> None:
         """Wait (``start_timeout``) for actor ``w`` to have built its copies: an actor's start (a process, the
@@ -717,17 +732,9 @@ class RayExecutor(_ShardedExecutor):
     def pids(self) -> list[int]:
         return [int(p) for p in self._ray.get([a.pid.remote() for a in self._actors], timeout=self.timeout)]
 
-    def _restart(self, w: int, why: str, ops, cause: str = "worker_death") -> EnvWorkerError:
+    def _kill(self, w: int) -> None:
         with contextlib.suppress(Exception):  # the actor may already be gone
             self._ray.kill(self._actors[w], no_restart=True)
-        self._bump(w, cause)
-        self._actors[w] = self._actor_cls.remote(self.recipe, self._slots[w], remote=True)
-        try:
-            self._await_ready(w)
-            state = "it was restarted with fresh (un-reset) copies"
-        except EnvWorkerError as e:
-            state = f"restarting it failed too ({e})"
-        return self._lost(w, why, ops, state, cause)
 
     def _send_batches(self, batches):
         return {w: (self._actors[w], self._actors[w].run.remote(ops)) for w, ops in batches.items()}
