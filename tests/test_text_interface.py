@@ -13,7 +13,7 @@ import pytest
 from _toy_env import ToyRoomEnv, expert_actions
 
 from stepgym import schema
-from stepgym.envs.base import TextEnv
+from stepgym.envs.base import TextEnv, lru_get
 from stepgym.envs.searchqa.prompt import parse_search_r1
 from stepgym.envs.searchqa.protocol import INVALID_FEEDBACK as SEARCH_R1_INVALID_FEEDBACK
 from stepgym.testing import FUZZ_ACTIONS, check_determinism, check_fuzz
@@ -422,3 +422,26 @@ def test_make_text_env_builds_the_one_stack_and_closes_a_refused_env(caplog) -> 
     declared = _Undeclared()
     declared.metadata = {**declared.metadata, "text_format": "alfworld"}
     assert make_text_env(declared).fmt.name == "alfworld"
+
+
+def test_lru_get_makes_once_keeps_the_most_recent_and_remakes_what_is_no_longer_usable() -> None:
+    """The engines' cache (loaded games, solver tables, search results): an entry is made once while it stays
+    among the ``size`` most recently used, the least recently used is dropped first, and an entry the owner no
+    longer finds usable is made again."""
+    from collections import OrderedDict
+
+    made: list[str] = []
+
+    def get(cache: OrderedDict, key: str, usable: Any = None) -> str:
+        return lru_get(cache, key, lambda: made.append(key) or f"v{key}{len(made)}", 2, usable)
+
+    cache: OrderedDict[str, str] = OrderedDict()
+    assert [get(cache, k) for k in "abab"] == ["va1", "vb2", "va1", "vb2"]
+    assert get(cache, "a") == "va1"  # a is now the most recent: c drops b
+    assert get(cache, "c") == "vc3"
+    assert list(cache) == ["a", "c"]
+    assert get(cache, "b") == "vb4"  # b was dropped: made again, and a (the least recent) goes
+    assert list(cache) == ["c", "b"]
+    assert get(cache, "c", usable=lambda v: False) == "vc5"
+    assert get(cache, "c", usable=lambda v: v == "vc5") == "vc5"
+    assert made == ["a", "b", "c", "b", "c"]

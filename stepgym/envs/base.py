@@ -1,4 +1,5 @@
-"""What every stepgym text env shares: spaces, action sanitising, the step limit and render.
+"""What every stepgym text env shares: spaces, action sanitising, the step limit and render (and :func:`lru_get`,
+the least-recently-used cache the engines keep their games, tables and search results in).
 
 Subclasses implement ``_reset_task(options) -> (obs, info)`` and ``_step_action(action) -> (obs, reward,
 terminated, info)``; this base class turns any input into a clean string first (a non-string, control characters
@@ -11,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
@@ -24,6 +26,26 @@ __all__ = ["MAX_ACTION_CHARS", "TextEnv", "sanitize_action"]
 
 MAX_ACTION_CHARS = 1_000
 _WS = re.compile(r"\s+")
+_V = TypeVar("_V")
+
+
+def lru_get(
+    cache: OrderedDict[Any, _V],
+    key: Any,
+    make: Callable[[], _V],
+    size: int,
+    usable: Callable[[_V], bool] | None = None,
+) -> _V:
+    """``cache[key]``, made by ``make()`` when it is absent (or not ``usable`` any more), then marked the most
+    recently used; the least recently used entries beyond ``size`` are dropped (the engines' loaded games, the
+    solvers' tables, the search results). No lock: a cache shared by threads is read under its owner's lock."""
+    value = cache.pop(key, None)
+    if value is None or (usable is not None and not usable(value)):
+        value = make()
+    cache[key] = value
+    while len(cache) > size:
+        cache.popitem(last=False)
+    return value
 
 
 def read_text_action(action: Any, max_chars: int, noun: str = "action") -> tuple[str, str]:

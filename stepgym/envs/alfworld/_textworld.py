@@ -27,6 +27,7 @@ from textworld.envs.pddl.textgen import (
 )
 from textworld.logic import Proposition, Rule, Type, Variable
 
+from stepgym.envs.base import lru_get
 from stepgym.errors import CorruptDataError
 
 __all__ = ["ReusablePddlEnv"]
@@ -182,12 +183,7 @@ class ReusablePddlEnv(PddlEnv):
         self._game: _LoadedGame | None = None
 
     def load(self, game_file: str) -> None:
-        game = self._games.pop(game_file, None)
-        if game is None:
-            game = self._prepare(game_file)
-        self._games[game_file] = game
-        while len(self._games) > self._cache_size:
-            self._games.popitem(last=False)
+        game = lru_get(self._games, game_file, lambda: self._prepare(game_file), self._cache_size)
         self._game = game
         self._game_file = game_file
         self._game_data = game.data

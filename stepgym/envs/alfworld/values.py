@@ -57,6 +57,7 @@ from stepgym import schema
 from stepgym.envs.alfworld.native.ground import Op, Tables
 from stepgym.envs.alfworld.native.plan import Atoms, PlanView
 from stepgym.envs.alfworld.state import TaskTargets
+from stepgym.envs.base import lru_get
 from stepgym.envs.oracle import Remember, Value
 from stepgym.errors import ValueOracleError
 
@@ -585,13 +586,7 @@ _SHARED_VALUES = 200_000  # exact values kept per task
 
 def _game_work(live: Any) -> _GameWork:
     """The shared work of the game the snapshot ``live`` is on (made on first use)."""
-    work = _WORK.pop(live.game_file, None)
-    if work is None or not work.view.on(work.engine):
-        work = _GameWork(live)
-    _WORK[live.game_file] = work
-    while len(_WORK) > _WORK_GAMES:
-        _WORK.popitem(last=False)
-    return work
+    return lru_get(_WORK, live.game_file, lambda: _GameWork(live), _WORK_GAMES, lambda w: w.view.on(w.engine))
 
 
 def clear_shared_work() -> None:

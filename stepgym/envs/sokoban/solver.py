@@ -26,6 +26,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from threading import Lock
 
+from stepgym.envs.base import lru_get
 from stepgym.envs.sokoban.game import ACTIONS, Level, State
 
 __all__ = ["DEFAULT_MAX_STATES", "SokobanSolver", "Solution", "clear_solver_cache", "solver_for"]
@@ -194,13 +195,7 @@ def solver_for(level: Level, max_states: int = DEFAULT_MAX_STATES) -> SokobanSol
     """The process's solver of ``level`` (an LRU of the last 256 levels: env copies of one task share it)."""
     key = (level, int(max_states))
     with _CACHE_LOCK:
-        solver = _CACHE.get(key)
-        if solver is None:
-            solver = _CACHE[key] = SokobanSolver(level, max_states)
-        _CACHE.move_to_end(key)
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-        return solver
+        return lru_get(_CACHE, key, lambda: SokobanSolver(level, max_states), _CACHE_SIZE)
 
 
 def clear_solver_cache() -> None:

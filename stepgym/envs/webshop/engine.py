@@ -41,6 +41,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from stepgym.envs.base import lru_get
 from stepgym.envs.webshop.catalogue import Catalogue
 from stepgym.envs.webshop.goals import Goal
 from stepgym.envs.webshop.reward import MATCH_THRESHOLD, compute_reward, normalize_color, token_set_ratio
@@ -228,17 +229,10 @@ class ShopEngine:
     def results(self, query: str) -> list[str]:
         """Top ``SEARCH_RETURN_N`` ASINs for ``query`` (memoised; search is deterministic)."""
         with self._lock:  # the site serves requests from several threads; backends are not all thread-safe
-            hit = self._cache.get(query)
-            if hit is not None:
-                self._cache.move_to_end(query)
-                return hit
-            asins = [
-                a for a in self.search_backend.search(query, SEARCH_RETURN_N) if a in self.catalogue.by_asin
-            ]
-            self._cache[query] = asins
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-            return asins
+            return lru_get(self._cache, query, lambda: self._search(query), self._cache_size)
+
+    def _search(self, query: str) -> list[str]:
+        return [a for a in self.search_backend.search(query, SEARCH_RETURN_N) if a in self.catalogue.by_asin]
 
     def page_products(self, state: ShopState) -> list[str]:
         res = self.results(state.query)

@@ -34,6 +34,7 @@ from stepgym.envs.alfworld.native.grammar import Grammar, Query, parse_grammar, 
 from stepgym.envs.alfworld.native.ground import Grounder, Op, Tables, _Plan
 from stepgym.envs.alfworld.native.pddl import Domain, atom_args, dnf, nnf, parse_domain, parse_problem
 from stepgym.envs.alfworld.state import FactTexts, KeyFacts, fact_text_fields
+from stepgym.envs.base import lru_get
 from stepgym.errors import CorruptDataError
 
 __all__ = ["NativeEngine", "NativeSnapshot"]
@@ -290,12 +291,7 @@ class NativeEngine:
     # -- loading ------------------------------------------------------------------------------------------------
     def load(self, game_file: Path | str) -> None:
         key = str(game_file)
-        game = self._games.pop(key, None)
-        if game is None:
-            game = _shared_game(key)
-        self._games[key] = game
-        while len(self._games) > self._cache_size:
-            self._games.popitem(last=False)
+        game = lru_get(self._games, key, lambda: _shared_game(key), self._cache_size)
         self._game = game
         self.game_file = Path(game_file)
 
