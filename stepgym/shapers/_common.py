@@ -192,6 +192,11 @@ class Groups:
         return np.split(order, starts[1:]) if self.n_groups else []
 
 
+def coded_groups(codes: np.ndarray) -> Groups:
+    """A :class:`Groups` over ids the pipeline already factorised to int64 codes (0..n-1)."""
+    return Groups(codes=codes, n_groups=int(codes.max(initial=-1)) + 1)
+
+
 def check_traj_in_one_group(groups: Groups, trajs: Groups, traj_ids: Any = None) -> None:
     """Refuse a trajectory id whose rows carry several group ids (docs/shapers.md §0, "one trajectory, one group").
 

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from stepgym import schema
-from stepgym.shapers._common import Groups, as_bool_array, check_same_length, hashable
+from stepgym.shapers._common import Groups, as_bool_array, check_same_length, coded_groups, hashable
+from stepgym.shapers.registry import BaseAdvantage
+from stepgym.shapers.shared import SharedOptions
 
 _SUCCESS = ("__stepgym_success__",)
 
@@ -134,6 +136,15 @@ def require_states(batch: Any, method: str, *, with_next: bool) -> None:
     check_step_index(batch.step_index, coded_groups(batch.traj_ids))
 
 
+def graph_stage(batch: Any, config: Any, method: str, terms: Any, *, with_next: bool) -> BaseAdvantage:
+    """A graph method's base stage: :func:`require_states`, then ``terms(batch, options=, shared=)`` (its own
+    options and the shared ones from ``config``), combined with the step weight into the stage's
+    :class:`~stepgym.shapers.registry.BaseAdvantage` (the terms kept beside it)."""
+    require_states(batch, method, with_next=with_next)
+    t = terms(batch, options=config.options_for(method), shared=SharedOptions.of(config))
+    return BaseAdvantage(t.combined(config.step_weight), t)
+
+
 def reverse_hops(n_nodes: int, src: np.ndarray, dst: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Fewest edges from each node to any of ``targets`` (inf where unreachable), frontier by frontier."""
     dist = np.full(n_nodes, np.inf)
@@ -149,8 +160,3 @@ def reverse_hops(n_nodes: int, src: np.ndarray, dst: np.ndarray, targets: np.nda
         frontier[cand] = True
         dist[cand] = d
     return dist
-
-
-def coded_groups(codes: np.ndarray) -> Groups:
-    """A :class:`Groups` over ids the pipeline already factorised to int64 codes."""
-    return Groups(codes=codes, n_groups=int(codes.max(initial=-1)) + 1)

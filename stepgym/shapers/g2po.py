@@ -27,12 +27,13 @@ from stepgym.shapers._common import (
     Groups,
     as_bool_array,
     check_mode,
+    coded_groups,
     episode_inputs,
 )
 from stepgym.shapers._graph import (
+    graph_stage,
     prev_next_rows,
     require_anchor,
-    require_states,
     success_rows,
 )
 from stepgym.shapers.gigpo import GiGPOTerms, build_step_groups
@@ -101,7 +102,7 @@ def g2po_terms(
     episode_r = episode_scores(r, tg)
     succ = success_rows(batch.success, tg, episode_r, "equal", success_reward)
     sg = build_step_groups(eg.codes, anchor_obs)
-    groups = Groups(codes=sg, n_groups=int(sg.max(initial=-1)) + 1)
+    groups = coded_groups(sg)
     v_cur, v_next = g2po_group_values(
         episode_r, tg, groups, succ, gamma=sh.gamma, success_value=success_reward
     )
@@ -139,7 +140,4 @@ class G2POOptions:
     needs=("state_keys", "state_chain"),
 )
 def _g2po_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
-    opts = config.options_for("g2po")
-    require_states(batch, "g2po", with_next=False)
-    terms = g2po_terms(batch, options=opts, shared=SharedOptions.of(config))
-    return BaseAdvantage(terms.combined(config.step_weight), terms)
+    return graph_stage(batch, config, "g2po", g2po_terms, with_next=False)

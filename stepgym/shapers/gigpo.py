@@ -38,6 +38,7 @@ from stepgym.shapers._common import (
     as_float_array,
     check_mode,
     check_same_length,
+    coded_groups,
     episode_inputs,
     hashable,
 )
@@ -202,9 +203,7 @@ def gigpo_terms(
         step_discounted_returns(r, tg.codes, sh.gamma), valid, sh.invalid_penalty
     )
     sgc = build_step_groups(eg.codes, anchor_obs, similarity=opts.similarity, tau=opts.similarity_tau)
-    step = step_relative_advantage(
-        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=sh.eps
-    )
+    step = step_relative_advantage(returns, coded_groups(sgc), mode=mode, eps=sh.eps)
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
 

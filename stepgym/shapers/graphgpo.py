@@ -30,12 +30,13 @@ import numpy as np
 from stepgym.shapers._common import (
     Groups,
     check_mode,
+    coded_groups,
     episode_inputs,
 )
 from stepgym.shapers._graph import (
     chained_states,
+    graph_stage,
     require_next,
-    require_states,
     reverse_hops,
     success_rows,
 )
@@ -124,9 +125,7 @@ def graphgpo_terms(
             scores, eg, norm_by_std=std, eps=eps, singleton=sh.singleton
         )
     sgc = build_step_groups(eg.codes, anchor_obs)
-    step = step_relative_advantage(
-        returns, Groups(codes=sgc, n_groups=int(sgc.max(initial=-1)) + 1), mode=mode, eps=eps
-    )
+    step = step_relative_advantage(returns, coded_groups(sgc), mode=mode, eps=eps)
     return GiGPOTerms(episode=episode, step=step, scores=scores, returns=returns, step_groups=sgc)
 
 
@@ -158,6 +157,4 @@ class GraphGPOOptions:
     needs=("state_keys", "state_chain"),
 )
 def _graphgpo_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
-    require_states(batch, "graphgpo", with_next=True)
-    terms = graphgpo_terms(batch, options=config.options_for("graphgpo"), shared=SharedOptions.of(config))
-    return BaseAdvantage(terms.combined(config.step_weight), terms)
+    return graph_stage(batch, config, "graphgpo", graphgpo_terms, with_next=True)

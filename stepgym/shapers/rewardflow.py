@@ -33,9 +33,9 @@ from stepgym.shapers._common import (
 )
 from stepgym.shapers._graph import (
     chained_states,
+    graph_stage,
     prev_next_rows,
     require_next,
-    require_states,
 )
 from stepgym.shapers.gigpo import GiGPOTerms, step_relative_advantage
 from stepgym.shapers.grpo import group_normalize
@@ -194,7 +194,4 @@ class RewardFlowOptions:
     needs=("state_keys", "state_chain"),
 )
 def _rewardflow_stage(batch: Any, config: Any, scores: np.ndarray) -> BaseAdvantage:
-    require_states(batch, "rewardflow", with_next=True)
-    opts = config.options_for("rewardflow")
-    terms = rewardflow_terms(batch, options=opts, shared=SharedOptions.of(config))
-    return BaseAdvantage(terms.combined(config.step_weight), terms)
+    return graph_stage(batch, config, "rewardflow", rewardflow_terms, with_next=True)
