@@ -59,7 +59,7 @@ from credit_assignment import first_reaching  # noqa: E402
 
 import stepgym  # noqa: E402, F401  (registers the envs)
 from stepgym import schema  # noqa: E402
-from stepgym.envs.credit_family import DECISIVE  # noqa: E402
+from stepgym.envs.credit.family import DECISIVE  # noqa: E402
 from stepgym.graph_seeding import seed_graph_from_expert  # noqa: E402
 from stepgym.reference_graph import AgenticReferenceGraph, default_state_key  # noqa: E402
 from stepgym.shapers import GRAPH_BASES, ShapeConfig, StepBatch, TokenLayout, shape_advantages  # noqa: E402

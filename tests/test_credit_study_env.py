@@ -12,7 +12,7 @@ import pytest
 
 import stepgym  # noqa: F401
 from stepgym import schema
-from stepgym.envs.credit_family import DECISIVE
+from stepgym.envs.credit.family import DECISIVE
 from stepgym.testing import check_text_env
 
 ENV = "StepGym/CreditFamily-v0"

@@ -42,7 +42,7 @@ def test_public_class_has_an_example(cls: type) -> None:
     )
 
 
-_NO_DATA = ["stepgym", "stepgym.envs.base", "stepgym.envs.credit", "stepgym.group"]
+_NO_DATA = ["stepgym", "stepgym.envs.base", "stepgym.envs.credit.toy", "stepgym.group"]
 _NO_DATA += ["stepgym.wrappers.feedback", "stepgym.wrappers.text", "stepgym.wrappers.hints"]
 _NO_DATA += [
     "stepgym.values.wrapper",

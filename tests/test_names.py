@@ -154,7 +154,7 @@ def test_registered_limits_are_the_envs_defaults() -> None:
     defaults: building the benchmark envs needs their data)."""
     import inspect
 
-    from stepgym.envs.credit_family import CreditFamilyEnv
+    from stepgym.envs.credit.family import CreditFamilyEnv
 
     def default(cls: type, name: str) -> int:
         return inspect.signature(cls.__init__).parameters[name].default

@@ -14,7 +14,7 @@ import pytest
 import stepgym  # noqa: F401  (registers the envs)
 from stepgym import shapers as S
 from stepgym.envs import check_env_kwargs
-from stepgym.envs.credit_family import CreditFamilyConfig, CreditFamilyEnv
+from stepgym.envs.credit.family import CreditFamilyConfig, CreditFamilyEnv
 from stepgym.errors import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ NARROWED = [
     ("stepgym/shapers/rewardflow.py", "rewardflow_terms"),
     ("stepgym/shapers/g2po.py", "g2po_terms"),
     ("stepgym/envs/alfworld/env.py", "__init__"),
-    ("stepgym/envs/credit_family.py", "__init__"),
+    ("stepgym/envs/credit/family.py", "__init__"),
     ("stepgym/envs/searchqa/encoders.py", "__init__"),
     ("stepgym/envs/searchqa/env.py", "__init__"),
     ("stepgym/envs/searchqa/retrievers.py", "__init__"),

@@ -350,7 +350,7 @@ def test_alfworld_garbage_is_not_format_valid_and_harmless(alfworld) -> None:
 def test_credit_toys_have_their_format_in_the_one_registry() -> None:
     """The credit toys' format is declared where they are registered: the wrapper and the trainer find it by id."""
     from stepgym.envs import ENV_IDS, text_format_of
-    from stepgym.envs.credit import FORMAT as CREDIT_FORMAT
+    from stepgym.envs.credit.prompt import FORMAT as CREDIT_FORMAT
     from stepgym.wrappers.text import FORMATS, get_format, resolve_format
 
     # every registered env declares one: a name in FORMATS or an env's own 'module:ATTR' (Sokoban's)

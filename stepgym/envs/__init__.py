@@ -1,9 +1,9 @@
 # Over 400 lines: the registry: every built-in env's registration and what it declares.
 """stepgym's Gymnasium envs, registered under the ``StepGym`` namespace.
 
-A built-in env is one folder here (or one module, for the credit toys) whose ``__init__`` makes one :func:`register`
-call: its entry point, step limit, text format, splits, value oracle (``values.py`` in the same folder) and task
-types. Importing this package imports each folder (:func:`register_envs`), so every registered env is in
+A built-in env is one folder here whose ``__init__`` makes one :func:`register` call (the credit toys' folder makes
+two, one per toy): its entry point, step limit, text format, splits, value oracle (``values.py`` in the same folder)
+and task types. Importing this package imports each folder (:func:`register_envs`), so every registered env is in
 :data:`ENV_IDS`. Entry points are strings and the folders export their classes lazily, so registering imports none of
 the engines: TextWorld, the search indexes and the browser load only when an env is made. Variants are keyword
 arguments (``split=``, ``goals=``, ``retriever=``), never new id strings.
@@ -327,8 +327,8 @@ def env_has_splits(env_id: str) -> bool:
 
 
 def _own_modules() -> list[str]:
-    """This package's modules and folders, in name order: each env folder (or single-module env) registers its
-    env(s) when imported, with one :func:`register` call each."""
+    """This package's modules and folders, in name order: each env folder registers its env(s) when imported, with
+    one :func:`register` call each."""
     import pkgutil
 
     return [m.name for m in pkgutil.iter_modules(__path__, f"{__name__}.")]
@@ -337,7 +337,7 @@ def _own_modules() -> list[str]:
 def register_envs() -> tuple[str, ...]:
     """Register stepgym's own envs and return their ids (:data:`ENV_IDS`). Idempotent; ``import stepgym`` runs it.
 
-    A built-in env is one folder (or module) of this package plus the :func:`register` call in it: importing the
+    A built-in env is one folder of this package plus the :func:`register` call in it: importing the
     folder registers the env, and this imports every one of them. Nothing else lists the envs: :data:`ENV_IDS`,
     the docs' env table and the site's navigation are generated from the registry (scripts/doc_figures.py)."""
     import importlib

@@ -108,7 +108,7 @@ FORMAT_REFS: dict[str, str] = {
     "qa": "stepgym.envs.searchqa.prompt:FORMAT",  # Search-R1's prompt, one action per turn (the env's declared one)
     "qa-lenient": "stepgym.envs.searchqa.prompt:LENIENT_FORMAT",  # Search-R1's own first-tag-wins rule
     "qa-stepgym": "stepgym.envs.searchqa.prompt:STEPGYM_FORMAT",  # stepgym's wording, one action per turn
-    "credit": "stepgym.envs.credit:FORMAT",
+    "credit": "stepgym.envs.credit.prompt:FORMAT",
 }
 
 

@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from stepgym import schema
-from stepgym.envs import EnvSplits, register
 from stepgym.envs.base import TextEnv
 from stepgym.envs.options import env_config
 from stepgym.errors import InvalidArgumentError
@@ -342,13 +341,3 @@ def _random_success(horizon: int, k: int, choices: int, d: int, irreversible: bo
         return memo[key]
 
     return win(budget, horizon, k)
-
-
-register(
-    "StepGym/CreditFamily-v0",
-    "stepgym.envs.credit_family:CreditFamilyEnv",
-    max_steps=20,
-    text_format="credit",
-    splits=EnvSplits(("train", "valid"), "valid"),
-    value_oracle="stepgym.envs.oracle:StepsToWinOracle",
-)

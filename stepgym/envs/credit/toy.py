@@ -26,11 +26,9 @@ import functools
 from typing import Any
 
 from stepgym import schema
-from stepgym.envs import EnvSplits, register
 from stepgym.envs.base import TextEnv
-from stepgym.text_format import ACTION_REPLY, PromptTemplate, TextFormat, parse_react
 
-__all__ = ["FORMAT", "OBJECTS", "CreditToyEnv"]
+__all__ = ["OBJECTS", "CreditToyEnv"]
 
 OBJECTS = ("stone", "leaf", "cup", "coin", "shell", "feather", "apple", "spoon")
 _SPLIT_OFFSET = {"train": 0, "valid": 10_000}
@@ -224,45 +222,3 @@ class CreditToyEnv(TextEnv):
         effective = self._state_key() != before
         reward = 1.0 if self._door_open else 0.0
         return feedback, reward, self._door_open, self._info(feedback, True, effective, "")
-
-
-# The credit-assignment toys' compact format: prompts a tiny model trained from scratch can read (~100 tokens per
-# turn instead of ~600), no <think> block (a 100k-parameter model has nothing to reason with); the reply is
-# <action>…</action>, read by the same strict parser as ALFWorld's, so validity means the same thing.
-FORMAT_TEMPLATE = PromptTemplate(
-    intro="Task: {task}.",
-    history_header="Last steps:",
-    history_item="{observation} > {action}",
-    current="Now: {observation}",
-    current_first="Now: {observation}",
-    admissible="Actions: {admissible}.",
-    instruction="Reply with <action>one action</action>.",
-)
-
-
-def _credit_feedback(reason: str) -> str:
-    return f"Invalid reply: {reason}. Reply with one admissible action inside <action> </action>."
-
-
-#: The credit toys' text format (``"credit"``: ``StepGym/CreditToy-v0`` and ``StepGym/CreditFamily-v0``): the
-#: reply is one ``<action>`` tag, read by the same strict parser as ALFWorld's (no ``<think>``); StepOPSD's target
-#: is that tag.
-FORMAT = TextFormat(
-    "credit",
-    FORMAT_TEMPLATE,
-    functools.partial(parse_react, require_think=False),
-    _credit_feedback,
-    history_length=2,
-    reply_shape=ACTION_REPLY,
-    span_mode="action_only",
-)
-
-
-register(
-    "StepGym/CreditToy-v0",
-    "stepgym.envs.credit:CreditToyEnv",
-    max_steps=10,
-    text_format="credit",
-    splits=EnvSplits(("train", "valid"), "valid"),
-    value_oracle="stepgym.envs.oracle:StepsToWinOracle",
-)
