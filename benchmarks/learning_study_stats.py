@@ -66,6 +66,10 @@ CELLS = (
     RESULTS / "learning_study_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_llm_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_own_rate_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_2026-12-07_alfworld_seeds32-39_cells.jsonl.gz",
+    RESULTS / "learning_study_2026-12-07_replication_seeds40-49_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_2026-12-07_seeds40-49_cells.jsonl.gz",
+    RESULTS / "learning_study_2026-12-07_replication_other_seeds40-49_cells.jsonl.gz",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
 POWER = RESULTS / "learning_study_power_2026-12-06.json"
@@ -75,6 +79,9 @@ FIDELITY = RESULTS / "credit_fidelity_2026-12-06.json"
 #: selection's 100-105, are never analysed)
 DISCOVERY = range(0, 20)
 CONFIRMATION = range(20, 40)
+#: seeds run after the claims were made, by neither discovery nor confirmation: a rerun on new seeds, which the
+#: confirmed claims must survive (:func:`replication_summary`); they change no verdict
+REPLICATION = range(40, 50)
 ALPHA = 0.05
 TARGET_POWER = 0.8
 #: the minimal difference in learning-curve AUC the power analysis asks for (held-out success, 0..1)
@@ -457,13 +464,14 @@ def compare(
             disc["poi"] = _r(prob_improvement(x, y))
             lo, hi = stratified_bootstrap([[x], [y]], prob_improvement, rng, n_boot)
             disc["poi_lo"], disc["poi_hi"] = _r(lo), _r(hi)
-    cseeds, _, _, cd = _diffs(by, env, learner, method, ref, metric, CONFIRMATION)
-    c = t_test(cd) if len(cd) else None
-    row["confirmation"] = (
-        None
-        if c is None
-        else {"seeds": cseeds, **{k: _r(v) for k, v in asdict(c).items() if k != "n"}, "n": c.n}
-    )
+    for name, seeds_of in (("confirmation", CONFIRMATION), ("replication", REPLICATION)):
+        cseeds, _, _, cd = _diffs(by, env, learner, method, ref, metric, seeds_of)
+        c = t_test(cd) if len(cd) else None
+        row[name] = (
+            None
+            if c is None
+            else {"seeds": cseeds, **{k: _r(v) for k, v in asdict(c).items() if k != "n"}, "n": c.n}
+        )
     return row
 
 
@@ -487,7 +495,37 @@ def claims(
     """Every comparison of every family of the merged cells files, with Holm-adjusted p, MDE and the verdict."""
     cells, notes = merge(paths)
     out = analyse(cells, fidelity_path, n_boot, seed)
-    return {**out, "cells": [Path(p).name for p in paths], "notes": notes}
+    return {**out, "timing": timing(cells), "cells": [Path(p).name for p in paths], "notes": notes}
+
+
+def timing(cells: Sequence[dict]) -> dict:
+    """What the cells cost, from each cell's own wall time (``seconds``): per env and learner the cells, their median
+    and total; and the target design's total (the core methods on discovery and confirmation seeds, every learner
+    that ran them), the figure that says whether the whole design fits a budget on 2 cores. The times were taken on
+    a shared machine under whatever load it had, so they bound what an idle machine takes from above."""
+    by: dict[tuple[str, str], list[float]] = defaultdict(list)
+    design: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in cells:
+        env, learner, method, seed = cell_id(r)
+        sec = r.get("seconds")
+        if sec is None:
+            continue
+        by[(env, learner)].append(float(sec))
+        if method in CORE and (seed in DISCOVERY or seed in CONFIRMATION):
+            design[(env, learner)].append(float(sec))
+    rows = [
+        {"env": env, "learner": learner, "cells": len(v), "median_s": _r(float(np.median(v)), 1),
+         "total_s": _r(float(np.sum(v)), 0), "design_cells": len(design.get((env, learner), [])),
+         "design_s": _r(float(np.sum(design.get((env, learner), []))), 0)}
+        for (env, learner), v in sorted(by.items(), key=lambda kv: (kv[0][1] != "linear", kv[0][1],
+                                                                     *_order(kv[0][0], "")))
+    ]  # fmt: skip
+    return {
+        "rows": rows,
+        "total_s": _r(sum(r["total_s"] for r in rows), 0),
+        "design_s": _r(sum(r["design_s"] for r in rows), 0),
+        "design": f"the core methods ({', '.join(CORE)}) on seeds {DISCOVERY.start}-{CONFIRMATION.stop - 1}",
+    }
 
 
 def analyse(
@@ -521,6 +559,12 @@ def analyse(
                     )
                     conf["mde"] = _r(mde(conf["n"], sd, ALPHA, sides=1))
                 r["verdict"] = verdict(a, disc["mean"], ct)
+                rep = r["replication"]
+                if rep is not None and r["verdict"] == "confirmed" and rep["n"] >= 2:
+                    # the claimed direction on seeds nobody used to find or confirm it
+                    up = disc["mean"] > 0
+                    rep["sign_kept"] = (rep["mean"] > 0) == up and rep["mean"] != 0
+                    rep["p_claimed"] = rep["p_greater"] if up else rep["p_less"]
                 incomplete = _complete(by, env, learner, r["method"], ref)
                 r["incomplete"] = incomplete
                 out_rows.append(r)
@@ -535,6 +579,10 @@ def analyse(
         "design": {
             "discovery_seeds": [DISCOVERY.start, DISCOVERY.stop - 1],
             "confirmation_seeds": [CONFIRMATION.start, CONFIRMATION.stop - 1],
+            "replication_seeds": [REPLICATION.start, REPLICATION.stop - 1],
+            "replication": "seeds run after the verdicts, used by neither discovery nor confirmation: every "
+            "confirmed claim's mean difference there must keep the confirmed sign (sign_kept); p_claimed is its "
+            "one-sided p in the claimed direction (reported, not a condition: 10 seeds resolve less than 20)",
             "alpha": ALPHA,
             "families": "one env x one learner x one metric against one reference; Holm over each",
             "rule": VERDICTS,
@@ -916,6 +964,81 @@ def learners_markdown(c: dict) -> str:
     return "\n".join(out)
 
 
+def timing_markdown(c: dict) -> str:
+    """The page's cost table: cells, median and summed wall time per env and learner, from the claims file."""
+    t = c.get("timing")
+    if not t:
+        return "No cell times in the claims file."
+    out = [
+        "| env | learner | cells | median s per cell | total (CPU-hours) | design cells | design (CPU-hours) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in t["rows"]:
+        out.append(
+            f"| {r['env']} | {LEARNERS.get(r['learner'], r['learner'])} | {r['cells']} | {r['median_s']:.1f} | "
+            f"{r['total_s'] / 3600:.2f} | {r['design_cells']} | {r['design_s'] / 3600:.2f} |"
+        )
+    out += [
+        "",
+        f"All committed cells: {t['total_s'] / 3600:.1f} CPU-hours. The design ({t['design']}, every learner that "
+        f"ran them): {t['design_s'] / 3600:.1f} CPU-hours, {t['design_s'] / 7200:.1f} h of wall time on 2 cores "
+        "at those cells' speeds.",
+    ]
+    return "\n".join(out)
+
+
+def replication_summary(c: dict) -> list[dict]:
+    """Per env and learner: the confirmed claims, how many have replication seeds, how many keep their sign there
+    and how many are also one-sided significant there, and every claim whose sign flipped."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in c["comparisons"]:
+        if r["verdict"] != "confirmed":
+            continue
+        row = out.setdefault(
+            (r["env"], r["learner"]),
+            {"env": r["env"], "learner": r["learner"], "confirmed": 0, "replicated_seeds": 0, "sign_kept": 0,
+             "significant": 0, "n_seeds": 0, "flipped": []},
+        )  # fmt: skip
+        row["confirmed"] += 1
+        rep = r.get("replication")
+        if rep is None or "sign_kept" not in rep:
+            continue
+        row["replicated_seeds"] += 1
+        row["n_seeds"] = max(row["n_seeds"], rep["n"])
+        row["sign_kept"] += bool(rep["sign_kept"])
+        row["significant"] += bool(rep["sign_kept"] and rep["p_claimed"] < ALPHA)
+        if not rep["sign_kept"]:
+            row["flipped"].append(
+                f"{r['method']} {r['metric']} vs {r['reference']}: {r['discovery']['mean']:+.3f} → {rep['mean']:+.3f}"
+            )
+    return sorted(out.values(), key=lambda x: (x["learner"] != "linear", x["learner"], *_order(x["env"], "")))
+
+
+def replication_markdown(c: dict) -> str:
+    """The page's replication table: every confirmed claim rerun on the replication seeds."""
+    rows = replication_summary(c)
+    seeds = c["design"].get("replication_seeds")
+    if not rows or seeds is None:
+        return "No confirmed claim in the claims file."
+    out = [
+        f"Every confirmed claim, rerun on seeds {seeds[0]}–{seeds[1]} (run after the verdicts; used by neither "
+        "discovery nor confirmation):",
+        "",
+        "| env | learner | confirmed claims | with replication seeds | seeds | same sign | also one-sided p < 0.05 | "
+        "sign flipped |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['env']} | {LEARNERS.get(r['learner'], r['learner'])} | {r['confirmed']} | {r['replicated_seeds']} "
+            f"| {r['n_seeds'] or '–'} | {r['sign_kept']} | {r['significant']} | {'; '.join(r['flipped']) or 'none'} |"
+        )
+    kept = sum(r["sign_kept"] for r in rows)
+    tried = sum(r["replicated_seeds"] for r in rows)
+    out += ["", f"{kept} of {tried} confirmed claims rerun on new seeds keep their sign."]
+    return "\n".join(out)
+
+
 def profiles_markdown(c: dict) -> str:
     """The performance profiles of the claims file: per env and learner, the fraction of runs whose final held-out
     success exceeds each threshold, with its 95% bootstrap interval."""
@@ -1019,6 +1142,14 @@ def headline(c: dict) -> str:
         f"corrected test detects with 80% power is {min(mdes):.2f}–{max(mdes):.2f} at these seeds)"
         + (f"; {', '.join(others)} await confirmation seeds." if others else ".")
     )
+    rep = [x for x in replication_summary(c) if x["learner"] == "linear" and x["env"] not in TOYS]
+    tried = sum(x["replicated_seeds"] for x in rep)
+    if tried:
+        a, b = c["design"]["replication_seeds"]
+        out += (
+            f" Rerun on new seeds ({a}–{b}, run after the verdicts and used by neither split), "
+            f"{sum(x['sign_kept'] for x in rep)} of the {tried} confirmed claims rerun keep their sign."
+        )
     both = [r for r in learners_table(c) if r["learner"] == "llm"]
     if both:
         envs = " and ".join(dict.fromkeys(r["env"] for r in both))

@@ -182,6 +182,18 @@ def learning_study_profiles() -> str:
     return st.profiles_markdown(_json(st.CLAIMS))
 
 
+def learning_study_replication() -> str:
+    """docs/learning_study.md's replication table: every confirmed claim on the seeds run after the verdicts."""
+    st = _learning_study_stats()
+    return st.replication_markdown(_json(st.CLAIMS))
+
+
+def learning_study_timing() -> str:
+    """docs/learning_study.md's cost table: the committed cells' own wall times, from the committed claims file."""
+    st = _learning_study_stats()
+    return st.timing_markdown(_json(st.CLAIMS))
+
+
 def learning_study_power() -> str:
     """docs/learning_study.md's power analysis, from the committed power file."""
     st = _learning_study_stats()
@@ -324,6 +336,8 @@ FIGURES = {
         Figure("learning-study-power", learning_study_power, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-learners", learning_study_learners, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-profiles", learning_study_profiles, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-replication", learning_study_replication, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-timing", learning_study_timing, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-headline", learning_study_headline, README),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
         Figure("env-table", env_table, ROOT / "docs" / "envs.md"),

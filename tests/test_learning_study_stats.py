@@ -253,6 +253,64 @@ def test_claims_follow_the_discovery_confirmation_rule(tmp_path: Path) -> None:
     assert "faster than GRPO by learning-curve AUC: Toy: real (+0.07" in head and "fluke" not in head
 
 
+def test_replication_seeds_check_every_confirmed_sign_and_change_no_verdict(tmp_path: Path) -> None:
+    """Seeds 40-49, run after the verdicts: ``real`` keeps its sign there, ``turns`` (confirmed like ``real``) is
+    slower there, so its flip is named; the verdicts are those of discovery and confirmation alone."""
+    a, b = _design(tmp_path)
+    rng = np.random.default_rng(7)
+    extra = []
+    for seed in range(10):  # ``turns``: confirmed on 0-9 / 20-29, like ``real``
+        extra.append(_cell("Toy", "turns", seed, [0.2, 0.4 + 0.01 * rng.normal(), 0.5 + 0.01 * rng.normal()]))
+    for seed in range(20, 30):
+        extra.append(_cell("Toy", "turns", seed, [0.2, 0.4 + 0.01 * rng.normal(), 0.5 + 0.01 * rng.normal()]))
+    rep = []
+    for s in range(40, 50):
+        base = [0.2, 0.3 + 0.05 * rng.normal(), 0.4 + 0.05 * rng.normal()]
+        rep.append(_cell("Toy", "grpo", s, base))
+        rep.append(_cell("Toy", "real", s, [0.2, base[1] + 0.1, base[2] + 0.1]))
+        rep.append(_cell("Toy", "turns", s, [0.2, base[1] - 0.1, base[2] - 0.1]))
+    c_before = st.claims([a, b, _write(tmp_path / "t.jsonl", extra)], fidelity_path=None, n_boot=200)
+    c = st.claims([a, b, _write(tmp_path / "t.jsonl", extra), _write(tmp_path / "r.jsonl", rep)],
+                  fidelity_path=None, n_boot=200)  # fmt: skip
+    verdicts = lambda x: {(r["method"], r["metric"], r["reference"]): r["verdict"] for r in x["comparisons"]}  # noqa: E731
+    assert verdicts(c) == verdicts(c_before)
+    rows = {(r["method"], r["metric"], r["reference"]): r for r in c["comparisons"]}
+    real, turns = rows[("real", "auc", "grpo")], rows[("turns", "auc", "grpo")]
+    assert real["verdict"] == turns["verdict"] == "confirmed"
+    assert real["replication"]["seeds"] == list(range(40, 50))
+    assert real["replication"]["sign_kept"] and real["replication"]["p_claimed"] < 0.05
+    assert not turns["replication"]["sign_kept"] and turns["replication"]["mean"] < 0
+    assert rows[("same", "auc", "grpo")]["replication"] is None  # no cells on the replication seeds
+    (summary,) = st.replication_summary(c)
+    assert summary["confirmed"] >= summary["replicated_seeds"] > summary["sign_kept"] >= 1
+    assert any(f.startswith("turns auc vs grpo") for f in summary["flipped"])
+    md = st.replication_markdown(c)
+    assert "turns auc vs grpo" in md and f"{summary['sign_kept']} of {summary['replicated_seeds']}" in md
+    assert "No confirmed claim" in st.replication_markdown({"comparisons": [], "design": {}})
+
+
+def test_timing_sums_the_cells_own_wall_times_and_the_designs_share() -> None:
+    """The cost table reads each cell's ``seconds``: per env and learner, and the design's part (core methods on seeds
+    0-39); a non-core method or a replication seed counts in the total only."""
+    cells = [
+        {**_cell("Toy", "grpo", 0, [0.1, 0.2, 0.3]), "seconds": 10.0},
+        {**_cell("Toy", "gigpo", 25, [0.1, 0.2, 0.3]), "seconds": 30.0},
+        {**_cell("Toy", "ahead", 1, [0.1, 0.2, 0.3]), "seconds": 100.0},  # not a core method
+        {**_cell("Toy", "grpo", 45, [0.1, 0.2, 0.3]), "seconds": 1000.0},  # a replication seed
+        {**_cell("Toy", "grpo", 0, [0.1, 0.2, 0.3], learner="llm"), "seconds": 7200.0},
+        _cell("Toy", "oracle", 2, [0.1, 0.2, 0.3]),  # no recorded time: left out
+    ]
+    t = st.timing(cells)
+    lin, llm = t["rows"]
+    assert (lin["learner"], lin["cells"], lin["total_s"], lin["design_cells"], lin["design_s"]) == (
+        "linear", 4, 1140.0, 2, 40.0,
+    )
+    assert (llm["learner"], llm["design_s"]) == ("llm", 7200.0)
+    assert t["design_s"] == 7240.0 and t["total_s"] == 8340.0
+    md = st.timing_markdown({"timing": t})
+    assert "| Toy | linear | 4 | 65.0 |" in md and "2.0 CPU-hours, 1.0 h of wall time on 2 cores" in md
+
+
 def test_the_two_learners_table_says_where_they_agree(tmp_path: Path) -> None:
     """The same design run by a second learner (cells with ``learner: "llm"``): ``real`` is faster for both, ``same``
     for neither; for the second learner ``fluke`` is slower on the discovery seeds, so the learners disagree there."""
@@ -390,7 +448,8 @@ def test_the_docs_tables_and_readme_headline_are_the_claims_file() -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
     import doc_figures
 
-    names = ["learning-study", "learning-study-power", "learning-study-fidelity", "learning-study-headline"]
+    names = ["learning-study", "learning-study-power", "learning-study-fidelity", "learning-study-headline",
+             "learning-study-replication"]
     argv = ["--check"] + [x for n in names for x in ("--only", n)]
     assert doc_figures.main(argv) == 0
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
