@@ -161,6 +161,21 @@ ENVS: dict[str, EnvRow] = {
             kwargs=(("horizon", 5),),
             lr=100.0,  # chosen on GRPO by AUC on seeds 100-105 (learning_study_lr_creditfamily_2026-12-07.md)
         ),
+        # tau2-bench's airline tasks (upstream's train/test splits, 30/20) with the deterministic stand-in user; the
+        # learner chooses among the env's candidate calls (the expert's, other tools, a wrong argument, two stock
+        # messages: candidate_calls=True, docs/tau2.md)
+        EnvRow(
+            "Tau2",
+            "StepGym/Tau2-v0",
+            "train",
+            ("test",),
+            12,
+            "tau2",
+            kwargs=(("domain", "airline"), ("candidate_calls", True)),
+            feats="tau2",
+            lr=20.0,
+            warm_tasks=5,
+        ),
     )
 }
 DEFAULT_ENVS = ("ALFWorld", "Sokoban")
@@ -442,11 +457,46 @@ def webshop_features(facts: tuple, action: str) -> list[tuple]:
     return [("wb", action == "click[buy now]", chosen)]
 
 
+def tau2_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
+    """tau2's phase (who spoke last: the user or a tool, and how many distinct calls the agent made, up to 3) and
+    the candidate calls whose arguments all appeared in the conversation (``tau2/candidates_seen``)."""
+    kind = "user" if obs.startswith("User:") else "tool" if obs.startswith("Tool result:") else "other"
+    calls = min(sum(a.startswith("{") for a in taken), 3)
+    return ("tau2", kind, calls, frozenset(info.get("tau2/candidates_seen") or ()))
+
+
+@lru_cache(maxsize=1 << 14)
+def tau2_name(action: str) -> str:
+    """The tool a candidate calls, or ``msg:<first word>`` for a message to the user."""
+    if action.startswith("{"):
+        try:
+            return str(json.loads(action).get("name"))
+        except ValueError:
+            return "call?"
+    return "msg:" + (action.split(maxsplit=1) or [""])[0].lower()
+
+
+def tau2_features(facts: tuple, action: str) -> list[tuple]:
+    """The tool (or message kind) by phase, and whether a call's arguments were all seen in the conversation."""
+    _, kind, calls, seen = facts
+    name = tau2_name(action)
+    is_call = action.startswith("{")
+    s = action in seen
+    return [
+        ("tn", name, kind),
+        ("tnc", name, calls),
+        ("tns", name, s),
+        ("tcs", is_call, s, kind),
+        ("tcc", is_call, calls, kind),
+    ]
+
+
 EXTRA_FEATURES = {
     "webshop": (webshop_facts, webshop_features),
     "sokoban": (sokoban_facts, sokoban_features),
     "babyai": (babyai_facts, babyai_features),
     "textcraft": (textcraft_facts, textcraft_features),
+    "tau2": (tau2_facts, tau2_features),
 }
 
 
