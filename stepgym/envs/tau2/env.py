@@ -126,6 +126,9 @@ def _agent_class() -> type:
 
 
 _AGENT: list[type] = []
+#: gold paths by (domain, task id), shared by the envs of a process (a GoldPath is never changed once built)
+_GOLD: dict[tuple[str, str], GoldPath] = {}
+_GOLD_MAX = 4096
 
 
 class Tau2Env(TextEnv):
@@ -215,7 +218,12 @@ class Tau2Env(TextEnv):
         """The gold path of ``task`` (default: the current task), replayed once and kept."""
         task = task or self._task
         if task.id not in self._gold:
-            self._gold[task.id] = GoldPath(self.domain, task)
+            key = (self.domain, task.id)
+            if key not in _GOLD:  # the replay is the same for every env of the process: kept once
+                if len(_GOLD) >= _GOLD_MAX:
+                    _GOLD.pop(next(iter(_GOLD)))
+                _GOLD[key] = GoldPath(self.domain, task)
+            self._gold[task.id] = _GOLD[key]
         return self._gold[task.id]
 
     @property
