@@ -518,9 +518,10 @@ class Tau2Env(TextEnv):
             got, error = _SCORED[key]
         else:
             got, error = evaluate(sim, self._task, self.solo_mode, self._constructor_name())
-            if len(_SCORED) >= _SCORED_MAX:
+            while _SCORED and len(_SCORED) >= _SCORED_MAX:
                 _SCORED.pop(next(iter(_SCORED)))
-            _SCORED[key] = (got, error)
+            if _SCORED_MAX > 0:
+                _SCORED[key] = (got, error)
         self._reward_info = reward_breakdown(got, sim.termination_reason, self._task, self._user_label)
         if error:
             self._reward_info["evaluator_error"] = error
