@@ -222,6 +222,10 @@ def test_candidate_calls_hold_the_experts_action_and_are_deterministic() -> None
     # the first call's argument (the user id the user gave) was seen in the conversation
     first = _candidate_walk(a, CANDIDATE_TASKS[0], expert)[0]
     assert first[2] in first[1]
+    # solo mode: calls only (a message is not an action there), the expert's among them
+    solo = gym.make(ID, domain="mock", split="base", solo_mode=True, candidate_calls=True)
+    for listed, _, exp in _candidate_walk(solo, "mock/create_task_1", expert):
+        assert exp in listed and all(c.startswith("{") for c in listed)
 
 
 def test_candidate_calls_off_leave_the_info_unchanged() -> None:

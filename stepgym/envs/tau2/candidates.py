@@ -8,7 +8,8 @@ could send at this step:
 * two other tools of the domain, their required arguments drawn from the task's data (the arguments of the
   task's gold calls, then the ids of the domain's database tables: ``user_id`` from the users table, and so on);
 * the expert's call with one argument changed to another value drawn the same way;
-* a generic question to the user and the stock closing message.
+* a generic question to the user and the stock closing message (not in solo mode, where the agent only calls
+  tools).
 
 The draws are seeded by the task id and the step number, so a task's list at a step is the same in every episode
 that reaches that step in the same state; the list is sorted (no position gives the expert away) and has no
@@ -102,11 +103,13 @@ def candidate_calls(
     pool: dict[str, list[Any]],
     task_id: str,
     step: int,
+    talk: bool = True,
 ) -> list[str]:
-    """The candidate messages of one step (see the module), sorted, without duplicates."""
+    """The candidate messages of one step (see the module), sorted, without duplicates; ``talk`` False (solo
+    mode, where the agent only calls tools) leaves out the two stock messages."""
     rng = np.random.default_rng(_seed(task_id, step))
     tools = {s["function"]["name"]: s["function"].get("parameters") or {} for s in schemas}
-    out = {ASK_MESSAGE, CLOSING_MESSAGE}
+    out = {ASK_MESSAGE, CLOSING_MESSAGE} if talk else set()
     call = json.loads(expert) if expert and expert.startswith("{") else None
     if expert:
         out.add(expert)

@@ -622,6 +622,7 @@ class Tau2Env(TextEnv):
             self._pools[task.id],
             f"{self.domain}/{task.id}",
             step,
+            talk=not self.solo_mode,
         )
         m = tau2().message
         said = "\n".join(
