@@ -624,9 +624,15 @@ _FACTS_READ = {"sokoban": (False, True, False), "babyai": (True, True, False)}
 _FACTS: dict[tuple, tuple] = {}
 
 
+#: feature sets of envs whose goal text is the same for every task (tau2: the agent's instructions, the domain's
+#: policy and its tools; the request is in the user's first message): no goal words, which would only multiply
+#: every action's features by the thousands of words of the policy
+GOALLESS = frozenset({"tau2"})
+
+
 def context(info: dict, obs: str, held: str, taken: frozenset[str], feats: str = "") -> Context:
     goal_text = str(info.get(schema.GOAL) or "")
-    goal = _goal_words(goal_text)
+    goal = _goal_words(goal_text) if feats not in GOALLESS else frozenset()
     low = obs.lower()
     head = " ".join(m.group() for m in itertools.islice(_WORD.finditer(low), 3))
     if not feats:
