@@ -161,6 +161,25 @@ ENVS: dict[str, EnvRow] = {
             kwargs=(("horizon", 5),),
             lr=100.0,  # chosen on GRPO by AUC on seeds 100-105 (learning_study_lr_creditfamily_2026-12-07.md)
         ),
+        # tau2-bench's airline tasks (upstream's train/test splits, 30/20) with the deterministic stand-in user; the
+        # learner chooses among the env's candidate calls (the expert's, other tools, a wrong argument, two stock
+        # messages: candidate_calls=True, docs/tau2.md)
+        EnvRow(
+            "Tau2",
+            "StepGym/Tau2-v0",
+            "train",
+            ("test",),
+            12,
+            "tau2",
+            kwargs=(("domain", "airline"), ("candidate_calls", True)),
+            feats="tau2",
+            # chosen on GRPO by AUC among 0.2, 0.5 and 1 on seed 100 (learning_study_lr_tau2_2026-12-07.md)
+            lr=1.0,
+            # no warm start: the uniform policy over the candidates already wins about half the tasks (the stand-in
+            # user is lenient), and a warm start on a few demos makes the policy nearly deterministic (no group
+            # variance, nothing for GRPO to learn from)
+            warm_tasks=0,
+        ),
     )
 }
 DEFAULT_ENVS = ("ALFWorld", "Sokoban")
@@ -442,11 +461,46 @@ def webshop_features(facts: tuple, action: str) -> list[tuple]:
     return [("wb", action == "click[buy now]", chosen)]
 
 
+def tau2_facts(info: dict, obs: str, taken: frozenset[str]) -> tuple:
+    """tau2's phase (who spoke last: the user or a tool, and how many distinct calls the agent made, up to 3) and
+    the candidate calls whose arguments all appeared in the conversation (``tau2/candidates_seen``)."""
+    kind = "user" if obs.startswith("User:") else "tool" if obs.startswith("Tool result:") else "other"
+    calls = min(sum(a.startswith("{") for a in taken), 3)
+    return ("tau2", kind, calls, frozenset(info.get("tau2/candidates_seen") or ()))
+
+
+@lru_cache(maxsize=1 << 14)
+def tau2_name(action: str) -> str:
+    """The tool a candidate calls, or ``msg:<first word>`` for a message to the user."""
+    if action.startswith("{"):
+        try:
+            return str(json.loads(action).get("name"))
+        except ValueError:
+            return "call?"
+    return "msg:" + (action.split(maxsplit=1) or [""])[0].lower()
+
+
+def tau2_features(facts: tuple, action: str) -> list[tuple]:
+    """The tool (or message kind) by phase, and whether a call's arguments were all seen in the conversation."""
+    _, kind, calls, seen = facts
+    name = tau2_name(action)
+    is_call = action.startswith("{")
+    s = action in seen
+    return [
+        ("tn", name, kind),
+        ("tnc", name, calls),
+        ("tns", name, s),
+        ("tcs", is_call, s, kind),
+        ("tcc", is_call, calls, kind),
+    ]
+
+
 EXTRA_FEATURES = {
     "webshop": (webshop_facts, webshop_features),
     "sokoban": (sokoban_facts, sokoban_features),
     "babyai": (babyai_facts, babyai_features),
     "textcraft": (textcraft_facts, textcraft_features),
+    "tau2": (tau2_facts, tau2_features),
 }
 
 
@@ -569,9 +623,15 @@ _FACTS_READ = {"sokoban": (False, True, False), "babyai": (True, True, False)}
 _FACTS: dict[tuple, tuple] = {}
 
 
+#: feature sets of envs whose goal text is the same for every task (tau2: the agent's instructions, the domain's
+#: policy and its tools; the request is in the user's first message): no goal words, which would only multiply
+#: every action's features by the thousands of words of the policy
+GOALLESS = frozenset({"tau2"})
+
+
 def context(info: dict, obs: str, held: str, taken: frozenset[str], feats: str = "") -> Context:
     goal_text = str(info.get(schema.GOAL) or "")
-    goal = _goal_words(goal_text)
+    goal = _goal_words(goal_text) if feats not in GOALLESS else frozenset()
     low = obs.lower()
     head = " ".join(m.group() for m in itertools.islice(_WORD.finditer(low), 3))
     if not feats:

@@ -303,7 +303,11 @@ def test_timing_sums_the_cells_own_wall_times_and_the_designs_share() -> None:
     t = st.timing(cells)
     lin, llm = t["rows"]
     assert (lin["learner"], lin["cells"], lin["total_s"], lin["design_cells"], lin["design_s"]) == (
-        "linear", 4, 1140.0, 2, 40.0,
+        "linear",
+        4,
+        1140.0,
+        2,
+        40.0,
     )
     assert (llm["learner"], llm["design_s"]) == ("llm", 7200.0)
     assert t["design_s"] == 7240.0 and t["total_s"] == 8340.0
@@ -448,8 +452,13 @@ def test_the_docs_tables_and_readme_headline_are_the_claims_file() -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
     import doc_figures
 
-    names = ["learning-study", "learning-study-power", "learning-study-fidelity", "learning-study-headline",
-             "learning-study-replication"]
+    names = [
+        "learning-study",
+        "learning-study-power",
+        "learning-study-fidelity",
+        "learning-study-headline",
+        "learning-study-replication",
+    ]
     argv = ["--check"] + [x for n in names for x in ("--only", n)]
     assert doc_figures.main(argv) == 0
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

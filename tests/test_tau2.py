@@ -173,6 +173,118 @@ def test_value_wrapper_reads_the_bound_as_inexact(envs: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Candidate calls (the list a choosing learner picks from) and the speed-ups that must change nothing
+# ---------------------------------------------------------------------------------------------------------------
+CANDIDATE_TASKS = ("airline/27", "airline/3")  # a read then a write; a task whose gold says talk at the end
+
+
+def _candidate_walk(env: Any, task_id: str, pick: Any) -> list[tuple[list[str], list[str], Any]]:
+    """(candidates, seen, expert) at every step of one episode, the action chosen by ``pick(step, info)``."""
+    _, info = env.reset(options={"task_id": task_id})
+    out, done, k = [], False, 0
+    while not done:
+        out.append(
+            (info[schema.ADMISSIBLE_ACTIONS], info["tau2/candidates_seen"], info[schema.EXPERT_ACTION])
+        )
+        _, _, te, tr, info = env.step(pick(k, info))
+        done, k = te or tr, k + 1
+    assert info[schema.ADMISSIBLE_ACTIONS] == []  # none once the episode is over
+    return out
+
+
+def test_candidate_calls_hold_the_experts_action_and_are_deterministic() -> None:
+    from stepgym.envs.tau2.candidates import ASK_MESSAGE, CLOSING_MESSAGE
+
+    a = gym.make(ID, domain="airline", split="train", candidate_calls=True)
+    b = gym.make(ID, domain="airline", split="train", candidate_calls=True)
+    expert = lambda k, info: info[schema.EXPERT_ACTION]  # noqa: E731
+    for task in CANDIDATE_TASKS:
+        walk = _candidate_walk(a, task, expert)
+        assert walk == _candidate_walk(b, task, expert)  # another env, the same lists
+        assert walk == _candidate_walk(a, task, expert)  # the same env again
+        calls = 0
+        for listed, seen, exp in walk:
+            assert exp in listed and listed == sorted(set(listed)) and 4 <= len(listed) <= 7
+            assert {ASK_MESSAGE, CLOSING_MESSAGE} <= set(listed)
+            assert set(seen) <= {c for c in listed if c.startswith("{")}
+            named = [json.loads(c)["name"] for c in listed if c.startswith("{")]
+            calls += len(named)
+            if exp.startswith("{"):  # another tool, and the expert's tool with one argument changed
+                same = [
+                    c
+                    for c in listed
+                    if c.startswith("{") and json.loads(c)["name"] == json.loads(exp)["name"]
+                ]
+                assert len(set(named)) >= 2 and (len(same) == 2 or not json.loads(exp)["arguments"])
+        assert calls > len(walk)  # wrong calls besides the expert's
+    # the draw is seeded by task and step: another task's first list differs
+    assert walk[0][0] != _candidate_walk(a, CANDIDATE_TASKS[0], expert)[0][0]
+    # the first call's argument (the user id the user gave) was seen in the conversation
+    first = _candidate_walk(a, CANDIDATE_TASKS[0], expert)[0]
+    assert first[2] in first[1]
+    # solo mode: calls only (a message is not an action there), the expert's among them
+    solo = gym.make(ID, domain="mock", split="base", solo_mode=True, candidate_calls=True)
+    for listed, _, exp in _candidate_walk(solo, "mock/create_task_1", expert):
+        assert exp in listed and all(c.startswith("{") for c in listed)
+
+
+def test_candidate_calls_off_leave_the_info_unchanged() -> None:
+    """Off (the default), the info has no list; on, the list and its seen-set are the only additions."""
+    off = gym.make(ID, domain="airline", split="train")
+    on = gym.make(ID, domain="airline", split="train", candidate_calls=True)
+    for env in (off, on):
+        env.reset(options={"task_id": CANDIDATE_TASKS[0]})
+    o_obs, o_info = off.reset(options={"task_id": CANDIDATE_TASKS[0]})
+    n_obs, n_info = on.reset(options={"task_id": CANDIDATE_TASKS[0]})
+    added = {schema.ADMISSIBLE_ACTIONS, "tau2/candidates_seen"}
+    while True:
+        assert schema.ADMISSIBLE_ACTIONS not in o_info and "tau2/candidates_seen" not in o_info
+        assert n_obs == o_obs and {k: v for k, v in n_info.items() if k not in added} == o_info
+        if o_info[schema.EXPERT_ACTION] is None:
+            break
+        act = o_info[schema.EXPERT_ACTION]
+        o_obs, _, te, tr, o_info = off.step(act)
+        n_obs, _, _, _, n_info = on.step(act)
+        if te or tr:
+            assert {k: v for k, v in n_info.items() if k not in added} == o_info
+            break
+
+
+def test_hash_reuse_and_the_verdict_memo_change_no_step_truth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message or a read call reuses the databases' hashes, and a repeated conversation is scored once: playing
+    candidates at random gives the same state keys, sub-goals, experts and rewards as with both turned off."""
+    import numpy as np
+
+    from stepgym.envs.tau2 import env as tau2_env
+
+    def walk() -> list[tuple]:
+        env = gym.make(ID, domain="airline", split="train", candidate_calls=True).unwrapped
+        rng = np.random.default_rng(4)
+        out = []
+        for task in (*CANDIDATE_TASKS, *CANDIDATE_TASKS):
+            _, info = env.reset(options={"task_id": task})
+            done = False
+            while not done:
+                listed = info[schema.ADMISSIBLE_ACTIONS]
+                act = (
+                    listed[int(rng.integers(len(listed)))]
+                    if rng.random() < 0.5
+                    else info[schema.EXPERT_ACTION]
+                )
+                _, r, te, tr, info = env.step(act or listed[0])
+                done = te or tr
+                out.append((info[schema.STATE_KEY], info[schema.SUBGOAL_KEY], info[schema.EXPERT_ACTION], r))
+        return out
+
+    fast = walk()
+    monkeypatch.setattr(tau2_env.Tau2Env, "_keeps_databases", lambda self, tool: False)
+    monkeypatch.setattr(tau2_env, "_SCORED", {})
+    monkeypatch.setattr(tau2_env, "_SCORED_MAX", 0)
+    assert walk() == fast
+    assert len({x[1] for x in fast}) > 1  # the walk made gold writes (the check sees database changes)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The text format
 # ---------------------------------------------------------------------------------------------------------------
 def test_format_parses_hermes_and_react_calls_and_messages() -> None:

@@ -18,15 +18,18 @@ phase) and a steps-to-go *bound*.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from stepgym import schema
-from stepgym.envs.base import TextEnv, read_text_action
+from stepgym.envs.base import TextEnv, lru_get, read_text_action
 from stepgym.envs.options import env_config
 from stepgym.envs.tau2.calls import call_text, looks_like_call, read_call
+from stepgym.envs.tau2.candidates import candidate_calls, seen_calls, value_pool
 from stepgym.envs.tau2.gold import GoldPath, db_hashes
 from stepgym.envs.tau2.prompt import render_tools
 from stepgym.envs.tau2.upstream import DOMAINS, SOLO_DOMAINS, domain_splits, load_tasks, tau2
@@ -75,6 +78,11 @@ class Tau2Config:
     """The stand-in user ends the call after this many replies in a row without progress."""
     policy_type: str = "manual"
     """Telecom's policy text: ``"manual"`` (upstream's ``telecom``) or ``"workflow"`` (``telecom-workflow``)."""
+    candidate_calls: bool = False
+    """List a few candidate messages per step in ``info[schema.ADMISSIBLE_ACTIONS]`` (the expert's next action, other
+    tools and a wrong argument drawn from the task's data, two stock messages; sorted, seeded by task and step:
+    :mod:`stepgym.envs.tau2.candidates`), for learners that choose from a list. Off: no list (the env takes any
+    message, as upstream)."""
 
 
 def task_ids(domain: str, split: str) -> tuple[str, ...]:
@@ -119,6 +127,11 @@ def gym_agent_class() -> type:
             pass
 
     return GymAgent
+
+
+#: gold paths by (domain, task id), shared by the envs of a process (a GoldPath is never changed once built)
+_GOLD: OrderedDict[tuple[str, str], GoldPath] = OrderedDict()
+_GOLD_MAX = 4096
 
 
 class Tau2Env(TextEnv):
@@ -191,6 +204,10 @@ class Tau2Env(TextEnv):
         self._reward_info: dict[str, Any] = {}
         self._hash_at: Any = None
         self._hash: tuple[str | None, str | None] = (None, None)
+        self._schemas: list[dict[str, Any]] | None = None  # the tools are the same for every task of the env
+        self._pools: dict[
+            str, dict[str, list[Any]]
+        ] = {}  # candidate_calls: the task's data per argument name
 
     # -- the upstream pieces --------------------------------------------------------------------------------
     def _constructor_name(self) -> str:
@@ -204,7 +221,10 @@ class Tau2Env(TextEnv):
         """The gold path of ``task`` (default: the current task), replayed once and kept."""
         task = task or self._task
         if task.id not in self._gold:
-            self._gold[task.id] = GoldPath(self.domain, task)
+            # the replay is the same for every env of the process: kept once
+            self._gold[task.id] = lru_get(
+                _GOLD, (self.domain, task.id), lambda: GoldPath(self.domain, task), _GOLD_MAX
+            )
         return self._gold[task.id]
 
     @property
@@ -220,6 +240,8 @@ class Tau2Env(TextEnv):
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The OpenAI/JSON schemas of the tools the agent may call (upstream's ``Tool.openai_schema``; solo mode adds
         the user's device tools and ``done``)."""
+        if self._schemas is not None:
+            return copy.deepcopy(self._schemas)
         env = self.environment
         tools = list(env.get_tools())
         if self.solo_mode and env.user_tools is not None:
@@ -236,6 +258,7 @@ class Tau2Env(TextEnv):
                     },
                 }
             )
+        self._schemas = copy.deepcopy(out)
         return out
 
     def system_prompt(self) -> str:
@@ -331,7 +354,7 @@ class Tau2Env(TextEnv):
         obs = (
             self._observation() if not self.solo_mode else "The ticket is in your instructions. Call a tool."
         )
-        return obs, self._info(obs, True, False, "", None)
+        return obs, self._info(obs, True, False, "", None, at_reset=True)
 
     def _start(self) -> None:
         self._started = True
@@ -418,6 +441,7 @@ class Tau2Env(TextEnv):
             obs = f"Invalid action: {problem}"
             return obs, 0.0, False, self._info(obs, False, False, problem, None)
         before = self.state_key()
+        keeps = self._keeps_databases(tool)
         self._agent.pending = msg
         if not self._started:
             self._start()
@@ -426,6 +450,8 @@ class Tau2Env(TextEnv):
         else:
             self._orch_step()
             self._advance()
+        if keeps:  # the databases are as before: their hashes too (hashing a database is the costly part)
+            self._hash_at = (id(self._orch), self._orch.step_count, self._orch.done)
         obs = self._observation()
         reason = ""
         if tool is not None and tool != STOP_TOOL:
@@ -438,6 +464,20 @@ class Tau2Env(TextEnv):
             info = self._info(obs, not reason, self.state_key() != before, reason, reward)
             return obs, reward, True, info
         return obs, 0.0, False, self._info(obs, not reason, self.state_key() != before, reason, None)
+
+    def _keeps_databases(self, tool: str | None) -> bool:
+        """Whether the agent message about to be sent cannot change either database: the conversation has started
+        (the cached hashes are the live ones), the user has no tools (so their turn writes nothing) and the message
+        is text or a call of a tool upstream declares a read (``ToolType.READ``)."""
+        env = self.environment
+        if not self._started or env.user_tools is not None or self.solo_mode:
+            return False
+        if tool is None:
+            return True
+        tools = env.tools
+        if tools is None or not tools.has_tool(tool):
+            return True  # an unknown tool: upstream answers with an error and runs nothing
+        return tools.tool_type(tool) == tau2().toolkit.ToolType.READ
 
     def _tool_answers(self) -> list[Any]:
         """The tool messages answering the agent's last call (upstream's ToolMessage, with its ``error`` flag)."""
@@ -472,7 +512,15 @@ class Tau2Env(TextEnv):
 
     def _evaluate(self) -> float:
         sim = self.simulation()
-        got, error = evaluate(sim, self._task, self.solo_mode, self._constructor_name())
+        key = _episode_key(sim, self._task.id, self.solo_mode, self._constructor_name())
+        if key in _SCORED:
+            got, error = _SCORED[key]
+        else:
+            got, error = evaluate(sim, self._task, self.solo_mode, self._constructor_name())
+            while _SCORED and len(_SCORED) >= _SCORED_MAX:
+                _SCORED.pop(next(iter(_SCORED)))
+            if _SCORED_MAX > 0:
+                _SCORED[key] = (got, error)
         self._reward_info = reward_breakdown(got, sim.termination_reason, self._task, self._user_label)
         if error:
             self._reward_info["evaluator_error"] = error
@@ -557,8 +605,40 @@ class Tau2Env(TextEnv):
         pending = gold.pending(depth, self._calls())
         return len(pending) + 1  # the closing message (the required info in it), or done
 
+    def candidates(self, step: int) -> tuple[list[str], list[str]]:
+        """(the candidate messages of step ``step``, the candidate calls whose arguments all appeared in the
+        conversation): :mod:`stepgym.envs.tau2.candidates`; none once the episode is over."""
+        if self._orch is None or self._orch.done:
+            return [], []
+        task = self._task
+        if task.id not in self._pools:  # first asked at reset: the live database is the task's initial one
+            db = getattr(getattr(self.environment, "tools", None), "db", None)
+            actions = list(task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
+            self._pools[task.id] = value_pool(actions, db)
+        got = candidate_calls(
+            self.expert_action(),
+            self.tool_schemas(),
+            self._pools[task.id],
+            f"{self.domain}/{task.id}",
+            step,
+            talk=not self.solo_mode,
+        )
+        m = tau2().message
+        said = "\n".join(
+            str(x.content)
+            for x in self._orch.trajectory
+            if isinstance(x, (m.UserMessage, m.ToolMessage)) and x.content
+        )
+        return got, seen_calls(got, said)
+
     def _info(
-        self, feedback: str, admissible: bool, effective: bool, reason: str, reward: float | None
+        self,
+        feedback: str,
+        admissible: bool,
+        effective: bool,
+        reason: str,
+        reward: float | None,
+        at_reset: bool = False,
     ) -> dict[str, Any]:
         depth = self._depth() if self._orch is not None else 0
         gold = self.gold()
@@ -584,7 +664,32 @@ class Tau2Env(TextEnv):
         }
         if reward is not None:
             info[schema.REWARD_INFO] = dict(self._reward_info)
+        if self.config.candidate_calls:
+            # the step the list is for: 0 after reset, else the one after this (TextEnv counts it after _info)
+            listed, seen = self.candidates(0 if at_reset else self._steps + 1)
+            info[schema.ADMISSIBLE_ACTIONS] = listed
+            info["tau2/candidates_seen"] = seen
         return info
+
+
+#: upstream's verdicts on finished conversations, by :func:`_episode_key`: its evaluator is a pure function of the
+#: task and the messages (it replays the calls on fresh databases), and a learner replays the same conversation
+#: often (a group on one task, a converged policy), so a repeat is scored once per process (oldest dropped first)
+_SCORED: dict[str, tuple[Any, str]] = {}
+_SCORED_MAX = 4096
+
+
+def _episode_key(simulation: Any, task_id: str, solo_mode: bool, domain: str) -> str:
+    """What upstream's evaluator reads of a finished conversation (the messages without their wall-clock fields,
+    the termination), with the task and mode, hashed."""
+    import json
+
+    skip = {"timestamp", "cost", "usage", "raw_data"}
+    msgs = [x.model_dump(mode="json", exclude=skip) for x in simulation.messages]
+    raw = json.dumps(
+        [domain, task_id, solo_mode, simulation.termination_reason, msgs], sort_keys=True, default=str
+    )
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
 def t_role() -> Any:

@@ -33,7 +33,8 @@ INSTALL = (
 def tau2() -> SimpleNamespace:
     """Upstream's modules, imported once: ``registry``, ``message`` (the message types), ``tasks`` (Task, Action),
     ``simulation`` (SimulationRun, TerminationReason), ``evaluator`` (evaluate_simulation, EvaluationType),
-    ``orchestrator`` (Orchestrator), ``user`` (the user simulator module), ``agent_base``, ``user_base``."""
+    ``orchestrator`` (Orchestrator), ``user`` (the user simulator module), ``agent_base``, ``user_base``, ``toolkit``
+    (ToolType)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         from loguru import logger
@@ -44,6 +45,7 @@ def tau2() -> SimpleNamespace:
         import tau2.data_model.message as message
         import tau2.data_model.simulation as simulation
         import tau2.data_model.tasks as tasks
+        import tau2.environment.toolkit as toolkit
         import tau2.evaluator.evaluator as evaluator
         import tau2.orchestrator.orchestrator as orchestrator
         import tau2.user.base as user_base
@@ -64,6 +66,7 @@ def tau2() -> SimpleNamespace:
         user=user,
         user_base=user_base,
         agent_base=agent_base,
+        toolkit=toolkit,
     )
 
 
