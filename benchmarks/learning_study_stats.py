@@ -70,6 +70,9 @@ CELLS = (
     RESULTS / "learning_study_2026-12-07_replication_seeds40-49_cells.jsonl.gz",
     RESULTS / "learning_study_own_rate_2026-12-07_seeds40-49_cells.jsonl.gz",
     RESULTS / "learning_study_2026-12-07_replication_other_seeds40-49_cells.jsonl.gz",
+    RESULTS / "learning_study_llm_2026-12-07_seeds40-49_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_webshop_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_tau2_2026-12-07_cells.jsonl",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
 POWER = RESULTS / "learning_study_power_2026-12-06.json"
@@ -86,6 +89,8 @@ ALPHA = 0.05
 TARGET_POWER = 0.8
 #: the minimal difference in learning-curve AUC the power analysis asks for (held-out success, 0..1)
 MIN_DIFF = 0.02
+#: the fewest paired seeds whose differences' standard deviation the power analysis plans with
+MIN_POWER_SEEDS = 5
 REFERENCE = "grpo"
 CEILING = "oracle"
 #: the core methods of the design (issue: at least 20 paired seeds per env for these)
@@ -721,7 +726,11 @@ def power_analysis(paths: Sequence[Path], delta: float = MIN_DIFF, methods: Sequ
             if m == REFERENCE or (env, learner, m) not in by:
                 continue
             _, _, _, d = _diffs(by, env, learner, m, REFERENCE, "auc", seeds_all)
+            if len(d) < MIN_POWER_SEEDS:  # too few pairs to estimate a standard deviation from
+                continue
             sd = float(np.std(d, ddof=1))
+            if not sd > 0:  # identical differences on every seed: no variance to plan with
+                continue
             rows.append(
                 {
                     "method": m,
@@ -737,6 +746,11 @@ def power_analysis(paths: Sequence[Path], delta: float = MIN_DIFF, methods: Sequ
                     ),
                 }
             )
+        if not rows:
+            notes.append(
+                f"{env}: fewer than {MIN_POWER_SEEDS} paired seeds with varying differences, no power row"
+            )
+            continue
         sds = np.array([r["sd"] for r in rows])
         pooled = float(np.sqrt(np.mean(sds**2)))
         out.append(
