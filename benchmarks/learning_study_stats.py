@@ -1120,8 +1120,9 @@ def headline(c: dict) -> str:
         f"* On {len(envs)} real envs ({', '.join(envs)}; one linear learner for every method, paired seeds, "
         "held-out tasks never trained on), a difference stands only if its paired Student-t test is significant "
         f"after Holm's correction over the env's comparisons on discovery seeds ({_seeds(rows, 'discovery')}) and "
-        f"has the same sign with one-sided p < 0.05 on confirmation seeds ({_seeds(rows, 'confirmation')}, "
-        f"{' and '.join(confirm_envs) or 'none'} so far)."
+        f"has the same sign with one-sided p < 0.05 on confirmation seeds ({_seeds(rows, 'confirmation')}"
+        + ("" if not others else f", {', '.join(confirm_envs) or 'none'} so far")
+        + ")."
     )
     if gains:
         out += (
