@@ -184,8 +184,9 @@ def test_limit_zero_is_the_whole_split(tmp_path: Path) -> None:
 
 
 def test_env_splits_match_the_envs_own_tables() -> None:
-    from stepgym.envs import ENV_IDS, credit, credit_family, registered_envs
+    from stepgym.envs import ENV_IDS, registered_envs
     from stepgym.envs.alfworld import games
+    from stepgym.envs.credit import family, toy
     from stepgym.envs.searchqa import datasets
     from stepgym.envs.webshop import goals
 
@@ -196,8 +197,8 @@ def test_env_splits_match_the_envs_own_tables() -> None:
         "StepGym/WebShop-v0": {*goals.HUMAN_SPLITS, "all"},
         "StepGym/WebShopSite-v0": {*goals.HUMAN_SPLITS, "all"},
         "StepGym/SearchQA-v0": set(datasets.SPLITS),
-        "StepGym/CreditToy-v0": set(credit._SPLIT_OFFSET),
-        "StepGym/CreditFamily-v0": set(credit_family._SPLIT_OFFSET),
+        "StepGym/CreditToy-v0": set(toy._SPLIT_OFFSET),
+        "StepGym/CreditFamily-v0": set(family._SPLIT_OFFSET),
     }
     for env_id, own_splits in own.items():
         splits = entries[env_id].splits
