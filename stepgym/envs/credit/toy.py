@@ -22,7 +22,6 @@ Anything else is answered with "Nothing happens." and flagged inadmissible. Rewa
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from stepgym import schema
