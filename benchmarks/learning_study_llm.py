@@ -39,6 +39,8 @@ from stepgym.trainers.presets import TRAINER_PRESETS, get_preset
 LLM_ENVS: dict[str, ls.EnvRow] = ls.ENVS
 #: the env-row fields an LLM cell reads (the linear learner's rate, features and warm start are not among them)
 ROW_FIELDS = ("name", "env_id", "train_split", "held_out", "max_steps", "preset", "kwargs")
+#: the tiny model's recipe on a real env (:func:`llm_config`): part of those cells' keys
+TINY_REAL_ENV_RECIPE = "<env>-cpu preset, row's env options, 200-step format warm-up"  # (:func:`tiny_recipe`)
 #: the cell settings that shape an LLM cell's result (its key's fingerprint)
 LLM_ARGS = (
     "iterations",
@@ -52,12 +54,36 @@ LLM_ARGS = (
 )
 
 
+def tiny_recipe(env: ls.EnvRow, model: str) -> Any:
+    """The tiny model's trainer config on a real env, ``None`` where it has none (CreditFamily has its ``credit-*``
+    presets; an env without a tiny ``<env>-cpu`` recipe uses its GPU preset). It is the env's CPU recipe (the tiny
+    model, one observation of history, its prompt budget) with the ``credit-*`` presets' format warm-up: 200 SFT
+    steps on a uniformly random admissible policy, so the model starts at about the random policy's success. The
+    recipe's own 10 steps are a smoke run's, and a tiny model without a warm-up writes no valid reply at all (the
+    first Sokoban trial: format-valid replies 0.00, no win in 64 rollouts)."""
+    name = f"{env.preset}-cpu"
+    if (
+        not (model == "tiny" or model.startswith("tiny:"))
+        or env.preset == "credit"
+        or name not in TRAINER_PRESETS
+    ):
+        return None
+    cpu = get_preset(name)
+    if cpu.model.name != "tiny":  # alfworld-cpu is SmolLM2's recipe
+        return None
+    return replace(cpu, warmup=get_preset("credit-grpo").warmup, eval=replace(cpu.eval, max_steps=0))
+
+
 def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int, out: Path) -> Any:
     """The trainer config of one cell: the env's preset (the ``credit-*`` one on CreditFamily), the method's
     shaper, the study's budget, the held-out splits."""
     base = method.removesuffix("-obs")
+    tiny = args.model == "tiny" or args.model.startswith("tiny:")
     if env.preset == "credit":
         cfg = get_preset("credit-grpo")
+        kwargs = json.dumps(dict(env.kwargs))
+    elif (cpu := tiny_recipe(env, args.model)) is not None:
+        cfg = cpu
         kwargs = json.dumps(dict(env.kwargs))
     else:
         name = f"{env.preset}-{'grpo' if base in ('drgrpo', ls.CEILING) else base}"
@@ -65,7 +91,6 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
         kwargs = json.dumps(dict(env.kwargs)) if env.kwargs else cfg.env.kwargs
     shaper, _, _ = ls.shaper_config(env, method)
     shaper = replace(shaper, invalid_penalty=args.invalid_penalty)
-    tiny = args.model == "tiny" or args.model.startswith("tiny:")
     return replace(
         cfg,
         run=replace(
@@ -91,6 +116,9 @@ def cell_key(cell: dict) -> str:
     """llm/env/method/seed plus a fingerprint of the env row and the settings that shape the result."""
     row = LLM_ENVS[cell["env"]]
     what = {"env": {k: getattr(row, k) for k in ROW_FIELDS}, **{k: cell["args"].get(k) for k in LLM_ARGS}}
+    if tiny_recipe(row, str(cell["args"].get("model"))) is not None:
+        # cells of the first recipe (no format warm-up) never count as these
+        what["recipe"] = TINY_REAL_ENV_RECIPE
     fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"llm/{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
 

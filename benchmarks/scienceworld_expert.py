@@ -6,9 +6,9 @@ played from reset to the end. One JSON line per task goes to ``--out`` as soon a
 first: a run that stopped goes on with the tasks not yet there), then a table per task type: tasks, won, the
 longest gold path, the most steps the expert took.
 
-Run: ``python benchmarks/scienceworld_expert.py --split test [--per-type N] [--out FILE.jsonl]``
+Run: ``python benchmarks/scienceworld_expert.py --split test [--per-type N] [--shard K/N] [--out FILE.jsonl]``
 (every task of the test split: 1,819 tasks, each a gold-path generation of 0.5 s to over a minute (Mendelian
-genetics) plus its play at ~0.1-0.2 s a step). ``--gold-only`` records only each task's gold-path length, the
+genetics) plus its play at ~0.05-0.2 s a step; ``--shard 0/2`` and ``--shard 1/2`` on one ``--out`` file use two cores). ``--gold-only`` records only each task's gold-path length, the
 survey behind the env's step-limit cap (``benchmarks/results/scienceworld_gold_<date>.jsonl``).
 """
 
@@ -67,6 +67,18 @@ def tasks_of(split: str, per_type: int) -> list[str]:
     return [f"{t}/{v}" for t in TASK_TYPES for v in list(split_variations(t, split))[:per_type]]
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> ``(K, N)`` with ``0 <= K < N``: this process plays the tasks whose index is ``K`` mod ``N``."""
+    k, sep, n = text.partition("/")
+    try:
+        shard = (int(k), int(n))
+    except ValueError:
+        shard = (-1, 0)
+    if not sep or not 0 <= shard[0] < shard[1]:
+        raise argparse.ArgumentTypeError(f"--shard wants K/N with 0 <= K < N, got {text!r}")
+    return shard
+
+
 def summary(rows: list[dict], limit: int) -> str:
     by_type: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -94,6 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-type", type=int, default=0, help="first N variations of each type (0: every task)")
     ap.add_argument("--out", default=None, help="JSON lines, one per task (resumed when it exists)")
     ap.add_argument(
+        "--shard",
+        type=parse_shard,
+        default=(0, 1),
+        metavar="K/N",
+        help="play only every N-th task from the K-th (0-based); shards may share one --out file, each line being "
+        "one append",
+    )
+    ap.add_argument(
         "--gold-only", action="store_true", help="only generate each task's gold path and record its length"
     )
     args = ap.parse_args(argv)
@@ -109,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     assert limit == env_entry(ENV_ID).max_steps  # the default limit is what is measured
     t0 = time.perf_counter()
     try:
-        for task_id in tasks_of(args.split, args.per_type):
+        k, n = args.shard
+        for task_id in tasks_of(args.split, args.per_type)[k::n]:
             if task_id in done:
                 continue
             row = gold_only(env, task_id) if args.gold_only else play_expert(env, task_id)

@@ -267,6 +267,39 @@ def test_the_expert_wins_a_task_longer_than_100_steps_at_the_default_limit():
         env.close()
 
 
+@pytest.mark.slow
+def test_a_mendelian_gold_path_that_loses_on_replay_is_generated_again():
+    """Mendelian genetics' gold paths are generated on a world where bees pollinate at random, so one can lose when
+    played: the engine plays each new one and generates again until one wins; ``gold_retries=0`` keeps the first.
+    Here the first "generation" is the real path cut before its answer (``focus on ...``: the task never completes),
+    the second the real path, both played on the real engine."""
+    from stepgym.envs.scienceworld.engine import REPLAY_CHECKED, ScienceWorldEngine
+
+    task, variation = "mendelian-genetics-known-plant", 103
+    assert task in REPLAY_CHECKED
+    engine = ScienceWorldEngine()
+    try:
+        real = engine._generate_gold(task, variation)
+        for _ in range(5):  # a path that wins (a generation can lose: the point of the check)
+            if engine._replay_wins(task, variation, real):
+                break
+            real = engine._generate_gold(task, variation)
+        answer = max(i for i, a in enumerate(real) if a.startswith("focus on"))
+        losing = real[:answer]  # never gives its answer
+        for retries, want, rejected in ((4, real, 1), (0, losing, 0)):
+            engine.gold_retries = retries
+            engine._gold.clear()
+            paths = iter([losing, real])
+            engine._generate_gold = lambda t, v, paths=paths: next(paths)  # type: ignore[method-assign]
+            assert engine.gold_path(task, variation) == want
+            assert engine.gold_rejected[(task, variation)] == rejected
+        assert not engine._replay_wins(task, variation, losing)
+    finally:
+        engine.close()
+    with pytest.raises(InvalidArgumentError, match="gold_retries"):
+        gym.make(ENV_ID, split="test", gold_retries=-1)
+
+
 _ROLLOUT = ("--limit", "30", "--env-kwarg", "expert=false", "--max-steps", "40", "--no-progress")
 
 

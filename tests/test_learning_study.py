@@ -227,3 +227,37 @@ def test_llm_learner_runs_the_bundled_trainer_one_iteration(tmp_path: Path, data
     assert rec["method"] == "gigpo" and rec["eval_its"] == [0, 1] and rec["learner"] == "llm"
     assert set(rec["held"][0]) == set(rec["held"][1]) == {"valid_seen", "valid_unseen"}
     assert rec["last_step"]["rollout/rows"] > 0 and math.isfinite(rec["last_step"]["actor/pg_loss"])
+
+
+def test_llm_learner_tiny_recipe_on_a_real_env_warms_up_the_format() -> None:
+    """The tiny model on a real env gets the env's tiny CPU recipe with the ``credit-*`` format warm-up (without
+    it no reply is valid and no rollout wins), the study row's env options and the row's step limit in
+    evaluation; CreditFamily's configs and cell keys are unchanged (its committed cells still resume), and an env
+    whose CPU recipe is another model's (ALFWorld) keeps its preset."""
+    pytest.importorskip("torch")
+    import learning_study_llm as llm
+
+    from stepgym.trainers.presets import get_preset
+
+    args = llm.parse(["--envs", "Sokoban", "--methods", "gigpo", "--seeds", "1"])
+    sok = llm.llm_config(args, ls.ENVS["Sokoban"], "gigpo", 0, Path("/tmp/x"))
+    assert sok.warmup == get_preset("credit-grpo").warmup and sok.warmup.steps == 200
+    assert sok.model.name == "tiny" and sok.env.history == 1 and sok.env.kwargs == "{}"
+    assert sok.env.max_steps == ls.ENVS["Sokoban"].max_steps and sok.eval.max_steps == 0
+    tc = llm.llm_config(args, ls.ENVS["TextCraft"], "grpo", 0, Path("/tmp/x"))
+    assert json.loads(tc.env.kwargs) == {}  # not the CPU recipe's {"distractors": 0}
+    assert llm.tiny_recipe(ls.ENVS["ALFWorld"], "tiny") is None
+    assert llm.tiny_recipe(ls.ENVS["CreditFamily"], "tiny") is None
+    assert llm.tiny_recipe(ls.ENVS["Sokoban"], "/models/qwen") is None
+    (sok_cell,) = llm.plan(args)
+    cf_args = llm.parse(["--envs", "CreditFamily", "--methods", "grpo", "--seeds", "1"])
+    (cf_cell,) = llm.plan(cf_args)
+    with __import__("gzip").open(
+        ROOT / "benchmarks/results/learning_study_llm_2026-12-07_cells.jsonl.gz", "rt"
+    ) as f:
+        committed = {json.loads(line)["key"] for line in f if line.strip()}
+    assert llm.cell_key(cf_cell) in committed
+    first_trial = "llm/Sokoban/grpo/900/e774b50f8f"  # the recipe without the warm-up: another key
+    trial = llm.plan(llm.parse(["--envs", "Sokoban", "--methods", "grpo", "--seeds", "1", "--first-seed", "900",
+                                "--iterations", "2", "--eval-every", "1", "--eval-tasks", "8"]))  # fmt: skip
+    assert llm.cell_key(trial[0]) != first_trial and llm.cell_key(sok_cell).startswith("llm/Sokoban/gigpo/0/")

@@ -18,6 +18,14 @@ the engine clears it with the server's own setter). The generator picks at rando
 (which animal to find, ...) with the JVM's random generator, so two generations can differ. The engine generates
 a task's path once, caches it, and plays every episode from a load without gold-path generation: the world is the
 same either way (tested), and the expert of one task stays the same for the life of the env.
+
+Mendelian genetics is the exception (:data:`REPLAY_CHECKED`): there the bees pollinate at random times while the
+generator plays, so its path waits as long as that run needed (one test task, generated seven times in one JVM:
+145 to 262 steps, 36 to 76 ``wait1``), and a path made in one run can fail when played in another
+(mendelian-genetics-known-plant/103, a 260-step path: the episode failed at its last action). Episodes themselves
+replay the same (each path played twice in a row, the same steps and score). For those task types the engine plays
+each new path once, from a fresh load, and generates again (at most ``gold_retries`` more times) until one wins;
+``gold_retries=0`` keeps upstream's first path as it is.
 """
 
 from __future__ import annotations
@@ -50,6 +58,12 @@ NO_ENGINE_STEP_LIMIT = 1_000_000_000
 UNKEYED_MATERIAL = frozenset({"temperatureC"})
 _LAUNCH_LOCK = threading.Lock()
 _CLOSE_GRACE_S = 10.0
+
+
+#: task types whose gold path is replayed once and regenerated until it wins (see the module docstring)
+REPLAY_CHECKED = frozenset({"mendelian-genetics-known-plant", "mendelian-genetics-unknown-plant"})
+#: the default number of regenerations of a gold path that loses on replay
+GOLD_RETRIES = 4
 
 
 class EngineCrashed(StepGymError, RuntimeError):
@@ -124,9 +138,13 @@ def _py4j_errors() -> tuple[type[BaseException], ...]:
 class ScienceWorldEngine:
     """One JVM running upstream's ``ScienceWorldEnv``. Not thread-safe: one engine per env."""
 
-    def __init__(self, *, simplifications: str = "") -> None:
+    def __init__(self, *, simplifications: str = "", gold_retries: int = GOLD_RETRIES) -> None:
         self._scienceworld = require("scienceworld", "scienceworld", what="StepGym/ScienceWorld-v0")
         self.simplifications = simplifications
+        self.gold_retries = int(gold_retries)
+        #: per (task, variation): how many generated gold paths lost on replay before the cached one (0 when the
+        #: first won or was not checked)
+        self.gold_rejected: dict[tuple[str, int], int] = {}
         self._sw: Any = None
         self.loaded: tuple[str, int] | None = None
         self._gold: dict[tuple[str, int], list[str]] = {}
@@ -220,18 +238,40 @@ class ScienceWorldEngine:
 
     # -- episodes -------------------------------------------------------------------------------------------
     def gold_path(self, task: str, variation: int) -> list[str]:
-        """The task's gold action sequence (generated once per engine, then cached)."""
+        """The task's gold action sequence (generated once per engine, then cached; for :data:`REPLAY_CHECKED`
+        task types, the first of at most ``1 + gold_retries`` generations that wins when played)."""
         key = (task, variation)
         if key not in self._gold:
-            if not self.alive:
-                self._start()
-            self._call(self._sw.load, task, variation, self.simplifications, True)
-            self._gold[key] = [str(a) for a in self._call(self._sw.get_gold_action_sequence)]
-            # upstream's server keeps gold-path generation on after such a load (a later load without it does not
-            # clear the flag), and then regenerates the path on every reset (~1 s each): clear it with its setter
-            self._call(getattr(self._sw.server, "goldPathGenerationEnabled_$eq"), False)
-            self.loaded = None  # loaded with gold-path generation: reload without it before playing
+            path = self._generate_gold(task, variation)
+            rejected = 0
+            if task in REPLAY_CHECKED:
+                while rejected < self.gold_retries and not self._replay_wins(task, variation, path):
+                    rejected += 1
+                    path = self._generate_gold(task, variation)
+            self._gold[key] = path
+            self.gold_rejected[key] = rejected
         return self._gold[key]
+
+    def _generate_gold(self, task: str, variation: int) -> list[str]:
+        if not self.alive:
+            self._start()
+        self._call(self._sw.load, task, variation, self.simplifications, True)
+        path = [str(a) for a in self._call(self._sw.get_gold_action_sequence)]
+        # upstream's server keeps gold-path generation on after such a load (a later load without it does not
+        # clear the flag), and then regenerates the path on every reset (~1 s each): clear it with its setter
+        self._call(getattr(self._sw.server, "goldPathGenerationEnabled_$eq"), False)
+        self.loaded = None  # loaded with gold-path generation: reload without it before playing
+        return path
+
+    def _replay_wins(self, task: str, variation: int, path: list[str]) -> bool:
+        """Whether ``path``, played from a fresh load without gold-path generation, completes the task with score
+        100 (as an episode of the env would play it)."""
+        self.reset(task, variation)
+        for action in path:
+            _, _, completed, up = self.step(action)
+            if completed:
+                return int(up["score"]) >= 100
+        return False
 
     def reset(self, task: str, variation: int) -> tuple[str, dict[str, Any]]:
         """Upstream's ``load`` (if another task is loaded) then ``reset``: ``(observation, upstream info)``."""

@@ -53,7 +53,7 @@ from typing import Any
 
 from stepgym import schema
 from stepgym.envs.base import TextEnv
-from stepgym.envs.scienceworld.engine import ScienceWorldEngine, state_hash
+from stepgym.envs.scienceworld.engine import GOLD_RETRIES, ScienceWorldEngine, state_hash
 from stepgym.envs.scienceworld.tasks import (
     MIN_STEPS,
     SPLITS,
@@ -84,6 +84,9 @@ class ScienceWorldEnv(TextEnv):
         simplifications: upstream's simplification string (``""``, ``"easy"``, ``"teleportAction,openDoors"``...).
         expert: fill ``EXPERT_ACTION`` from upstream's gold path (generating it costs ~1.3 s the first time a task
             is reset in this env); ``False`` leaves it ``None``.
+        gold_retries: Mendelian genetics only (its gold paths are generated on a world where bees pollinate at
+            random, and can lose when played): each new gold path is played once and generated again, at most this
+            many more times, until one wins (:data:`~.engine.REPLAY_CHECKED`); ``0``: upstream's first path as it is.
 
     The JVM starts at construction and serves every episode; ``close()`` ends it.
 
@@ -112,6 +115,7 @@ class ScienceWorldEnv(TextEnv):
         simplifications: str = "",
         expert: bool = True,
         render_mode: str | None = None,
+        gold_retries: int = GOLD_RETRIES,
     ):
         super().__init__(max_steps=max_steps or STEP_LIMIT_CAP, render_mode=render_mode)
         self._fixed_limit = max_steps  # None: per task (see :attr:`max_steps`)
@@ -125,7 +129,9 @@ class ScienceWorldEnv(TextEnv):
         self._known = frozenset(self._task_ids)
         self.simplifications = str(simplifications)
         self._use_expert = bool(expert)
-        self._engine = ScienceWorldEngine(simplifications=self.simplifications)
+        if isinstance(gold_retries, bool) or not isinstance(gold_retries, int) or gold_retries < 0:
+            raise InvalidArgumentError(f"gold_retries must be an integer >= 0, got {gold_retries!r}")
+        self._engine = ScienceWorldEngine(simplifications=self.simplifications, gold_retries=gold_retries)
         self._task_id = ""
         self._task_type = ""
         self._goal = ""
