@@ -251,6 +251,21 @@ def test_the_committed_survey_covers_the_test_split():
     assert 100 < longest <= STEP_LIMIT_CAP
 
 
+def test_the_committed_expert_run_wins_every_test_task():
+    """benchmarks/scienceworld_expert.py's exhaustive run: one row per task of the test split, each won within its
+    gold path at the default limit, its rewards summing to exactly 1."""
+    import json
+    from pathlib import Path
+
+    path = (
+        Path(__file__).resolve().parents[1] / "benchmarks/results/scienceworld_expert_test_2026-12-07.jsonl"
+    )
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert [r["task_id"] for r in rows] == split_task_ids("test")
+    assert all(r["won"] and not r["truncated"] and r["reward_sum"] == 1.0 for r in rows)
+    assert all(r["steps"] <= max(100, r["gold_len"]) and r["gold_len"] <= STEP_LIMIT_CAP for r in rows)
+
+
 @pytest.mark.slow
 def test_the_expert_wins_a_task_longer_than_100_steps_at_the_default_limit():
     env = gym.make(ENV_ID, split="test", task_types=["boil"])
