@@ -251,6 +251,20 @@ def test_the_committed_survey_covers_the_test_split():
     assert 100 < longest <= STEP_LIMIT_CAP
 
 
+def test_the_expert_runs_shard_option_is_checked():
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import scienceworld_expert as bench
+
+    assert bench.parse_shard("1/3") == (1, 3)
+    for bad in ("3/3", "-1/2", "1", "a/b", "1/0"):
+        with pytest.raises(argparse.ArgumentTypeError, match="K/N"):
+            bench.parse_shard(bad)
+
+
 def test_the_committed_expert_run_wins_every_test_task():
     """benchmarks/scienceworld_expert.py's exhaustive run: one row per task of the test split, each won within its
     gold path at the default limit, its rewards summing to exactly 1."""
