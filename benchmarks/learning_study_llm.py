@@ -39,8 +39,8 @@ from stepgym.trainers.presets import TRAINER_PRESETS, get_preset
 LLM_ENVS: dict[str, ls.EnvRow] = ls.ENVS
 #: the env-row fields an LLM cell reads (the linear learner's rate, features and warm start are not among them)
 ROW_FIELDS = ("name", "env_id", "train_split", "held_out", "max_steps", "preset", "kwargs")
-#: the tiny model's recipe on a real env (:func:`llm_config`): part of those cells' keys
-TINY_REAL_ENV_RECIPE = "<env>-cpu preset, row's env options, 200-step format warm-up"  # (:func:`tiny_recipe`)
+#: the tiny model's recipe on a real env (:func:`tiny_recipe`): part of those cells' keys
+TINY_REAL_ENV_RECIPE = "<env>-cpu preset, row's env options, 200-step format warm-up"
 #: the cell settings that shape an LLM cell's result (its key's fingerprint)
 LLM_ARGS = (
     "iterations",
@@ -54,6 +54,11 @@ LLM_ARGS = (
 )
 
 
+def is_tiny(model: str) -> bool:
+    """Whether ``model`` names the in-process tiny model (``tiny`` or ``tiny:<size>``)."""
+    return model == "tiny" or model.startswith("tiny:")
+
+
 def tiny_recipe(env: ls.EnvRow, model: str) -> Any:
     """The tiny model's trainer config on a real env, ``None`` where it has none (CreditFamily has its ``credit-*``
     presets; an env without a tiny ``<env>-cpu`` recipe uses its GPU preset). It is the env's CPU recipe (the tiny
@@ -62,11 +67,7 @@ def tiny_recipe(env: ls.EnvRow, model: str) -> Any:
     recipe's own 10 steps are a smoke run's, and a tiny model without a warm-up writes no valid reply at all (the
     first Sokoban trial: format-valid replies 0.00, no win in 64 rollouts)."""
     name = f"{env.preset}-cpu"
-    if (
-        not (model == "tiny" or model.startswith("tiny:"))
-        or env.preset == "credit"
-        or name not in TRAINER_PRESETS
-    ):
+    if not is_tiny(model) or env.preset == "credit" or name not in TRAINER_PRESETS:
         return None
     cpu = get_preset(name)
     if cpu.model.name != "tiny":  # alfworld-cpu is SmolLM2's recipe
@@ -78,7 +79,7 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
     """The trainer config of one cell: the env's preset (the ``credit-*`` one on CreditFamily), the method's
     shaper, the study's budget, the held-out splits."""
     base = method.removesuffix("-obs")
-    tiny = args.model == "tiny" or args.model.startswith("tiny:")
+    tiny = is_tiny(args.model)
     if env.preset == "credit":
         cfg = get_preset("credit-grpo")
         kwargs = json.dumps(dict(env.kwargs))

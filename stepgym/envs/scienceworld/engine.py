@@ -20,11 +20,11 @@ a task's path once, caches it, and plays every episode from a load without gold-
 same either way (tested), and the expert of one task stays the same for the life of the env.
 
 Mendelian genetics is the exception (:data:`REPLAY_CHECKED`): there the bees pollinate at random times while the
-generator plays, so its path waits as long as that run needed (one test task, generated seven times in one JVM:
-145 to 262 steps, 36 to 76 ``wait1``), and a path made in one run can fail when played in another
-(mendelian-genetics-known-plant/103, a 260-step path: the episode failed at its last action). Episodes themselves
-replay the same (each path played twice in a row, the same steps and score). For those task types the engine plays
-each new path once, from a fresh load, and generates again (at most ``gold_retries`` more times) until one wins;
+generator plays, so its path waits as long as that run needed, and a path made in one run can fail when played
+in another (mendelian-genetics-known-plant/103: a 260-step path failed at its last action, a later generation was
+149 steps and won; ``benchmarks/results/scienceworld_expert_test_2026-12-07.md``). Played episodes are
+deterministic (the test plays each of its two paths twice, with the same result). For those task types the engine
+plays each new path once, from a fresh load, and generates again (at most ``gold_retries`` more times) until one wins;
 ``gold_retries=0`` keeps upstream's first path as it is.
 """
 
