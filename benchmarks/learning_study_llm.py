@@ -41,6 +41,9 @@ LLM_ENVS: dict[str, ls.EnvRow] = ls.ENVS
 ROW_FIELDS = ("name", "env_id", "train_split", "held_out", "max_steps", "preset", "kwargs")
 #: the tiny model's recipe on a real env (:func:`tiny_recipe`): part of those cells' keys
 TINY_REAL_ENV_RECIPE = "<env>-cpu preset, row's env options, 200-step format warm-up"
+#: the run folder's cache of finished format warm-ups (``warmup.cache_dir``): the methods of a seed warm up once;
+#: delete it after changing the warm-up's code (its fingerprint covers settings and inputs, not code)
+WARMUP_CACHE = "warmup_cache"
 #: the cell settings that shape an LLM cell's result (its key's fingerprint)
 LLM_ARGS = (
     "iterations",
@@ -104,6 +107,8 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
             anchor="observation" if method.endswith("-obs") else "state_key", value_labels=method == ls.CEILING,
         ),
         model=replace(cfg.model, name=args.model, **({"tokenizer_corpus_episodes": 8} if tiny else {})),
+        # the cells of one seed share their format warm-up (the same initial model and stream; bit for bit)
+        warmup=replace(cfg.warmup, cache_dir=str(out.parent / WARMUP_CACHE)),
         rollout=replace(
             cfg.rollout, n_tasks=args.n_tasks, group_size=args.group_size,
             **({"max_prompt_tokens": 512, "max_response_tokens": 12} if tiny and env.preset != "credit" else {}),
@@ -184,6 +189,18 @@ def _credit_ids(cfg: Any, split: str) -> tuple[str, ...]:
     return gym.make(cfg.env.id, **cfg.env.make_kwargs(split)).unwrapped.task_ids
 
 
+def sharing_order(cells: list[dict], workers: int) -> list[dict]:
+    """``cells`` in the order that lets the methods of a seed share its format warm-up (:data:`WARMUP_CACHE`)
+    across ``workers`` processes: seeds in blocks of ``workers``, each block method by method, so that the workers
+    start on different seeds and each later cell of a block finds its seed's warm-up done."""
+    envs = list(dict.fromkeys(c["env"] for c in cells))
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    w = max(1, workers)
+    return sorted(
+        cells, key=lambda c: (c["seed"] // w, envs.index(c["env"]), methods.index(c["method"]), c["seed"])
+    )
+
+
 def run_llm(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every cell of ``args``'s plan not yet in ``<out>/llm_cells.jsonl`` (resumable: a finished cell is skipped,
     every cell written once); returns the records run now."""
@@ -191,7 +208,7 @@ def run_llm(args: argparse.Namespace) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "llm_cells.jsonl"
     done = {r["key"] for r in ls.cs.load_cells(path)}
-    todo = [c for c in plan(args) if cell_key(c) not in done]
+    todo = sharing_order([c for c in plan(args) if cell_key(c) not in done], args.workers)
     print(f"# learning study, llm learner: {len(done)} cells done, {len(todo)} to run", flush=True)
     records = []
     ctx = mp.get_context("spawn")

@@ -250,6 +250,70 @@ def test_resume_reproduces_the_next_step_bitwise(tmp_path: Path) -> None:
     b.close()
 
 
+def test_a_cached_warm_up_gives_the_same_run_bit_for_bit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``warmup.cache_dir``: a second run of the same seed (another credit method) loads the warm-up instead of
+    training again and ends with the same weights and metrics as a run without the cache; another seed warms up
+    afresh; a damaged entry is one warning and a fresh warm-up."""
+    import stepgym.trainers.warmup as warmup
+
+    calls = []
+    real = warmup.format_warmup
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(warmup, "format_warmup", counted)
+    cache = tmp_path / "cache"
+
+    def run(
+        name: str, *, use_cache: bool = True, seed: int = 0, preset: str = "grpo-alfworld", values: bool = False
+    ):
+        cfg = tiny_config(tmp_path / name, ShapeConfig.from_preset(preset))
+        cfg = replace(
+            cfg,
+            run=replace(cfg.run, seed=seed),
+            env=replace(cfg.env, value_labels=values),
+            warmup=WarmupConfig(steps=5, episodes=8, cache_dir=str(cache) if use_cache else ""),
+        )
+        tr = GRPOTrainer(cfg)
+        tr.train()
+        out = params(tr.model), tr.warmup_stats
+        tr.close()
+        lines = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return out, [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in lines]
+
+    (plain, plain_stats), plain_lines = run("plain", use_cache=False)
+    assert len(calls) == 1 and not cache.exists()
+    (first, first_stats), first_lines = run("first")
+    assert len(calls) == 2 and len(list(cache.glob("*.pt"))) == 1
+    (second, second_stats), second_lines = run("second", preset="gigpo-alfworld")
+    assert len(calls) == 2  # loaded, not trained
+    assert first_stats == second_stats == plain_stats
+    for n in plain:
+        assert torch.equal(plain[n], first[n]), n
+    assert first_lines == plain_lines
+    # the other method's run equals that method without the cache
+    (gigpo, _), gigpo_lines = run("gigpo-plain", use_cache=False, preset="gigpo-alfworld")
+    assert all(torch.equal(gigpo[n], second[n]) for n in gigpo) and gigpo_lines == second_lines
+    # the ceiling's true-value labels change no observation: it shares the warm-up too
+    (oracle, _), oracle_lines = run("oracle", preset="oracle", values=True)
+    assert len(calls) == 3
+    (oracle_plain, _), oracle_plain_lines = run("oracle-plain", use_cache=False, preset="oracle", values=True)
+    assert all(torch.equal(oracle[n], oracle_plain[n]) for n in oracle) and oracle_lines == oracle_plain_lines
+    run("other-seed", seed=1)
+    assert len(calls) == 5 and len(list(cache.glob("*.pt"))) == 2
+    # a damaged entry: one warning, warmed up again, the same result
+    for pt in cache.glob("*.pt"):
+        pt.write_bytes(pt.read_bytes()[:100])
+    with caplog.at_level("WARNING"):
+        (again, _), again_lines = run("damaged")
+    assert len(calls) == 6 and "unreadable" in caplog.text
+    assert all(torch.equal(again[n], plain[n]) for n in plain) and again_lines == plain_lines
+
+
 def test_crash_during_save_keeps_previous_checkpoint(tmp_path: Path) -> None:
     cfg = scripted(tiny_config(tmp_path / "run", ShapeConfig.from_preset("proas-grpo")))
     tr = GRPOTrainer(cfg)

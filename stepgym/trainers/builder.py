@@ -174,18 +174,24 @@ def build_arg(cfg: Any) -> Any:
 def warm_up(tr: Any) -> Any:
     """The format warm-up of a fresh run (``warmup.steps > 0``), then the same weights on every rank and in the
     teachers' snapshots. Returns its statistics."""
-    from stepgym.trainers.warmup import format_warmup
+    from stepgym.trainers.warmup import format_warmup, load_cached_warmup, save_warmup, warmup_fingerprint
 
     cfg = tr.cfg
-    stats = format_warmup(
-        tr.model,
-        tr.collector,
-        cfg.warmup,
-        rng=tr.rng,
-        pad_id=tr.pad_id,
-        micro_batch_tokens=cfg.optim.micro_batch_tokens,
-        progress=cfg.run.progress,
-    )
+    cache = cfg.warmup.cache_dir if tr.dist.world == 1 else ""  # several ranks: each warms up (no cache)
+    key = warmup_fingerprint(tr.model, tr.tokenizer, cfg, tr.rng, tr.pad_id) if cache else ""
+    stats = load_cached_warmup(cache, key, tr.model, tr.rng) if cache else None
+    if stats is None:
+        stats = format_warmup(
+            tr.model,
+            tr.collector,
+            cfg.warmup,
+            rng=tr.rng,
+            pad_id=tr.pad_id,
+            micro_batch_tokens=cfg.optim.micro_batch_tokens,
+            progress=cfg.run.progress,
+        )
+        if cache:
+            save_warmup(cache, key, tr.model, tr.rng, stats)
     tr.dist.broadcast_model(tr.model)
     for snapshot in (tr.stale, tr.reference):
         if snapshot is not None:

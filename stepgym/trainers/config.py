@@ -302,6 +302,12 @@ class WarmupConfig:
     """Episodes of the random admissible policy to imitate."""
     batch_rows: int = 64
     """Rows per SFT step."""
+    cache_dir: str = ""
+    """A folder where a finished warm-up is kept, by a fingerprint of all that shapes it (the initial weights, the
+    tokenizer, the random stream, the warm-up, env, rollout and model settings): a later run of the same
+    fingerprint loads the warmed-up weights and the random stream's state instead of training again, with the
+    same result bit for bit (runs of several credit methods from one seed share it). Single-process runs only;
+    "" (the default): no cache."""
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -27,7 +30,7 @@ from stepgym.trainers.samples import pack, response_logprobs, token_budget_batch
 from stepgym.wrappers.faults import FaultInjectionWrapper, parse_faults
 from stepgym.wrappers.text import TextFormat, make_text_env
 
-__all__ = ["env_corpus", "format_warmup"]
+__all__ = ["env_corpus", "format_warmup", "load_cached_warmup", "save_warmup", "warmup_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +189,91 @@ def format_warmup(
         "warmup/rows": float(len(rows)),
         "warmup/aborted_episodes": float(n_aborted),
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The warm-up cache (``warmup.cache_dir``)
+# ---------------------------------------------------------------------------------------------------------------
+#: env settings that only say how finished steps are keyed and labelled for the shapers (the state anchor, the
+#: true-value labels): they change no observation, reply or reset, so warm-ups that differ only in them are one
+ENV_NOT_READ_BY_WARMUP = ("anchor", "value_labels")
+
+
+def warmup_fingerprint(model: Any, tokenizer: Any, cfg: Any, rng: np.random.Generator, pad_id: int) -> str:
+    """A digest of everything a format warm-up's result depends on: the initial weights (every tensor's name,
+    dtype, shape and bytes), the tokenizer's vocabulary, the random stream's state, and the settings it reads
+    (``warmup`` but its cache folder, ``env`` but :data:`ENV_NOT_READ_BY_WARMUP`, ``rollout``, ``model``, the
+    micro-batch size, the pad id), with the
+    stepgym and torch versions. Two runs of one fingerprint warm up to the same weights."""
+    import torch
+
+    import stepgym
+
+    h = hashlib.sha1()
+    for name, t in model.state_dict().items():
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    h.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
+    full = cfg.to_dict()
+    settings = {
+        "warmup": {k: v for k, v in full["warmup"].items() if k != "cache_dir"},
+        "env": {k: v for k, v in full["env"].items() if k not in ENV_NOT_READ_BY_WARMUP},
+        **{k: full[k] for k in ("rollout", "model")},
+        "micro_batch_tokens": full["optim"]["micro_batch_tokens"],
+        "pad_id": pad_id,
+        "rng": rng.bit_generator.state,
+        "versions": [stepgym.__version__, torch.__version__, type(tokenizer).__name__],
+    }
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:20]
+
+
+def load_cached_warmup(
+    folder: str | Path, fingerprint: str, model: Any, rng: np.random.Generator
+) -> dict[str, float] | None:
+    """The warm-up of ``fingerprint`` from ``folder``: loads its weights into ``model`` and its final random state
+    into ``rng`` and returns its statistics; None when there is none. An unreadable entry (a damaged file) is
+    reported in one warning line and treated as none: the caller warms up afresh and overwrites it."""
+    import torch
+
+    folder = Path(folder)
+    meta_path, weights_path = folder / f"{fingerprint}.json", folder / f"{fingerprint}.pt"
+    if not meta_path.exists():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state, strict=True)
+        rng.bit_generator.state = meta["rng"]
+        stats = {str(k): float(v) for k, v in meta["stats"].items()}
+    except Exception as e:  # any damage means: warm up again
+        log.warning(
+            "format warm-up cache %s is unreadable (%s: %s); warming up afresh",
+            meta_path,
+            type(e).__name__,
+            e,
+        )
+        return None
+    model.train()  # as format_warmup leaves it
+    return stats
+
+
+def save_warmup(
+    folder: str | Path, fingerprint: str, model: Any, rng: np.random.Generator, stats: dict[str, float]
+) -> None:
+    """Keep a finished warm-up under ``fingerprint``: the weights first, then the metadata (each written whole, by
+    rename), so an entry is complete whenever its ``.json`` exists."""
+    import io
+
+    import torch
+
+    from stepgym.atomic import atomic_write_bytes, atomic_write_text
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buf)
+    atomic_write_bytes(folder / f"{fingerprint}.pt", buf.getvalue())
+    meta = {"rng": rng.bit_generator.state, "stats": stats}
+    atomic_write_text(folder / f"{fingerprint}.json", json.dumps(meta, indent=1) + "\n")

@@ -1,0 +1,108 @@
+"""The design-cost script: it finds the design's cells, re-runs the very cells that were committed (their keys map
+back), samples discovery and confirmation seeds, and projects the cost with plain arithmetic."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import learning_study as ls  # noqa: E402
+import learning_study_design_time as dt  # noqa: E402
+import learning_study_llm as llm  # noqa: E402
+import learning_study_stats as st  # noqa: E402
+
+
+def _rec(env: str, learner: str, method: str, seed: int, seconds: float = 1.0) -> dict:
+    return {
+        "env": env,
+        "learner": learner,
+        "method": method,
+        "seed": seed,
+        "seconds": seconds,
+        "args": {},
+        "key": "",
+    }
+
+
+def test_every_committed_design_cell_maps_back_to_its_key() -> None:
+    cells, _ = st.merge(st.CELLS)
+    classes = dt.design_cells(cells)
+    assert {lrn for _, lrn, _ in classes} >= {"linear", ls.OWN_RATE, "llm"}
+    for rows in classes.values():
+        for r in rows:
+            cell = dt.cell_of(r)
+            key = llm.cell_key(cell) if r.get("learner") == "llm" else ls.cell_key(cell)
+            assert key == r["key"]
+
+
+def test_design_cells_are_the_core_methods_on_discovery_and_confirmation_seeds() -> None:
+    cells = [
+        _rec("Sokoban", "linear", "grpo", 3),
+        _rec("Sokoban", "linear", "grpo", 25),
+        _rec("Sokoban", "linear", "grpo", 45),  # replication seed: not the design
+        _rec("Sokoban", "linear", "ahead", 3),  # not a core method
+    ]
+    classes = dt.design_cells(cells)
+    assert list(classes) == [("Sokoban", "linear", "grpo")]
+    assert [r["seed"] for r in classes[("Sokoban", "linear", "grpo")]] == [3, 25]
+
+
+def test_the_sample_alternates_discovery_and_confirmation_seeds() -> None:
+    rows = [_rec("A", "linear", "grpo", s) for s in (0, 1, 2, 20, 21)]
+    classes = {("A", "linear", "grpo"): rows}
+    assert [r["seed"] for r in dt.sample(classes, 1)] == [0]
+    assert [r["seed"] for r in dt.sample(classes, 2)] == [0, 20]
+    assert [r["seed"] for r in dt.sample(classes, 4)] == [0, 20, 1, 21]
+    assert [r["seed"] for r in dt.sample(classes, 9)] == [0, 20, 1, 21, 2]
+
+
+def test_the_projection_is_median_time_times_cells_over_workers() -> None:
+    classes = {
+        ("A", "linear", "grpo"): [_rec("A", "linear", "grpo", s, 10.0) for s in range(4)],
+        ("A", "linear", "gigpo"): [_rec("A", "linear", "gigpo", s, 10.0) for s in range(2)],
+        ("B", "llm", "grpo"): [_rec("B", "llm", "grpo", s, 100.0) for s in range(3)],
+        ("B", "llm", "oracle"): [_rec("B", "llm", "oracle", 0)],  # never re-run: left out
+    }
+    runs = [{"env": "A", "learner": "linear", "method": "grpo", "seconds": s} for s in (1.0, 2.0, 9.0)] + [
+        {"env": "A", "learner": "linear", "method": "gigpo", "seconds": 3.0},
+        {"env": "B", "learner": "llm", "method": "grpo", "seconds": 20.0},
+    ]
+    p = dt.project(classes, runs, workers=2)
+    rows = {(r["env"], r["learner"]): r for r in p["rows"]}
+    assert rows[("A", "linear")] == {"env": "A", "learner": "linear", "cells": 6, "cpu_s": 4 * 2 + 2 * 3,
+                                     "recorded_cpu_s": 60}  # fmt: skip
+    assert rows[("B", "llm")]["cells"] == 3 and rows[("B", "llm")]["cpu_s"] == 60
+    assert p["cpu_s"] == 74 and p["wall_s"] == 37 and p["recorded_cpu_s"] == 360
+
+
+def test_a_rerun_reproduces_a_committed_cell_and_notices_a_changed_one(data_dir: Path) -> None:
+    cells, _ = st.merge(st.CELLS)
+    record = dt.design_cells(cells)[("CreditFamily", "linear", "grpo")][0]
+    got = dt.rerun(record)
+    assert got["same_key"] and got["same_record"] and got["seconds"] > 0
+    damaged = copy.deepcopy(record)
+    damaged["held"][-1] = {k: 1.0 - v for k, v in damaged["held"][-1].items()}
+    assert not dt.rerun(damaged)["same_record"]
+
+
+def test_bad_arguments_are_one_usage_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        dt.main(["--per-class", "0"])
+    assert e.value.code == 2
+    assert "--per-class and --workers must be at least 1" in capsys.readouterr().err
+
+
+def test_the_token_cells_are_ordered_so_a_seeds_methods_share_its_warm_up() -> None:
+    cells = [{"env": "CreditFamily", "method": m, "seed": s} for s in range(4) for m in ("grpo", "gigpo")]
+    got = [(c["seed"], c["method"]) for c in llm.sharing_order(cells, 2)]
+    assert got == [(0, "grpo"), (1, "grpo"), (0, "gigpo"), (1, "gigpo"), (2, "grpo"), (3, "grpo"), (2, "gigpo"),
+                   (3, "gigpo")]  # fmt: skip
+    one = [(c["seed"], c["method"]) for c in llm.sharing_order(cells, 1)]
+    assert one == [(s, m) for s in range(4) for m in ("grpo", "gigpo")]
+    assert sorted(map(str, llm.sharing_order(cells, 3))) == sorted(map(str, cells))  # a permutation
