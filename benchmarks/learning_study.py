@@ -55,6 +55,7 @@ import multiprocessing as mp
 import re
 import sys
 import time
+import zlib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -885,6 +886,20 @@ def evaluate(envs: dict[str, gym.Env], held: dict[str, list[str]], policy: Polic
     }
 
 
+#: envs whose expert breaks ties with the env's own random generator (ALFWorld's picks among candidate objects):
+#: ProAS's graph there is seeded with a reset seed per task (a function of the task id alone), so the graph, and
+#: the cell, are the same on every run; elsewhere the expert is a function of the state and resets stay unseeded
+EXPERT_DRAWS = frozenset({"ALFWorld"})
+#: part of a ProAS cell's key on those envs: cells run before the per-task seed (whose graphs followed the OS's
+#: seed of the env's generator, so a rerun could differ) keep their key and are never taken for these
+SEEDED_ARG = "ProAS graph seeded with a reset seed per task"
+
+
+def task_seed(task_id: str) -> int:
+    """The reset seed of ``task_id``'s expert episode when a ProAS graph is seeded (see :data:`EXPERT_DRAWS`)."""
+    return zlib.crc32(task_id.encode("utf-8"))
+
+
 class ExpertSeeded:
     """ProAS's reference graph seeded with the env's expert on the training tasks, one task at a time when a cell
     first trains on it: the graph keeps one ARG per task, so a task's labels read only the expert's path of that
@@ -902,7 +917,11 @@ class ExpertSeeded:
         if new:
             if self._env is None:
                 self._env = make_env(self._row, self._row.train_split)
-            seed_graph_from_expert(self.graph, self._env, new)
+            if self._row.name in EXPERT_DRAWS:
+                for t in new:
+                    seed_graph_from_expert(self.graph, self._env, [t], seed=task_seed(t))
+            else:
+                seed_graph_from_expert(self.graph, self._env, new)
             self._seeded.update(new)
 
 
@@ -988,6 +1007,8 @@ def cell_key(cell: dict) -> str:
     """env/method/seed plus a fingerprint of everything that shapes the result (an old cell of other settings is
     never mistaken for one of this sweep)."""
     what = {"env": ENVS[cell["env"]].__dict__, **{k: cell["args"].get(k) for k in TRAIN_ARGS}}
+    if cell["method"] == "proas" and cell["env"] in EXPERT_DRAWS:
+        what["arg_seeding"] = SEEDED_ARG
     fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     learner = cell["args"].get("learner")
     return f"{learner + '/' if learner else ''}{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"

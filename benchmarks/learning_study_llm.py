@@ -195,9 +195,11 @@ def sharing_order(cells: list[dict], workers: int) -> list[dict]:
     start on different seeds and each later cell of a block finds its seed's warm-up done."""
     envs = list(dict.fromkeys(c["env"] for c in cells))
     methods = list(dict.fromkeys(c["method"] for c in cells))
+    rank = {s: i for i, s in enumerate(sorted({c["seed"] for c in cells}))}  # blocks of the seeds present
     w = max(1, workers)
     return sorted(
-        cells, key=lambda c: (c["seed"] // w, envs.index(c["env"]), methods.index(c["method"]), c["seed"])
+        cells,
+        key=lambda c: (rank[c["seed"]] // w, envs.index(c["env"]), methods.index(c["method"]), c["seed"]),
     )
 
 

@@ -72,6 +72,10 @@ CELLS = (
     RESULTS / "learning_study_2026-12-07_replication_other_seeds40-49_cells.jsonl.gz",
     RESULTS / "learning_study_llm_2026-12-07_seeds40-49_cells.jsonl.gz",
     RESULTS / "learning_study_own_rate_webshop_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_textcraft_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_babyai_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_creditfamily_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_alfworld_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_tau2_2026-12-07_cells.jsonl",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
@@ -1104,6 +1108,10 @@ def _names(rows: list[dict], sign: bool = False) -> str:
     )
 
 
+#: the learner label of the cells run at a learning rate per method (``learning_study.OWN_RATE``)
+OWN_RATE = "linear-own-lr"
+
+
 def headline(c: dict) -> str:
     """The README's learning-study bullet: what is confirmed, by which procedure; the rest in one clause."""
     rows = [r for r in c["comparisons"] if r["learner"] == "linear" and r["env"] not in TOYS]
@@ -1164,6 +1172,30 @@ def headline(c: dict) -> str:
         out += (
             f" Rerun on new seeds ({a}–{b}, run after the verdicts and used by neither split), "
             f"{sum(x['sign_kept'] for x in rep)} of the {tried} confirmed claims rerun keep their sign."
+        )
+    own = [
+        r
+        for r in c["comparisons"]
+        if r["learner"] == OWN_RATE
+        and r["env"] not in TOYS
+        and r["reference"] == REFERENCE
+        and r["metric"] == "auc"
+    ]
+    if own:
+        own_envs = list(dict.fromkeys(r["env"] for r in own))
+
+        def listed(rows: list[dict]) -> str:
+            return "; ".join(
+                f"{e}: {_names([r for r in rows if r['env'] == e], True)}"
+                for e in dict.fromkeys(r["env"] for r in rows)
+            )
+
+        fast = [r for r in own if r["verdict"] == "confirmed" and r["discovery"]["mean"] > 0]
+        slow = [r for r in own if r["verdict"] == "confirmed" and r["discovery"]["mean"] < 0]
+        out += (
+            f" With each method at its own learning rate (chosen by AUC on selection seeds, the same budget; "
+            f"{', '.join(own_envs)}), the same rule confirms faster than GRPO: {listed(fast) or 'none'}; "
+            f"slower: {listed(slow) or 'none'}."
         )
     both = [r for r in learners_table(c) if r["learner"] == "llm"]
     if both:

@@ -194,6 +194,14 @@ def learning_study_timing() -> str:
     return st.timing_markdown(_json(st.CLAIMS))
 
 
+def learning_study_design_time() -> str:
+    """docs/learning_study.md's design cost on an idle machine: the committed re-timed sample of the design."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import learning_study_design_time as dt
+
+    return dt.markdown(_json(dt.RESULT), title=False)
+
+
 def learning_study_power() -> str:
     """docs/learning_study.md's power analysis, from the committed power file."""
     st = _learning_study_stats()
@@ -338,6 +346,7 @@ FIGURES = {
         Figure("learning-study-profiles", learning_study_profiles, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-replication", learning_study_replication, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-timing", learning_study_timing, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-design-time", learning_study_design_time, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-headline", learning_study_headline, README),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
         Figure("env-table", env_table, ROOT / "docs" / "envs.md"),

@@ -243,7 +243,9 @@ def test_llm_learner_tiny_recipe_on_a_real_env_warms_up_the_format() -> None:
     args = llm.parse(["--envs", "Sokoban", "--methods", "gigpo", "--seeds", "1"])
     sok = llm.llm_config(args, ls.ENVS["Sokoban"], "gigpo", 0, Path("/tmp/x"))
     assert replace(sok.warmup, cache_dir="") == get_preset("credit-grpo").warmup and sok.warmup.steps == 200
-    assert sok.warmup.cache_dir == str(Path("/tmp") / llm.WARMUP_CACHE)  # the run folder's: a seed warms up once
+    assert sok.warmup.cache_dir == str(
+        Path("/tmp") / llm.WARMUP_CACHE
+    )  # the run folder's: a seed warms up once
     assert sok.model.name == "tiny" and sok.env.history == 1 and sok.env.kwargs == "{}"
     assert sok.env.max_steps == ls.ENVS["Sokoban"].max_steps and sok.eval.max_steps == 0
     tc = llm.llm_config(args, ls.ENVS["TextCraft"], "grpo", 0, Path("/tmp/x"))

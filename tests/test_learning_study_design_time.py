@@ -30,15 +30,20 @@ def _rec(env: str, learner: str, method: str, seed: int, seconds: float = 1.0) -
     }
 
 
-def test_every_committed_design_cell_maps_back_to_its_key() -> None:
+def test_every_committed_design_cell_maps_back_to_its_key_but_alfworlds_proas() -> None:
     cells, _ = st.merge(st.CELLS)
     classes = dt.design_cells(cells)
     assert {lrn for _, lrn, _ in classes} >= {"linear", ls.OWN_RATE, "llm"}
+    changed = set()
     for rows in classes.values():
         for r in rows:
             cell = dt.cell_of(r)
             key = llm.cell_key(cell) if r.get("learner") == "llm" else ls.cell_key(cell)
-            assert key == r["key"]
+            if key != r["key"]:
+                changed.add((r["env"], r["method"]))
+    # ALFWorld's ProAS cells were run before their graph seeding had a seed per task: their keys changed (on
+    # purpose: a rerun of them is another cell, learning_study.SEEDED_ARG)
+    assert changed == {("ALFWorld", "proas")}
 
 
 def test_design_cells_are_the_core_methods_on_discovery_and_confirmation_seeds() -> None:
@@ -96,6 +101,9 @@ def test_bad_arguments_are_one_usage_line(capsys: pytest.CaptureFixture[str]) ->
         dt.main(["--per-class", "0"])
     assert e.value.code == 2
     assert "--per-class and --workers must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        dt.main(["--envs", "NoSuchEnv"])
+    assert e.value.code == 2 and "no design cells" in capsys.readouterr().err
 
 
 def test_the_token_cells_are_ordered_so_a_seeds_methods_share_its_warm_up() -> None:
@@ -106,3 +114,33 @@ def test_the_token_cells_are_ordered_so_a_seeds_methods_share_its_warm_up() -> N
     one = [(c["seed"], c["method"]) for c in llm.sharing_order(cells, 1)]
     assert one == [(s, m) for s in range(4) for m in ("grpo", "gigpo")]
     assert sorted(map(str, llm.sharing_order(cells, 3))) == sorted(map(str, cells))  # a permutation
+    # seeds far apart (a sample's discovery and confirmation seeds) still share a block
+    sparse = [{"env": "CreditFamily", "method": m, "seed": s} for s in (0, 20) for m in ("grpo", "gigpo")]
+    got = [(c["seed"], c["method"]) for c in llm.sharing_order(sparse, 2)]
+    assert got == [(0, "grpo"), (20, "grpo"), (0, "gigpo"), (20, "gigpo")]
+
+
+def test_alfworld_proas_graph_is_the_same_on_every_run(data_dir: Path) -> None:
+    """ALFWorld's expert breaks ties with the env's generator; ProAS's graph there is seeded with a reset seed per
+    task, so two fresh processes (other hash seeds, other OS seeds) build the same graph, seeded in two calls."""
+    import subprocess
+
+    child = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import learning_study as ls\n"
+        "import numpy as np; row = ls.ENVS['ALFWorld']; train, _ = ls.task_lists(row, {'eval_tasks': 2})\n"
+        "rng = np.random.default_rng(0); s = ls.ExpertSeeded(row)\n"
+        "for _ in range(2): s.seed([train[i] for i in rng.choice(len(train), size=4, replace=False)])\n"
+        "print(s.graph.to_json_text())\n"
+    )
+    texts = []
+    for hash_seed in ("1", "2"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run(
+            [sys.executable, "-c", child, str(ROOT / "benchmarks")], capture_output=True, text=True, env=env,
+            timeout=600,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        texts.append(out.stdout)
+    assert texts[0] == texts[1] and '"tasks"' in texts[0]
+    cell = {"env": "ALFWorld", "method": "proas", "seed": 0, "args": {}}
+    assert ls.cell_key(cell) != ls.cell_key({**cell, "method": "gigpo"}).replace("gigpo", "proas")

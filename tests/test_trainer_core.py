@@ -269,7 +269,12 @@ def test_a_cached_warm_up_gives_the_same_run_bit_for_bit(
     cache = tmp_path / "cache"
 
     def run(
-        name: str, *, use_cache: bool = True, seed: int = 0, preset: str = "grpo-alfworld", values: bool = False
+        name: str,
+        *,
+        use_cache: bool = True,
+        seed: int = 0,
+        preset: str = "grpo-alfworld",
+        values: bool = False,
     ):
         cfg = tiny_config(tmp_path / name, ShapeConfig.from_preset(preset))
         cfg = replace(
