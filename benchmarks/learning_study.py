@@ -1025,7 +1025,7 @@ def env_args(args: argparse.Namespace, env: str) -> dict:
 
 
 #: the learner label of cells run at a learning rate per method (``--rates``): a family of its own in the statistics
-OWN_RATE = "linear-own-lr"
+OWN_RATE = st.OWN_RATE
 
 
 def plan(args: argparse.Namespace) -> list[dict]:

@@ -918,11 +918,14 @@ def _conclusion(r: dict) -> str:
     return "higher" if up else "lower"
 
 
+#: the learner label of the cells run at a learning rate per method (``learning_study.py --rates``): a family of
+#: its own in the statistics
+OWN_RATE = "linear-own-lr"
 #: how the tables name a learner (cells carry the key)
 LEARNERS = {
     "linear": "linear",
     "llm": "token-level (bundled trainer, tiny model)",
-    "linear-own-lr": "linear, a rate per method",
+    OWN_RATE: "linear, a rate per method",
 }
 
 
@@ -1108,8 +1111,12 @@ def _names(rows: list[dict], sign: bool = False) -> str:
     )
 
 
-#: the learner label of the cells run at a learning rate per method (``learning_study.OWN_RATE``)
-OWN_RATE = "linear-own-lr"
+def _by_env(rows: list[dict]) -> str:
+    """``env: method (Δ), ...; env: ...`` of confirmed comparisons, envs in their order of appearance."""
+    return "; ".join(
+        f"{e}: {_names([r for r in rows if r['env'] == e], True)}"
+        for e in dict.fromkeys(r["env"] for r in rows)
+    )
 
 
 def headline(c: dict) -> str:
@@ -1141,25 +1148,11 @@ def headline(c: dict) -> str:
     else:
         out += " Confirmed:"
     if faster:
-        out += (
-            " faster than GRPO by learning-curve AUC: "
-            + "; ".join(
-                f"{e}: {_names([r for r in faster if r['env'] == e], True)}"
-                for e in dict.fromkeys(r["env"] for r in faster)
-            )
-            + ";"
-        )
+        out += f" faster than GRPO by learning-curve AUC: {_by_env(faster)};"
     else:
         out += " **no method is confirmed to learn faster than GRPO** (learning-curve AUC);"
     if slower:
-        out += (
-            " slower: "
-            + "; ".join(
-                f"{e}: {_names([r for r in slower if r['env'] == e], True)}"
-                for e in dict.fromkeys(r["env"] for r in slower)
-            )
-            + "."
-        )
+        out += f" slower: {_by_env(slower)}."
     out += (
         " Every other difference is *no difference detected at this power* (the smallest AUC difference the "
         f"corrected test detects with 80% power is {min(mdes):.2f}–{max(mdes):.2f} at these seeds)"
@@ -1182,20 +1175,12 @@ def headline(c: dict) -> str:
         and r["metric"] == "auc"
     ]
     if own:
-        own_envs = list(dict.fromkeys(r["env"] for r in own))
-
-        def listed(rows: list[dict]) -> str:
-            return "; ".join(
-                f"{e}: {_names([r for r in rows if r['env'] == e], True)}"
-                for e in dict.fromkeys(r["env"] for r in rows)
-            )
-
         fast = [r for r in own if r["verdict"] == "confirmed" and r["discovery"]["mean"] > 0]
         slow = [r for r in own if r["verdict"] == "confirmed" and r["discovery"]["mean"] < 0]
         out += (
-            f" With each method at its own learning rate (chosen by AUC on selection seeds, the same budget; "
-            f"{', '.join(own_envs)}), the same rule confirms faster than GRPO: {listed(fast) or 'none'}; "
-            f"slower: {listed(slow) or 'none'}."
+            " With each method at its own learning rate (chosen by AUC on selection seeds, the same budget; "
+            f"{', '.join(dict.fromkeys(r['env'] for r in own))}), the same rule confirms faster than GRPO: "
+            f"{_by_env(fast) or 'none'}; slower: {_by_env(slow) or 'none'}."
         )
     both = [r for r in learners_table(c) if r["learner"] == "llm"]
     if both:

@@ -310,12 +310,20 @@ def test_a_cached_warm_up_gives_the_same_run_bit_for_bit(
     assert all(torch.equal(oracle[n], oracle_plain[n]) for n in oracle) and oracle_lines == oracle_plain_lines
     run("other-seed", seed=1)
     assert len(calls) == 5 and len(list(cache.glob("*.pt"))) == 2
-    # a damaged entry: one warning, warmed up again, the same result
+    # a damaged entry: one warning, warmed up again, the same result (weights cut short; metadata whose
+    # statistics are damaged after a valid random state: nothing may be loaded before all of it is read)
     for pt in cache.glob("*.pt"):
         pt.write_bytes(pt.read_bytes()[:100])
     with caplog.at_level("WARNING"):
         (again, _), again_lines = run("damaged")
     assert len(calls) == 6 and "unreadable" in caplog.text
+    assert all(torch.equal(again[n], plain[n]) for n in plain) and again_lines == plain_lines
+    for meta in cache.glob("*.json"):
+        bad = json.loads(meta.read_text())
+        bad["stats"] = {"warmup/first_loss": "not a number"}
+        meta.write_text(json.dumps(bad))
+    (again, _), again_lines = run("damaged-meta")
+    assert len(calls) == 7
     assert all(torch.equal(again[n], plain[n]) for n in plain) and again_lines == plain_lines
 
 

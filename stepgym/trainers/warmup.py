@@ -241,12 +241,17 @@ def load_cached_warmup(
     meta_path, weights_path = folder / f"{fingerprint}.json", folder / f"{fingerprint}.pt"
     if not meta_path.exists():
         return None
-    try:
+    try:  # everything is read and checked before the model or the stream changes
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        state = torch.load(weights_path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state, strict=True)
-        rng.bit_generator.state = meta["rng"]
         stats = {str(k): float(v) for k, v in meta["stats"].items()}
+        stream = type(rng.bit_generator)()
+        stream.state = meta["rng"]
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+        want = {k: (v.shape, v.dtype) for k, v in model.state_dict().items()}
+        if {k: (v.shape, v.dtype) for k, v in state.items()} != want:
+            raise ValueError("its tensors are not this model's")
+        model.load_state_dict(state, strict=True)
+        rng.bit_generator.state = stream.state
     except Exception as e:  # any damage means: warm up again
         log.warning(
             "format warm-up cache %s is unreadable (%s: %s); warming up afresh",
