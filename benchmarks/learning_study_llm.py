@@ -55,6 +55,9 @@ LLM_ARGS = (
     "model",
     "invalid_penalty",
 )
+#: settings that shape the result only when set (0: the preset's): in a cell's key only then, so the cells run
+#: before they existed keep their keys
+OPTIONAL_ARGS = ("lr",)
 
 
 def is_tiny(model: str) -> bool:
@@ -95,8 +98,10 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
         kwargs = json.dumps(dict(env.kwargs)) if env.kwargs else cfg.env.kwargs
     shaper, _, _ = ls.shaper_config(env, method)
     shaper = replace(shaper, invalid_penalty=args.invalid_penalty)
+    lr = getattr(args, "lr", 0.0) or cfg.optim.lr
     return replace(
         cfg,
+        optim=replace(cfg.optim, lr=lr),
         run=replace(
             cfg.run, output_dir=str(out), iterations=args.iterations, seed=seed, save_every=0, progress=False,
             tensorboard=False, report=False, threads=1 if tiny else cfg.run.threads,
@@ -122,6 +127,7 @@ def cell_key(cell: dict) -> str:
     """llm/env/method/seed plus a fingerprint of the env row and the settings that shape the result."""
     row = LLM_ENVS[cell["env"]]
     what = {"env": {k: getattr(row, k) for k in ROW_FIELDS}, **{k: cell["args"].get(k) for k in LLM_ARGS}}
+    what.update({k: cell["args"][k] for k in OPTIONAL_ARGS if cell["args"].get(k)})
     if tiny_recipe(row, str(cell["args"].get("model"))) is not None:
         # cells of the first recipe (no format warm-up) never count as these
         what["recipe"] = TINY_REAL_ENV_RECIPE
@@ -130,7 +136,7 @@ def cell_key(cell: dict) -> str:
 
 
 def plan(args: argparse.Namespace) -> list[dict]:
-    a = {k: getattr(args, k) for k in LLM_ARGS}
+    a = {k: getattr(args, k) for k in LLM_ARGS + OPTIONAL_ARGS}
     return [
         {"env": env, "method": m, "seed": seed, "args": a}
         for seed in range(args.first_seed, args.first_seed + args.seeds)
@@ -251,6 +257,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=0.0,
         help="every method's invalid-action penalty (0: none; with the presets' 0.1 the tiny model collapses onto "
         "a harmless distractor on CreditFamily, docs/learning_study.md)",
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=0.0,
+        help="the policy's learning rate for every method (0: the preset's, 5e-4)",
     )
     p.add_argument("--model", default="tiny", help="model name or folder ('tiny': in-process, CPU)")
     p.add_argument(

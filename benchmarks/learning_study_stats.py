@@ -57,7 +57,8 @@ RESULTS = REPO / "benchmarks" / "results"
 #: seeds 20-29 (ALFWorld, Sokoban); the core methods on new seeds (Sokoban 10-19 and 30-39, ALFWorld 10-19 and
 #: 30-31 (32 partial); TextCraft and WebShop 20-39); then (2026-12-07) TextCraft and WebShop 10-19, BabyAI's
 #: confirmation seeds as far as they ran, CreditFamily 0-39; the token-level learner on CreditFamily; Sokoban at a
-#: rate per method
+#: rate per method; then every real env at a rate per method, Tau2, and the token-level learner on Sokoban (seeds
+#: 0-4 and 20-24)
 CELLS = (
     RESULTS / "learning_study_2026-12-06b_cells.jsonl.gz",
     RESULTS / "learning_study_2026-12-06_seeds20-29_cells.jsonl.gz",
@@ -77,6 +78,7 @@ CELLS = (
     RESULTS / "learning_study_own_rate_creditfamily_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_own_rate_alfworld_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_tau2_2026-12-07_cells.jsonl",
+    RESULTS / "learning_study_llm_sokoban_2026-12-07_cells.jsonl.gz",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
 POWER = RESULTS / "learning_study_power_2026-12-06.json"
@@ -1184,11 +1186,33 @@ def headline(c: dict) -> str:
         )
     both = [r for r in learners_table(c) if r["learner"] == "llm"]
     if both:
-        envs = " and ".join(dict.fromkeys(r["env"] for r in both))
+        envs = list(dict.fromkeys(r["env"] for r in both))
+        per_env = [
+            f"{sum(r['agree'] for r in both if r['env'] == e)} of {sum(r['env'] == e for r in both)}"
+            + (" conclusions" if i == 0 else "")
+            + f" on {e}"
+            for i, e in enumerate(envs)
+        ]
         out += (
-            f" A second learner, the bundled trainer's token-level policy (its tiny model, on {envs}), agrees "
-            f"with the linear one on {sum(r['agree'] for r in both)} of {len(both)} conclusions there."
+            f" A second learner, the bundled trainer's token-level policy (its tiny model, on {' and '.join(envs)}),"
+            f" agrees with the linear one on {', '.join(per_env)}."
         )
+        # an env where no method of this learner is confirmed to gain over its start: it did not learn there, so
+        # its comparisons say nothing about credit
+        idle = [
+            e
+            for e in envs
+            if not any(
+                r["env"] == e and r["metric"] == "gain" and r["other"]["verdict"] == "confirmed"
+                and r["other"]["discovery"]["mean"] > 0
+                for r in both
+            )
+        ]  # fmt: skip
+        if idle:
+            out += (
+                f" On {' and '.join(idle)} it did not learn within the budget (no method's gain over its start is"
+                " confirmed), so there the two learners differ in whether they learn, not in what credit does."
+            )
     return out
 
 

@@ -265,3 +265,27 @@ def test_llm_learner_tiny_recipe_on_a_real_env_warms_up_the_format() -> None:
     trial = llm.plan(llm.parse(["--envs", "Sokoban", "--methods", "grpo", "--seeds", "1", "--first-seed", "900",
                                 "--iterations", "2", "--eval-every", "1", "--eval-tasks", "8"]))  # fmt: skip
     assert llm.cell_key(trial[0]) != first_trial and llm.cell_key(sok_cell).startswith("llm/Sokoban/gigpo/0/")
+
+
+def test_llm_learner_rate_option_sets_the_policy_rate_and_keys_only_when_set() -> None:
+    """``--lr`` sets every method's policy rate; left at 0 the preset's rate stays and so does every cell key (the
+    committed CreditFamily cells still resume), while a cell at another rate never counts as one at the preset's."""
+    pytest.importorskip("torch")
+    import learning_study_llm as llm
+
+    from stepgym.trainers.presets import get_preset
+
+    base = ["--envs", "CreditFamily", "--methods", "grpo", "--seeds", "1"]
+    default, fast = llm.parse(base), llm.parse([*base, "--lr", "0.002"])
+    row = ls.ENVS["CreditFamily"]
+    assert (
+        llm.llm_config(default, row, "grpo", 0, Path("/tmp/x")).optim.lr == get_preset("credit-grpo").optim.lr
+    )
+    assert llm.llm_config(fast, row, "grpo", 0, Path("/tmp/x")).optim.lr == 0.002
+    (d,), (f,) = llm.plan(default), llm.plan(fast)
+    with __import__("gzip").open(
+        ROOT / "benchmarks/results/learning_study_llm_2026-12-07_cells.jsonl.gz", "rt"
+    ) as fh:
+        committed = {json.loads(line)["key"] for line in fh if line.strip()}
+    assert llm.cell_key(d) in committed and llm.cell_key(f) not in committed
+    assert llm.cell_key(f) != llm.cell_key(llm.plan(llm.parse([*base, "--lr", "0.005"]))[0])

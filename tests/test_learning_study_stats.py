@@ -364,6 +364,22 @@ def test_the_two_learners_table_says_where_they_agree(tmp_path: Path) -> None:
     )
     # the claims tables label the second learner's rows
     assert "| Toy (llm) | real |" in st.claims_markdown(c)
+    head = st.headline(c)
+    n = len(rows)
+    assert (
+        f"agrees with the linear one on {sum(r['agree'] for r in rows.values())} of {n} conclusions on Toy."
+        in head
+    )
+    assert "did not learn" not in head
+    # a second learner that never leaves its start: the headline says its disagreements are about learning at all
+    flat = [{**r, "held": [r["held"][0]] * len(r["held"])} for r in llm]
+    rng = np.random.default_rng(3)
+    for r in flat:  # noise around the start, so the paired tests have a variance
+        r["held"] = [r["held"][0]] + [
+            {"test": r["held"][0]["test"] + 0.01 * rng.normal()} for _ in r["held"][1:]
+        ]
+    still = st.claims([a, b, _write(tmp_path / "flat.jsonl", flat)], fidelity_path=None, n_boot=200)
+    assert "On Toy it did not learn within the budget" in st.headline(still)
 
 
 def test_merge_keeps_a_cell_once_and_refuses_mixed_settings(tmp_path: Path) -> None:
@@ -496,8 +512,9 @@ def test_every_comparison_of_the_committed_claims_is_consistent() -> None:
     rows = committed_claims()
     # 5 real envs x (11 + 11 + 11 + 12); CreditFamily's core methods and the 5 real envs at a rate per method
     # 6 + 6 + 6 + 7 each; the token-level learner and the rate per method on CreditFamily (4 methods) 3 + 3 + 3 + 4
-    # each; Tau2's cells (one seed per split) make no comparison
-    assert len(rows) == 5 * 45 + 6 * 25 + 2 * 13
+    # each, and the token-level learner on Sokoban (the same 4) 3 + 3 + 3 + 4; Tau2's cells (one seed per split)
+    # make no comparison
+    assert len(rows) == 5 * 45 + 6 * 25 + 3 * 13
     for r in rows:
         d = r["discovery"]
         assert d["p_holm"] >= d["p"] - 1e-9
