@@ -98,7 +98,7 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
         kwargs = json.dumps(dict(env.kwargs)) if env.kwargs else cfg.env.kwargs
     shaper, _, _ = ls.shaper_config(env, method)
     shaper = replace(shaper, invalid_penalty=args.invalid_penalty)
-    lr = getattr(args, "lr", 0.0) or cfg.optim.lr
+    lr = getattr(args, "lr", 0.0) or cfg.optim.lr  # records from before --lr have no "lr" in their args
     return replace(
         cfg,
         optim=replace(cfg.optim, lr=lr),

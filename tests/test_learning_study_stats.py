@@ -372,12 +372,11 @@ def test_the_two_learners_table_says_where_they_agree(tmp_path: Path) -> None:
     )
     assert "did not learn" not in head
     # a second learner that never leaves its start: the headline says its disagreements are about learning at all
-    flat = [{**r, "held": [r["held"][0]] * len(r["held"])} for r in llm]
-    rng = np.random.default_rng(3)
-    for r in flat:  # noise around the start, so the paired tests have a variance
-        r["held"] = [r["held"][0]] + [
-            {"test": r["held"][0]["test"] + 0.01 * rng.normal()} for _ in r["held"][1:]
-        ]
+    rng = np.random.default_rng(3)  # noise around the start, so the paired tests have a variance
+    flat = [
+        {**r, "held": [r["held"][0]] + [{"test": r["held"][0]["test"] + 0.01 * rng.normal()} for _ in r["held"][1:]]}
+        for r in llm
+    ]  # fmt: skip
     still = st.claims([a, b, _write(tmp_path / "flat.jsonl", flat)], fidelity_path=None, n_boot=200)
     assert "On Toy it did not learn within the budget" in st.headline(still)
 
