@@ -41,6 +41,11 @@ LLM_ENVS: dict[str, ls.EnvRow] = ls.ENVS
 ROW_FIELDS = ("name", "env_id", "train_split", "held_out", "max_steps", "preset", "kwargs")
 #: the tiny model's recipe on a real env (:func:`tiny_recipe`): part of those cells' keys
 TINY_REAL_ENV_RECIPE = "<env>-cpu preset, row's env options, 200-step format warm-up"
+#: the tiny model's reply budget on a real env where it is not the CPU preset's: Sokoban's 12 tokens fit its
+#: warm-up reply (the tags and a one-token move) exactly; the study's TextCraft keeps the distractor recipes the
+#: CPU preset drops, whose replies took up to 75 tokens. The first recipe capped every env at 12, which cut
+#: BabyAI's and TextCraft's replies before the action closed (the trainer now warns of it)
+TINY_RESPONSE_TOKENS = {"Sokoban": 12, "TextCraft": 96}
 #: the run folder's cache of finished format warm-ups (``warmup.cache_dir``): the methods of a seed warm up once;
 #: delete it after changing the warm-up's code (its fingerprint covers settings and inputs, not code)
 WARMUP_CACHE = "warmup_cache"
@@ -57,7 +62,7 @@ LLM_ARGS = (
 )
 #: settings that shape the result only when set (0: the preset's): in a cell's key only then, so the cells run
 #: before they existed keep their keys
-OPTIONAL_ARGS = ("lr",)
+OPTIONAL_ARGS = ("lr", "kl_coef", "epochs", "mini_batches")
 
 
 def is_tiny(model: str) -> bool:
@@ -81,6 +86,12 @@ def tiny_recipe(env: ls.EnvRow, model: str) -> Any:
     return replace(cpu, warmup=get_preset("credit-grpo").warmup, eval=replace(cpu.eval, max_steps=0))
 
 
+def response_tokens(env: ls.EnvRow, recipe: Any) -> int:
+    """The tiny model's reply budget on ``env`` (its CPU recipe ``recipe``): :data:`TINY_RESPONSE_TOKENS`, else
+    the recipe's."""
+    return TINY_RESPONSE_TOKENS.get(env.name, recipe.rollout.max_response_tokens)
+
+
 def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int, out: Path) -> Any:
     """The trainer config of one cell: the env's preset (the ``credit-*`` one on CreditFamily), the method's
     shaper, the study's budget, the held-out splits."""
@@ -99,9 +110,16 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
     shaper, _, _ = ls.shaper_config(env, method)
     shaper = replace(shaper, invalid_penalty=args.invalid_penalty)
     lr = getattr(args, "lr", 0.0) or cfg.optim.lr  # records from before --lr have no "lr" in their args
+    kl = getattr(args, "kl_coef", 0.0) or cfg.loss.kl_coef
     return replace(
         cfg,
-        optim=replace(cfg.optim, lr=lr),
+        optim=replace(
+            cfg.optim,
+            lr=lr,
+            epochs=getattr(args, "epochs", 0) or cfg.optim.epochs,
+            mini_batches=getattr(args, "mini_batches", 0) or cfg.optim.mini_batches,
+        ),
+        loss=replace(cfg.loss, kl_coef=kl),
         run=replace(
             cfg.run, output_dir=str(out), iterations=args.iterations, seed=seed, save_every=0, progress=False,
             tensorboard=False, report=False, threads=1 if tiny else cfg.run.threads,
@@ -116,7 +134,11 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
         warmup=replace(cfg.warmup, cache_dir=str(out.parent / WARMUP_CACHE)),
         rollout=replace(
             cfg.rollout, n_tasks=args.n_tasks, group_size=args.group_size,
-            **({"max_prompt_tokens": 512, "max_response_tokens": 12} if tiny and env.preset != "credit" else {}),
+            **(
+                {"max_prompt_tokens": 512, "max_response_tokens": response_tokens(env, cfg)}
+                if tiny and env.preset != "credit"
+                else {}
+            ),
         ),
         shaper=shaper,
         eval=replace(cfg.eval, limit=args.eval_tasks, greedy=False, parallel=max(1, args.eval_tasks)),
@@ -128,11 +150,19 @@ def cell_key(cell: dict) -> str:
     row = LLM_ENVS[cell["env"]]
     what = {"env": {k: getattr(row, k) for k in ROW_FIELDS}, **{k: cell["args"].get(k) for k in LLM_ARGS}}
     what.update({k: cell["args"][k] for k in OPTIONAL_ARGS if cell["args"].get(k)})
-    if tiny_recipe(row, str(cell["args"].get("model"))) is not None:
+    if (recipe := tiny_recipe(row, str(cell["args"].get("model")))) is not None:
         # cells of the first recipe (no format warm-up) never count as these
         what["recipe"] = TINY_REAL_ENV_RECIPE
+        if (budget := response_tokens(row, recipe)) != 12:  # nor cells cut at 12 tokens (keys from before)
+            what["response_tokens"] = budget
     fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"llm/{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
+
+
+def cell_folder(cell: dict, out: Path) -> Path:
+    """The trainer's output folder of ``cell`` under ``out``: env, method, seed and the key's fingerprint, so that
+    runs of other settings on one ``--out`` (at once or one after another) never write into one folder."""
+    return out / "_".join([cell["env"], cell["method"], str(cell["seed"]), cell_key(cell).rsplit("/", 1)[1]])
 
 
 def plan(args: argparse.Namespace) -> list[dict]:
@@ -153,7 +183,7 @@ def run_llm_cell(cell: dict, out: Path) -> dict[str, Any]:
     args = argparse.Namespace(**cell["args"])
     env, method, seed = LLM_ENVS[cell["env"]], cell["method"], cell["seed"]
     t0 = time.perf_counter()
-    cfg = llm_config(args, env, method, seed, out / f"{env.name}_{method}_{seed}")
+    cfg = llm_config(args, env, method, seed, cell_folder(cell, out))
     tr = GRPOTrainer(cfg)
     eval_its, held, train_curve = [0], [], []
     try:
@@ -187,6 +217,42 @@ def run_llm_cell(cell: dict, out: Path) -> dict[str, Any]:
         "last_step": {k: v for k, v in last.items() if isinstance(v, int | float)},
         "seconds": time.perf_counter() - t0,
     }
+
+
+#: the committed probes of the token-level learner on a real env: GRPO on the selection seed 100, one setting
+#: changed per cell (docs/learning_study.md's probe table, :func:`probe_markdown`)
+PROBES = tuple(
+    Path(__file__).resolve().parent / "results" / f"learning_study_llm_{name}_2026-12-07_cells.jsonl.gz"
+    for name in ("sokoban_lr", "babyai_probe")
+)
+
+
+def probe_flags(args: dict[str, Any]) -> str:
+    """The command-line flags by which a cell's settings differ from the study's (its optional settings and the
+    invalid-action penalty), or "(the study's)"."""
+    set_ = {k: args[k] for k in (*OPTIONAL_ARGS, "invalid_penalty") if args.get(k)}
+    return " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in set_.items()) or "(the study's)"
+
+
+def probe_markdown(paths: tuple[Path, ...] = PROBES) -> str:
+    """The probe table: per cell, env, method and seed, the flags it ran with, held-out success at each evaluation,
+    the share of format-valid replies in its last iteration, and its wall time."""
+    lines = [
+        "| env | method, seed | flags | held-out success at iterations | format-valid at the end | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        for r in ls.cs.load_cells(path):
+            curve = ", ".join(f"{v:.3f}" for v in ls.held_curve(r))
+            its = ", ".join(str(i) for i in r["eval_its"])
+            valid = r["last_step"].get("rollout/format_valid_ratio", float("nan"))
+            flags = probe_flags(r["args"])
+            flags = flags if flags.startswith("(") else f"`{flags}`"
+            lines.append(
+                f"| {r['env']} | {r['method']}, {r['seed']} | {flags} | {curve} ({its}) "
+                f"| {valid:.2f} | {r['seconds']:.0f} |"
+            )
+    return "\n".join(lines)
 
 
 def _credit_ids(cfg: Any, split: str) -> tuple[str, ...]:
@@ -263,6 +329,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="the policy's learning rate for every method (0: the preset's, 5e-4)",
+    )
+    p.add_argument(
+        "--kl-coef",
+        type=float,
+        default=0.0,
+        help="every method's KL penalty to the policy it starts from (after the format warm-up; 0: the preset's, "
+        "none)",
+    )
+    p.add_argument(
+        "--epochs", type=int, default=0, help="passes over each iteration's batch (0: the preset's, 1)"
+    )
+    p.add_argument(
+        "--mini-batches",
+        type=int,
+        default=0,
+        help="policy updates per pass, each on its share of the batch (0: the preset's, 1)",
     )
     p.add_argument("--model", default="tiny", help="model name or folder ('tiny': in-process, CPU)")
     p.add_argument(

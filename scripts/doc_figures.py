@@ -202,6 +202,14 @@ def learning_study_design_time() -> str:
     return dt.markdown(_json(dt.RESULT), title=False)
 
 
+def learning_study_llm_probes() -> str:
+    """docs/learning_study.md's probes of the token-level learner on real envs, from their committed cells."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import learning_study_llm as llm
+
+    return llm.probe_markdown()
+
+
 def learning_study_power() -> str:
     """docs/learning_study.md's power analysis, from the committed power file."""
     st = _learning_study_stats()
@@ -347,6 +355,7 @@ FIGURES = {
         Figure("learning-study-replication", learning_study_replication, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-timing", learning_study_timing, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-design-time", learning_study_design_time, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-llm-probes", learning_study_llm_probes, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-headline", learning_study_headline, README),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
         Figure("env-table", env_table, ROOT / "docs" / "envs.md"),

@@ -265,11 +265,32 @@ def test_llm_learner_tiny_recipe_on_a_real_env_warms_up_the_format() -> None:
     trial = llm.plan(llm.parse(["--envs", "Sokoban", "--methods", "grpo", "--seeds", "1", "--first-seed", "900",
                                 "--iterations", "2", "--eval-every", "1", "--eval-tasks", "8"]))  # fmt: skip
     assert llm.cell_key(trial[0]) != first_trial and llm.cell_key(sok_cell).startswith("llm/Sokoban/gigpo/0/")
+    # the reply budget: Sokoban's 12 tokens (its committed cells keep their keys); more on BabyAI and TextCraft,
+    # since 12 cut their replies ("<action>turn" at the 12th token), and their cells under it never count
+    with __import__("gzip").open(
+        ROOT / "benchmarks/results/learning_study_llm_sokoban_2026-12-07_cells.jsonl.gz", "rt"
+    ) as f:
+        sokoban = {json.loads(line)["key"] for line in f if line.strip()}
+    assert sok.rollout.max_response_tokens == 12 and llm.cell_key(sok_cell) in sokoban
+    cut_at_12 = "llm/BabyAI/grpo/100/54fcfb80d7"  # the first BabyAI probe's key: every reply cut
+    budget = {
+        env: llm.llm_config(args, ls.ENVS[env], "grpo", 0, Path("/tmp/x")).rollout.max_response_tokens
+        for env in ("BabyAI", "TextCraft")
+    }
+    assert budget["BabyAI"] == get_preset("babyai-cpu").rollout.max_response_tokens > 12
+    assert (
+        budget["TextCraft"] == llm.TINY_RESPONSE_TOKENS["TextCraft"] > 75
+    )  # its distractor recipes' replies
+    (ba,) = llm.plan(
+        llm.parse(["--envs", "BabyAI", "--methods", "grpo", "--seeds", "1", "--first-seed", "100"])
+    )
+    assert llm.cell_key(ba) != cut_at_12
 
 
-def test_llm_learner_rate_option_sets_the_policy_rate_and_keys_only_when_set() -> None:
-    """``--lr`` sets every method's policy rate; left at 0 the preset's rate stays and so does every cell key (the
-    committed CreditFamily cells still resume), while a cell at another rate never counts as one at the preset's."""
+def test_llm_learner_rate_and_kl_options_set_the_policy_and_key_only_when_set() -> None:
+    """``--lr`` sets every method's policy rate and ``--kl-coef`` its KL penalty; left at 0 the preset's values
+    stay and so does every cell key (the committed CreditFamily cells still resume), while a cell at another rate
+    or penalty never counts as one at the preset's."""
     pytest.importorskip("torch")
     import learning_study_llm as llm
 
@@ -289,3 +310,9 @@ def test_llm_learner_rate_option_sets_the_policy_rate_and_keys_only_when_set() -
         committed = {json.loads(line)["key"] for line in fh if line.strip()}
     assert llm.cell_key(d) in committed and llm.cell_key(f) not in committed
     assert llm.cell_key(f) != llm.cell_key(llm.plan(llm.parse([*base, "--lr", "0.005"]))[0])
+    assert llm.cell_folder(d, Path("o")) != llm.cell_folder(f, Path("o"))  # the trainers never share a folder
+    assert llm.cell_folder(d, Path("o")).name.startswith("CreditFamily_grpo_0_")
+    kl = llm.parse([*base, "--kl-coef", "0.05"])
+    assert llm.llm_config(default, row, "grpo", 0, Path("/tmp/x")).loss.kl_coef == 0.0
+    assert llm.llm_config(kl, row, "grpo", 0, Path("/tmp/x")).loss.kl_coef == 0.05
+    assert llm.cell_key(llm.plan(kl)[0]) not in committed | {llm.cell_key(f)}

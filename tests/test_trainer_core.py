@@ -441,3 +441,45 @@ def test_cli_train_then_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "success" in printed and "within budget" in printed
     ev = json.loads((Path(str(out) + "-eval") / "eval.json").read_text())
     assert ev[0]["split"] == "valid" and ev[0]["n_tasks"] == 2 and ev[0]["iteration"] == 1
+
+
+def test_warmup_replies_longer_than_the_response_budget_are_one_clear_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A format warm-up reply longer than ``rollout.max_response_tokens`` is one the model learns but generation
+    always cuts before the action closes (an invalid reply, and no error anywhere). Their share is one warning
+    line naming the budget to set; when it is every reply, nothing valid can be learned and the run stops before
+    any update. At that budget the same warm-up runs without a word."""
+
+    def run(name: str, budget: int) -> GRPOTrainer:
+        cfg = tiny_config(tmp_path / name, warmup=WarmupConfig(steps=2, episodes=8))
+        return GRPOTrainer(replace(cfg, rollout=replace(cfg.rollout, max_response_tokens=budget)))
+
+    with pytest.raises(ValueError, match=r"100% of its replies .* rollout\.max_response_tokens=2,") as err:
+        run("short", 2)
+    need = int(str(err.value).rsplit(" ", 1)[1])
+    with caplog.at_level("WARNING"):
+        tr = run("fits", need)
+    assert tr.warmup_stats["warmup/reply_tokens_max"] == need
+    assert tr.warmup_stats["warmup/replies_over_budget"] == 0.0 and "format warm-up" not in caplog.text
+    tr.close()
+    with caplog.at_level("WARNING"):
+        tr = run("some", need - 1)
+    share = tr.warmup_stats["warmup/replies_over_budget"]
+    assert 0 < share < 1 and f"{share:.0%} of its replies (up to {need} tokens)" in caplog.text
+    tr.close()
+
+
+def test_sampled_evaluation_repeats_exactly_for_an_unchanged_policy(tmp_path: Path) -> None:
+    """Sampled evaluation draws its tasks and its random stream from the run's seed alone, not from the training
+    stream: the same policy scores the same at every evaluation point, however far training's stream has moved
+    (the learning study's held-out curves rely on it)."""
+    cfg = tiny_config(tmp_path / "run", eval=EvalConfig(limit=6, parallel=6, greedy=False))
+    tr = GRPOTrainer(cfg)
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "iteration"} for r in rs]  # noqa: E731
+    first = strip(tr.evaluate())
+    tr._sample_tasks(3)  # the training stream moves on
+    assert strip(tr.evaluate()) == first
+    tr.step()
+    assert tr.iteration == 1 and [r["iteration"] for r in tr.evaluate()] == [1]
+    tr.close()

@@ -189,6 +189,7 @@ def warm_up(tr: Any) -> Any:
             pad_id=tr.pad_id,
             micro_batch_tokens=cfg.optim.micro_batch_tokens,
             progress=cfg.run.progress,
+            max_response_tokens=cfg.rollout.max_response_tokens,
         )
         if cache:
             save_warmup(cache, key, tr.model, tr.rng, stats)

@@ -183,7 +183,8 @@ def _alfworld_cpu() -> TrainConfig:
 
 #: The CPU recipes of the solver envs and ScienceWorld (``<env>-cpu``): what each env needs to fit in minutes on a
 #: laptop's CPU: env options (a few short task types), the step limit, the prompt budget, and evaluation budgets
-#: spread up to that limit. Each: the tiny in-process model, 2 tasks × 4 rollouts of at most 32 tokens per turn, a
+#: spread up to that limit. Each: the tiny in-process model, 2 tasks × 4 rollouts of replies that fit the format
+#: warm-up's (32 tokens; :data:`_CPU_RESPONSE_TOKENS` where they are longer), a
 #: short format warm-up, 2 iterations, 4 evaluation tasks. A smoke run of the whole pipeline, not a learning run.
 _CPU_RECIPES: dict[str, tuple[str, EnvConfig, str, int, int, tuple[int, ...]]] = {
     # name: (what, env, env options, step limit, prompt tokens, eval budgets)
@@ -211,6 +212,12 @@ _CPU_RECIPES: dict[str, tuple[str, EnvConfig, str, int, int, tuple[int, ...]]] =
 }
 
 
+#: the reply budget of a CPU recipe where 32 tokens cut the warm-up's replies (the tiny tokenizer, trained on 8
+#: episodes, splits long commands into many tokens): TextCraft's and WebShop's replies took up to ~40 tokens and
+#: ScienceWorld's up to ~56, so 22-47% of them were cut before the action closed
+_CPU_RESPONSE_TOKENS = {"textcraft": 64, "webshop": 64, "scienceworld": 96}
+
+
 def _cpu_description(env_name: str) -> str:
     return (
         f"the tiny model on {_CPU_RECIPES[env_name][0]}: 2 GiGPO iterations on a CPU in minutes (a smoke run)"
@@ -228,7 +235,7 @@ def _cpu_recipe(env_name: str) -> TrainConfig:
             n_tasks=2,
             group_size=4,
             max_prompt_tokens=prompt_tokens,
-            max_response_tokens=32,
+            max_response_tokens=_CPU_RESPONSE_TOKENS.get(env_name, 32),
             generate_batch_size=8,
         ),
         shaper=ShapeConfig.from_preset("gigpo-alfworld"),

@@ -120,12 +120,16 @@ def format_warmup(
     pad_id: int,
     micro_batch_tokens: int = 8192,
     progress: bool = False,
+    max_response_tokens: int = 0,
 ) -> dict[str, float]:
     """SFT ``model`` on rows of a random admissible policy (see the module docstring); returns loss statistics.
 
     ``collector``'s backend is swapped for a :class:`ScriptedBackend` for the collection and restored after. Each
     step's rows are processed in micro-batches of at most ``micro_batch_tokens`` padded tokens (gradient
-    accumulation; the loss is the token-mean over the step's rows).
+    accumulation; the loss is the token-mean over the step's rows). ``max_response_tokens`` (the rollouts'
+    budget; 0: unchecked): the replies longer than it are ones the model learns but generation always cuts
+    before their action closes, so their share is one warning line, and a ValueError before any update when it
+    is all of them.
     """
     import torch
 
@@ -153,6 +157,19 @@ def format_warmup(
             f"format warm-up: every one of its {len(ro.trajectories)} episodes was aborted by an env failure "
             f"({ro.abort_counts()}); nothing to learn from"
         )
+    eos = collector.encoder.tokenizer.eos_token_id
+    lengths = [len(r.response_ids) - (r.response_ids[-1:] == [eos]) for r in rows]
+    longest = max(lengths)
+    over = sum(n > max_response_tokens for n in lengths) / len(lengths) if max_response_tokens > 0 else 0.0
+    if over > 0:
+        what = (
+            f"format warm-up: {over:.0%} of its replies (up to {longest} tokens) are longer than "
+            f"rollout.max_response_tokens={max_response_tokens}, so generation cuts them before the action "
+            f"closes and they are invalid; set rollout.max_response_tokens to at least {longest}"
+        )
+        if over == 1.0:  # no reply the model learns can ever be valid
+            raise ValueError(what)
+        log.warning(what)
     device = next(model.parameters()).device
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     model.train()
@@ -188,6 +205,8 @@ def format_warmup(
         "warmup/last_loss": losses[-1],
         "warmup/rows": float(len(rows)),
         "warmup/aborted_episodes": float(n_aborted),
+        "warmup/reply_tokens_max": float(longest),
+        "warmup/replies_over_budget": float(over),
     }
 
 
