@@ -169,7 +169,9 @@ def _alfworld_cpu() -> TrainConfig:
         ),
         model=ModelConfig(name="smollm2-135m-instruct", precision="fp32", lora_rank=16, lora_alpha=32),
         rollout=RolloutConfig(
-            n_tasks=2, group_size=2, max_prompt_tokens=384, max_response_tokens=40, generate_batch_size=8
+            # 48: the format warm-up's longest pick-and-place replies take 44 of SmolLM2's tokens ("take handtowel 2
+            # from handtowelholder 2"), which 40 cut before the action closed
+            n_tasks=2, group_size=2, max_prompt_tokens=384, max_response_tokens=48, generate_batch_size=8
         ),
         shaper=ShapeConfig.from_preset("gigpo-alfworld"),
         teacher=TeacherConfig(microbatch_tokens=2048),
