@@ -111,6 +111,53 @@ def env_corpus(
     return texts
 
 
+def _random_policy_rows(
+    collector: Collector, cfg: WarmupConfig, rng: np.random.Generator
+) -> tuple[list, int]:
+    """The warm-up's rows: ``cfg.episodes`` episodes of a uniformly random admissible policy whose replies a
+    :class:`ScriptedBackend` writes in the env's format (``collector``'s backend is restored after), aborted
+    episodes left out; and how many were aborted. A RuntimeError when every one was."""
+    saved = collector.backend
+    collector.backend = ScriptedBackend(collector.encoder.tokenizer, "random", render=collector.fmt.reply)
+    try:
+        n_groups = max(1, cfg.episodes // collector.group_size)
+        ids = collector.task_ids()
+        if ids is None:
+            tasks = draw_tasks(None, n_groups, rng)
+        else:  # (with replacement, unlike draw_tasks: a warm-up's draws stay those of earlier runs)
+            tasks = [
+                (ids[int(rng.integers(len(ids)))], int(rng.integers(2**31 - 1))) for _ in range(n_groups)
+            ]
+        ro = collector.collect(tasks, seed_rng=rng)
+    finally:
+        collector.backend = saved
+    rows = [r for r in ro.rows if not r.aborted]  # an aborted episode has no outcome (docs/failures.md)
+    if not rows:
+        raise RuntimeError(
+            f"format warm-up: every one of its {len(ro.trajectories)} episodes was aborted by an env failure "
+            f"({ro.abort_counts()}); nothing to learn from"
+        )
+    return rows, sum(ro.abort_counts().values())
+
+
+def _reply_budget(rows: list, eos: int | None, max_response_tokens: int) -> tuple[int, float]:
+    """The longest warm-up reply (its end-of-text token not counted) and the share of replies longer than
+    ``max_response_tokens`` (0: unchecked): one warning line when some are, a ValueError when all are."""
+    lengths = [len(r.response_ids) - (r.response_ids[-1:] == [eos]) for r in rows]
+    longest = max(lengths)
+    over = sum(n > max_response_tokens for n in lengths) / len(lengths) if max_response_tokens > 0 else 0.0
+    if over > 0:
+        what = (
+            f"format warm-up: {over:.0%} of its replies (up to {longest} tokens) are longer than "
+            f"rollout.max_response_tokens={max_response_tokens}, so generation cuts them before the action "
+            f"closes and they are invalid; set rollout.max_response_tokens to at least {longest}"
+        )
+        if over == 1.0:  # no reply the model learns can ever be valid
+            raise ValueError(what)
+        log.warning(what)
+    return longest, over
+
+
 def format_warmup(
     model: Any,
     collector: Collector,
@@ -135,41 +182,8 @@ def format_warmup(
 
     if cfg.steps <= 0:
         return {}
-    tokenizer = collector.encoder.tokenizer
-    saved = collector.backend
-    collector.backend = ScriptedBackend(tokenizer, "random", render=collector.fmt.reply)
-    try:
-        n_groups = max(1, cfg.episodes // collector.group_size)
-        ids = collector.task_ids()
-        if ids is None:
-            tasks = draw_tasks(None, n_groups, rng)
-        else:  # (with replacement, unlike draw_tasks: a warm-up's draws stay those of earlier runs)
-            tasks = [
-                (ids[int(rng.integers(len(ids)))], int(rng.integers(2**31 - 1))) for _ in range(n_groups)
-            ]
-        ro = collector.collect(tasks, seed_rng=rng)
-    finally:
-        collector.backend = saved
-    rows = [r for r in ro.rows if not r.aborted]  # an aborted episode has no outcome (docs/failures.md)
-    n_aborted = sum(ro.abort_counts().values())
-    if not rows:
-        raise RuntimeError(
-            f"format warm-up: every one of its {len(ro.trajectories)} episodes was aborted by an env failure "
-            f"({ro.abort_counts()}); nothing to learn from"
-        )
-    eos = collector.encoder.tokenizer.eos_token_id
-    lengths = [len(r.response_ids) - (r.response_ids[-1:] == [eos]) for r in rows]
-    longest = max(lengths)
-    over = sum(n > max_response_tokens for n in lengths) / len(lengths) if max_response_tokens > 0 else 0.0
-    if over > 0:
-        what = (
-            f"format warm-up: {over:.0%} of its replies (up to {longest} tokens) are longer than "
-            f"rollout.max_response_tokens={max_response_tokens}, so generation cuts them before the action "
-            f"closes and they are invalid; set rollout.max_response_tokens to at least {longest}"
-        )
-        if over == 1.0:  # no reply the model learns can ever be valid
-            raise ValueError(what)
-        log.warning(what)
+    rows, n_aborted = _random_policy_rows(collector, cfg, rng)
+    longest, over = _reply_budget(rows, collector.encoder.tokenizer.eos_token_id, max_response_tokens)
     device = next(model.parameters()).device
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     model.train()
