@@ -223,7 +223,7 @@ def run_llm_cell(cell: dict, out: Path) -> dict[str, Any]:
 #: changed per cell (docs/learning_study.md's probe table, :func:`probe_markdown`)
 PROBES = tuple(
     Path(__file__).resolve().parent / "results" / f"learning_study_llm_{name}_2026-12-07_cells.jsonl.gz"
-    for name in ("sokoban_lr", "babyai_probe")
+    for name in ("sokoban_lr", "babyai_probe", "textcraft_probe")
 )
 
 

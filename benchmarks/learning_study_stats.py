@@ -58,7 +58,8 @@ RESULTS = REPO / "benchmarks" / "results"
 #: 30-31 (32 partial); TextCraft and WebShop 20-39); then (2026-12-07) TextCraft and WebShop 10-19, BabyAI's
 #: confirmation seeds as far as they ran, CreditFamily 0-39; the token-level learner on CreditFamily; Sokoban at a
 #: rate per method; then every real env at a rate per method, Tau2, and the token-level learner on Sokoban (seeds
-#: 0-4 and 20-24)
+#: 0-4 and 20-24); then Sokoban's RewardFlow at its own rate again, at 0.1, the maximum of a grid extended below
+#: the first one's edge (0.5; those cells are ``learning_study_own_rate_sokoban_rewardflow_lr0.5_2026-12-07``)
 CELLS = (
     RESULTS / "learning_study_2026-12-06b_cells.jsonl.gz",
     RESULTS / "learning_study_2026-12-06_seeds20-29_cells.jsonl.gz",
@@ -79,6 +80,7 @@ CELLS = (
     RESULTS / "learning_study_own_rate_alfworld_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_tau2_2026-12-07_cells.jsonl",
     RESULTS / "learning_study_llm_sokoban_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_sokoban_rewardflow_2026-12-07_cells.jsonl.gz",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
 POWER = RESULTS / "learning_study_power_2026-12-06.json"
@@ -1180,7 +1182,8 @@ def headline(c: dict) -> str:
         fast = [r for r in own if r["verdict"] == "confirmed" and r["discovery"]["mean"] > 0]
         slow = [r for r in own if r["verdict"] == "confirmed" and r["discovery"]["mean"] < 0]
         out += (
-            " With each method at its own learning rate (chosen by AUC on selection seeds, the same budget; "
+            " With each method at its own learning rate (chosen by AUC on selection seeds from the same rate grid, "
+            "extended downwards where a method's best rate was its smallest; "
             f"{', '.join(dict.fromkeys(r['env'] for r in own))}), the same rule confirms faster than GRPO: "
             f"{_by_env(fast) or 'none'}; slower: {_by_env(slow) or 'none'}."
         )
