@@ -255,7 +255,9 @@ def word_features(ctx: Context, action: str) -> list[tuple]:
         f.append(("vm", verb, i, m))
         f.append(("vmh", verb, i, m, held_goal))
         f.append(("vmt", verb, i, m, ctx.task_type))
-        f += [("va", verb, i, w, g) for g in ctx.goal]  # e.g. where a goal object is found
+        # in word order: a frozenset iterates in hash order, which differs between processes (PYTHONHASHSEED),
+        # and the order of a logit's terms decides its last bits (a sampled action can flip on them)
+        f += [("va", verb, i, w, g) for g in sorted(ctx.goal)]  # e.g. where a goal object is found
     return f
 
 
@@ -726,7 +728,10 @@ def warm_start(env: EnvRow, train: list[str], n_tasks: int, epochs: int, lr: flo
     demo: list[tuple[Context, list[str], int]] = []
     e = make_env(env, env.train_split)
     for task in train[:: max(1, len(train) // n_tasks)][:n_tasks]:  # spread over the task types
-        obs, info = e.reset(options={"task_id": task})
+        # a reset seed per task where the expert breaks ties with the env's generator (EXPERT_DRAWS): the demos,
+        # and so every cell, the same in every process (the study's demos never met a tie: the same policy)
+        seed = task_seed(task) if env.name in EXPERT_DRAWS else None
+        obs, info = e.reset(seed=seed, options={"task_id": task})
         held, taken = "", frozenset()
         for _ in range(steps):
             expert = info.get(schema.EXPERT_ACTION)
@@ -893,6 +898,9 @@ EXPERT_DRAWS = frozenset({"ALFWorld"})
 #: part of a ProAS cell's key on those envs: cells run before the per-task seed (whose graphs followed the OS's
 #: seed of the env's generator, so a rerun could differ) keep their key and are never taken for these
 SEEDED_ARG = "ProAS graph seeded with a reset seed per task"
+#: the same for AHEAD's cells there: its modelled teacher reads the expert on the training env, whose generator is
+#: seeded with the cell's seed before the first episode (before, the OS seeded it: reruns differed)
+SEEDED_TEACHER = "AHEAD teacher's env generator seeded with the cell's seed"
 
 
 def task_seed(task_id: str) -> int:
@@ -925,6 +933,16 @@ class ExpertSeeded:
             self._seeded.update(new)
 
 
+def training_env(env: EnvRow, method: str, seed: int) -> gym.Env:
+    """The env a cell trains on. The expert's action is read by AHEAD's modelled teacher only (and the warm start
+    / ProAS seeding, on envs of their own); where the expert breaks ties with the env's generator
+    (:data:`EXPERT_DRAWS`), AHEAD's is seeded with the cell's seed (:data:`SEEDED_TEACHER`)."""
+    tenv = make_env(env, env.train_split, values=method == CEILING, expert=method == "ahead")
+    if method == "ahead" and env.name in EXPERT_DRAWS:
+        tenv.np_random = np.random.default_rng(seed)
+    return tenv
+
+
 def run_cell(cell: dict) -> dict:
     """Train one (env, method, seed) cell and return its record (a JSON-able dict)."""
     t0 = time.perf_counter()
@@ -936,7 +954,7 @@ def run_cell(cell: dict) -> dict:
     if overlap:
         raise RuntimeError(f"held-out tasks in the training list: {sorted(overlap)[:3]}")
     # the expert's action is read by AHEAD's modelled teacher only (and the warm start / ProAS seeding below)
-    tenv = make_env(env, env.train_split, values=method == CEILING, expert=method == "ahead")
+    tenv = training_env(env, method, seed)
     eenvs = {sp: make_env(env, sp, expert=False) for sp in held}
     rng = np.random.default_rng(seed)  # identical across methods: same task order and initial policy
     policy = warm_start(env, train, a["warm_tasks"], a["warm_epochs"], a["warm_lr"], steps)
@@ -1009,6 +1027,8 @@ def cell_key(cell: dict) -> str:
     what = {"env": ENVS[cell["env"]].__dict__, **{k: cell["args"].get(k) for k in TRAIN_ARGS}}
     if cell["method"] == "proas" and cell["env"] in EXPERT_DRAWS:
         what["arg_seeding"] = SEEDED_ARG
+    if cell["method"] == "ahead" and cell["env"] in EXPERT_DRAWS:
+        what["teacher_seeding"] = SEEDED_TEACHER
     fp = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     learner = cell["args"].get("learner")
     return f"{learner + '/' if learner else ''}{cell['env']}/{cell['method']}/{cell['seed']}/{fp}"
@@ -1219,6 +1239,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="a learning rate per method: the --json file of learning_study_lr.py; the cells are the "
         f"'{OWN_RATE}' learner (their own family in the statistics)",
     )
+    p.add_argument(
+        "--reuse",
+        nargs="+",
+        default=(),
+        help="cells files (.jsonl, .jsonl.gz) whose cells are taken, not run, for a planned cell of the same "
+        "computation (its key but for the learner label: with --rates, a method whose own rate is the shared "
+        "one)",
+    )
     args = p.parse_args(argv)
     if args.full:
         args.envs = args.envs or list(ENVS)
@@ -1247,6 +1275,37 @@ def append_once(path: Path, record: dict) -> bool:
         return True
 
 
+def computation(key: str) -> str:
+    """A cell key without its learner label (``env/method/seed/fingerprint``): two cells of equal computations
+    (one method at one rate in two families) have equal ones, and the same record but for the label."""
+    return "/".join(key.split("/")[-4:])
+
+
+def take_reused(todo: list[dict], files: list[Path], cells_path: Path) -> list[dict]:
+    """Write the cells of ``todo`` that a record of ``files`` already computed (:func:`computation`) to the
+    cells file, relabelled, with ``seconds`` 0 (nothing ran) and ``reused_from``; the rest still to run."""
+    found: dict[str, dict] = {}
+    for f in files:
+        if not f.exists():
+            raise SystemExit(f"--reuse: no cells file {f}")
+        for r in cs.load_cells(f):
+            found.setdefault(computation(r["key"]), r)
+    left, taken = [], 0
+    for c in todo:
+        key = cell_key(c)
+        src = found.get(computation(key))
+        if src is None:
+            left.append(c)
+            continue
+        record = {k: v for k, v in src.items() if k != "learner"}
+        record.update(key=key, seconds=0.0, reused_from=src["key"])
+        if c["args"].get("learner"):
+            record["learner"] = c["args"]["learner"]
+        taken += append_once(cells_path, record)
+    print(f"# --reuse: {taken} cells taken from {len(files)} file(s), not run", flush=True)
+    return left
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out)
@@ -1256,6 +1315,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         done = {r["key"] for r in cs.load_cells(cells_path)}
         todo = [c for c in plan(args) if cell_key(c) not in done]
+        if args.reuse and todo:
+            todo = take_reused(todo, [Path(f) for f in args.reuse], cells_path)
         print(
             f"# learning study: {len(done)} cells done, {len(todo)} to run, {args.workers} workers",
             flush=True,

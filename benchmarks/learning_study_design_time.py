@@ -53,6 +53,19 @@ def design_cells(cells: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
     return dict(out)
 
 
+def reused(classes: dict[tuple[str, str, str], list[dict]]) -> set[str]:
+    """Keys of the design's per-method-rate cells that are a shared-rate cell's computation (the method's own rate
+    is the shared one: ``learning_study.computation``): a design run takes them with ``--reuse``, runs nothing."""
+    shared = {r["key"] for (_, learner, _), rows in classes.items() if learner == "linear" for r in rows}
+    return {
+        r["key"]
+        for (_, learner, _), rows in classes.items()
+        if learner == ls.OWN_RATE
+        for r in rows
+        if ls.computation(r["key"]) in shared
+    }
+
+
 def sample(classes: dict[tuple[str, str, str], list[dict]], per_class: int) -> list[dict]:
     """``per_class`` cells of each class: the first discovery seed, the first confirmation seed, then the next
     seeds of each in turn."""
@@ -102,6 +115,7 @@ def rerun(record: dict, folder: Path | None = None) -> dict[str, Any]:
         "recorded_seconds": record.get("seconds"),
         "same_key": key == record["key"],
         "same_record": all(new.get(k) == record.get(k) for k in COMPARED if k in record),
+        "new": new,  # the re-run's record (run_sample keeps it only where it differs)
     }
 
 
@@ -109,23 +123,30 @@ def _rerun(job: tuple[dict, Path]) -> dict[str, Any]:
     return rerun(*job)
 
 
-def project(classes: dict, runs: list[dict], workers: int) -> dict[str, Any]:
-    """The design's projected cost from the re-run times: per (env, learner) and in all."""
+def project(
+    classes: dict, runs: list[dict], workers: int, skip: frozenset[str] | set[str] = frozenset()
+) -> dict[str, Any]:
+    """The design's projected cost from the re-run times: per (env, learner) and in all. A cell whose key is in
+    ``skip`` (:func:`reused`) costs nothing; a class none of whose other cells was re-run is left out."""
     times: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for r in runs:
         times[(r["env"], r["learner"], r["method"])].append(r["seconds"])
     rows: dict[tuple[str, str], dict[str, float]] = defaultdict(
-        lambda: {"cells": 0, "cpu_s": 0.0, "recorded_s": 0.0}
+        lambda: {"cells": 0, "reused": 0, "cpu_s": 0.0, "recorded_s": 0.0}
     )
     for (env, learner, method), cells in classes.items():
-        if not times.get((env, learner, method)):
+        run = [c for c in cells if c["key"] not in skip]
+        if run and not times.get((env, learner, method)):
             continue
         row = rows[(env, learner)]
         row["cells"] += len(cells)
-        row["cpu_s"] += len(cells) * statistics.median(times[(env, learner, method)])
-        row["recorded_s"] += sum(float(c.get("seconds") or 0.0) for c in cells)
+        row["reused"] += len(cells) - len(run)
+        got = times.get((env, learner, method), [])
+        # every cell re-run: their own sum; a sample: its median for each cell
+        row["cpu_s"] += sum(got) if len(got) == len(run) else len(run) * statistics.median(got)
+        row["recorded_s"] += sum(float(c.get("seconds") or 0.0) for c in run)
     table = [
-        {"env": e, "learner": lrn, "cells": int(v["cells"]), "cpu_s": round(v["cpu_s"]),
+        {"env": e, "learner": lrn, "cells": int(v["cells"]), "reused": int(v["reused"]), "cpu_s": round(v["cpu_s"]),
          "recorded_cpu_s": round(v["recorded_s"])}
         for (e, lrn), v in sorted(rows.items(), key=lambda kv: (kv[0][1] != "linear", kv[0][1], kv[0][0]))
     ]  # fmt: skip
@@ -142,33 +163,61 @@ def project(classes: dict, runs: list[dict], workers: int) -> dict[str, Any]:
 def markdown(result: dict, title: bool = True) -> str:
     p = result["projection"]
     runs = result["runs"]
+    taken = sum(r.get("reused", 0) for r in p["rows"])
+    whole = result.get("whole", False)
     lines = [f"# The learning study's design on this machine ({result['date']})", ""] if title else []
+    cmd = f"`python benchmarks/learning_study_design_time.py --per-class {result['per_class']} --workers {p['workers']}`"
+    left = result.get("left_out") or []
+    if left:
+        cmd = cmd[:-1] + f" --leave-out {' '.join(left)}`"
+    if whole:
+        but = f" but the families left out ({', '.join(left)})" if left else ""
+        lines.append(
+            f"{cmd}: every cell of the design{but} re-run, {len(runs)} cells in "
+            f"{result['sample_wall_s'] / 60:.0f} minutes of wall time, on {result['machine']} (load average "
+            f"{result['load_before']} before the run)."
+        )
+    else:
+        lines.append(
+            f"{cmd}: {len(runs)} cells of the design re-run ({result['per_class']} per env, learner and method; the "
+            f"sample took {result['sample_wall_s']:.0f} s of wall time), on {result['machine']} (load average "
+            f"{result['load_before']} before the run). The projection: per env, learner and method the median "
+            "re-run time times that class's design cells, summed; wall time = CPU time / workers."
+        )
+    if taken:
+        lines[-1] += (
+            f" {taken} per-method-rate cells are a shared-rate cell's computation (the method's own rate is the "
+            "shared one): a design run takes them (`learning_study.py --reuse`) and runs nothing for them."
+        )
+    cpu_head = "CPU-min of the re-runs" if whole else "projected CPU-min"
     lines += [
-        f"`python benchmarks/learning_study_design_time.py --per-class {result['per_class']} --workers "
-        f"{p['workers']}`: {len(runs)} cells of the design re-run ({result['per_class']} per env, learner and "
-        f"method; the sample took {result['sample_wall_s']:.0f} s of wall time), on {result['machine']} "
-        f"(load average {result['load_before']} before the run). The projection: per env, learner and method the "
-        "median re-run time times that class's design cells, summed; wall time = CPU time / workers.",
         "",
-        "| env | learner | design cells | projected CPU-min | CPU-min of the committed cells' own times |",
-        "|---|---|---|---|---|",
+        f"| env | learner | design cells | taken, not run | {cpu_head} | CPU-min of the committed cells' own times |",
+        "|---|---|---|---|---|---|",
     ]
     for r in p["rows"]:
         lines.append(
-            f"| {r['env']} | {r['learner']} | {r['cells']} | {r['cpu_s'] / 60:.1f} | {r['recorded_cpu_s'] / 60:.1f} |"
+            f"| {r['env']} | {r['learner']} | {r['cells']} | {r.get('reused', 0)} | {r['cpu_s'] / 60:.1f} | "
+            f"{r['recorded_cpu_s'] / 60:.1f} |"
         )
     if result.get("note"):
         lines += ["", result["note"]]
     same = sum(r["same_record"] for r in runs)
     keyed = sum(r["same_key"] for r in runs)
     core = sum(r["cpu_s"] for r in p["rows"] if r["learner"] != st.OWN_RATE)
+    head = (
+        f"**The whole design{' but ' + ', '.join(left) if left else ''}, measured: "
+        f"{result['sample_wall_s'] / 60:.0f} minutes of wall time on {p['workers']} workers** ({p['cpu_s'] / 60:.0f} "
+        "CPU-minutes in its cells"
+        if whole
+        else f"**The whole design: {p['cpu_s'] / 60:.0f} CPU-minutes, {p['wall_s'] / 60:.0f} minutes of wall time "
+        f"on {p['workers']} workers** (projected"
+    )
     lines += [
         "",
-        f"**The whole design: {p['cpu_s'] / 60:.0f} CPU-minutes, {p['wall_s'] / 60:.0f} minutes of wall time on "
-        f"{p['workers']} workers** (the committed cells' own times add up to {p['recorded_cpu_s'] / 3600:.1f} "
-        "CPU-hours: they were taken under other sessions' load). Without the per-method-rate families (both "
-        f"learners at the shared settings): {core / 60:.0f} CPU-minutes, {core / 60 / p['workers']:.0f} minutes on "
-        f"{p['workers']} workers.",
+        f"{head}; the committed cells' own times add up to {p['recorded_cpu_s'] / 3600:.1f} CPU-hours: they were "
+        "taken under other sessions' load). Without the per-method-rate families (both learners at the shared "
+        f"settings): {core / 60:.0f} CPU-minutes, {core / 60 / p['workers']:.0f} minutes on {p['workers']} workers.",
         "",
         f"Re-runs that reproduced the committed record (held-out curve, training curve, tasks): {same} of "
         f"{len(runs)}; cells whose key is still the committed one: {keyed} of {len(runs)}.",
@@ -177,12 +226,49 @@ def markdown(result: dict, title: bool = True) -> str:
     return "\n".join(lines)
 
 
+def run_sample(todo: list[dict], workers: int, partial: Path | None) -> list[dict]:
+    """Re-run the cells of ``todo`` in a pool of ``workers``; each result is also appended to ``partial`` as it
+    comes (a run stopped half-way keeps what it measured)."""
+    # the token-level cells first (the longest, in the order that shares each seed's warm-up, as their runner
+    # orders them), so that the pool's last cells are short ones
+    import learning_study_llm as llm
+
+    tokens = llm.sharing_order([r for r in todo if r.get("learner") == "llm"], workers)
+    todo = tokens + [r for r in todo if r.get("learner") != "llm"]
+    folder = Path(tempfile.mkdtemp(prefix="design_time_"))  # the token-level runner's run folder
+    runs = []
+    try:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            for r in pool.imap_unordered(_rerun, [(r, folder) for r in todo]):
+                new = r.pop("new", None)
+                runs.append(r)
+                if partial is not None:  # with the new record where it differs from the committed one
+                    with partial.open("a", encoding="utf-8") as f:
+                        f.write(json.dumps({**r, **({} if r["same_record"] else {"new": new})}) + "\n")
+                print(
+                    f"{r['env']:12s} {r['learner']:13s} {r['method']:10s} seed {r['seed']:2d}: "
+                    f"{r['seconds']:6.1f} s{'' if r['same_record'] else ' (record differs)'}"
+                    f"{'' if r['same_key'] else ' (key changed)'}",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--per-class", type=int, default=2, help="cells re-run per (env, learner, method)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--learners", nargs="+", default=None, help="only these learners (default: all)")
     p.add_argument("--envs", nargs="+", default=None, help="only these envs (default: all)")
+    p.add_argument(
+        "--leave-out",
+        nargs="+",
+        default=(),
+        metavar="ENV/LEARNER",
+        help="families not re-run (e.g. Sokoban/llm); the result names them",
+    )
     p.add_argument("--out", default=None, help="write the result JSON here (and a .md beside it)")
     p.add_argument("--note", default="", help="a sentence on the run's conditions, kept with the result")
     args = p.parse_args(argv)
@@ -192,43 +278,36 @@ def main(argv: list[str] | None = None) -> int:
     classes = {
         k: v
         for k, v in design_cells(cells).items()
-        if (args.learners is None or k[1] in args.learners) and (args.envs is None or k[0] in args.envs)
+        if (args.learners is None or k[1] in args.learners)
+        and (args.envs is None or k[0] in args.envs)
+        and f"{k[0]}/{k[1]}" not in args.leave_out
     }
     if not classes:
         p.error("no design cells of those envs and learners in the committed cells files")
-    todo = sample(classes, args.per_class)
+    skip = reused(classes)
+    todo = sample({k: [r for r in v if r["key"] not in skip] for k, v in classes.items()}, args.per_class)
     print(
-        f"# {len(todo)} cells of {sum(map(len, classes.values()))} design cells, {args.workers} workers",
+        f"# {len(todo)} cells of {sum(map(len, classes.values()))} design cells ({len(skip)} taken, not run), "
+        f"{args.workers} workers",
         flush=True,
     )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
-    runs = []
-    # the token-level cells first (the longest, in the order that shares each seed's warm-up, as their runner
-    # orders them), so that the pool's last cells are short ones
-    import learning_study_llm as llm
-
-    tokens = llm.sharing_order([r for r in todo if r.get("learner") == "llm"], args.workers)
-    todo = tokens + [r for r in todo if r.get("learner") != "llm"]
-    folder = Path(tempfile.mkdtemp(prefix="design_time_"))  # the token-level runner's run folder
-    with mp.get_context("spawn").Pool(args.workers) as pool:
-        for r in pool.imap_unordered(_rerun, [(r, folder) for r in todo]):
-            runs.append(r)
-            print(
-                f"{r['env']:12s} {r['learner']:13s} {r['method']:10s} seed {r['seed']:2d}: {r['seconds']:6.1f} s"
-                f"{'' if r['same_record'] else ' (record differs)'}{'' if r['same_key'] else ' (key changed)'}",
-                flush=True,
-            )
-    shutil.rmtree(folder, ignore_errors=True)
+    runs = run_sample(todo, args.workers, Path(args.out).with_suffix(".partial.jsonl") if args.out else None)
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_before": None if load is None else round(load, 2),
         "per_class": args.per_class,
+        "left_out": sorted(args.leave_out),
         "note": args.note,
         "sample_wall_s": round(time.perf_counter() - t0, 1),
         "runs": sorted(runs, key=lambda r: (r["env"], r["learner"], r["method"], r["seed"])),
-        "projection": project(classes, runs, args.workers),
+        "projection": project(classes, runs, args.workers, skip),
+        # every cell the design runs was re-run: the wall time is the design's, measured
+        "whole": args.envs is None
+        and args.learners is None
+        and len(runs) == sum(len(v) for v in classes.values()) - len(skip),
     }
     text = markdown(result)
     print(text)

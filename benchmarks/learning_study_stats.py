@@ -59,7 +59,13 @@ RESULTS = REPO / "benchmarks" / "results"
 #: confirmation seeds as far as they ran, CreditFamily 0-39; the token-level learner on CreditFamily; Sokoban at a
 #: rate per method; then every real env at a rate per method, Tau2, and the token-level learner on Sokoban (seeds
 #: 0-4 and 20-24); then Sokoban's RewardFlow at its own rate again, at 0.1, the maximum of a grid extended below
-#: the first one's edge (0.5; those cells are ``learning_study_own_rate_sokoban_rewardflow_lr0.5_2026-12-07``)
+#: the first one's edge (0.5; those cells are ``learning_study_own_rate_sokoban_rewardflow_lr0.5_2026-12-07``);
+#: then ALFWorld's ProAS cells of both linear families again (seeds 0-49), run by the code that seeds each task's
+#: graph (the cells of before, whose graphs followed the OS's seed and did not rerun the same, are
+#: ``learning_study_alfworld_proas_unseeded_2026-12-07``, out of the statistics; the per-method-rate family's are
+#: the shared family's, taken with ``--reuse``: ProAS's own rate there is the shared one); and ALFWorld's AHEAD
+#: cells (seeds 0-9, 20-29, 40-49), whose modelled teacher reads the same expert, rerun with its env's generator
+#: seeded (``learning_study.SEEDED_TEACHER``; those of before: ``learning_study_alfworld_ahead_unseeded_2026-12-07``)
 CELLS = (
     RESULTS / "learning_study_2026-12-06b_cells.jsonl.gz",
     RESULTS / "learning_study_2026-12-06_seeds20-29_cells.jsonl.gz",
@@ -81,6 +87,9 @@ CELLS = (
     RESULTS / "learning_study_tau2_2026-12-07_cells.jsonl",
     RESULTS / "learning_study_llm_sokoban_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_own_rate_sokoban_rewardflow_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_alfworld_proas_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_own_rate_alfworld_proas_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_alfworld_ahead_2026-12-07_cells.jsonl.gz",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
 POWER = RESULTS / "learning_study_power_2026-12-06.json"

@@ -159,6 +159,78 @@ def test_cells_train_on_train_games_only_and_resume(tmp_path: Path, data_dir: Pa
     assert (out / "learning_study_curves_ALFWorld.png").stat().st_size > 1000
 
 
+_FEATURE_ORDER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import learning_study as ls
+from stepgym import schema
+ctx = ls.context({schema.GOAL: "put a clean soapbar in the cabinet under the sink"}, "You are in a bathroom.",
+                 "", frozenset({"go to sink 1", "take soapbar 1 from sink 1"}))
+print(repr([ls.features(ctx, a) for a in ("take soapbar 2 from cabinet 1", "go to cabinet 3")]))
+"""
+
+
+def test_features_come_in_the_same_order_in_every_process() -> None:
+    """A logit sums its features' weights in the order :func:`features` lists them, and that order decides the
+    sum's last bits, on which a sampled action can flip: so the list must not follow a set's hash order, which
+    changes with ``PYTHONHASHSEED`` (a cell rerun in a new process once came out different from its record)."""
+    import os
+    import subprocess
+
+    outs = set()
+    for hash_seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        run = subprocess.run(
+            [sys.executable, "-c", _FEATURE_ORDER, str(ROOT / "benchmarks")],
+            env=env, capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+        outs.add(run.stdout)
+    assert len(outs) == 1 and "soapbar" in outs.pop()
+
+
+def test_reuse_takes_cells_of_the_same_computation_instead_of_running_them(tmp_path: Path, capsys) -> None:
+    """``--reuse``: a per-method-rate cell whose rate is the shared one is the shared cell's computation; it is
+    taken from the given cells file (relabelled, ``seconds`` 0, ``reused_from``), and only the others run."""
+    shared = tmp_path / "shared"
+    tiny = [*TINY, "--envs", "Sokoban", "--methods", "grpo", "gigpo"]
+    assert ls.main(["--out", str(shared), *tiny, "--no-report"]) == 0
+    base = {
+        c["method"]: c for c in (json.loads(x) for x in (shared / "cells.jsonl").read_text().splitlines())
+    }
+    rates = tmp_path / "rates.json"
+    rates.write_text(
+        json.dumps({"chosen": {"Sokoban/grpo": 5.0, "Sokoban/gigpo": 2.0}})
+    )  # grpo: the shared 5
+    own = tmp_path / "own"
+    capsys.readouterr()
+    argv = [
+        "--out",
+        str(own),
+        *tiny,
+        "--no-report",
+        "--rates",
+        str(rates),
+        "--reuse",
+        str(shared / "cells.jsonl"),
+    ]
+    assert ls.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "1 cells taken from 1 file(s), not run" in out and "1 to run" in out
+    cells = {c["method"]: c for c in (json.loads(x) for x in (own / "cells.jsonl").read_text().splitlines())}
+    grpo = cells["grpo"]
+    assert (
+        grpo["learner"] == ls.OWN_RATE and grpo["reused_from"] == base["grpo"]["key"] and grpo["seconds"] == 0
+    )
+    assert grpo["key"].startswith("linear-own-lr/") and ls.computation(grpo["key"]) == base["grpo"]["key"]
+    assert {k: v for k, v in grpo.items() if k not in ("key", "learner", "seconds", "reused_from")} == {
+        k: v for k, v in base["grpo"].items() if k not in ("key", "seconds")
+    }
+    assert "reused_from" not in cells["gigpo"] and cells["gigpo"]["args"]["lr"] == 2.0  # its own rate: run
+    assert ls.main(argv) == 0 and "2 cells done, 0 to run" in capsys.readouterr().out  # resumes as before
+    with pytest.raises(SystemExit, match="--reuse: no cells file"):
+        ls.main(["--out", str(tmp_path / "x"), *tiny, "--no-report", "--reuse", str(tmp_path / "none.jsonl")])
+
+
 def _cell(method: str, seed: int, curve: list[float]) -> dict:
     return {
         "env": "ALFWorld", "method": method, "seed": seed, "eval_its": [0, 5, 10],

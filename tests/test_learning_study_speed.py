@@ -23,8 +23,9 @@ import learning_study as ls  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "data" / "learning_study_golden_f626826.json"
 
-# runs the golden cells with this checkout's code and prints each record (PYTHONHASHSEED fixed by the caller: the
-# learner sums each action's features in set-iteration order, so float sums follow the hash seed)
+# runs the golden cells with this checkout's code and prints each record (PYTHONHASHSEED fixed by the caller, as
+# the golden records were made: the learner's feature order no longer follows it, but a hash-order regression
+# would then show here as other weights rather than as a flaky test)
 _CHILD = r"""
 import hashlib, json, sys
 sys.path.insert(0, sys.argv[1] + "/benchmarks")
@@ -49,9 +50,16 @@ for g in json.loads(open(sys.argv[2]).read()):
 """
 
 
+#: golden cells whose key changed on purpose since: ALFWorld's AHEAD teacher env is seeded with the cell's seed
+#: (``learning_study.SEEDED_TEACHER``; the golden cell meets no tie of the expert, so its record is the same)
+KEY_CHANGED = {("ALFWorld", "ahead")}
+
+
 def test_cells_equal_the_golden_records_of_f626826(data_dir: Path) -> None:
     """Nine small cells (ALFWorld's ceiling and both modelled teachers, ProAS on Sokoban and TextCraft, BabyAI, WebShop) give
-    the records the reference cell path gave (curves, training success, tasks) and the same learned weights."""
+    the records the reference cell path gave (curves, training success, tasks) and the same learned weights. The
+    reference is f626826 with ``learning_study_speed.REFERENCE_PATCHES`` (the goal words in word order): its weights'
+    digests were recomputed with that patch on 2026-12-07, every other field is f626826's as first recorded."""
     golden = json.loads(GOLDEN.read_text())
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
@@ -68,6 +76,9 @@ def test_cells_equal_the_golden_records_of_f626826(data_dir: Path) -> None:
         want = g["record"]
         assert set(rec) == set(want)
         for k in want:
+            if k == "key" and (g["cell"]["env"], g["cell"]["method"]) in KEY_CHANGED:
+                assert rec[k] != want[k]
+                continue
             assert rec[k] == want[k], (g["cell"], k)
     # the golden cells learn (a pinned record of untrained policies would pin little)
     assert any(g["record"]["train_curve"] != [0.0] * 3 for g in golden)
