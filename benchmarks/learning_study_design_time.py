@@ -11,6 +11,12 @@ that class, summed, divided by the workers. It also checks each re-run against t
 held-out curve, training curve and tasks): a cell whose key no longer matches (its env row changed since) is
 re-run under its recorded settings but reported as such.
 
+A per-method-rate cell whose method's own rate is the shared one is the shared-rate cell's computation: a design
+run takes it (``learning_study.py --reuse``), so it is neither re-run nor counted. With ``--per-class 40`` every
+other cell of the design is re-run and the wall time reported is the whole design's, measured; ``--leave-out
+ENV/LEARNER`` leaves a family out (named in the result). Each re-run is appended to ``<out>.partial.jsonl`` as it
+finishes, and ``--from-partial`` reports a stopped run from it.
+
     python benchmarks/learning_study_design_time.py --workers 2 --out benchmarks/results/design_time.json
 """
 
@@ -205,12 +211,18 @@ def markdown(result: dict, title: bool = True) -> str:
     same = sum(r["same_record"] for r in runs)
     keyed = sum(r["same_key"] for r in runs)
     core = sum(r["cpu_s"] for r in p["rows"] if r["learner"] != st.OWN_RATE)
+    sel = {k: v for k, v in (result.get("selection") or {}).items() if v}
+    what = (
+        "The design's " + "; ".join(f"{k} {', '.join(v)}" for k, v in sel.items())
+        if sel
+        else "The whole design"
+    )
     head = (
-        f"**The whole design{' but ' + ', '.join(left) if left else ''}, measured: "
+        f"**{what}{' but ' + ', '.join(left) if left else ''}, measured: "
         f"{result['sample_wall_s'] / 60:.0f} minutes of wall time on {p['workers']} workers** ({p['cpu_s'] / 60:.0f} "
         "CPU-minutes in its cells"
         if whole
-        else f"**The whole design: {p['cpu_s'] / 60:.0f} CPU-minutes, {p['wall_s'] / 60:.0f} minutes of wall time "
+        else f"**{what}: {p['cpu_s'] / 60:.0f} CPU-minutes, {p['wall_s'] / 60:.0f} minutes of wall time "
         f"on {p['workers']} workers** (projected"
     )
     lines += [
@@ -228,7 +240,9 @@ def markdown(result: dict, title: bool = True) -> str:
 
 def run_sample(todo: list[dict], workers: int, partial: Path | None) -> list[dict]:
     """Re-run the cells of ``todo`` in a pool of ``workers``; each result is also appended to ``partial`` as it
-    comes (a run stopped half-way keeps what it measured)."""
+    comes, with its time since the start (``at_s``): a run stopped half-way keeps what it measured, and
+    ``--from-partial`` reports it."""
+    t0 = time.perf_counter()
     # the token-level cells first (the longest, in the order that shares each seed's warm-up, as their runner
     # orders them), so that the pool's last cells are short ones
     import learning_study_llm as llm
@@ -244,7 +258,9 @@ def run_sample(todo: list[dict], workers: int, partial: Path | None) -> list[dic
                 runs.append(r)
                 if partial is not None:  # with the new record where it differs from the committed one
                     with partial.open("a", encoding="utf-8") as f:
-                        f.write(json.dumps({**r, **({} if r["same_record"] else {"new": new})}) + "\n")
+                        extra = {"at_s": round(time.perf_counter() - t0, 1)}
+                        extra.update({} if r["same_record"] else {"new": new})
+                        f.write(json.dumps({**r, **extra}) + "\n")
                 print(
                     f"{r['env']:12s} {r['learner']:13s} {r['method']:10s} seed {r['seed']:2d}: "
                     f"{r['seconds']:6.1f} s{'' if r['same_record'] else ' (record differs)'}"
@@ -254,6 +270,20 @@ def run_sample(todo: list[dict], workers: int, partial: Path | None) -> list[dic
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return runs
+
+
+def read_partial(path: Path) -> tuple[list[dict], float, float | None]:
+    """The re-runs a run appended to ``path`` (:func:`run_sample`), the wall time up to its last one, and the load
+    average before it started (its first line)."""
+    try:
+        lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--from-partial {path}: not a partial file of this script ({e})") from None
+    head = lines[0] if lines and "env" not in lines[0] else {}
+    runs = [{k: v for k, v in x.items() if k not in ("at_s", "new")} for x in lines if "env" in x]
+    if not runs:
+        raise SystemExit(f"--from-partial {path}: no re-run in it")
+    return runs, max(float(x["at_s"]) for x in lines if "env" in x), head.get("load_before")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         help="families not re-run (e.g. Sokoban/llm); the result names them",
     )
     p.add_argument("--out", default=None, help="write the result JSON here (and a .md beside it)")
+    p.add_argument(
+        "--from-partial",
+        default=None,
+        help="run nothing: report the re-runs of a stopped run's <out>.partial.jsonl (its wall time up to its last "
+        "cell); the other arguments as that run had them",
+    )
     p.add_argument("--note", default="", help="a sentence on the run's conditions, kept with the result")
     args = p.parse_args(argv)
     if args.per_class < 1 or args.workers < 1:
@@ -292,16 +328,25 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    t0 = time.perf_counter()
-    runs = run_sample(todo, args.workers, Path(args.out).with_suffix(".partial.jsonl") if args.out else None)
+    if args.from_partial:
+        runs, wall, load = read_partial(Path(args.from_partial))
+    else:
+        partial = Path(args.out).with_suffix(".partial.jsonl") if args.out else None
+        if partial is not None:
+            partial.write_text(json.dumps({"load_before": load}) + "\n", encoding="utf-8")
+        t0 = time.perf_counter()
+        runs = run_sample(todo, args.workers, partial)
+        wall = time.perf_counter() - t0
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_before": None if load is None else round(load, 2),
         "per_class": args.per_class,
         "left_out": sorted(args.leave_out),
+        # only these envs / learners (None: all)
+        "selection": {"envs": args.envs, "learners": args.learners},
         "note": args.note,
-        "sample_wall_s": round(time.perf_counter() - t0, 1),
+        "sample_wall_s": round(wall, 1),
         "runs": sorted(runs, key=lambda r: (r["env"], r["learner"], r["method"], r["seed"])),
         "projection": project(classes, runs, args.workers, skip),
         # every cell the design runs was re-run: the wall time is the design's, measured

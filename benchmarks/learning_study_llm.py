@@ -92,6 +92,13 @@ def response_tokens(env: ls.EnvRow, recipe: Any) -> int:
     return TINY_RESPONSE_TOKENS.get(env.name, recipe.rollout.max_response_tokens)
 
 
+def _given(args: argparse.Namespace, name: str, preset: Any) -> Any:
+    """An optional setting (:data:`OPTIONAL_ARGS`, ``lr``): the command line's value when set, else the preset's.
+    Records from before an option have no such field in their args (the design-time script rebuilds cells from
+    records), which reads as unset."""
+    return getattr(args, name, 0) or preset
+
+
 def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int, out: Path) -> Any:
     """The trainer config of one cell: the env's preset (the ``credit-*`` one on CreditFamily), the method's
     shaper, the study's budget, the held-out splits."""
@@ -109,17 +116,15 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
         kwargs = json.dumps(dict(env.kwargs)) if env.kwargs else cfg.env.kwargs
     shaper, _, _ = ls.shaper_config(env, method)
     shaper = replace(shaper, invalid_penalty=args.invalid_penalty)
-    lr = getattr(args, "lr", 0.0) or cfg.optim.lr  # records from before --lr have no "lr" in their args
-    kl = getattr(args, "kl_coef", 0.0) or cfg.loss.kl_coef
     return replace(
         cfg,
         optim=replace(
             cfg.optim,
-            lr=lr,
-            epochs=getattr(args, "epochs", 0) or cfg.optim.epochs,
-            mini_batches=getattr(args, "mini_batches", 0) or cfg.optim.mini_batches,
+            lr=_given(args, "lr", cfg.optim.lr),
+            epochs=_given(args, "epochs", cfg.optim.epochs),
+            mini_batches=_given(args, "mini_batches", cfg.optim.mini_batches),
         ),
-        loss=replace(cfg.loss, kl_coef=kl),
+        loss=replace(cfg.loss, kl_coef=_given(args, "kl_coef", cfg.loss.kl_coef)),
         run=replace(
             cfg.run, output_dir=str(out), iterations=args.iterations, seed=seed, save_every=0, progress=False,
             tensorboard=False, report=False, threads=1 if tiny else cfg.run.threads,

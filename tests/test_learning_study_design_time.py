@@ -4,6 +4,7 @@ back), samples discovery and confirmation seeds, and projects the cost with plai
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from pathlib import Path
 
@@ -211,3 +212,42 @@ def test_alfworld_ahead_teacher_reads_the_same_expert_on_every_run(data_dir: Pat
     assert first != expert_paths(1)  # the seed does decide the ties
     cell = {"env": "ALFWorld", "method": "ahead", "seed": 0, "args": {}}
     assert ls.cell_key(cell) != ls.cell_key({**cell, "method": "gigpo"}).replace("gigpo", "ahead")
+
+
+def test_a_stopped_run_is_reported_from_its_partial_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each re-run is appended to ``<out>.partial.jsonl`` as it finishes (after a first line with the load before
+    the run); ``--from-partial`` runs nothing and reports those re-runs, the wall time up to the last one; a file
+    that is not one is one line."""
+    lines = [{"load_before": 0.5}] + [
+        {"env": "CreditFamily", "learner": "linear", "method": m, "seed": 0, "seconds": 2.0, "recorded_seconds": 9.0,
+         "same_key": True, "same_record": m != "gigpo", "at_s": at, **({"new": {"held": []}} if m == "gigpo" else {})}
+        for m, at in (("grpo", 2.5), ("gigpo", 4.0))
+    ]  # fmt: skip
+    partial = tmp_path / "run.partial.jsonl"
+    partial.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "result.json"
+    argv = [
+        "--envs",
+        "CreditFamily",
+        "--learners",
+        "linear",
+        "--from-partial",
+        str(partial),
+        "--out",
+        str(out),
+    ]
+    assert dt.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["sample_wall_s"] == 4.0 and result["load_before"] == 0.5 and not result["whole"]
+    assert [r["method"] for r in result["runs"]] == ["gigpo", "grpo"] and all(
+        "new" not in r for r in result["runs"]
+    )
+    assert (
+        "reproduced the committed record (held-out curve, training curve, tasks): 1 of 2"
+        in capsys.readouterr().out
+    )
+    partial.write_text("not json\n")
+    with pytest.raises(SystemExit, match="not a partial file of this script"):
+        dt.main(argv)

@@ -250,6 +250,33 @@ def test_candidate_calls_off_leave_the_info_unchanged() -> None:
             break
 
 
+def test_database_hashes_are_upstreams_and_a_recurring_state_is_hashed_once(envs: dict) -> None:
+    """``gold.db_hashes`` keeps upstream's hash of each database state by a digest of its JSON text: along the
+    expert's path of every sampled domain (writes, the user's device database, solo mode), twice, each pair equals
+    upstream's own ``get_db_hash`` / ``get_user_db_hash``, and the second episode's states are looked up."""
+    from stepgym.envs.tau2 import gold
+
+    gold._HASHES.clear()
+    calls = 0
+    for domain, split, solo, task in SAMPLE:
+        env = _env(envs, domain, split, solo).unwrapped
+        for _ in range(2):
+            _, info = env.reset(options={"task_id": task})
+            for _ in range(40):
+                if info[schema.EXPERT_ACTION] is None:
+                    break
+                _, _, term, trunc, info = env.step(info[schema.EXPERT_ACTION])
+                e = env.environment
+                assert gold.db_hashes(e) == (e.get_db_hash(), e.get_user_db_hash()), (
+                    task,
+                    info[schema.STATE_KEY],
+                )
+                calls += (e.tools is not None) + (e.user_tools is not None)
+                if term or trunc:
+                    break
+    assert 0 < len(gold._HASHES) < calls / 2  # the second episodes' states were not hashed again
+
+
 def test_hash_reuse_and_the_verdict_memo_change_no_step_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     """A message or a read call reuses the databases' hashes, and a repeated conversation is scored once: playing
     candidates at random gives the same state keys, sub-goals, experts and rewards as with both turned off."""
