@@ -92,6 +92,10 @@ CELLS = (
     RESULTS / "learning_study_alfworld_ahead_2026-12-07_cells.jsonl.gz",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
+#: the claims with every cell of the design's whole re-run (benchmarks/learning_study_design_time.py --per-class 40
+#: --write-cells; the re-run records that differ are ``learning_study_design_rerun_2026-12-07_cells.jsonl.gz``)
+#: standing in for the committed one
+RERUN_CLAIMS = RESULTS / "learning_study_claims_rerun_2026-12-07.json"
 POWER = RESULTS / "learning_study_power_2026-12-06.json"
 FIDELITY = RESULTS / "credit_fidelity_2026-12-06.json"
 
@@ -1073,6 +1077,51 @@ def replication_markdown(c: dict) -> str:
     return "\n".join(out)
 
 
+def verdict_changes(before: dict, after: dict) -> dict:
+    """Two claims files of the same design compared comparison by comparison (env, learner, method, metric,
+    reference): how many of each verdict, and every comparison whose verdict differs (a rerun of the cells on
+    another machine, or after a change, should change none of the confirmed ones)."""
+
+    def key(r: dict) -> tuple:
+        return (r["env"], r["learner"], r["method"], r["metric"], r["reference"])
+
+    a, b = {key(r): r for r in before["comparisons"]}, {key(r): r for r in after["comparisons"]}
+    changed = [
+        {"comparison": "/".join(map(str, k)), "before": a[k]["verdict"], "after": b[k]["verdict"],
+         "mean_before": a[k]["discovery"]["mean"], "mean_after": b[k]["discovery"]["mean"]}
+        for k in sorted(a.keys() & b.keys())
+        if a[k]["verdict"] != b[k]["verdict"]
+    ]  # fmt: skip
+    return {
+        "compared": len(a.keys() & b.keys()),
+        "only_before": len(a.keys() - b.keys()),
+        "only_after": len(b.keys() - a.keys()),
+        "confirmed_before": sum(r["verdict"] == "confirmed" for r in a.values()),
+        "confirmed_after": sum(r["verdict"] == "confirmed" for r in b.values()),
+        "changed": changed,
+    }
+
+
+def verdict_changes_markdown(v: dict) -> str:
+    out = [
+        f"{v['compared']} comparisons in both; confirmed claims: {v['confirmed_before']} before, "
+        f"{v['confirmed_after']} after; verdicts changed: {len(v['changed'])}."
+    ]
+    if v["changed"]:
+        out += [
+            "",
+            "| comparison | verdict before | verdict after | Δ before | Δ after |",
+            "|---|---|---|---|---|",
+        ]
+        for c in v["changed"]:
+            mb, ma = c["mean_before"], c["mean_after"]
+            out.append(
+                f"| {c['comparison']} | {c['before']} | {c['after']} | "
+                f"{'—' if mb is None else f'{mb:+.3f}'} | {'—' if ma is None else f'{ma:+.3f}'} |"
+            )
+    return "\n".join(out)
+
+
 def profiles_markdown(c: dict) -> str:
     """The performance profiles of the claims file: per env and learner, the fraction of runs whose final held-out
     success exceeds each threshold, with its 95% bootstrap interval."""
@@ -1237,20 +1286,42 @@ def _dump(obj: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("claims", "power"))
+    ap.add_argument("what", choices=("claims", "power", "compare"))
+    ap.add_argument(
+        "--files", nargs=2, type=Path, default=None, help="compare: two claims files (before, after)"
+    )
     ap.add_argument(
         "--cells", nargs="+", type=Path, default=list(CELLS), help="cells files (.jsonl, .jsonl.gz)"
+    )
+    ap.add_argument(
+        "--prefer",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="cells files read before --cells: their cells stand in for the same (env, learner, method, seed) "
+        "of those (e.g. the re-runs of benchmarks/learning_study_design_time.py --write-cells)",
     )
     ap.add_argument("--out", type=Path, default=None, help="the JSON file to write (default: print only)")
     ap.add_argument("--delta", type=float, default=MIN_DIFF, help="power: the AUC difference to detect")
     args = ap.parse_args(argv)
-    if args.what == "claims":
-        result = claims(args.cells)
+    if args.what == "compare":
+        if args.files is None:
+            ap.error("compare needs --files BEFORE AFTER (two claims files)")
+        try:
+            before, after = (json.loads(Path(f).read_text(encoding="utf-8")) for f in args.files)
+            result = verdict_changes(before, after)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(
+                f"compare: {args.files[0]} and {args.files[1]} are not two claims files ({e})"
+            ) from None
+        print(verdict_changes_markdown(result))
+    elif args.what == "claims":
+        result = claims([*args.prefer, *args.cells])
         print(claims_markdown(result))
         print()
         print(fidelity_markdown(result))
     else:
-        result = power_analysis(args.cells, args.delta)
+        result = power_analysis([*args.prefer, *args.cells], args.delta)
         print(power_markdown(result))
     if args.out is not None:
         _dump({"written": f"{dt.datetime.now(dt.UTC):%Y-%m-%d}", **result}, args.out)

@@ -202,6 +202,13 @@ def learning_study_design_time() -> str:
     return dt.markdown(_json(dt.RESULT), title=False)
 
 
+def learning_study_rerun() -> str:
+    """docs/learning_study.md's verdicts with every re-run of the whole design in place of its committed cell,
+    against the committed verdicts (both claims files committed)."""
+    st = _learning_study_stats()
+    return st.verdict_changes_markdown(st.verdict_changes(_json(st.CLAIMS), _json(st.RERUN_CLAIMS)))
+
+
 def learning_study_llm_probes() -> str:
     """docs/learning_study.md's probes of the token-level learner on real envs, from their committed cells."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -356,6 +363,7 @@ FIGURES = {
         Figure("learning-study-timing", learning_study_timing, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-design-time", learning_study_design_time, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-llm-probes", learning_study_llm_probes, ROOT / "docs" / "learning_study.md"),
+        Figure("learning-study-rerun", learning_study_rerun, ROOT / "docs" / "learning_study.md"),
         Figure("learning-study-headline", learning_study_headline, README),
         Figure("fault-injection", fault_injection, ROOT / "docs" / "failures.md"),
         Figure("env-table", env_table, ROOT / "docs" / "envs.md"),

@@ -248,6 +248,10 @@ def test_a_stopped_run_is_reported_from_its_partial_file(
         "reproduced the committed record (held-out curve, training curve, tasks): 1 of 2"
         in capsys.readouterr().out
     )
+    # the records of the re-runs that differ from the committed ones
+    written = tmp_path / "cells.jsonl"
+    assert dt.main([*argv, "--write-cells", str(written)]) == 0
+    assert [json.loads(x) for x in written.read_text().splitlines()] == [{"held": []}]
     partial.write_text("not json\n")
     with pytest.raises(SystemExit, match="not a partial file of this script"):
         dt.main(argv)

@@ -4,6 +4,7 @@ fresh computation from the committed cells."""
 
 from __future__ import annotations
 
+import copy
 import gzip
 import itertools
 import json
@@ -553,3 +554,33 @@ def test_the_findings_quote_only_numbers_of_the_generated_tables() -> None:
     quoted = re.findall(r"[+−-]?\d\.\d{2,3}", findings)
     assert len(quoted) > 20
     assert not [q for q in quoted if q.replace("−", "-") not in generated]
+
+
+def test_verdict_changes_between_two_claims_files(tmp_path, capsys) -> None:
+    """``compare``: the verdicts of two claims files of one design side by side; the committed file against
+    itself changes nothing, one flipped verdict is listed with both estimates, and a file that is not a claims
+    file is one line."""
+    committed = json.loads(st.CLAIMS.read_text(encoding="utf-8"))
+    same = st.verdict_changes(committed, committed)
+    assert same["changed"] == [] and same["compared"] == len(committed["comparisons"]) > 100
+    assert same["confirmed_before"] == same["confirmed_after"] > 0
+    after = copy.deepcopy(committed)
+    row = next(r for r in after["comparisons"] if r["verdict"] == "confirmed")
+    row["verdict"], row["discovery"]["mean"] = "no difference detected", 0.001
+    v = st.verdict_changes(committed, after)
+    assert len(v["changed"]) == 1 and v["confirmed_after"] == v["confirmed_before"] - 1
+    assert v["changed"][0]["comparison"].startswith(f"{row['env']}/{row['learner']}/{row['method']}/")
+    text = st.verdict_changes_markdown(v)
+    assert (
+        "verdicts changed: 1" in text
+        and "| confirmed | no difference detected |" in text
+        and "+0.001" in text
+    )
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(committed))
+    b.write_text(json.dumps(after))
+    assert st.main(["compare", "--files", str(a), str(b)]) == 0
+    assert "verdicts changed: 1" in capsys.readouterr().out
+    b.write_text("[1]")
+    with pytest.raises(SystemExit, match="are not two claims files"):
+        st.main(["compare", "--files", str(a), str(b)])
