@@ -139,6 +139,22 @@ ENVS: dict[str, EnvRow] = {
             lr=2.0,
             warm_tasks=4,
         ),
+        # BabyAI's single-object level (go to the red ball, no distractors): the real env where the token-level
+        # learner (the bundled trainer's tiny model) learns on a CPU after a noisy-expert warm-up; GoToLocal's seven
+        # distractors it does not learn to read (docs/learning_study.md). Rate 2: chosen on GRPO by AUC among 0.5, 1, 2
+        # and 5 on seeds 100-105 (learning_study_lr_babyai_redball_2026-12-08.md)
+        EnvRow(
+            "BabyAI-RedBall",
+            "StepGym/BabyAI-v0",
+            "train",
+            ("test",),
+            20,
+            "babyai",
+            kwargs=(("level", "BabyAI-GoToRedBallNoDists-v0"),),
+            feats="babyai",
+            lr=2.0,
+            warm_tasks=4,
+        ),
         EnvRow(
             "WebShop",
             "StepGym/WebShop-v0",

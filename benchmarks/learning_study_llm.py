@@ -10,10 +10,16 @@ the ``-obs`` methods set ``env.anchor="observation"``, the ceiling sets ``env.va
 gains). The budget is the study's: ``--iterations`` of ``--n-tasks`` × ``--group-size``, the env row's step limit,
 held-out success (sampled, ``--eval-tasks`` tasks per split, the same tasks and random stream for every method of
 a seed) at iteration 0 and every ``--eval-every`` iterations. AHEAD and StepOPSD use the trainer's real teacher.
-``--model tiny`` (a random in-process Qwen2-style model) runs on a CPU; a real model needs a GPU.
+``--model tiny`` (a random in-process Qwen2-style model) runs on a CPU; a real model needs a GPU. The format
+warm-up imitates a uniformly random admissible policy unless ``--warmup-policy`` names a noisy expert (the
+``BabyAI-RedBall`` cells: ``noisy-expert:0.75`` for 600 steps on 256 episodes, so the tiny model reads its
+observation before RL starts).
 
     python benchmarks/learning_study_llm.py --envs CreditFamily --methods grpo gigpo graphgpo oracle \
         --seeds 10 --workers 2 --out runs/ls_llm          # cells appended to runs/ls_llm/llm_cells.jsonl
+    python benchmarks/learning_study_llm.py --envs BabyAI-RedBall --methods grpo gigpo graphgpo oracle \
+        --warmup-policy noisy-expert:0.75 --warmup-steps 600 --warmup-episodes 256 --seeds 10 --workers 2 \
+        --out runs/ls_llm_redball
 """
 
 from __future__ import annotations
@@ -62,7 +68,15 @@ LLM_ARGS = (
 )
 #: settings that shape the result only when set (0: the preset's): in a cell's key only then, so the cells run
 #: before they existed keep their keys
-OPTIONAL_ARGS = ("lr", "kl_coef", "epochs", "mini_batches")
+OPTIONAL_ARGS = (
+    "lr",
+    "kl_coef",
+    "epochs",
+    "mini_batches",
+    "warmup_policy",
+    "warmup_steps",
+    "warmup_episodes",
+)
 
 
 def is_tiny(model: str) -> bool:
@@ -136,7 +150,13 @@ def llm_config(args: argparse.Namespace, env: ls.EnvRow, method: str, seed: int,
         ),
         model=replace(cfg.model, name=args.model, **({"tokenizer_corpus_episodes": 8} if tiny else {})),
         # the cells of one seed share their format warm-up (the same initial model and stream; bit for bit)
-        warmup=replace(cfg.warmup, cache_dir=str(out.parent / WARMUP_CACHE)),
+        warmup=replace(
+            cfg.warmup,
+            cache_dir=str(out.parent / WARMUP_CACHE),
+            policy=_given(args, "warmup_policy", cfg.warmup.policy),
+            steps=_given(args, "warmup_steps", cfg.warmup.steps),
+            episodes=_given(args, "warmup_episodes", cfg.warmup.episodes),
+        ),
         rollout=replace(
             cfg.rollout, n_tasks=args.n_tasks, group_size=args.group_size,
             **(
@@ -227,8 +247,14 @@ def run_llm_cell(cell: dict, out: Path) -> dict[str, Any]:
 #: the committed probes of the token-level learner on a real env: GRPO on the selection seed 100, one setting
 #: changed per cell (docs/learning_study.md's probe table, :func:`probe_markdown`)
 PROBES = tuple(
-    Path(__file__).resolve().parent / "results" / f"learning_study_llm_{name}_2026-12-07_cells.jsonl.gz"
-    for name in ("sokoban_lr", "babyai_probe", "textcraft_probe")
+    Path(__file__).resolve().parent / "results" / f"learning_study_llm_{name}_cells.jsonl.gz"
+    for name in (
+        "sokoban_lr_2026-12-07",
+        "babyai_probe_2026-12-07",
+        "textcraft_probe_2026-12-07",
+        # (2026-12-08) a noisy-expert warm-up on GoToLocal
+        "babyai_warmup_probe_2026-12-08",
+    )
 )
 
 
@@ -236,7 +262,12 @@ def probe_flags(args: dict[str, Any]) -> str:
     """The command-line flags by which a cell's settings differ from the study's (its optional settings and the
     invalid-action penalty), or "(the study's)"."""
     set_ = {k: args[k] for k in (*OPTIONAL_ARGS, "invalid_penalty") if args.get(k)}
-    return " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in set_.items()) or "(the study's)"
+    return (
+        " ".join(
+            f"--{k.replace('_', '-')} {v if isinstance(v, str) else format(v, 'g')}" for k, v in set_.items()
+        )
+        or "(the study's)"
+    )
 
 
 def probe_markdown(paths: tuple[Path, ...] = PROBES) -> str:
@@ -350,6 +381,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         help="policy updates per pass, each on its share of the batch (0: the preset's, 1)",
+    )
+    p.add_argument(
+        "--warmup-policy",
+        default="",
+        help="the policy the format warm-up imitates for every method: noisy-expert:P or expert ('': the "
+        "preset's, a uniformly random admissible policy)",
+    )
+    p.add_argument(
+        "--warmup-steps", type=int, default=0, help="the format warm-up's SFT steps (0: the preset's, 200)"
+    )
+    p.add_argument(
+        "--warmup-episodes",
+        type=int,
+        default=0,
+        help="episodes of the imitated policy the warm-up learns from (0: the preset's, 64)",
     )
     p.add_argument("--model", default="tiny", help="model name or folder ('tiny': in-process, CPU)")
     p.add_argument(

@@ -121,7 +121,7 @@ ORDER = (
     "grpo", "drgrpo", "gigpo", "proas", "ahead", "stepopsd", "graphgpo", "graphgpo-obs", "hgpo", "hgpo-obs",
     "rewardflow", "rewardflow-obs", "g2po", "g2po-obs", "oracle",
 )  # fmt: skip
-ENV_ORDER = ("ALFWorld", "Sokoban", "TextCraft", "BabyAI", "WebShop", "CreditFamily")
+ENV_ORDER = ("ALFWorld", "Sokoban", "TextCraft", "BabyAI", "BabyAI-RedBall", "WebShop", "CreditFamily")
 #: envs of the study that are toys, not benchmarks (never in the README's headline of real envs)
 TOYS = ("CreditFamily",)
 #: (metric, reference) of each family of comparisons; reference None: the metric itself against 0 (the gain)

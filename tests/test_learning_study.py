@@ -388,3 +388,32 @@ def test_llm_learner_rate_and_kl_options_set_the_policy_and_key_only_when_set() 
     assert llm.llm_config(default, row, "grpo", 0, Path("/tmp/x")).loss.kl_coef == 0.0
     assert llm.llm_config(kl, row, "grpo", 0, Path("/tmp/x")).loss.kl_coef == 0.05
     assert llm.cell_key(llm.plan(kl)[0]) not in committed | {llm.cell_key(f)}
+
+
+def test_llm_learner_warm_up_options_set_the_imitated_policy_and_key_only_when_set() -> None:
+    """``--warmup-policy``, ``--warmup-steps`` and ``--warmup-episodes`` set every method's format warm-up (the
+    BabyAI-RedBall cells imitate a noisy expert); left unset the preset's warm-up and every committed key stay,
+    and the probe table names the flags a cell was run with."""
+    pytest.importorskip("torch")
+    import learning_study_llm as llm
+
+    from stepgym.trainers.presets import get_preset
+
+    base = ["--envs", "Sokoban", "--methods", "grpo", "--seeds", "1"]
+    plain = llm.parse(base)
+    noisy = llm.parse([*base, "--warmup-policy", "noisy-expert:0.75", "--warmup-steps", "600",
+                       "--warmup-episodes", "256"])  # fmt: skip
+    row = ls.ENVS["Sokoban"]
+    w0 = llm.llm_config(plain, row, "grpo", 0, Path("/tmp/x")).warmup
+    w1 = llm.llm_config(noisy, row, "grpo", 0, Path("/tmp/x")).warmup
+    assert replace(w0, cache_dir="") == get_preset("credit-grpo").warmup and w0.policy == "random"
+    assert (w1.policy, w1.steps, w1.episodes) == ("noisy-expert:0.75", 600, 256) and w1.lr == w0.lr
+    with __import__("gzip").open(
+        ROOT / "benchmarks/results/learning_study_llm_sokoban_2026-12-07_cells.jsonl.gz", "rt"
+    ) as fh:
+        committed = {json.loads(line)["key"] for line in fh if line.strip()}
+    assert llm.cell_key(llm.plan(plain)[0]) in committed and llm.cell_key(llm.plan(noisy)[0]) not in committed
+    assert llm.probe_flags(llm.plan(noisy)[0]["args"]) == (
+        "--warmup-policy noisy-expert:0.75 --warmup-steps 600 --warmup-episodes 256"
+    )
+    assert llm.probe_flags(llm.plan(plain)[0]["args"]) == "(the study's)"

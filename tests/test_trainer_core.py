@@ -483,3 +483,55 @@ def test_sampled_evaluation_repeats_exactly_for_an_unchanged_policy(tmp_path: Pa
     tr.step()
     assert tr.iteration == 1 and [r["iteration"] for r in tr.evaluate()] == [1]
     tr.close()
+
+
+@pytest.mark.parametrize("policy", ["random", "expert", "noisy-expert:0.5"])
+def test_the_warm_up_imitates_the_policy_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy
+) -> None:
+    """``warmup.policy``: the rows a warm-up learns from are that policy's replies. Under ``expert`` every reply is
+    the env's expert action in the state it answered; under ``random`` (the default) many are not; a noisy expert
+    lies between. The imitated policy is part of the warm-up cache's fingerprint, and only when it is not the
+    default (the fingerprints of earlier warm-ups stand)."""
+    import stepgym.trainers.warmup as warmup
+    from stepgym import schema
+
+    seen: list = []
+    real = warmup._imitated_rows
+
+    def keep(*a, **k):
+        rows, aborted = real(*a, **k)
+        seen.extend(rows)
+        return rows, aborted
+
+    monkeypatch.setattr(warmup, "_imitated_rows", keep)
+    cfg = tiny_config(tmp_path / "run", warmup=WarmupConfig(steps=1, episodes=16, policy=policy))
+    tr = GRPOTrainer(cfg)
+    before = {(r.traj, r.t): r for r in seen}
+    experts = [
+        (before[(r.traj, r.t - 1)].info.get(schema.EXPERT_ACTION), r)
+        for r in seen
+        if (r.traj, r.t - 1) in before
+    ]
+    # (the toy has no expert once its decisive choice was lost: such a step is random under every policy)
+    agree = [f"<action>{e}</action>" in r.response_text for e, r in experts if e is not None]
+    assert len(agree) > 20
+    share = sum(agree) / len(agree)
+    if policy == "expert":
+        assert share == 1.0
+    elif policy == "random":
+        assert share < 0.8
+    else:
+        assert 0.5 < share < 1.0
+    fp = warmup.warmup_fingerprint(tr.model, tr.tokenizer, cfg, np.random.default_rng(0), 0)
+    default = replace(cfg, warmup=replace(cfg.warmup, policy="random"))
+    assert (
+        fp == warmup.warmup_fingerprint(tr.model, tr.tokenizer, default, np.random.default_rng(0), 0)
+    ) == (policy == "random")
+    tr.close()
+
+
+@pytest.mark.parametrize("bad", ["garbage", "smart", "noisy-expert:2", "noisy-expert:x"])
+def test_an_unknown_warm_up_policy_is_one_clear_line(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ValueError, match=r"warmup\.policy must be random, expert or noisy-expert:P"):
+        tiny_config(tmp_path / "run", warmup=WarmupConfig(steps=1, policy=bad))

@@ -217,6 +217,17 @@ def _admissible(req: GenerationRequest) -> list[str]:
     return [a for a in acts if a != "help"] or ["look"]
 
 
+def _share(text: str, name: str) -> float:
+    """``noisy-expert:P``'s P, a number in [0, 1] (one clear line otherwise)."""
+    try:
+        p = float(text)
+    except ValueError:
+        p = float("nan")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"scripted policy {name!r}: P in noisy-expert:P must be a number in [0, 1]")
+    return p
+
+
 def scripted_policy(name: str) -> Callable[[GenerationRequest, np.random.Generator], str]:
     """An *action* policy by name: ``random`` (uniform over admissible actions), ``expert`` (the env's expert
     action, random when it has none), ``noisy-expert:P`` (expert, but a uniformly random admissible action with
@@ -226,7 +237,7 @@ def scripted_policy(name: str) -> Callable[[GenerationRequest, np.random.Generat
     if name == "garbage":
         return lambda req, rng: "I do not know what to do"
     if name == "expert" or name.startswith("noisy-expert:"):
-        p = 0.0 if name == "expert" else float(name.split(":", 1)[1])
+        p = 0.0 if name == "expert" else _share(name.split(":", 1)[1], name)
 
         def act(req: GenerationRequest, rng: np.random.Generator) -> str:
             expert = (req.info or {}).get(schema.EXPERT_ACTION)

@@ -290,8 +290,9 @@ class WarmupConfig:
     """Format warm-up (SFT) before RL, for models trained from scratch.
 
     A random model cannot emit ``<action>…</action>``; without a warm-up every reply is invalid, every group is
-    all-fail and GRPO never gets a signal. The warm-up behaviour-clones a *uniformly random admissible* policy (never
-    the expert), so the model learns the format and the action vocabulary but no preference between actions.
+    all-fail and GRPO never gets a signal. By default the warm-up behaviour-clones a *uniformly random admissible*
+    policy (never the expert), so the model learns the format and the action vocabulary but no preference between
+    actions; ``policy`` can make it imitate a noisy expert instead (a supervised start, as SFT before RL).
     """
 
     steps: int = 0
@@ -302,6 +303,10 @@ class WarmupConfig:
     """Episodes of the random admissible policy to imitate."""
     batch_rows: int = 64
     """Rows per SFT step."""
+    policy: str = "random"
+    """The policy whose replies are imitated: ``random`` (uniform over the admissible actions, the default),
+    ``noisy-expert:P`` (the env's expert action, a uniformly random admissible one with probability P; the expert
+    is the info's ``stepgym/expert_action``, and a step without one is random) or ``expert``."""
     cache_dir: str = ""
     """A folder where a finished warm-up is kept, by a fingerprint of all that shapes it (the initial weights, the
     tokenizer, the random stream, the warm-up, env, rollout and model settings): a later run of the same
@@ -402,6 +407,18 @@ class TrainConfig:
             raise ValueError("optim.mini_batches and optim.epochs must be >= 1")
         if self.rollout.env_workers < 1:
             raise ValueError("rollout.env_workers must be >= 1")
+        if self.warmup.policy != "random":
+            from stepgym.trainers.backends import scripted_policy
+
+            try:  # (``garbage`` is a scripted policy too, but nothing a warm-up should teach)
+                ok = self.warmup.policy != "garbage" and scripted_policy(self.warmup.policy) is not None
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"warmup.policy must be random, expert or noisy-expert:P with P in [0, 1], got "
+                    f"{self.warmup.policy!r}"
+                )
         if not 0.0 <= self.rollout.max_abort_rate <= 1.0:
             raise ValueError(f"rollout.max_abort_rate must lie in [0, 1], got {self.rollout.max_abort_rate}")
         if self.rollout.faults:

@@ -7,7 +7,8 @@
   through :class:`~stepgym.trainers.collector.Collector` with the scripted backend). The model learns the reply
   format and the action vocabulary, and *no* preference between admissible actions — its success rate is then
   that of the random admissible policy, and RL has to find the decisions that matter. (A pretrained instruct
-  model does not need this; the README's SmolLM2 preset skips it.)
+  model does not need this; the README's SmolLM2 preset skips it.) ``warmup.policy`` may name a noisy expert
+  instead (``noisy-expert:P``): a supervised start that already prefers some actions, as SFT before RL.
 """
 
 from __future__ import annotations
@@ -111,14 +112,12 @@ def env_corpus(
     return texts
 
 
-def _random_policy_rows(
-    collector: Collector, cfg: WarmupConfig, rng: np.random.Generator
-) -> tuple[list, int]:
-    """The warm-up's rows: ``cfg.episodes`` episodes of a uniformly random admissible policy whose replies a
-    :class:`ScriptedBackend` writes in the env's format (``collector``'s backend is restored after), aborted
-    episodes left out; and how many were aborted. A RuntimeError when every one was."""
+def _imitated_rows(collector: Collector, cfg: WarmupConfig, rng: np.random.Generator) -> tuple[list, int]:
+    """The warm-up's rows: ``cfg.episodes`` episodes of ``cfg.policy`` (a uniformly random admissible policy by
+    default) whose replies a :class:`ScriptedBackend` writes in the env's format (``collector``'s backend is
+    restored after), aborted episodes left out; and how many were aborted. A RuntimeError when every one was."""
     saved = collector.backend
-    collector.backend = ScriptedBackend(collector.encoder.tokenizer, "random", render=collector.fmt.reply)
+    collector.backend = ScriptedBackend(collector.encoder.tokenizer, cfg.policy, render=collector.fmt.reply)
     try:
         n_groups = max(1, cfg.episodes // collector.group_size)
         ids = collector.task_ids()
@@ -169,7 +168,8 @@ def format_warmup(
     progress: bool = False,
     max_response_tokens: int = 0,
 ) -> dict[str, float]:
-    """SFT ``model`` on rows of a random admissible policy (see the module docstring); returns loss statistics.
+    """SFT ``model`` on rows of ``cfg.policy`` (a random admissible policy by default; see the module docstring);
+    returns loss statistics.
 
     ``collector``'s backend is swapped for a :class:`ScriptedBackend` for the collection and restored after. Each
     step's rows are processed in micro-batches of at most ``micro_batch_tokens`` padded tokens (gradient
@@ -182,7 +182,7 @@ def format_warmup(
 
     if cfg.steps <= 0:
         return {}
-    rows, n_aborted = _random_policy_rows(collector, cfg, rng)
+    rows, n_aborted = _imitated_rows(collector, cfg, rng)
     longest, over = _reply_budget(rows, collector.encoder.tokenizer.eos_token_id, max_response_tokens)
     device = next(model.parameters()).device
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
@@ -250,7 +250,12 @@ def warmup_fingerprint(model: Any, tokenizer: Any, cfg: Any, rng: np.random.Gene
     h.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode())
     full = cfg.to_dict()
     settings = {
-        "warmup": {k: v for k, v in full["warmup"].items() if k != "cache_dir"},
+        # (the imitated policy only when it is not the default: the fingerprints of earlier warm-ups stand)
+        "warmup": {
+            k: v
+            for k, v in full["warmup"].items()
+            if k != "cache_dir" and not (k == "policy" and v == "random")
+        },
         "env": {k: v for k, v in full["env"].items() if k not in ENV_NOT_READ_BY_WARMUP},
         **{k: full[k] for k in ("rollout", "model")},
         "micro_batch_tokens": full["optim"]["micro_batch_tokens"],
