@@ -68,15 +68,19 @@ LLM_ARGS = (
 )
 #: settings that shape the result only when set (0: the preset's): in a cell's key only then, so the cells run
 #: before they existed keep their keys
-OPTIONAL_ARGS = (
-    "lr",
-    "kl_coef",
-    "epochs",
-    "mini_batches",
-    "warmup_policy",
-    "warmup_steps",
-    "warmup_episodes",
-)
+#: their command-line flags: name, type (its empty value: the preset's) and help
+OPTIONAL_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("lr", float, "the policy's learning rate for every method (0: the preset's, 5e-4)"),
+    ("kl_coef", float, "every method's KL penalty to the policy it starts from (after the format warm-up; 0: the "
+                       "preset's, none)"),
+    ("epochs", int, "passes over each iteration's batch (0: the preset's, 1)"),
+    ("mini_batches", int, "policy updates per pass, each on its share of the batch (0: the preset's, 1)"),
+    ("warmup_policy", str, "the policy the format warm-up imitates for every method: noisy-expert:P or expert "
+                           "('': the preset's, a uniformly random admissible policy)"),
+    ("warmup_steps", int, "the format warm-up's SFT steps (0: the preset's, 200)"),
+    ("warmup_episodes", int, "episodes of the imitated policy the warm-up learns from (0: the preset's, 64)"),
+)  # fmt: skip
+OPTIONAL_ARGS = tuple(name for name, _, _ in OPTIONAL_FLAGS)
 
 
 def is_tiny(model: str) -> bool:
@@ -360,43 +364,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="every method's invalid-action penalty (0: none; with the presets' 0.1 the tiny model collapses onto "
         "a harmless distractor on CreditFamily, docs/learning_study.md)",
     )
-    p.add_argument(
-        "--lr",
-        type=float,
-        default=0.0,
-        help="the policy's learning rate for every method (0: the preset's, 5e-4)",
-    )
-    p.add_argument(
-        "--kl-coef",
-        type=float,
-        default=0.0,
-        help="every method's KL penalty to the policy it starts from (after the format warm-up; 0: the preset's, "
-        "none)",
-    )
-    p.add_argument(
-        "--epochs", type=int, default=0, help="passes over each iteration's batch (0: the preset's, 1)"
-    )
-    p.add_argument(
-        "--mini-batches",
-        type=int,
-        default=0,
-        help="policy updates per pass, each on its share of the batch (0: the preset's, 1)",
-    )
-    p.add_argument(
-        "--warmup-policy",
-        default="",
-        help="the policy the format warm-up imitates for every method: noisy-expert:P or expert ('': the "
-        "preset's, a uniformly random admissible policy)",
-    )
-    p.add_argument(
-        "--warmup-steps", type=int, default=0, help="the format warm-up's SFT steps (0: the preset's, 200)"
-    )
-    p.add_argument(
-        "--warmup-episodes",
-        type=int,
-        default=0,
-        help="episodes of the imitated policy the warm-up learns from (0: the preset's, 64)",
-    )
+    for name, kind, what in OPTIONAL_FLAGS:
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=kind(), help=what)
     p.add_argument("--model", default="tiny", help="model name or folder ('tiny': in-process, CPU)")
     p.add_argument(
         "--workers", type=int, default=1, help="cells run in this many processes (one thread each)"

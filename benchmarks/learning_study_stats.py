@@ -65,7 +65,9 @@ RESULTS = REPO / "benchmarks" / "results"
 #: ``learning_study_alfworld_proas_unseeded_2026-12-07``, out of the statistics; the per-method-rate family's are
 #: the shared family's, taken with ``--reuse``: ProAS's own rate there is the shared one); and ALFWorld's AHEAD
 #: cells (seeds 0-9, 20-29, 40-49), whose modelled teacher reads the same expert, rerun with its env's generator
-#: seeded (``learning_study.SEEDED_TEACHER``; those of before: ``learning_study_alfworld_ahead_unseeded_2026-12-07``)
+#: seeded (``learning_study.SEEDED_TEACHER``; those of before: ``learning_study_alfworld_ahead_unseeded_2026-12-07``);
+#: then (2026-12-08) the BabyAI-RedBall row: the linear learner's core methods on seeds 0-49, the token-level
+#: learner's GRPO, GiGPO, GraphGPO and ceiling on seeds 0-9 and 20-24 (noisy-expert warm-up; no replication seeds)
 CELLS = (
     RESULTS / "learning_study_2026-12-06b_cells.jsonl.gz",
     RESULTS / "learning_study_2026-12-06_seeds20-29_cells.jsonl.gz",
@@ -90,6 +92,8 @@ CELLS = (
     RESULTS / "learning_study_alfworld_proas_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_own_rate_alfworld_proas_2026-12-07_cells.jsonl.gz",
     RESULTS / "learning_study_alfworld_ahead_2026-12-07_cells.jsonl.gz",
+    RESULTS / "learning_study_babyai_redball_2026-12-08_cells.jsonl.gz",
+    RESULTS / "learning_study_llm_babyai_redball_2026-12-08_cells.jsonl.gz",
 )
 CLAIMS = RESULTS / "learning_study_claims_2026-12-06.json"
 #: the claims with every cell of the design's whole re-run (benchmarks/learning_study_design_time.py --per-class 40
