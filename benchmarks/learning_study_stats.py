@@ -67,7 +67,7 @@ RESULTS = REPO / "benchmarks" / "results"
 #: cells (seeds 0-9, 20-29, 40-49), whose modelled teacher reads the same expert, rerun with its env's generator
 #: seeded (``learning_study.SEEDED_TEACHER``; those of before: ``learning_study_alfworld_ahead_unseeded_2026-12-07``);
 #: then (2026-12-08) the BabyAI-RedBall row: the linear learner's core methods on seeds 0-49, the token-level
-#: learner's GRPO, GiGPO, GraphGPO and ceiling on seeds 0-9 and 20-24 (noisy-expert warm-up; no replication seeds)
+#: learner's GRPO, GiGPO, GraphGPO and ceiling on seeds 0-9 and 20-29 (noisy-expert warm-up; no replication seeds)
 CELLS = (
     RESULTS / "learning_study_2026-12-06b_cells.jsonl.gz",
     RESULTS / "learning_study_2026-12-06_seeds20-29_cells.jsonl.gz",
