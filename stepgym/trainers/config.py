@@ -300,7 +300,7 @@ class WarmupConfig:
     lr: float = 3e-3
     """SFT learning rate."""
     episodes: int = 64
-    """Episodes of the random admissible policy to imitate."""
+    """Episodes of the imitated policy (``policy``) to learn from."""
     batch_rows: int = 64
     """Rows per SFT step."""
     policy: str = "random"
@@ -410,15 +410,15 @@ class TrainConfig:
         if self.warmup.policy != "random":
             from stepgym.trainers.backends import scripted_policy
 
-            try:  # (``garbage`` is a scripted policy too, but nothing a warm-up should teach)
-                ok = self.warmup.policy != "garbage" and scripted_policy(self.warmup.policy) is not None
+            bad = ValueError(
+                f"warmup.policy must be random, expert or noisy-expert:P with P in [0, 1], got {self.warmup.policy!r}"
+            )
+            if self.warmup.policy == "garbage":  # a scripted policy too, but nothing a warm-up should teach
+                raise bad
+            try:
+                scripted_policy(self.warmup.policy)
             except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError(
-                    f"warmup.policy must be random, expert or noisy-expert:P with P in [0, 1], got "
-                    f"{self.warmup.policy!r}"
-                )
+                raise bad from None
         if not 0.0 <= self.rollout.max_abort_rate <= 1.0:
             raise ValueError(f"rollout.max_abort_rate must lie in [0, 1], got {self.rollout.max_abort_rate}")
         if self.rollout.faults:
